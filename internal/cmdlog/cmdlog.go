@@ -1,0 +1,49 @@
+// Package cmdlog defines the command log the engine writes to and replays
+// from. The embedded write-ahead log (internal/wal) implements it today; a
+// Kafka-backed log can implement the same shape later: append a batch, learn
+// when it is durable, read from a position, learn the owner's epoch.
+package cmdlog
+
+import "errors"
+
+// Position is a place in the log. It only grows. For the embedded log it is
+// the byte offset of a record from the start of the log (segment headers
+// excluded), shared by all partitions of the node.
+type Position uint64
+
+// Entry is one record: a command addressed to one partition. Data is opaque
+// to the log.
+type Entry struct {
+	Partition uint32
+	Data      []byte
+}
+
+// DoneFunc is called once the entries of one Append are durable (err == nil)
+// or can never be (err != nil). first is the position of the first entry,
+// end the position just past the last one. Calls happen in Append order,
+// from a single goroutine, and must not block for long.
+type DoneFunc func(first, end Position, err error)
+
+// Log is what the engine needs from a command log.
+type Log interface {
+	// Append queues entries to be written. It may block when the log's
+	// queue is full (backpressure). The caller must not modify the entries'
+	// Data until done has been called.
+	Append(entries []Entry, done DoneFunc)
+	// Replay calls fn for every record at or after from, in log order. Data
+	// passed to fn is only valid during the call.
+	Replay(from Position, fn func(pos Position, e Entry) error) error
+	// End is the position just past the last durable record.
+	End() Position
+	// Epoch identifies the current owner of the log; a Kafka-backed log
+	// bumps it when ownership moves so that a zombie owner is fenced.
+	Epoch() uint64
+	// ReleaseBefore tells the log that no reader needs records before pos
+	// any more (every snapshot covers them), so it may delete them.
+	ReleaseBefore(pos Position) error
+	// Close writes and syncs whatever is queued, then closes.
+	Close() error
+}
+
+// ErrClosed is returned (or passed to DoneFunc) after Close.
+var ErrClosed = errors.New("cmdlog: log is closed")
