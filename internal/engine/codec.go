@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"github.com/surge-run/surge/internal/wire"
+	"sort"
+)
+
+// Log record envelope, version 1:
+//
+//	[0]     envelope version
+//	[1]     input kind
+//	[2]     workload id
+//	[3:11]  time, unix ns, little endian
+//	FromMessage: [11:15] source partition, [15:23] sequence
+//	FromTimer:   [11:13] id length n, [13:13+n] id
+//	then the command bytes (FromClient, FromMessage; empty for FromTimer,
+//	whose command lives in the timer table)
+const envelopeVersion = 1
+
+const envHeader = 11
+
+type envelope struct {
+	kind     InputKind
+	workload uint8
+	timeNs   int64
+	src      uint32
+	seq      uint64
+	timerID  string
+	payload  []byte
+}
+
+func appendEnvelopeHeader(dst []byte, kind InputKind, wl uint8, timeNs int64) []byte {
+	dst = append(dst, envelopeVersion, byte(kind), wl)
+	return binary.LittleEndian.AppendUint64(dst, uint64(timeNs))
+}
+
+var errShortRecord = errors.New("engine: log record too short")
+
+func decodeEnvelope(b []byte) (envelope, error) {
+	var e envelope
+	if len(b) < envHeader {
+		return e, errShortRecord
+	}
+	if b[0] != envelopeVersion {
+		return e, fmt.Errorf("engine: log record has envelope version %d; this binary reads version %d", b[0], envelopeVersion)
+	}
+	e.kind = InputKind(b[1])
+	e.workload = b[2]
+	e.timeNs = int64(binary.LittleEndian.Uint64(b[3:11]))
+	b = b[envHeader:]
+	switch e.kind {
+	case FromClient:
+	case FromMessage:
+		if len(b) < 12 {
+			return e, errShortRecord
+		}
+		e.src = binary.LittleEndian.Uint32(b)
+		e.seq = binary.LittleEndian.Uint64(b[4:])
+		b = b[12:]
+	case FromTimer:
+		if len(b) < 2 {
+			return e, errShortRecord
+		}
+		n := int(binary.LittleEndian.Uint16(b))
+		if len(b) < 2+n {
+			return e, errShortRecord
+		}
+		e.timerID = string(b[2 : 2+n])
+		b = b[2+n:]
+	default:
+		return e, fmt.Errorf("engine: log record has unknown input kind %d", e.kind)
+	}
+	e.payload = b
+	return e, nil
+}
+
+// Partition snapshot, version 1: the engine's own per-partition state
+// (outgoing sequence, unacknowledged outbox, receive high-water marks,
+// pending timers), then each workload machine's snapshot.
+const snapshotVersion = 1
+
+func (p *partition) appendSnapshot(dst []byte) []byte {
+	w := wire.Writer{B: dst}
+	w.U32(snapshotVersion)
+	w.U32(uint32(p.id))
+	w.U64(p.outSeq)
+
+	seqs := make([]uint64, 0, len(p.outbox))
+	for s := range p.outbox {
+		seqs = append(seqs, s)
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	w.U32(uint32(len(seqs)))
+	for _, s := range seqs {
+		m := p.outbox[s]
+		w.U64(s)
+		w.U32(uint32(m.target))
+		w.U8(m.workload)
+		w.Bytes(m.data)
+	}
+
+	srcs := make([]uint32, 0, len(p.hwm))
+	for s := range p.hwm {
+		srcs = append(srcs, s)
+	}
+	sort.Slice(srcs, func(i, j int) bool { return srcs[i] < srcs[j] })
+	w.U32(uint32(len(srcs)))
+	for _, s := range srcs {
+		w.U32(s)
+		w.U64(p.hwm[s])
+	}
+
+	timers := p.timers.sorted()
+	w.U32(uint32(len(timers)))
+	for _, t := range timers {
+		w.U8(t.workload)
+		w.Str(t.id)
+		w.U64(uint64(t.atNs))
+		w.Bytes(t.data)
+	}
+
+	w.U32(uint32(len(p.machines)))
+	for i, m := range p.machines {
+		if m == nil {
+			continue
+		}
+		w.U8(uint8(i))
+		start := len(w.B)
+		w.U32(0)
+		w.B = m.AppendSnapshot(w.B)
+		binary.LittleEndian.PutUint32(w.B[start:], uint32(len(w.B)-start-4))
+	}
+	w.U8(0xff) // end of machines
+	return w.B
+}
+
+func (p *partition) restoreSnapshot(data []byte) error {
+	r := wire.Reader{B: data}
+	if v := r.U32(); r.Err == nil && v != snapshotVersion {
+		return fmt.Errorf("engine: partition snapshot has version %d; this binary reads version %d", v, snapshotVersion)
+	}
+	if id := r.U32(); r.Err == nil && int(id) != p.id {
+		return fmt.Errorf("engine: snapshot belongs to partition %d, not %d", id, p.id)
+	}
+	p.outSeq = r.U64()
+	n := int(r.U32())
+	for i := 0; i < n && r.Err == nil; i++ {
+		s := r.U64()
+		m := outMsg{target: int(r.U32()), workload: r.U8()}
+		m.data = append([]byte(nil), r.Bytes()...)
+		m.seq = s
+		p.outbox[s] = &m
+	}
+	n = int(r.U32())
+	for i := 0; i < n && r.Err == nil; i++ {
+		s := r.U32()
+		p.hwm[s] = r.U64()
+	}
+	n = int(r.U32())
+	for i := 0; i < n && r.Err == nil; i++ {
+		wl := r.U8()
+		id := r.Str()
+		at := int64(r.U64())
+		d := append([]byte(nil), r.Bytes()...)
+		p.timers.set(wl, id, at, d)
+	}
+	r.U32() // machine slots, informative
+	for r.Err == nil {
+		wl := r.U8()
+		if wl == 0xff {
+			break
+		}
+		body := r.Next(int(r.U32()))
+		if r.Err != nil {
+			break
+		}
+		if int(wl) >= len(p.machines) || p.machines[wl] == nil {
+			return fmt.Errorf("engine: snapshot holds state of workload %d, which this binary does not know", wl)
+		}
+		if err := p.machines[wl].Restore(body); err != nil {
+			return fmt.Errorf("engine: restoring workload %d in partition %d: %w", wl, p.id, err)
+		}
+	}
+	return r.Err
+}

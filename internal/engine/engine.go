@@ -1,0 +1,364 @@
+// Package engine runs workload state machines over a durable command log.
+//
+// Keys hash to partitions. One processor goroutine per partition owns that
+// partition's state: it drains its inbox in batches, applies each command to
+// the workload's Machine, appends the batch to the shared log and releases
+// replies, cross-partition messages and acknowledgements only once the log
+// says the batch is durable. The log groups batches of all partitions into
+// one write and one fsync. Because applying never waits for the disk, the
+// processor works on the next batch while the previous one is being synced;
+// anything that observed state (a query, an acknowledgement) is released
+// with or after the batch that produced that state, never before.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/surge-run/surge/internal/cmdlog"
+)
+
+// Limits. Every queue has one, so overload turns into backpressure.
+const (
+	DefaultPartitions     = 8
+	DefaultInboxLen       = 4096
+	DefaultMaxBatch       = 1024
+	DefaultSnapshotEvery  = 100_000
+	maxInflightBatches    = 4 // per partition, between apply and durable
+	snapshotQueueLen      = 64
+	maxPartitions         = 1 << 12
+	envelopeMaxTimerIDLen = 1 << 15
+)
+
+// SnapshotStore keeps each partition's latest snapshot and the log position
+// it covers (every record of that partition before the position).
+type SnapshotStore interface {
+	Write(partition uint32, pos cmdlog.Position, data []byte) error
+	Latest(partition uint32) (pos cmdlog.Position, data []byte, ok bool, err error)
+}
+
+// Options configure an Engine. Log and Snapshots are required.
+type Options struct {
+	Partitions    int
+	Log           cmdlog.Log
+	Snapshots     SnapshotStore
+	InboxLen      int
+	MaxBatch      int
+	SnapshotEvery int // commands applied in a partition between snapshots
+	Metrics       *Metrics
+	Logger        *slog.Logger
+	// ReplayStart is where recovery may begin reading the log when some
+	// partition has no snapshot (the oldest record still retained).
+	ReplayStart func() cmdlog.Position
+}
+
+// Engine owns the partitions. Create with Open, stop with Close.
+type Engine struct {
+	opts      Options
+	parts     []*partition
+	workloads map[uint8]Workload
+
+	mu     sync.RWMutex // writers: Close; readers: Submit
+	closed bool
+	failed atomic.Bool
+
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	snapCh  chan snapJob
+	snapWG  sync.WaitGroup
+	reqPool sync.Pool
+	log     *slog.Logger
+}
+
+// Open recovers state from the snapshots and the log, then starts one
+// processor per partition.
+func Open(opts Options, workloads ...Workload) (*Engine, error) {
+	if opts.Log == nil || opts.Snapshots == nil {
+		return nil, errors.New("engine: Options.Log and Options.Snapshots are required")
+	}
+	if opts.Partitions <= 0 {
+		opts.Partitions = DefaultPartitions
+	}
+	if opts.Partitions > maxPartitions {
+		return nil, fmt.Errorf("engine: %d partitions is more than the limit of %d", opts.Partitions, maxPartitions)
+	}
+	if opts.InboxLen <= 0 {
+		opts.InboxLen = DefaultInboxLen
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.SnapshotEvery <= 0 {
+		opts.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Engine{
+		opts:      opts,
+		workloads: make(map[uint8]Workload),
+		stop:      make(chan struct{}),
+		snapCh:    make(chan snapJob, snapshotQueueLen),
+		log:       opts.Logger,
+	}
+	e.reqPool.New = func() any { return &Request{done: make(chan struct{}, 1)} }
+	for _, w := range workloads {
+		if _, dup := e.workloads[w.ID()]; dup || w.ID() == 0xff {
+			return nil, fmt.Errorf("engine: workload id %d used twice or reserved", w.ID())
+		}
+		e.workloads[w.ID()] = w
+	}
+	e.parts = make([]*partition, opts.Partitions)
+	for i := range e.parts {
+		e.parts[i] = newPartition(e, i)
+	}
+	if err := e.recover(); err != nil {
+		return nil, err
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.watch(e)
+	}
+	e.snapWG.Add(1)
+	go e.snapshotter()
+	for _, p := range e.parts {
+		e.wg.Add(1)
+		go p.run()
+	}
+	return e, nil
+}
+
+// Partitions is the number of partitions.
+func (e *Engine) Partitions() int { return len(e.parts) }
+
+// PartitionOf maps a key to its partition.
+func (e *Engine) PartitionOf(key string) int { return PartitionOfHash(Hash(key), len(e.parts)) }
+
+// Hash is FNV-1a over s; HashMore continues it, so callers can hash a
+// composite key without building it as a string.
+func Hash(s string) uint64 { return HashMore(14695981039346656037, s) }
+
+// HashMore continues Hash over s.
+func HashMore(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// PartitionOfHash maps a key hash to one of n partitions.
+func PartitionOfHash(h uint64, n int) int { return int(h % uint64(n)) }
+
+// Request is one command or query in flight.
+type Request struct {
+	partition int
+	workload  uint8
+	cmd       Command
+	query     any
+	result    any
+	err       error
+	done      chan struct{}
+}
+
+// Do submits cmd to the workload's machine in partition part and waits for
+// its reply, which arrives only after the command is durable.
+func (e *Engine) Do(ctx context.Context, part int, wl uint8, cmd Command) (any, error) {
+	if cmd == nil {
+		return nil, errors.New("engine: nil command")
+	}
+	return e.submit(ctx, part, wl, cmd, nil)
+}
+
+// Query asks the workload's machine in partition part a read-only question.
+// The answer is released only once every command it may reflect is durable.
+func (e *Engine) Query(ctx context.Context, part int, wl uint8, q any) (any, error) {
+	return e.submit(ctx, part, wl, nil, q)
+}
+
+func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
+	if part < 0 || part >= len(e.parts) {
+		return nil, fmt.Errorf("engine: partition %d out of range [0,%d)", part, len(e.parts))
+	}
+	if _, ok := e.workloads[wl]; !ok {
+		return nil, fmt.Errorf("engine: unknown workload %d", wl)
+	}
+	if e.failed.Load() {
+		return nil, ErrFailed
+	}
+	r := e.reqPool.Get().(*Request)
+	r.partition, r.workload, r.cmd, r.query = part, wl, cmd, q
+	p := e.parts[part]
+	e.mu.RLock()
+	if e.closed {
+		e.mu.RUnlock()
+		e.reqPool.Put(r)
+		return nil, ErrClosed
+	}
+	select {
+	case p.inbox <- r:
+	default:
+		e.mu.RUnlock()
+		e.reqPool.Put(r)
+		return nil, ErrOverloaded
+	}
+	e.mu.RUnlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		// The request stays owned by the processor; it is not recycled.
+		return nil, ctx.Err()
+	}
+	res, err := r.result, r.err
+	r.cmd, r.query, r.result, r.err = nil, nil, nil, nil
+	e.reqPool.Put(r)
+	return res, err
+}
+
+// Close stops accepting requests, finishes and syncs every batch already
+// accepted, writes a snapshot of every partition that changed (so the next
+// start replays little), and closes the log.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	close(e.stop)
+	e.wg.Wait()
+	close(e.snapCh)
+	e.snapWG.Wait()
+
+	var firstErr error
+	if !e.failed.Load() {
+		end := e.opts.Log.End()
+		for _, p := range e.parts {
+			if p.lastEnd.Load() <= p.snapPos.Load() {
+				continue
+			}
+			if err := e.opts.Snapshots.Write(uint32(p.id), end, p.appendSnapshot(nil)); err != nil {
+				firstErr = err
+				continue
+			}
+			p.snapPos.Store(uint64(end))
+		}
+		if firstErr == nil {
+			if err := e.release(); err != nil {
+				firstErr = err
+			}
+		}
+	}
+	if err := e.opts.Log.Close(); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}
+
+// fail is called when the log cannot make a batch durable. The state in
+// memory is then ahead of the disk, so the engine refuses all further work.
+func (e *Engine) fail(err error) {
+	if e.failed.CompareAndSwap(false, true) {
+		e.log.Error("command log failed; refusing all requests until restart", "err", err)
+	}
+}
+
+type snapJob struct {
+	p    *partition
+	pos  cmdlog.Position
+	data []byte
+}
+
+func (e *Engine) snapshotter() {
+	defer e.snapWG.Done()
+	for j := range e.snapCh {
+		if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, j.data); err != nil {
+			e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
+			continue
+		}
+		j.p.snapPos.Store(uint64(j.pos))
+		if m := e.opts.Metrics; m != nil {
+			m.Snapshots.Inc()
+		}
+		if err := e.release(); err != nil {
+			e.log.Error("releasing old log segments failed", "err", err)
+		}
+	}
+}
+
+// release lets the log drop records that no partition needs: a partition
+// needs records from its snapshot position on, and only if it applied
+// anything since that snapshot.
+func (e *Engine) release() error {
+	upTo := uint64(e.opts.Log.End())
+	for _, p := range e.parts {
+		sp := p.snapPos.Load()
+		if p.lastEnd.Load() > sp && sp < upTo {
+			upTo = sp
+		}
+	}
+	if upTo == 0 {
+		return nil
+	}
+	return e.opts.Log.ReleaseBefore(cmdlog.Position(upTo))
+}
+
+// recover loads each partition's snapshot, replays the log tail through the
+// same apply path the processors use, and re-sends every message that is
+// not known to be acknowledged (receivers drop duplicates).
+func (e *Engine) recover() error {
+	from := uint64(1<<64 - 1)
+	for _, p := range e.parts {
+		pos, data, ok, err := e.opts.Snapshots.Latest(uint32(p.id))
+		if err != nil {
+			return fmt.Errorf("engine: reading snapshot of partition %d: %w", p.id, err)
+		}
+		if ok {
+			if err := p.restoreSnapshot(data); err != nil {
+				return err
+			}
+			p.snapPos.Store(uint64(pos))
+		}
+		from = min(from, uint64(pos))
+	}
+	if from == 0 && e.opts.ReplayStart != nil {
+		from = uint64(e.opts.ReplayStart())
+	}
+	var replayed int
+	err := e.opts.Log.Replay(cmdlog.Position(from), func(pos cmdlog.Position, en cmdlog.Entry) error {
+		if int(en.Partition) >= len(e.parts) {
+			return fmt.Errorf("engine: the log holds records of partition %d but the engine has %d partitions; start with the partition count the data directory was created with", en.Partition, len(e.parts))
+		}
+		p := e.parts[en.Partition]
+		if uint64(pos) < p.snapPos.Load() {
+			return nil
+		}
+		if err := p.replay(en.Data); err != nil {
+			return fmt.Errorf("engine: replaying record at position %d: %w", pos, err)
+		}
+		p.lastEnd.Store(uint64(pos) + 1)
+		replayed++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from)
+	for _, p := range e.parts {
+		seqs := make([]uint64, 0, len(p.outbox))
+		for s := range p.outbox {
+			seqs = append(seqs, s)
+		}
+		sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+		for _, s := range seqs {
+			m := p.outbox[s]
+			e.parts[m.target].mail.push(mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+		}
+	}
+	return nil
+}

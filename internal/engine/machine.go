@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"encoding"
+	"errors"
+)
+
+// Command is a workload command. The engine encodes it into the log before
+// its effects are released, and a workload's Machine decodes it on replay.
+type Command = encoding.BinaryAppender
+
+// InputKind says where an input came from.
+type InputKind uint8
+
+const (
+	// FromClient is a command submitted through Engine.Do.
+	FromClient InputKind = 1
+	// FromMessage is a command another key sent with Effects.Send.
+	FromMessage InputKind = 2
+	// FromTimer is the command stored with Effects.SetTimer, now due.
+	FromTimer InputKind = 3
+)
+
+// Input is what a Machine applies: a command plus the context the engine
+// stamped on it. Time is the only clock a Machine may read.
+type Input struct {
+	Kind    InputKind
+	TimeNs  int64 // stamped by the processor when the command was batched
+	Cmd     Command
+	TimerID string // FromTimer only
+}
+
+// Machine is one workload's state in one partition. It must be a pure,
+// deterministic function of the inputs it is given: no I/O, no clock, no
+// randomness, no goroutines, no output that depends on map iteration order.
+// The engine owns all I/O and calls a Machine from one goroutine only.
+type Machine interface {
+	// Apply applies in to the state and records what should happen in fx.
+	Apply(in *Input, fx *Effects)
+	// Query answers a read-only question about the state.
+	Query(q any) any
+	// Decode turns bytes written by a Command's AppendBinary back into it.
+	Decode(data []byte) (Command, error)
+	// AppendSnapshot appends an encoding of the whole state to dst. The
+	// encoding must be deterministic.
+	AppendSnapshot(dst []byte) []byte
+	// Restore replaces the state with one encoded by AppendSnapshot.
+	Restore(data []byte) error
+}
+
+// Workload creates the per-partition Machines of one kind of workload. ID
+// is written into every log record, so it must never change once data
+// exists.
+type Workload interface {
+	ID() uint8
+	Name() string
+	NewMachine(partition int) Machine
+}
+
+// Effects collects what one Apply wants done. The engine releases them only
+// after the command is durable.
+type Effects struct {
+	reply  any
+	sends  []send
+	timers []timerOp
+}
+
+type send struct {
+	key      string
+	workload uint8
+	cmd      Command
+}
+
+type timerOp struct {
+	id     string
+	atNs   int64
+	cmd    Command // nil means cancel
+	cancel bool
+}
+
+// Reply sets the value returned to the client that submitted the command.
+func (fx *Effects) Reply(v any) { fx.reply = v }
+
+// Send delivers cmd to the machine of workload wl that owns key, exactly
+// once, after this command is durable.
+func (fx *Effects) Send(key string, wl uint8, cmd Command) {
+	fx.sends = append(fx.sends, send{key: key, workload: wl, cmd: cmd})
+}
+
+// SetTimer arranges for cmd to be applied to this machine (as FromTimer
+// input) at or after atNs. Setting an id again replaces the earlier timer.
+func (fx *Effects) SetTimer(id string, atNs int64, cmd Command) {
+	fx.timers = append(fx.timers, timerOp{id: id, atNs: atNs, cmd: cmd})
+}
+
+// CancelTimer removes a pending timer; cancelling an unknown id is a no-op.
+func (fx *Effects) CancelTimer(id string) {
+	fx.timers = append(fx.timers, timerOp{id: id, cancel: true})
+}
+
+func (fx *Effects) reset() {
+	fx.reply = nil
+	clear(fx.sends)
+	fx.sends = fx.sends[:0]
+	clear(fx.timers)
+	fx.timers = fx.timers[:0]
+}
+
+var (
+	// ErrOverloaded means the partition's inbox is full: retry later.
+	ErrOverloaded = errors.New("engine: partition inbox is full")
+	// ErrClosed means the engine is shutting down or has stopped.
+	ErrClosed = errors.New("engine: closed")
+	// ErrFailed means the log failed; the engine refuses all work because
+	// its memory may be ahead of what is on disk.
+	ErrFailed = errors.New("engine: the command log failed; restart the server")
+)
+
+// ReplyOf returns the reply recorded in fx; for workload tests that call
+// Apply directly.
+func ReplyOf(fx *Effects) any { return fx.reply }

@@ -1,0 +1,490 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/surge-run/surge/internal/cmdlog"
+)
+
+// outMsg is a message this partition sent and the receiver has not yet
+// acknowledged as durable. The outbox is part of the snapshot, so a message
+// survives a crash on either side; the receiver's high-water mark per
+// source drops the re-sends.
+type outMsg struct {
+	seq      uint64
+	target   int
+	workload uint8
+	data     []byte
+}
+
+// mail is internal traffic between partitions: a message, or the
+// acknowledgement that a message is durable at its receiver.
+type mail struct {
+	ack      bool
+	src      uint32
+	seq      uint64
+	workload uint8
+	data     []byte
+}
+
+// mailbox is unbounded on purpose: it is filled from the log's completion
+// callback, which must never block (a full inbox there could deadlock two
+// partitions that message each other). Its growth is bounded by the
+// bounded client inboxes that cause the traffic.
+type mailbox struct {
+	mu     sync.Mutex
+	items  []mail
+	spare  []mail
+	signal chan struct{}
+}
+
+func (m *mailbox) push(x mail) {
+	m.mu.Lock()
+	m.items = append(m.items, x)
+	m.mu.Unlock()
+	select {
+	case m.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take swaps out the pending items; the caller hands the slice back with
+// giveBack once done so the two buffers are reused.
+func (m *mailbox) take() []mail {
+	m.mu.Lock()
+	items := m.items
+	m.items = m.spare[:0]
+	m.spare = nil
+	m.mu.Unlock()
+	return items
+}
+
+func (m *mailbox) giveBack(items []mail) {
+	clear(items)
+	m.mu.Lock()
+	if m.spare == nil {
+		m.spare = items[:0]
+	}
+	m.mu.Unlock()
+}
+
+type ackTo struct {
+	src int
+	seq uint64
+}
+
+// batch is one group of inputs applied together and appended to the log as
+// one unit. Its replies, sends and acks wait for the log's done callback.
+type batch struct {
+	p       *partition
+	reqs    []*Request
+	offsets []int // record boundaries in buf
+	buf     []byte
+	entries []cmdlog.Entry
+	sends   []*outMsg
+	acks    []ackTo
+	snap    []byte
+	doneFn  cmdlog.DoneFunc
+
+	// guarded by p.mu: filled by later batches that logged nothing but
+	// whose answers must not overtake this batch.
+	durable     bool
+	fencedReqs  []*Request
+	fencedAcks  []ackTo
+	applyCount  int
+	startedNano int64
+}
+
+func (b *batch) reset() {
+	clear(b.reqs)
+	b.reqs = b.reqs[:0]
+	b.offsets = b.offsets[:0]
+	b.buf = b.buf[:0]
+	clear(b.entries)
+	b.entries = b.entries[:0]
+	clear(b.sends)
+	b.sends = b.sends[:0]
+	b.acks = b.acks[:0]
+	b.snap = nil
+	b.durable = false
+	clear(b.fencedReqs)
+	b.fencedReqs = b.fencedReqs[:0]
+	b.fencedAcks = b.fencedAcks[:0]
+	b.applyCount = 0
+}
+
+func (b *batch) record(start int) { b.offsets = append(b.offsets, start) }
+
+type partition struct {
+	e        *Engine
+	id       int
+	machines []Machine // indexed by workload id
+	inbox    chan *Request
+	mail     mailbox
+	free     chan *batch
+
+	mu   sync.Mutex // guards last and the fenced lists of batches
+	last *batch     // the newest batch appended to the log
+
+	// Engine-level durable state, rebuilt exactly by snapshot + replay.
+	outSeq uint64
+	outbox map[uint64]*outMsg
+	hwm    map[uint32]uint64
+	timers timerTable
+
+	fx        Effects
+	sinceSnap int
+	dueKeys   []timerKey
+
+	lastEnd atomic.Uint64 // end of the newest durable batch (or replayed record + 1)
+	snapPos atomic.Uint64 // position the newest written snapshot covers
+}
+
+func newPartition(e *Engine, id int) *partition {
+	p := &partition{
+		e:      e,
+		id:     id,
+		inbox:  make(chan *Request, e.opts.InboxLen),
+		free:   make(chan *batch, maxInflightBatches),
+		outbox: make(map[uint64]*outMsg),
+		hwm:    make(map[uint32]uint64),
+		timers: newTimerTable(),
+	}
+	p.mail.signal = make(chan struct{}, 1)
+	maxID := 0
+	for id := range e.workloads {
+		maxID = max(maxID, int(id))
+	}
+	p.machines = make([]Machine, maxID+1)
+	for wid, w := range e.workloads {
+		p.machines[wid] = w.NewMachine(id)
+	}
+	for range maxInflightBatches {
+		b := &batch{p: p}
+		b.doneFn = b.done
+		p.free <- b
+	}
+	return p
+}
+
+func (p *partition) run() {
+	defer p.e.wg.Done()
+	tmr := time.NewTimer(time.Hour)
+	tmr.Stop()
+	armed := int64(0)
+	stopping := false
+	for {
+		b := <-p.free
+		b.reset()
+
+		var timerC <-chan time.Time
+		if at, ok := p.timers.next(); ok {
+			if at != armed {
+				tmr.Reset(time.Duration(at - time.Now().UnixNano()))
+				armed = at
+			}
+			timerC = tmr.C
+		}
+		var first *Request
+		if !stopping {
+			select {
+			case first = <-p.inbox:
+			case <-p.mail.signal:
+			case <-timerC:
+				armed = 0
+			case <-p.e.stop:
+				stopping = true
+			}
+		}
+		now := time.Now().UnixNano()
+		b.startedNano = now
+		if first != nil {
+			p.handle(b, first, now)
+		}
+	drain:
+		for len(b.reqs) < p.e.opts.MaxBatch {
+			select {
+			case r := <-p.inbox:
+				p.handle(b, r, now)
+			default:
+				break drain
+			}
+		}
+		if items := p.mail.take(); len(items) > 0 {
+			for i := range items {
+				p.handleMail(b, &items[i], now)
+			}
+			p.mail.giveBack(items)
+		}
+		p.dueKeys = p.timers.popDue(now, p.dueKeys[:0])
+		for _, k := range p.dueKeys {
+			p.fireTimer(b, k, now)
+		}
+		p.commit(b)
+		if stopping && len(p.inbox) == 0 {
+			// Wait for every in-flight batch so Close can snapshot.
+			for range maxInflightBatches {
+				<-p.free
+			}
+			return
+		}
+	}
+}
+
+func (p *partition) handle(b *batch, r *Request, now int64) {
+	b.reqs = append(b.reqs, r)
+	m := p.machines[r.workload]
+	if r.cmd == nil {
+		r.result = m.Query(r.query)
+		return
+	}
+	start := len(b.buf)
+	b.buf = appendEnvelopeHeader(b.buf, FromClient, r.workload, now)
+	var err error
+	b.buf, err = r.cmd.AppendBinary(b.buf)
+	if err != nil {
+		b.buf = b.buf[:start]
+		r.err = fmt.Errorf("engine: encoding command: %w", err)
+		return
+	}
+	b.record(start)
+	in := Input{Kind: FromClient, TimeNs: now, Cmd: r.cmd}
+	p.apply(b, r.workload, &in)
+	r.result = p.fx.reply
+}
+
+func (p *partition) handleMail(b *batch, m *mail, now int64) {
+	if m.ack {
+		delete(p.outbox, m.seq)
+		return
+	}
+	if m.seq <= p.hwm[m.src] {
+		// A re-send of something already applied. Acknowledge it, but only
+		// once whatever applied it is durable (the ack rides this batch or
+		// is fenced behind the last one).
+		b.acks = append(b.acks, ackTo{src: int(m.src), seq: m.seq})
+		return
+	}
+	start := len(b.buf)
+	b.buf = appendEnvelopeHeader(b.buf, FromMessage, m.workload, now)
+	b.buf = binary.LittleEndian.AppendUint32(b.buf, m.src)
+	b.buf = binary.LittleEndian.AppendUint64(b.buf, m.seq)
+	b.buf = append(b.buf, m.data...)
+	b.record(start)
+	if err := p.applyMessage(b, m.workload, m.src, m.seq, m.data, now); err != nil {
+		p.e.log.Error("dropping undecodable message", "partition", p.id, "src", m.src, "seq", m.seq, "err", err)
+	}
+	b.acks = append(b.acks, ackTo{src: int(m.src), seq: m.seq})
+}
+
+func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, data []byte, now int64) error {
+	if seq <= p.hwm[src] {
+		return nil
+	}
+	p.hwm[src] = seq
+	m := p.machineFor(wl)
+	if m == nil {
+		return fmt.Errorf("unknown workload %d", wl)
+	}
+	cmd, err := m.Decode(data)
+	if err != nil {
+		return err
+	}
+	in := Input{Kind: FromMessage, TimeNs: now, Cmd: cmd}
+	p.apply(b, wl, &in)
+	return nil
+}
+
+func (p *partition) fireTimer(b *batch, k timerKey, now int64) {
+	if len(k.id) > envelopeMaxTimerIDLen {
+		p.timers.cancel(k.workload, k.id)
+		return
+	}
+	start := len(b.buf)
+	b.buf = appendEnvelopeHeader(b.buf, FromTimer, k.workload, now)
+	b.buf = binary.LittleEndian.AppendUint16(b.buf, uint16(len(k.id)))
+	b.buf = append(b.buf, k.id...)
+	b.record(start)
+	if err := p.applyTimer(b, k.workload, k.id, now); err != nil {
+		p.e.log.Error("dropping undecodable timer", "partition", p.id, "timer", k.id, "err", err)
+	}
+}
+
+func (p *partition) applyTimer(b *batch, wl uint8, id string, now int64) error {
+	t := p.timers.take(wl, id)
+	if t == nil {
+		return nil // cancelled, or already fired before a crash
+	}
+	m := p.machineFor(wl)
+	if m == nil {
+		return fmt.Errorf("unknown workload %d", wl)
+	}
+	cmd, err := m.Decode(t.data)
+	if err != nil {
+		return err
+	}
+	in := Input{Kind: FromTimer, TimeNs: now, Cmd: cmd, TimerID: id}
+	p.apply(b, wl, &in)
+	return nil
+}
+
+func (p *partition) machineFor(wl uint8) Machine {
+	if int(wl) < len(p.machines) {
+		return p.machines[wl]
+	}
+	return nil
+}
+
+// apply runs one input through its machine and turns the effects into
+// engine state: outbox entries and timers. b is nil during replay, where
+// sends are not delivered one by one: the whole outbox is re-sent after.
+func (p *partition) apply(b *batch, wl uint8, in *Input) {
+	p.fx.reset()
+	p.machines[wl].Apply(in, &p.fx)
+	for _, s := range p.fx.sends {
+		p.outSeq++
+		data, err := s.cmd.AppendBinary(nil)
+		if err != nil {
+			p.e.log.Error("dropping unencodable message", "partition", p.id, "err", err)
+			continue
+		}
+		m := &outMsg{seq: p.outSeq, target: p.e.PartitionOf(s.key), workload: s.workload, data: data}
+		p.outbox[m.seq] = m
+		if b != nil {
+			b.sends = append(b.sends, m)
+		}
+	}
+	for _, t := range p.fx.timers {
+		if t.cancel {
+			p.timers.cancel(wl, t.id)
+			continue
+		}
+		data, err := t.cmd.AppendBinary(nil)
+		if err != nil {
+			p.e.log.Error("dropping unencodable timer", "partition", p.id, "err", err)
+			continue
+		}
+		p.timers.set(wl, t.id, t.atNs, data)
+	}
+	p.sinceSnap++
+	if b != nil {
+		b.applyCount++
+	}
+}
+
+// replay applies one logged record during recovery.
+func (p *partition) replay(data []byte) error {
+	env, err := decodeEnvelope(data)
+	if err != nil {
+		return err
+	}
+	m := p.machineFor(env.workload)
+	if m == nil {
+		return fmt.Errorf("record of workload %d, which this binary does not know", env.workload)
+	}
+	switch env.kind {
+	case FromClient:
+		cmd, err := m.Decode(env.payload)
+		if err != nil {
+			return err
+		}
+		in := Input{Kind: FromClient, TimeNs: env.timeNs, Cmd: cmd}
+		p.apply(nil, env.workload, &in)
+		return nil
+	case FromMessage:
+		return p.applyMessage(nil, env.workload, env.src, env.seq, env.payload, env.timeNs)
+	case FromTimer:
+		return p.applyTimer(nil, env.workload, env.timerID, env.timeNs)
+	}
+	return fmt.Errorf("unknown input kind %d", env.kind)
+}
+
+func (p *partition) commit(b *batch) {
+	if mt := p.e.opts.Metrics; mt != nil && b.applyCount > 0 {
+		mt.observeBatch(b.applyCount, time.Now().UnixNano()-b.startedNano)
+	}
+	if len(b.offsets) == 0 {
+		p.mu.Lock()
+		if l := p.last; l != nil && !l.durable {
+			l.fencedReqs = append(l.fencedReqs, b.reqs...)
+			l.fencedAcks = append(l.fencedAcks, b.acks...)
+			p.mu.Unlock()
+		} else {
+			p.mu.Unlock()
+			p.e.deliverAcks(p.id, b.acks)
+			releaseAll(b.reqs, nil)
+		}
+		p.free <- b
+		return
+	}
+	for i, start := range b.offsets {
+		end := len(b.buf)
+		if i+1 < len(b.offsets) {
+			end = b.offsets[i+1]
+		}
+		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
+	}
+	if p.sinceSnap >= p.e.opts.SnapshotEvery {
+		b.snap = p.appendSnapshot(nil)
+		p.sinceSnap = 0
+	}
+	p.mu.Lock()
+	p.last = b
+	p.mu.Unlock()
+	p.e.opts.Log.Append(b.entries, b.doneFn)
+}
+
+// done runs on the log's completion goroutine: it must not block.
+func (b *batch) done(first, end cmdlog.Position, err error) {
+	p := b.p
+	if err != nil {
+		p.e.fail(err)
+		err = ErrFailed
+	} else {
+		p.lastEnd.Store(uint64(end))
+	}
+	p.mu.Lock()
+	b.durable = true
+	if p.last == b {
+		p.last = nil
+	}
+	p.mu.Unlock()
+	releaseAll(b.reqs, err)
+	releaseAll(b.fencedReqs, err)
+	if err == nil {
+		for _, m := range b.sends {
+			p.e.parts[m.target].mail.push(mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+		}
+		p.e.deliverAcks(p.id, b.acks)
+		p.e.deliverAcks(p.id, b.fencedAcks)
+		if b.snap != nil {
+			select {
+			case p.e.snapCh <- snapJob{p: p, pos: end, data: b.snap}:
+			default:
+				// The writer is behind; skip this one; the partition takes
+				// another after SnapshotEvery more commands.
+				p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
+			}
+		}
+	}
+	p.free <- b
+}
+
+func (e *Engine) deliverAcks(from int, acks []ackTo) {
+	for _, a := range acks {
+		e.parts[a.src].mail.push(mail{ack: true, seq: a.seq})
+	}
+}
+
+func releaseAll(reqs []*Request, err error) {
+	for _, r := range reqs {
+		if err != nil {
+			r.err = err
+		}
+		r.done <- struct{}{}
+	}
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"container/heap"
+	"sort"
+)
+
+type timerKey struct {
+	workload uint8
+	id       string
+}
+
+type timer struct {
+	workload uint8
+	id       string
+	atNs     int64
+	data     []byte // the encoded command to apply when due
+	gen      uint64
+}
+
+type timerRef struct {
+	atNs int64
+	key  timerKey
+	gen  uint64
+}
+
+// timerTable is the partition's durable timer set (rebuilt exactly by
+// snapshot + replay) plus a min-heap used only to find the next due one.
+// The heap is lazily pruned: entries whose gen no longer matches are stale.
+type timerTable struct {
+	byKey map[timerKey]*timer
+	due   timerHeap
+	gen   uint64
+}
+
+func newTimerTable() timerTable { return timerTable{byKey: make(map[timerKey]*timer)} }
+
+func (t *timerTable) set(wl uint8, id string, atNs int64, data []byte) {
+	t.gen++
+	k := timerKey{wl, id}
+	t.byKey[k] = &timer{workload: wl, id: id, atNs: atNs, data: data, gen: t.gen}
+	heap.Push(&t.due, timerRef{atNs: atNs, key: k, gen: t.gen})
+}
+
+func (t *timerTable) cancel(wl uint8, id string) { delete(t.byKey, timerKey{wl, id}) }
+
+func (t *timerTable) take(wl uint8, id string) *timer {
+	k := timerKey{wl, id}
+	tm := t.byKey[k]
+	if tm != nil {
+		delete(t.byKey, k)
+	}
+	return tm
+}
+
+// next returns the earliest live deadline, pruning stale heap entries.
+func (t *timerTable) next() (int64, bool) {
+	for len(t.due) > 0 {
+		r := t.due[0]
+		if tm := t.byKey[r.key]; tm != nil && tm.gen == r.gen {
+			return r.atNs, true
+		}
+		heap.Pop(&t.due)
+	}
+	return 0, false
+}
+
+// popDue removes and returns the keys of live timers due at nowNs. They stay
+// in byKey until their FromTimer record is applied, so a crash before that
+// fires them again after restart.
+func (t *timerTable) popDue(nowNs int64, dst []timerKey) []timerKey {
+	for {
+		at, ok := t.next()
+		if !ok || at > nowNs {
+			return dst
+		}
+		r := heap.Pop(&t.due).(timerRef)
+		dst = append(dst, r.key)
+	}
+}
+
+func (t *timerTable) sorted() []*timer {
+	out := make([]*timer, 0, len(t.byKey))
+	for _, tm := range t.byKey {
+		out = append(out, tm)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].workload != out[j].workload {
+			return out[i].workload < out[j].workload
+		}
+		return out[i].id < out[j].id
+	})
+	return out
+}
+
+type timerHeap []timerRef
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].atNs != h[j].atNs {
+		return h[i].atNs < h[j].atNs
+	}
+	return h[i].key.id < h[j].key.id
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timerRef)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
+}

@@ -1,0 +1,143 @@
+// Package wire has the little-endian, length-prefixed encoding helpers that
+// log records and snapshots are written with. A Reader remembers its first
+// error, so decoders read a whole structure and check once at the end.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// ErrTruncated means the input ended in the middle of a value.
+var ErrTruncated = errors.New("wire: data is truncated")
+
+// Writer appends to B.
+type Writer struct{ B []byte }
+
+func (w *Writer) U8(v uint8)   { w.B = append(w.B, v) }
+func (w *Writer) U16(v uint16) { w.B = binary.LittleEndian.AppendUint16(w.B, v) }
+func (w *Writer) U32(v uint32) { w.B = binary.LittleEndian.AppendUint32(w.B, v) }
+func (w *Writer) U64(v uint64) { w.B = binary.LittleEndian.AppendUint64(w.B, v) }
+func (w *Writer) I32(v int32)  { w.U32(uint32(v)) }
+func (w *Writer) F64(v float64) {
+	w.U64(math.Float64bits(v))
+}
+func (w *Writer) Uvarint(v uint64) { w.B = binary.AppendUvarint(w.B, v) }
+func (w *Writer) Bytes(v []byte) {
+	w.Uvarint(uint64(len(v)))
+	w.B = append(w.B, v...)
+}
+func (w *Writer) Str(v string) {
+	w.Uvarint(uint64(len(v)))
+	w.B = append(w.B, v...)
+}
+
+// Reader consumes B.
+type Reader struct {
+	B   []byte
+	Err error
+}
+
+func (r *Reader) need(n int) bool {
+	if r.Err != nil {
+		return false
+	}
+	if n < 0 || len(r.B) < n {
+		r.Err = ErrTruncated
+		return false
+	}
+	return true
+}
+
+func (r *Reader) U8() uint8 {
+	if !r.need(1) {
+		return 0
+	}
+	v := r.B[0]
+	r.B = r.B[1:]
+	return v
+}
+func (r *Reader) U16() uint16 {
+	if !r.need(2) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint16(r.B)
+	r.B = r.B[2:]
+	return v
+}
+func (r *Reader) U32() uint32 {
+	if !r.need(4) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.B)
+	r.B = r.B[4:]
+	return v
+}
+func (r *Reader) U64() uint64 {
+	if !r.need(8) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.B)
+	r.B = r.B[8:]
+	return v
+}
+func (r *Reader) I32() int32   { return int32(r.U32()) }
+func (r *Reader) F64() float64 { return math.Float64frombits(r.U64()) }
+func (r *Reader) Uvarint() uint64 {
+	if r.Err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.B)
+	if n <= 0 {
+		r.Err = ErrTruncated
+		return 0
+	}
+	r.B = r.B[n:]
+	return v
+}
+
+// Bytes returns a sub-slice of the input (no copy).
+func (r *Reader) Bytes() []byte {
+	n := r.Uvarint()
+	if n > uint64(len(r.B)) {
+		r.Err = ErrTruncated
+		return nil
+	}
+	if !r.need(int(n)) {
+		return nil
+	}
+	v := r.B[:n:n]
+	r.B = r.B[n:]
+	return v
+}
+
+// Next returns the next n bytes (no copy).
+func (r *Reader) Next(n int) []byte {
+	if !r.need(n) {
+		return nil
+	}
+	v := r.B[:n:n]
+	r.B = r.B[n:]
+	return v
+}
+
+// Str returns a copy of a length-prefixed string.
+func (r *Reader) Str() string { return string(r.Bytes()) }
+
+// Count reads a length prefix for a list whose elements take at least
+// minSize bytes each, so a corrupt count cannot make the caller allocate
+// more than the input could hold.
+func (r *Reader) Count(minSize int) int {
+	n := r.Uvarint()
+	if minSize < 1 {
+		minSize = 1
+	}
+	if n > uint64(len(r.B)/minSize) {
+		if r.Err == nil {
+			r.Err = ErrTruncated
+		}
+		return 0
+	}
+	return int(n)
+}

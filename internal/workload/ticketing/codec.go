@@ -1,0 +1,326 @@
+package ticketing
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire"
+)
+
+// Command encoding, version 1: a tag byte, then the fields in order.
+const (
+	tagCreateEvent = 1
+	tagCreateArea  = 2
+	tagReserve     = 3
+	tagCancel      = 4
+)
+
+// CreateEvent records an event's definition under the event's own key.
+type CreateEvent struct{ Def EventDef }
+
+// CreateArea creates one area's seat grid under the (event, area) key.
+type CreateArea struct {
+	EventID string
+	Area    AreaDef
+}
+
+// Reserve asks for seats in one area. ID is chosen by the gateway so that
+// it names the partition that holds the record (see the API layer).
+type Reserve struct {
+	ID         [16]byte
+	UserID     string
+	EventID    string
+	AreaID     string
+	Type       string
+	NumOfSeats int32
+	Seats      []Seat
+	IdemKey    string
+	Strict     bool
+}
+
+// Cancel frees a RESERVED reservation's seats.
+type Cancel struct{ ID [16]byte }
+
+func appendAreaDef(w *wire.Writer, a *AreaDef) {
+	w.Str(a.AreaID)
+	w.F64(a.Price)
+	w.Uvarint(uint64(a.RowCount))
+	w.Uvarint(uint64(a.ColCount))
+}
+
+func readAreaDef(r *wire.Reader) AreaDef {
+	return AreaDef{AreaID: r.Str(), Price: r.F64(), RowCount: int(r.Uvarint()), ColCount: int(r.Uvarint())}
+}
+
+func appendEventDef(w *wire.Writer, d *EventDef) {
+	w.Str(d.EventName)
+	w.Str(d.Artist)
+	w.Str(d.ReservationOpeningTime)
+	w.Str(d.ReservationClosingTime)
+	w.Str(d.EventStartTime)
+	w.Str(d.EventEndTime)
+	w.Uvarint(uint64(len(d.Areas)))
+	for i := range d.Areas {
+		appendAreaDef(w, &d.Areas[i])
+	}
+}
+
+func readEventDef(r *wire.Reader) EventDef {
+	d := EventDef{EventName: r.Str(), Artist: r.Str(), ReservationOpeningTime: r.Str(), ReservationClosingTime: r.Str(), EventStartTime: r.Str(), EventEndTime: r.Str()}
+	n := r.Count(12)
+	d.Areas = make([]AreaDef, 0, n)
+	for range n {
+		d.Areas = append(d.Areas, readAreaDef(r))
+	}
+	return d
+}
+
+func (c *CreateEvent) AppendBinary(b []byte) ([]byte, error) {
+	w := wire.Writer{B: append(b, tagCreateEvent)}
+	appendEventDef(&w, &c.Def)
+	return w.B, nil
+}
+
+func (c *CreateArea) AppendBinary(b []byte) ([]byte, error) {
+	w := wire.Writer{B: append(b, tagCreateArea)}
+	w.Str(c.EventID)
+	appendAreaDef(&w, &c.Area)
+	return w.B, nil
+}
+
+func (c *Reserve) AppendBinary(b []byte) ([]byte, error) {
+	w := wire.Writer{B: append(b, tagReserve)}
+	w.B = append(w.B, c.ID[:]...)
+	w.Str(c.UserID)
+	w.Str(c.EventID)
+	w.Str(c.AreaID)
+	w.Str(c.Type)
+	w.I32(c.NumOfSeats)
+	w.Uvarint(uint64(len(c.Seats)))
+	for _, s := range c.Seats {
+		w.I32(s.Row)
+		w.I32(s.Col)
+	}
+	w.Str(c.IdemKey)
+	if c.Strict {
+		w.U8(1)
+	} else {
+		w.U8(0)
+	}
+	return w.B, nil
+}
+
+func (c *Cancel) AppendBinary(b []byte) ([]byte, error) {
+	return append(append(b, tagCancel), c.ID[:]...), nil
+}
+
+// fingerprint identifies what a request asked for, so a reused
+// idempotency key with a different request is caught.
+func (c *Reserve) fingerprint() uint64 {
+	h := engine.HashMore(engine.Hash(c.EventID), "\x00"+c.AreaID+"\x00"+c.Type)
+	h = engine.HashMore(h, fmt.Sprint(c.NumOfSeats, c.Seats))
+	return h
+}
+
+var errUnknownCommand = errors.New("ticketing: unknown command tag")
+
+// Decode implements engine.Machine.
+func (m *Machine) Decode(data []byte) (engine.Command, error) {
+	if len(data) == 0 {
+		return nil, errUnknownCommand
+	}
+	r := wire.Reader{B: data[1:]}
+	var cmd engine.Command
+	switch data[0] {
+	case tagCreateEvent:
+		cmd = &CreateEvent{Def: readEventDef(&r)}
+	case tagCreateArea:
+		c := &CreateArea{EventID: r.Str()}
+		c.Area = readAreaDef(&r)
+		cmd = c
+	case tagReserve:
+		c := &Reserve{}
+		copy(c.ID[:], r.Next(16))
+		c.UserID, c.EventID, c.AreaID, c.Type = r.Str(), r.Str(), r.Str(), internType(r.Str())
+		c.NumOfSeats = r.I32()
+		if n := r.Count(8); n > 0 {
+			c.Seats = make([]Seat, n)
+			for i := range c.Seats {
+				c.Seats[i] = Seat{Row: r.I32(), Col: r.I32()}
+			}
+		}
+		c.IdemKey = r.Str()
+		c.Strict = r.U8() == 1
+		cmd = c
+	case tagCancel:
+		c := &Cancel{}
+		copy(c.ID[:], r.Next(16))
+		cmd = c
+	default:
+		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
+	}
+	if r.Err != nil {
+		return nil, fmt.Errorf("ticketing: decoding command %d: %w", data[0], r.Err)
+	}
+	return cmd, nil
+}
+
+// internType shares the two valid type strings so a million reservations
+// do not each hold a copy.
+func internType(s string) string {
+	switch s {
+	case TypeRandom:
+		return TypeRandom
+	case TypeSelfPick:
+		return TypeSelfPick
+	}
+	return s
+}
+
+// Snapshot encoding, version 1. Everything is written in sorted order so
+// the same state always encodes to the same bytes.
+const snapshotVersion = 1
+
+// AppendSnapshot implements engine.Machine.
+func (m *Machine) AppendSnapshot(dst []byte) []byte {
+	w := wire.Writer{B: dst}
+	w.U32(snapshotVersion)
+
+	names := make([]string, 0, len(m.events))
+	for n := range m.events {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	w.Uvarint(uint64(len(names)))
+	for _, n := range names {
+		appendEventDef(&w, m.events[n])
+	}
+
+	keys := make([]areaKey, 0, len(m.areas))
+	for k := range m.areas {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].event != keys[j].event {
+			return keys[i].event < keys[j].event
+		}
+		return keys[i].area < keys[j].area
+	})
+	w.Uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		a := m.areas[k]
+		w.Str(a.eventID)
+		appendAreaDef(&w, &a.def)
+		for _, word := range a.taken {
+			w.U64(word)
+		}
+	}
+
+	ids := make([][16]byte, 0, len(m.reservations))
+	for id := range m.reservations {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	w.Uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		r := m.reservations[id]
+		w.B = append(w.B, r.ID[:]...)
+		w.Str(r.UserID)
+		w.Str(r.EventID)
+		w.Str(r.AreaID)
+		w.Str(r.Type)
+		w.I32(r.NumOfSeats)
+		w.Uvarint(uint64(len(r.Seats)))
+		for _, s := range r.Seats {
+			w.I32(s.Row)
+			w.I32(s.Col)
+		}
+		w.U8(uint8(r.State))
+		w.U8(uint8(r.Reason))
+		w.I32(r.ReasonA)
+		w.I32(r.ReasonB)
+	}
+
+	ikeys := make([]string, 0, len(m.idem))
+	for k := range m.idem {
+		ikeys = append(ikeys, k)
+	}
+	sort.Strings(ikeys)
+	w.Uvarint(uint64(len(ikeys)))
+	for _, k := range ikeys {
+		e := m.idem[k]
+		w.Str(k)
+		w.B = append(w.B, e.id[:]...)
+		w.U64(e.fingerprint)
+	}
+	return w.B
+}
+
+// Restore implements engine.Machine.
+func (m *Machine) Restore(data []byte) error {
+	*m = *NewMachine()
+	r := wire.Reader{B: data}
+	if v := r.U32(); r.Err == nil && v != snapshotVersion {
+		return fmt.Errorf("ticketing: snapshot version %d; this binary reads version %d", v, snapshotVersion)
+	}
+	for n := r.Count(8); n > 0 && r.Err == nil; n-- {
+		d := readEventDef(&r)
+		m.events[d.EventName] = &d
+	}
+	for n := r.Count(12); n > 0 && r.Err == nil; n-- {
+		ev := r.Str()
+		def := readAreaDef(&r)
+		if msg := ValidateArea(&def); msg != "" {
+			return fmt.Errorf("ticketing: snapshot holds an invalid area: %s", msg)
+		}
+		a := newArea(ev, def)
+		for i := range a.taken {
+			a.taken[i] = r.U64()
+		}
+		a.recount()
+		m.areas[areaKey{ev, def.AreaID}] = a
+	}
+	for n := r.Count(30); n > 0 && r.Err == nil; n-- {
+		res := &Reservation{}
+		copy(res.ID[:], r.Next(16))
+		res.UserID, res.EventID, res.AreaID, res.Type = r.Str(), r.Str(), r.Str(), internType(r.Str())
+		res.NumOfSeats = r.I32()
+		if k := r.Count(8); k > 0 {
+			res.Seats = make([]Seat, k)
+			for i := range res.Seats {
+				res.Seats[i] = Seat{Row: r.I32(), Col: r.I32()}
+			}
+		}
+		res.State, res.Reason = State(r.U8()), Reason(r.U8())
+		res.ReasonA, res.ReasonB = r.I32(), r.I32()
+		m.reservations[res.ID] = res
+	}
+	for n := r.Count(25); n > 0 && r.Err == nil; n-- {
+		k := r.Str()
+		var e idemEntry
+		copy(e.id[:], r.Next(16))
+		e.fingerprint = r.U64()
+		m.idem[k] = e
+	}
+	if r.Err != nil {
+		return fmt.Errorf("ticketing: snapshot: %w", r.Err)
+	}
+	return nil
+}
+
+// recount rebuilds the free counters from the bitset.
+func (a *area) recount() {
+	a.free = 0
+	for r := 0; r < a.def.RowCount; r++ {
+		f := int32(0)
+		for c := 0; c < a.def.ColCount; c++ {
+			if !a.isTaken(r, c) {
+				f++
+			}
+		}
+		a.rowFree[r] = f
+		a.free += int(f)
+	}
+}

@@ -1,0 +1,512 @@
+// Package ticketing is the flash-sale ticketing workload: events with areas
+// of seat grids, and reservations that take seats in one area.
+//
+// The rules, all in this file:
+//   - An event is created once; creating it again with the same definition
+//     is a no-op, with a different one a conflict. Each area lives under its
+//     own key (event, area), so every area is owned by exactly one
+//     partition and a seat can never be sold twice.
+//   - RANDOM with numOfSeats N takes the first run of N adjacent free seats
+//     in one row, scanning rows from 0 and columns from 0 (first fit).
+//   - SELF_PICK takes all listed seats or none.
+//   - A reservation ends RESERVED (with its seats) or FAILED (with a
+//     reason); a RESERVED one may later be CANCELLED, freeing its seats.
+//   - A request with an idempotency key that was seen before (same user,
+//     same area) returns the first result instead of reserving again.
+//   - Strict (native API) requests that name no known area, or are
+//     invalid, are rejected without leaving a record; compatibility
+//     requests leave a FAILED reservation, as the system they replace does.
+package ticketing
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// WorkloadID is written into every log record of this workload.
+const WorkloadID uint8 = 1
+
+// Limits, checked at the edge and again here.
+const (
+	MaxRows            = 1000
+	MaxCols            = 1000
+	MaxSeatsPerArea    = 100_000
+	MaxAreasPerEvent   = 1000
+	MaxSeatsPerRequest = 100
+	MaxNameLen         = 256
+)
+
+// Type of reservation.
+const (
+	TypeRandom   = "RANDOM"
+	TypeSelfPick = "SELF_PICK"
+)
+
+// State of a reservation.
+type State uint8
+
+const (
+	StateReserved State = iota + 1
+	StateFailed
+	StateCancelled
+)
+
+func (s State) String() string {
+	switch s {
+	case StateReserved:
+		return "RESERVED"
+	case StateFailed:
+		return "FAILED"
+	case StateCancelled:
+		return "CANCELLED"
+	}
+	return "UNKNOWN"
+}
+
+// Reason a reservation failed; rendered by Reservation.FailedReason.
+type Reason uint8
+
+const (
+	ReasonNone Reason = iota
+	ReasonInvalidArgument
+	ReasonInvalidType
+	ReasonInvalidEventArea
+	ReasonInvalidSeat
+	ReasonDuplicateSeat
+	ReasonNotAvailable
+	ReasonNoContinuous
+	ReasonSoldOut
+)
+
+// Seat is one place in an area's grid, both coordinates 0-based.
+type Seat struct {
+	Row int32 `json:"row"`
+	Col int32 `json:"col"`
+}
+
+// AreaDef describes an area of an event.
+type AreaDef struct {
+	AreaID   string  `json:"areaId"`
+	Price    float64 `json:"price"`
+	RowCount int     `json:"rowCount"`
+	ColCount int     `json:"colCount"`
+}
+
+// EventDef describes an event. Times are kept as the client sent them
+// (validated RFC 3339) so the echo is exact.
+type EventDef struct {
+	EventName              string    `json:"eventName"`
+	Artist                 string    `json:"artist"`
+	Areas                  []AreaDef `json:"areas"`
+	ReservationOpeningTime string    `json:"reservationOpeningTime,omitempty"`
+	ReservationClosingTime string    `json:"reservationClosingTime,omitempty"`
+	EventStartTime         string    `json:"eventStartTime,omitempty"`
+	EventEndTime           string    `json:"eventEndTime,omitempty"`
+}
+
+func (d *EventDef) equal(o *EventDef) bool {
+	if d.EventName != o.EventName || d.Artist != o.Artist || len(d.Areas) != len(o.Areas) ||
+		d.ReservationOpeningTime != o.ReservationOpeningTime || d.ReservationClosingTime != o.ReservationClosingTime ||
+		d.EventStartTime != o.EventStartTime || d.EventEndTime != o.EventEndTime {
+		return false
+	}
+	for i := range d.Areas {
+		if d.Areas[i] != o.Areas[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Reservation is the record of one reservation request.
+type Reservation struct {
+	ID         [16]byte
+	UserID     string
+	EventID    string
+	AreaID     string
+	Type       string
+	NumOfSeats int32
+	Seats      []Seat // immutable once set, so replies may share it
+	State      State
+	Reason     Reason
+	ReasonA    int32 // reason arguments, e.g. N, or a seat's row and col
+	ReasonB    int32
+}
+
+// FailedReason renders the reason; empty unless FAILED.
+func (r *Reservation) FailedReason() string {
+	switch r.Reason {
+	case ReasonNone:
+		return ""
+	case ReasonInvalidArgument:
+		return fmt.Sprintf("invalid argument: numOfSeats must be at least 1, got %d", r.ReasonA)
+	case ReasonInvalidType:
+		return fmt.Sprintf("invalid type %q: must be RANDOM or SELF_PICK", r.Type)
+	case ReasonInvalidEventArea:
+		return fmt.Sprintf("invalid event/area: event %q has no area %q", r.EventID, r.AreaID)
+	case ReasonInvalidSeat:
+		return fmt.Sprintf("invalid seat: row %d col %d is outside the area", r.ReasonA, r.ReasonB)
+	case ReasonDuplicateSeat:
+		return fmt.Sprintf("invalid seat: row %d col %d is listed twice", r.ReasonA, r.ReasonB)
+	case ReasonNotAvailable:
+		return fmt.Sprintf("seat row %d col %d is not available", r.ReasonA, r.ReasonB)
+	case ReasonNoContinuous:
+		return fmt.Sprintf("no %d continuous seats are available", r.ReasonA)
+	case ReasonSoldOut:
+		return "the area is sold out"
+	}
+	return "unknown reason"
+}
+
+// area is the seat grid of one area: a bitset of taken seats plus free
+// counts per row and in total, so full rows and sold-out areas are skipped
+// without scanning.
+type area struct {
+	eventID string
+	def     AreaDef
+	free    int
+	rowFree []int32
+	taken   []uint64 // row-major, rows*cols bits
+}
+
+func newArea(eventID string, def AreaDef) *area {
+	n := def.RowCount * def.ColCount
+	a := &area{eventID: eventID, def: def, free: n, rowFree: make([]int32, def.RowCount), taken: make([]uint64, (n+63)/64)}
+	for r := range a.rowFree {
+		a.rowFree[r] = int32(def.ColCount)
+	}
+	return a
+}
+
+func (a *area) bit(r, c int) int { return r*a.def.ColCount + c }
+func (a *area) isTaken(r, c int) bool {
+	i := a.bit(r, c)
+	return a.taken[i>>6]&(1<<(i&63)) != 0
+}
+func (a *area) set(r, c int, taken bool) {
+	i := a.bit(r, c)
+	if taken {
+		a.taken[i>>6] |= 1 << (i & 63)
+		a.rowFree[r]--
+		a.free--
+	} else {
+		a.taken[i>>6] &^= 1 << (i & 63)
+		a.rowFree[r]++
+		a.free++
+	}
+}
+
+// firstFit finds the first run of n free adjacent seats in one row.
+func (a *area) firstFit(n int) (row, col int, ok bool) {
+	for r := 0; r < a.def.RowCount; r++ {
+		if int(a.rowFree[r]) < n {
+			continue
+		}
+		run := 0
+		for c := 0; c < a.def.ColCount; c++ {
+			if a.isTaken(r, c) {
+				run = 0
+				continue
+			}
+			run++
+			if run == n {
+				return r, c - n + 1, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+func (a *area) countTaken() int {
+	n := 0
+	for _, w := range a.taken {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+type areaKey struct{ event, area string }
+
+type idemEntry struct {
+	id          [16]byte
+	fingerprint uint64
+}
+
+// Machine is the ticketing state of one partition.
+type Machine struct {
+	events       map[string]*EventDef
+	areas        map[areaKey]*area
+	reservations map[[16]byte]*Reservation
+	idem         map[string]idemEntry // user + "\x00" + key
+}
+
+// NewMachine returns an empty state.
+func NewMachine() *Machine {
+	return &Machine{
+		events:       make(map[string]*EventDef),
+		areas:        make(map[areaKey]*area),
+		reservations: make(map[[16]byte]*Reservation),
+		idem:         make(map[string]idemEntry),
+	}
+}
+
+// Outcome of a command, for the API layer to map to a status.
+type Outcome uint8
+
+const (
+	OK       Outcome = iota // applied; for Reserve the record is in Res
+	Same                    // create: identical definition already exists
+	Replayed                // reserve: idempotency key seen, first result returned
+	NotFound                // unknown event, area or reservation; nothing recorded
+	Invalid                 // strict request rejected; nothing recorded
+	Conflict                // different definition, key reuse with another request, cancel of a FAILED one
+)
+
+// Result is the reply of every command.
+type Result struct {
+	Outcome Outcome
+	Res     Reservation // copy, safe to read on another goroutine
+	Msg     string
+}
+
+// Apply implements engine.Machine.
+func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
+	switch c := in.Cmd.(type) {
+	case *CreateEvent:
+		fx.Reply(m.createEvent(c))
+	case *CreateArea:
+		fx.Reply(m.createArea(c))
+	case *Reserve:
+		fx.Reply(m.reserve(c))
+	case *Cancel:
+		fx.Reply(m.cancel(c))
+	default:
+		fx.Reply(&Result{Outcome: Invalid, Msg: fmt.Sprintf("ticketing: unknown command %T", in.Cmd)})
+	}
+}
+
+func (m *Machine) createEvent(c *CreateEvent) *Result {
+	if old, ok := m.events[c.Def.EventName]; ok {
+		if old.equal(&c.Def) {
+			return &Result{Outcome: Same}
+		}
+		return &Result{Outcome: Conflict, Msg: fmt.Sprintf("event %q already exists with a different definition", c.Def.EventName)}
+	}
+	d := c.Def
+	d.Areas = append([]AreaDef(nil), c.Def.Areas...)
+	m.events[d.EventName] = &d
+	return &Result{Outcome: OK}
+}
+
+func (m *Machine) createArea(c *CreateArea) *Result {
+	k := areaKey{c.EventID, c.Area.AreaID}
+	if old, ok := m.areas[k]; ok {
+		if old.def == c.Area {
+			return &Result{Outcome: Same}
+		}
+		return &Result{Outcome: Conflict, Msg: fmt.Sprintf("area %q of event %q already exists with a different definition", c.Area.AreaID, c.EventID)}
+	}
+	if msg := ValidateArea(&c.Area); msg != "" {
+		return &Result{Outcome: Invalid, Msg: msg}
+	}
+	m.areas[k] = newArea(c.EventID, c.Area)
+	return &Result{Outcome: OK}
+}
+
+// ValidateArea returns a message if the area's grid is unusable.
+func ValidateArea(a *AreaDef) string {
+	switch {
+	case a.AreaID == "" || len(a.AreaID) > MaxNameLen:
+		return fmt.Sprintf("areaId must be 1..%d bytes", MaxNameLen)
+	case a.RowCount < 1 || a.RowCount > MaxRows:
+		return fmt.Sprintf("area %q: rowCount must be 1..%d, got %d", a.AreaID, MaxRows, a.RowCount)
+	case a.ColCount < 1 || a.ColCount > MaxCols:
+		return fmt.Sprintf("area %q: colCount must be 1..%d, got %d", a.AreaID, MaxCols, a.ColCount)
+	case a.RowCount*a.ColCount > MaxSeatsPerArea:
+		return fmt.Sprintf("area %q: at most %d seats per area, got %d", a.AreaID, MaxSeatsPerArea, a.RowCount*a.ColCount)
+	case a.Price < 0 || a.Price != a.Price:
+		return fmt.Sprintf("area %q: price must be a non-negative number", a.AreaID)
+	}
+	return ""
+}
+
+func (m *Machine) reserve(c *Reserve) *Result {
+	if c.IdemKey != "" {
+		if e, ok := m.idem[c.UserID+"\x00"+c.IdemKey]; ok {
+			if e.fingerprint != c.fingerprint() {
+				return &Result{Outcome: Conflict, Msg: "Idempotency-Key was already used for a different reservation request"}
+			}
+			if r := m.reservations[e.id]; r != nil {
+				return &Result{Outcome: Replayed, Res: *r}
+			}
+		}
+	}
+	if _, dup := m.reservations[c.ID]; dup {
+		return &Result{Outcome: Conflict, Msg: "reservation id already exists"}
+	}
+	r := &Reservation{ID: c.ID, UserID: c.UserID, EventID: c.EventID, AreaID: c.AreaID, Type: c.Type, NumOfSeats: c.NumOfSeats}
+	a := m.areas[areaKey{c.EventID, c.AreaID}]
+	switch {
+	case a == nil:
+		if c.Strict {
+			return &Result{Outcome: NotFound, Msg: fmt.Sprintf("event %q has no area %q", c.EventID, c.AreaID)}
+		}
+		r.fail(ReasonInvalidEventArea, 0, 0)
+	case c.Type == TypeRandom:
+		m.reserveRandom(c, a, r)
+	case c.Type == TypeSelfPick:
+		m.reserveSelfPick(c, a, r)
+	default:
+		r.fail(ReasonInvalidType, 0, 0)
+	}
+	if c.Strict && r.isInvalid() {
+		return &Result{Outcome: Invalid, Msg: r.FailedReason()}
+	}
+	m.reservations[r.ID] = r
+	if c.IdemKey != "" {
+		m.idem[c.UserID+"\x00"+c.IdemKey] = idemEntry{id: r.ID, fingerprint: c.fingerprint()}
+	}
+	return &Result{Outcome: OK, Res: *r}
+}
+
+func (r *Reservation) fail(why Reason, a, b int32) {
+	r.State, r.Reason, r.ReasonA, r.ReasonB = StateFailed, why, a, b
+}
+
+// isInvalid tells a malformed request from one that merely lost the race.
+func (r *Reservation) isInvalid() bool {
+	switch r.Reason {
+	case ReasonInvalidArgument, ReasonInvalidType, ReasonInvalidSeat, ReasonDuplicateSeat:
+		return true
+	}
+	return false
+}
+
+func (m *Machine) reserveRandom(c *Reserve, a *area, r *Reservation) {
+	n := int(c.NumOfSeats)
+	switch {
+	case n <= 0:
+		r.fail(ReasonInvalidArgument, c.NumOfSeats, 0)
+		return
+	case a.free == 0:
+		r.fail(ReasonSoldOut, 0, 0)
+		return
+	}
+	row, col, ok := a.firstFit(n)
+	if !ok {
+		r.fail(ReasonNoContinuous, c.NumOfSeats, 0)
+		return
+	}
+	r.Seats = make([]Seat, n)
+	for i := range n {
+		a.set(row, col+i, true)
+		r.Seats[i] = Seat{Row: int32(row), Col: int32(col + i)}
+	}
+	r.State = StateReserved
+}
+
+func (m *Machine) reserveSelfPick(c *Reserve, a *area, r *Reservation) {
+	r.NumOfSeats = int32(len(c.Seats))
+	if len(c.Seats) == 0 || len(c.Seats) > MaxSeatsPerRequest {
+		r.fail(ReasonInvalidArgument, int32(len(c.Seats)), 0)
+		return
+	}
+	for i, s := range c.Seats {
+		if s.Row < 0 || int(s.Row) >= a.def.RowCount || s.Col < 0 || int(s.Col) >= a.def.ColCount {
+			r.fail(ReasonInvalidSeat, s.Row, s.Col)
+			return
+		}
+		for _, o := range c.Seats[:i] {
+			if o == s {
+				r.fail(ReasonDuplicateSeat, s.Row, s.Col)
+				return
+			}
+		}
+	}
+	if a.free == 0 {
+		r.fail(ReasonSoldOut, 0, 0)
+		return
+	}
+	for _, s := range c.Seats {
+		if a.isTaken(int(s.Row), int(s.Col)) {
+			r.fail(ReasonNotAvailable, s.Row, s.Col)
+			return
+		}
+	}
+	r.Seats = append([]Seat(nil), c.Seats...)
+	for _, s := range r.Seats {
+		a.set(int(s.Row), int(s.Col), true)
+	}
+	r.State = StateReserved
+}
+
+func (m *Machine) cancel(c *Cancel) *Result {
+	r := m.reservations[c.ID]
+	if r == nil {
+		return &Result{Outcome: NotFound, Msg: "no such reservation"}
+	}
+	switch r.State {
+	case StateCancelled:
+		return &Result{Outcome: Same, Res: *r}
+	case StateFailed:
+		return &Result{Outcome: Conflict, Res: *r, Msg: "a FAILED reservation holds no seats and cannot be cancelled"}
+	}
+	a := m.areas[areaKey{r.EventID, r.AreaID}]
+	for _, s := range r.Seats {
+		a.set(int(s.Row), int(s.Col), false)
+	}
+	r.State = StateCancelled
+	return &Result{Outcome: OK, Res: *r}
+}
+
+// Queries.
+
+// GetReservation asks for one reservation by id.
+type GetReservation struct{ ID [16]byte }
+
+// GetEvent asks for an event's definition.
+type GetEvent struct{ Name string }
+
+// GetArea asks for an area's availability.
+type GetArea struct{ EventID, AreaID string }
+
+// AreaInfo answers GetArea.
+type AreaInfo struct {
+	Found     bool
+	Def       AreaDef
+	Available int
+	Taken     int
+}
+
+// Query implements engine.Machine.
+func (m *Machine) Query(q any) any {
+	switch q := q.(type) {
+	case GetReservation:
+		if r := m.reservations[q.ID]; r != nil {
+			return &Result{Outcome: OK, Res: *r}
+		}
+		return &Result{Outcome: NotFound}
+	case GetEvent:
+		if d := m.events[q.Name]; d != nil {
+			cp := *d
+			cp.Areas = append([]AreaDef(nil), d.Areas...)
+			return &cp
+		}
+		return (*EventDef)(nil)
+	case GetArea:
+		if a := m.areas[areaKey{q.EventID, q.AreaID}]; a != nil {
+			return AreaInfo{Found: true, Def: a.def, Available: a.free, Taken: a.countTaken()}
+		}
+		return AreaInfo{}
+	}
+	return nil
+}
+
+// Workload plugs ticketing into the engine.
+type Workload struct{}
+
+func (Workload) ID() uint8                               { return WorkloadID }
+func (Workload) Name() string                            { return "ticketing" }
+func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }

@@ -1,0 +1,260 @@
+package ticketing
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+func apply(m *Machine, cmd engine.Command) *Result {
+	var fx engine.Effects
+	in := engine.Input{Kind: engine.FromClient, Cmd: cmd}
+	m.Apply(&in, &fx)
+	return replyOf(&fx)
+}
+
+func replyOf(fx *engine.Effects) *Result { return engine.ReplyOf(fx).(*Result) }
+
+func id(n int) [16]byte {
+	var b [16]byte
+	b[0], b[1], b[2] = byte(n), byte(n>>8), byte(n>>16)
+	return b
+}
+
+// checkInvariants verifies that no seat belongs to two live reservations,
+// that the bitset equals the union of live reservations' seats, and that
+// the free counters equal the grid minus the live seats.
+func checkInvariants(t *testing.T, m *Machine) {
+	t.Helper()
+	owner := map[areaKey]map[Seat][16]byte{}
+	for _, r := range m.reservations {
+		if r.State != StateReserved {
+			continue
+		}
+		k := areaKey{r.EventID, r.AreaID}
+		if owner[k] == nil {
+			owner[k] = map[Seat][16]byte{}
+		}
+		for _, s := range r.Seats {
+			if o, dup := owner[k][s]; dup {
+				t.Fatalf("seat %v of %v given to %x and %x", s, k, o, r.ID)
+			}
+			owner[k][s] = r.ID
+		}
+	}
+	for k, a := range m.areas {
+		live := owner[k]
+		total := a.def.RowCount * a.def.ColCount
+		if a.free != total-len(live) {
+			t.Fatalf("area %v: free=%d, want %d-%d", k, a.free, total, len(live))
+		}
+		for r := 0; r < a.def.RowCount; r++ {
+			rowLive := 0
+			for c := 0; c < a.def.ColCount; c++ {
+				_, isLive := live[Seat{int32(r), int32(c)}]
+				if a.isTaken(r, c) != isLive {
+					t.Fatalf("area %v seat %d,%d: bitset says %v, reservations say %v", k, r, c, a.isTaken(r, c), isLive)
+				}
+				if isLive {
+					rowLive++
+				}
+			}
+			if int(a.rowFree[r]) != a.def.ColCount-rowLive {
+				t.Fatalf("area %v row %d: rowFree=%d want %d", k, r, a.rowFree[r], a.def.ColCount-rowLive)
+			}
+		}
+	}
+}
+
+func newTestMachine(areas ...AreaDef) *Machine {
+	m := NewMachine()
+	apply(m, &CreateEvent{Def: EventDef{EventName: "ev", Areas: areas}})
+	for _, a := range areas {
+		apply(m, &CreateArea{EventID: "ev", Area: a})
+	}
+	return m
+}
+
+// TestPropertyNoDoubleBooking drives random interleavings of RANDOM and
+// SELF_PICK reservations and cancellations, with and without idempotency
+// keys, and checks the invariants after every step. It also checks that
+// replaying the same commands and restoring a snapshot give the same state.
+func TestPropertyNoDoubleBooking(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		areas := []AreaDef{{AreaID: "a", RowCount: 1 + rng.IntN(5), ColCount: 1 + rng.IntN(8)}, {AreaID: "b", RowCount: 3, ColCount: 3}}
+		m := newTestMachine(areas...)
+		var log []engine.Command
+		var issued [][16]byte
+		for step := 0; step < 300; step++ {
+			var cmd engine.Command
+			switch k := rng.IntN(10); {
+			case k < 4:
+				c := &Reserve{ID: id(step + 1), UserID: "u", EventID: "ev", AreaID: []string{"a", "b", "zz"}[rng.IntN(3)], Type: TypeRandom, NumOfSeats: int32(rng.IntN(5))}
+				if rng.IntN(4) == 0 {
+					c.IdemKey = []string{"k1", "k2"}[rng.IntN(2)]
+				}
+				cmd = c
+			case k < 7:
+				c := &Reserve{ID: id(step + 1), UserID: "u", EventID: "ev", AreaID: "a", Type: TypeSelfPick, Strict: rng.IntN(2) == 0}
+				for range 1 + rng.IntN(3) {
+					c.Seats = append(c.Seats, Seat{int32(rng.IntN(areas[0].RowCount + 1)), int32(rng.IntN(areas[0].ColCount + 1))})
+				}
+				cmd = c
+			default:
+				if len(issued) == 0 {
+					continue
+				}
+				cmd = &Cancel{ID: issued[rng.IntN(len(issued))]}
+			}
+			res := apply(m, cmd)
+			if rc, ok := cmd.(*Reserve); ok && res.Outcome == OK {
+				issued = append(issued, rc.ID)
+				if res.Res.State == StateReserved && rc.Type == TypeRandom {
+					if len(res.Res.Seats) != int(rc.NumOfSeats) {
+						t.Fatalf("seed %d: RANDOM %d got %d seats", seed, rc.NumOfSeats, len(res.Res.Seats))
+					}
+					for i, s := range res.Res.Seats {
+						if s.Row != res.Res.Seats[0].Row || int(s.Col) != int(res.Res.Seats[0].Col)+i {
+							t.Fatalf("seed %d: RANDOM seats not adjacent in one row: %v", seed, res.Res.Seats)
+						}
+					}
+				}
+			}
+			log = append(log, cmd)
+			checkInvariants(t, m)
+		}
+
+		// Replay: the same commands from an empty state give the same bytes.
+		again := newTestMachine(areas...)
+		for _, c := range log {
+			b, _ := c.AppendBinary(nil)
+			dc, err := again.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply(again, dc)
+		}
+		s1, s2 := m.AppendSnapshot(nil), again.AppendSnapshot(nil)
+		if !bytes.Equal(s1, s2) {
+			t.Fatalf("seed %d: replay produced a different state", seed)
+		}
+		restored := NewMachine()
+		if err := restored.Restore(s1); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(restored.AppendSnapshot(nil), s1) {
+			t.Fatalf("seed %d: snapshot round trip changed the state", seed)
+		}
+		checkInvariants(t, restored)
+	}
+}
+
+func TestRandomFirstFit(t *testing.T) {
+	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 2, ColCount: 4})
+	want := [][]Seat{
+		{{0, 0}, {0, 1}, {0, 2}},
+		{{1, 0}, {1, 1}},
+		{{0, 3}},
+	}
+	for i, n := range []int32{3, 2, 1} {
+		r := apply(m, &Reserve{ID: id(i + 1), EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: n})
+		if r.Res.State != StateReserved || len(r.Res.Seats) != len(want[i]) {
+			t.Fatalf("reservation %d: %+v", i, r.Res)
+		}
+		for j := range want[i] {
+			if r.Res.Seats[j] != want[i][j] {
+				t.Fatalf("reservation %d: seats %v, want %v", i, r.Res.Seats, want[i])
+			}
+		}
+	}
+	r := apply(m, &Reserve{ID: id(9), EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 3})
+	if r.Res.State != StateFailed || r.Res.FailedReason() != "no 3 continuous seats are available" {
+		t.Fatalf("want FAILED no 3 continuous, got %+v %q", r.Res, r.Res.FailedReason())
+	}
+}
+
+func TestFailureReasons(t *testing.T) {
+	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 1, ColCount: 2})
+	cases := []struct {
+		cmd  *Reserve
+		want string
+	}{
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 0}, "invalid argument: numOfSeats must be at least 1, got 0"},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: "BEST"}, `invalid type "BEST": must be RANDOM or SELF_PICK`},
+		{&Reserve{EventID: "ev", AreaID: "x", Type: TypeRandom, NumOfSeats: 1}, `invalid event/area: event "ev" has no area "x"`},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeSelfPick, Seats: []Seat{{0, 2}}}, "invalid seat: row 0 col 2 is outside the area"},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeSelfPick, Seats: []Seat{{0, 1}, {0, 1}}}, "invalid seat: row 0 col 1 is listed twice"},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeSelfPick, Seats: []Seat{{0, 1}}}, ""},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeSelfPick, Seats: []Seat{{0, 0}, {0, 1}}}, "seat row 0 col 1 is not available"},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 1}, ""},
+		{&Reserve{EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 1}, "the area is sold out"},
+	}
+	for i, c := range cases {
+		c.cmd.ID = id(i + 1)
+		r := apply(m, c.cmd)
+		if got := r.Res.FailedReason(); got != c.want {
+			t.Errorf("case %d: reason %q, want %q", i, got, c.want)
+		}
+	}
+	checkInvariants(t, m)
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 1, ColCount: 10})
+	first := apply(m, &Reserve{ID: id(1), UserID: "u", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 2, IdemKey: "k"})
+	again := apply(m, &Reserve{ID: id(2), UserID: "u", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 2, IdemKey: "k"})
+	if again.Outcome != Replayed || again.Res.ID != first.Res.ID {
+		t.Fatalf("retry with the same key: %+v", again)
+	}
+	if m.areas[areaKey{"ev", "a"}].free != 8 {
+		t.Fatal("retry reserved again")
+	}
+	other := apply(m, &Reserve{ID: id(3), UserID: "u", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 3, IdemKey: "k"})
+	if other.Outcome != Conflict {
+		t.Fatalf("key reused with a different request: %+v", other)
+	}
+	otherUser := apply(m, &Reserve{ID: id(4), UserID: "v", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 2, IdemKey: "k"})
+	if otherUser.Outcome != OK || otherUser.Res.State != StateReserved {
+		t.Fatalf("same key, other user: %+v", otherUser)
+	}
+}
+
+func TestCancelFreesSeats(t *testing.T) {
+	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 1, ColCount: 2})
+	r := apply(m, &Reserve{ID: id(1), EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 2})
+	if r.Res.State != StateReserved {
+		t.Fatal(r.Res.FailedReason())
+	}
+	if c := apply(m, &Cancel{ID: id(1)}); c.Outcome != OK || c.Res.State != StateCancelled {
+		t.Fatalf("cancel: %+v", c)
+	}
+	if c := apply(m, &Cancel{ID: id(1)}); c.Outcome != Same {
+		t.Fatalf("second cancel: %+v", c)
+	}
+	if c := apply(m, &Cancel{ID: id(7)}); c.Outcome != NotFound {
+		t.Fatalf("cancel unknown: %+v", c)
+	}
+	r = apply(m, &Reserve{ID: id(2), EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 2})
+	if r.Res.State != StateReserved {
+		t.Fatal("seats were not freed")
+	}
+	checkInvariants(t, m)
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	m := NewMachine()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		m.Decode(b) // must not panic
+	}
+	if err := m.Restore([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}); err == nil {
+		t.Fatal("restore accepted a truncated snapshot")
+	}
+}
