@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	// clockTicksPerSecond is USER_HZ, the unit of utime and stime in
+	// /proc/<pid>/stat; Linux fixes it at 100 on every architecture Go
+	// supports, and reading sysconf would need cgo.
+	clockTicksPerSecond = 100
+	readyTimeout        = 60 * time.Second
+	stopTimeout         = 30 * time.Second
+)
+
+// child is a server process the bench started: the real server or the
+// null server. The bench owns it and must stop it on every exit path.
+type child struct {
+	name    string
+	cmd     *exec.Cmd
+	addr    string
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// freeAddr picks a free loopback port. Another process could take it
+// before the child binds it; the child then fails to start and says so.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// startChild runs exe with args (which must already contain addr), its
+// output appended to logPath.
+func startChild(name, exe string, args []string, addr, logPath string) (*child, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child holds its own descriptor
+	fmt.Fprintf(logf, "--- %s: %s %s\n", time.Now().Format(time.RFC3339), exe, strings.Join(args, " "))
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// If the bench dies without cleaning up (SIGKILL), the kernel kills the
+	// child instead of leaving a server holding the machine's cores.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{name: name, cmd: cmd, addr: addr, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+func (c *child) baseURL() string { return "http://" + c.addr }
+
+// waitReady polls /v1/health_check until it answers 200 and returns how
+// long that took from the call.
+func (c *child) waitReady(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	url := c.baseURL() + "/v1/health_check"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(start), nil
+			}
+		}
+		select {
+		case <-c.exited:
+			return 0, fmt.Errorf("%s exited before it was ready (%v); its log: %s", c.name, c.waitErr, c.logPath)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Since(start) > readyTimeout {
+			return 0, fmt.Errorf("%s not ready after %s; its log: %s", c.name, readyTimeout, c.logPath)
+		}
+	}
+}
+
+// cpuSeconds is the child's user+system CPU time so far.
+func (c *child) cpuSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStatCPU(b)
+}
+
+// parseProcStatCPU reads utime and stime (fields 14 and 15) from a
+// /proc/<pid>/stat line. The command name (field 2) is in parentheses and
+// may itself contain spaces or parentheses, so fields are counted from the
+// last ')'.
+func parseProcStatCPU(b []byte) (float64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("malformed /proc stat")
+	}
+	return float64(ut+st) / clockTicksPerSecond, nil
+}
+
+// stop sends SIGTERM and waits for a graceful exit, killing the child if it
+// takes longer than stopTimeout. It returns the exit error (nil for exit 0).
+func (c *child) stop() error {
+	select {
+	case <-c.exited:
+		return c.waitErr
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+		return c.waitErr
+	case <-time.After(stopTimeout):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed", c.name, stopTimeout)
+	}
+}
+
+// kill ends the child at once if it still runs; it is the cleanup path.
+func (c *child) kill() {
+	select {
+	case <-c.exited:
+	default:
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// metricsCPUSeconds reads process_cpu_seconds_total from a server's
+// Prometheus endpoint: the only CPU figure available for a server the bench
+// did not start.
+func metricsCPUSeconds(ctx context.Context, baseURL string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: status %d", resp.StatusCode)
+	}
+	return parseMetricsCPU(resp.Body)
+}
+
+// parseMetricsCPU finds `process_cpu_seconds_total[{labels}] value
+// [timestamp]` in the Prometheus text format.
+func parseMetricsCPU(r io.Reader) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total")
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if rest[0] == '{' {
+			if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+				rest = rest[i+1:]
+			}
+		}
+		if f := strings.Fields(rest); len(f) > 0 {
+			return strconv.ParseFloat(f[0], 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("/metrics has no process_cpu_seconds_total")
+}

@@ -1,0 +1,312 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+)
+
+// Seat is one seat of an area grid, 0-based like the API.
+type Seat struct {
+	Row int `json:"row"`
+	Col int `json:"col"`
+}
+
+// reservationReply holds the fields of a reservation JSON the generator
+// checks. It is reused across requests: the byte slices point into the
+// worker's response buffer and are only valid until the next request.
+type reservationReply struct {
+	state        []byte
+	areaID       []byte
+	failedReason []byte
+	seats        []Seat
+}
+
+var (
+	stateReserved = []byte("RESERVED")
+	stateFailed   = []byte("FAILED")
+
+	keyState        = []byte("state")
+	keyAreaID       = []byte("areaId")
+	keyFailedReason = []byte("failedReason")
+	keySeats        = []byte("seats")
+	keyRow          = []byte("row")
+	keyCol          = []byte("col")
+
+	errMalformed = errors.New("malformed JSON reply")
+)
+
+// maxJSONDepth bounds recursion when skipping fields we do not read, so a
+// hostile or broken server cannot blow the generator's stack.
+const maxJSONDepth = 32
+
+// parseReservation reads a reservation object without allocating: the
+// generator parses one per reservation, and on a 2-core machine every
+// microsecond it spends is taken from the server it measures.
+// encoding/json would cost several allocations and reflection per reply.
+func parseReservation(b []byte, r *reservationReply) error {
+	r.state, r.areaID, r.failedReason = nil, nil, nil
+	r.seats = r.seats[:0]
+	p := jsonParser{b: b}
+	p.ws()
+	if !p.eat('{') {
+		return errMalformed
+	}
+	p.ws()
+	if p.eat('}') {
+		return p.end()
+	}
+	for {
+		key, ok := p.str()
+		if !ok {
+			return errMalformed
+		}
+		p.ws()
+		if !p.eat(':') {
+			return errMalformed
+		}
+		p.ws()
+		switch {
+		case bytes.Equal(key, keyState):
+			ok = p.strOrNull(&r.state)
+		case bytes.Equal(key, keyAreaID):
+			ok = p.strOrNull(&r.areaID)
+		case bytes.Equal(key, keyFailedReason):
+			ok = p.strOrNull(&r.failedReason)
+		case bytes.Equal(key, keySeats):
+			ok = p.seats(&r.seats)
+		default:
+			ok = p.skip(0)
+		}
+		if !ok {
+			return errMalformed
+		}
+		p.ws()
+		if p.eat(',') {
+			p.ws()
+			continue
+		}
+		if p.eat('}') {
+			return p.end()
+		}
+		return errMalformed
+	}
+}
+
+type jsonParser struct {
+	b []byte
+	i int
+}
+
+func (p *jsonParser) end() error {
+	p.ws()
+	if p.i != len(p.b) {
+		return errMalformed
+	}
+	return nil
+}
+
+func (p *jsonParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonParser) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// str returns the raw bytes between the quotes, escapes left as they are:
+// the values we compare (states, area ids, keys) never need unescaping.
+func (p *jsonParser) str() ([]byte, bool) {
+	if !p.eat('"') {
+		return nil, false
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; {
+		case c == '\\':
+			p.i += 2
+		case c == '"':
+			s := p.b[start:p.i]
+			p.i++
+			return s, true
+		case c < 0x20:
+			return nil, false
+		default:
+			p.i++
+		}
+	}
+	return nil, false
+}
+
+func (p *jsonParser) strOrNull(dst *[]byte) bool {
+	if p.lit("null") {
+		*dst = nil
+		return true
+	}
+	s, ok := p.str()
+	*dst = s
+	return ok
+}
+
+func (p *jsonParser) lit(s string) bool {
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// int reads a non-negative integer small enough for a seat coordinate;
+// anything else (negative, fractional, huge) is not a seat the generator
+// can have been given.
+func (p *jsonParser) int() (int, bool) {
+	start, n := p.i, 0
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		n = n*10 + int(p.b[p.i]-'0')
+		p.i++
+		if p.i-start > 9 {
+			return 0, false
+		}
+	}
+	if p.i == start || (p.i < len(p.b) && isNumberByte(p.b[p.i])) {
+		return 0, false
+	}
+	return n, true
+}
+
+func isNumberByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
+}
+
+func (p *jsonParser) seats(dst *[]Seat) bool {
+	if p.lit("null") {
+		return true
+	}
+	if !p.eat('[') {
+		return false
+	}
+	p.ws()
+	if p.eat(']') {
+		return true
+	}
+	for {
+		s, ok := p.seat()
+		if !ok {
+			return false
+		}
+		*dst = append(*dst, s)
+		p.ws()
+		if p.eat(',') {
+			p.ws()
+			continue
+		}
+		return p.eat(']')
+	}
+}
+
+func (p *jsonParser) seat() (Seat, bool) {
+	s := Seat{Row: -1, Col: -1}
+	if !p.eat('{') {
+		return s, false
+	}
+	p.ws()
+	if p.eat('}') {
+		return s, false
+	}
+	for {
+		key, ok := p.str()
+		if !ok {
+			return s, false
+		}
+		p.ws()
+		if !p.eat(':') {
+			return s, false
+		}
+		p.ws()
+		switch {
+		case bytes.Equal(key, keyRow):
+			s.Row, ok = p.int()
+		case bytes.Equal(key, keyCol):
+			s.Col, ok = p.int()
+		default:
+			ok = p.skip(1)
+		}
+		if !ok {
+			return s, false
+		}
+		p.ws()
+		if p.eat(',') {
+			p.ws()
+			continue
+		}
+		if !p.eat('}') || s.Row < 0 || s.Col < 0 {
+			return s, false
+		}
+		return s, true
+	}
+}
+
+// skip passes over any JSON value.
+func (p *jsonParser) skip(depth int) bool {
+	if depth > maxJSONDepth || p.i >= len(p.b) {
+		return false
+	}
+	switch c := p.b[p.i]; c {
+	case '"':
+		_, ok := p.str()
+		return ok
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		p.i++
+		p.ws()
+		if p.eat(closer) {
+			return true
+		}
+		for {
+			if c == '{' {
+				if _, ok := p.str(); !ok {
+					return false
+				}
+				p.ws()
+				if !p.eat(':') {
+					return false
+				}
+				p.ws()
+			}
+			if !p.skip(depth + 1) {
+				return false
+			}
+			p.ws()
+			if p.eat(',') {
+				p.ws()
+				continue
+			}
+			return p.eat(closer)
+		}
+	case 't':
+		return p.lit("true")
+	case 'f':
+		return p.lit("false")
+	case 'n':
+		return p.lit("null")
+	default:
+		start := p.i
+		for p.i < len(p.b) && isNumberByte(p.b[p.i]) {
+			p.i++
+		}
+		return p.i > start
+	}
+}

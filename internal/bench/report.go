@@ -1,0 +1,323 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Goals the ticketing bench judges itself against (shared/compat/ticketing.md
+// gives the peer's figures they are measured against).
+const (
+	goalCompatPerCPUSecond = 20_000
+	goalNativePerCPUSecond = 40_000
+	peerPerCPUSecond       = 265 // ≈ 84,745 reservations/s on ≈ 320 vCPU
+	goalRatePercent        = 80
+	goalP99Multiple        = 1.5
+	goalInflight           = 256
+	goalRestartSeconds     = 3
+	goalRestartCommands    = 1_000_000
+)
+
+// Report is everything `surge bench ticketing` measured; --json writes it.
+type Report struct {
+	Benchmark string        `json:"benchmark"`
+	Config    ReportConfig  `json:"config"`
+	Flows     []*FlowReport `json:"flows"`
+	OK        bool          `json:"ok"`
+	Problems  []string      `json:"problems"`
+}
+
+// ReportConfig records the flags a run used.
+type ReportConfig struct {
+	Areas        int    `json:"areas"`
+	Reservations int    `json:"reservationsPerGroup"`
+	Clients      int    `json:"clientsPerGroup"`
+	Groups       int    `json:"groups"`
+	Inflight     int    `json:"inflight"`
+	HTTP2        bool   `json:"http2"`
+	Flow         string `json:"flow"`
+	Baseline     bool   `json:"baseline"`
+	Target       string `json:"target,omitempty"`
+	Partitions   int    `json:"partitions,omitempty"`
+	Seed         uint64 `json:"seed"`
+}
+
+// FlowReport is one flow against the server and, if run, the do-nothing
+// baseline.
+type FlowReport struct {
+	Flow     string     `json:"flow"`
+	Server   *RunReport `json:"server"`
+	Baseline *RunReport `json:"baseline,omitempty"`
+	// RatePercent is the server's reservations/s as a percentage of the
+	// baseline's; P99Multiple the server's p99 over the baseline's.
+	RatePercent *float64       `json:"ratePercentOfBaseline,omitempty"`
+	P99Multiple *float64       `json:"p99MultipleOfBaseline,omitempty"`
+	Restart     *RestartReport `json:"restart,omitempty"`
+	Goals       []Goal         `json:"goals"`
+	Problems    []string       `json:"problems"`
+}
+
+// RunReport is one spike against one server.
+type RunReport struct {
+	Server string `json:"server"` // "surge", "null" or the --target URL
+	Stats
+	// ServerCPUSeconds is nil when the server's CPU could not be read.
+	ServerCPUSeconds         *float64 `json:"serverCpuSeconds"`
+	ReservationsPerCPUSecond *float64 `json:"reservationsPerServerCpuSecond"`
+}
+
+// RestartReport is the stop and restart of a server the bench started.
+type RestartReport struct {
+	StopSeconds  float64 `json:"stopSeconds"`
+	StopError    string  `json:"stopError,omitempty"` // empty when it exited 0 on SIGTERM
+	ReadySeconds float64 `json:"readySeconds"`        // process start to first 200 from /v1/health_check
+	// Reservations is how many reservations the server had logged before
+	// the restart; the restart goal is stated for a million commands.
+	Reservations int64  `json:"reservationsBefore"`
+	Error        string `json:"error,omitempty"`
+}
+
+// Goal is one performance goal and whether this run met it. Met is nil
+// when the run could not measure it.
+type Goal struct {
+	Name   string   `json:"name"`
+	Target string   `json:"target"`
+	Value  *float64 `json:"value"`
+	Unit   string   `json:"unit"`
+	Met    *bool    `json:"met"`
+	Note   string   `json:"note,omitempty"`
+}
+
+func (r *RunReport) setCPU(cpu float64) {
+	r.ServerCPUSeconds = &cpu
+	if cpu > 0 {
+		v := float64(r.Reservations) / cpu
+		r.ReservationsPerCPUSecond = &v
+	}
+}
+
+// judge fills in the comparisons and goals once the runs are done.
+func (f *FlowReport) judge(inflight int) {
+	s, b := f.Server, f.Baseline
+	if s != nil && b != nil && b.PerSecond > 0 && b.P99Us > 0 {
+		r := 100 * s.PerSecond / b.PerSecond
+		m := float64(s.P99Us) / float64(b.P99Us)
+		f.RatePercent, f.P99Multiple = &r, &m
+	}
+	perCPU := float64(goalCompatPerCPUSecond)
+	if f.Flow == FlowNative {
+		perCPU = goalNativePerCPUSecond
+	}
+	var cpuValue *float64
+	if s != nil {
+		cpuValue = s.ReservationsPerCPUSecond
+	}
+	at := ""
+	if inflight != goalInflight {
+		at = fmt.Sprintf("goal is stated at %d in flight; this run had %d", goalInflight, inflight)
+	}
+	f.Goals = []Goal{
+		goal("reservations per server CPU-second", "≥ "+grouped(int64(perCPU)), "/cpu-s", cpuValue,
+			func(v float64) bool { return v >= perCPU }, fmt.Sprintf("peer ≈ %d", peerPerCPUSecond)),
+		goal("rate vs do-nothing server", fmt.Sprintf("≥ %d %%", goalRatePercent), "%", f.RatePercent,
+			func(v float64) bool { return v >= goalRatePercent }, at),
+		goal("p99 vs do-nothing server", fmt.Sprintf("≤ %.1f×", goalP99Multiple), "×", f.P99Multiple,
+			func(v float64) bool { return v <= goalP99Multiple }, at),
+	}
+	if r := f.Restart; r != nil {
+		var v *float64
+		if r.Error == "" {
+			v = &r.ReadySeconds
+		}
+		f.Goals = append(f.Goals, goal("restart ready", fmt.Sprintf("< %d s", goalRestartSeconds), "s", v,
+			func(v float64) bool { return v < goalRestartSeconds },
+			fmt.Sprintf("goal is after %s logged commands; this run logged %s reservations",
+				grouped(goalRestartCommands), grouped(r.Reservations))))
+	}
+}
+
+func goal(name, target, unit string, v *float64, ok func(float64) bool, note string) Goal {
+	g := Goal{Name: name, Target: target, Value: v, Unit: unit, Note: note}
+	if v != nil {
+		met := ok(*v)
+		g.Met = &met
+	}
+	return g
+}
+
+var flowTitles = map[string]string{
+	FlowCompat: "compatibility flow (POST /v1/event/{id}/reservation, then GET /v1/reservation/{id})",
+	FlowNative: "native flow (POST /v2/reservations, one round trip)",
+}
+
+// writeFlow prints one flow's results as a table.
+func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
+	proto := "HTTP/2 (h2c, prior knowledge)"
+	if !c.HTTP2 {
+		proto = "HTTP/1.1"
+	}
+	fmt.Fprintf(out, "\n== surge bench ticketing: %s ==\n", flowTitles[f.Flow])
+	fmt.Fprintf(out, "%d group(s) x %s reservations, %d areas x %d seats per event, %d clients per group, %d in flight, %s, seed %d\n\n",
+		c.Groups, grouped(int64(c.Reservations)), c.Areas, gridRows*gridCols, c.Clients, c.Inflight, proto, c.Seed)
+
+	runs := []*RunReport{f.Server}
+	head := "\t" + serverName(f.Server)
+	if f.Baseline != nil {
+		runs = append(runs, f.Baseline)
+		head += "\tdo-nothing server"
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, head)
+	row := func(name string, cell func(r *RunReport) string) {
+		line := name
+		for _, r := range runs {
+			line += "\t" + cell(r)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	row("completion time", func(r *RunReport) string { return fmt.Sprintf("%.3f s", r.Seconds) })
+	row("reservations/s", func(r *RunReport) string { return grouped(int64(r.PerSecond + 0.5)) })
+	row("reservations", func(r *RunReport) string { return grouped(r.Reservations) })
+	row("  successes", func(r *RunReport) string { return grouped(r.Successes) })
+	row("  failures (not available)", func(r *RunReport) string { return grouped(r.Failures) })
+	row("  errors", func(r *RunReport) string { return grouped(r.Errors) })
+	row("  invalid replies", func(r *RunReport) string { return grouped(r.Invalid) })
+	row("retries", func(r *RunReport) string { return grouped(r.Retries) })
+	row("latency p50", func(r *RunReport) string { return micros(r.P50Us) })
+	row("latency p95", func(r *RunReport) string { return micros(r.P95Us) })
+	row("latency p99", func(r *RunReport) string { return micros(r.P99Us) })
+	row("latency max", func(r *RunReport) string { return micros(r.MaxUs) })
+	row("server CPU (user+sys)", func(r *RunReport) string {
+		if r.ServerCPUSeconds == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f s", *r.ServerCPUSeconds)
+	})
+	row("reservations per server CPU-s", func(r *RunReport) string {
+		if r.ReservationsPerCPUSecond == nil {
+			return "n/a"
+		}
+		return grouped(int64(*r.ReservationsPerCPUSecond + 0.5))
+	})
+	row("generator CPU (user+sys)", func(r *RunReport) string { return fmt.Sprintf("%.2f s", r.GeneratorCPUSeconds) })
+	tw.Flush()
+
+	s := f.Server
+	fmt.Fprintf(out, "seats sold / offered: %s / %s\n", grouped(s.SeatsSold), grouped(s.SeatsOffered))
+	if len(s.DoubleBookings) == 0 {
+		fmt.Fprintln(out, "double booking: none")
+	} else {
+		fmt.Fprintf(out, "DOUBLE BOOKING: %d seat(s) reserved more than once!\n", len(s.DoubleBookings))
+		for i, d := range s.DoubleBookings {
+			if i == 10 {
+				fmt.Fprintf(out, "  … and %d more\n", len(s.DoubleBookings)-i)
+				break
+			}
+			fmt.Fprintf(out, "  %s\n", d)
+		}
+	}
+	if r := f.Restart; r != nil {
+		switch {
+		case r.Error != "":
+			fmt.Fprintf(out, "restart: FAILED: %s\n", r.Error)
+		default:
+			stop := "exit 0"
+			if r.StopError != "" {
+				stop = r.StopError
+			}
+			fmt.Fprintf(out, "restart: stopped by SIGTERM in %.2f s (%s); restart ready in %.2f s\n", r.StopSeconds, stop, r.ReadySeconds)
+		}
+	}
+	for _, run := range runs {
+		for _, e := range run.ErrorSamples {
+			fmt.Fprintf(out, "error (%s): %s\n", serverName(run), e)
+		}
+		for _, e := range run.InvalidSamples {
+			fmt.Fprintf(out, "invalid reply (%s): %s\n", serverName(run), e)
+		}
+	}
+
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "goal\tthis run\ttarget\tmet\t")
+	for _, g := range f.Goals {
+		val, met := "n/a", "n/a"
+		if g.Value != nil {
+			val = formatGoalValue(*g.Value, g.Unit)
+		}
+		if g.Met != nil {
+			met = map[bool]string{true: "yes", false: "no"}[*g.Met]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Name, val, g.Target, met, g.Note)
+	}
+	tw.Flush()
+	for _, p := range f.Problems {
+		fmt.Fprintf(out, "PROBLEM: %s\n", p)
+	}
+}
+
+func serverName(r *RunReport) string {
+	switch r.Server {
+	case "surge":
+		return "surge serve"
+	case "null":
+		return "do-nothing server"
+	}
+	return r.Server
+}
+
+func formatGoalValue(v float64, unit string) string {
+	switch unit {
+	case "%":
+		return fmt.Sprintf("%.1f %%", v)
+	case "×":
+		return fmt.Sprintf("%.2f×", v)
+	case "s":
+		return fmt.Sprintf("%.2f s", v)
+	}
+	return grouped(int64(v + 0.5))
+}
+
+func writeJSON(path string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// micros formats a latency in the unit that keeps it readable.
+func micros(us int64) string {
+	switch {
+	case us < 1000:
+		return fmt.Sprintf("%d µs", us)
+	case us < 1_000_000:
+		return fmt.Sprintf("%.2f ms", float64(us)/1e3)
+	}
+	return fmt.Sprintf("%.3f s", float64(us)/1e6)
+}
+
+// grouped writes n with thousands separators.
+func grouped(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

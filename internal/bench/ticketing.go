@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Flow choices of `surge bench ticketing --flow`.
+const FlowBoth = "both"
+
+// TicketingOptions are the flags of `surge bench ticketing`.
+type TicketingOptions struct {
+	Areas        int
+	Reservations int // per group
+	Clients      int // per group
+	Groups       int
+	Inflight     int // across groups
+	HTTP2        bool
+	Flow         string // FlowCompat, FlowNative or FlowBoth
+	Baseline     bool
+	Target       string // a running server's base URL; empty to spawn one
+	Partitions   int    // passed to a spawned server when > 0
+	DataDir      string // parent of the spawned servers' data dirs; empty for a temp dir
+	JSONPath     string
+	Seed         uint64
+
+	Exe         string // the surge binary, to spawn `serve` and `bench nullserver`
+	Stdout      io.Writer
+	Stderr      io.Writer
+	ProgressTTY bool
+}
+
+// ErrFailed is returned when a run completed but found a problem that must
+// fail it (double booking, errors, a server that would not start); the
+// report says which.
+var ErrFailed = errors.New("ticketing bench failed")
+
+// RunTicketing runs the spike for each requested flow, against the real
+// server and the do-nothing baseline, prints the report and writes the JSON.
+func RunTicketing(ctx context.Context, o TicketingOptions) error {
+	flows := []string{o.Flow}
+	if o.Flow == FlowBoth {
+		flows = []string{FlowCompat, FlowNative}
+	} else if o.Flow != FlowCompat && o.Flow != FlowNative {
+		return fmt.Errorf("--flow %q: want compat, native or both", o.Flow)
+	}
+	// Check the generator flags before starting any process.
+	if _, err := NewGenerator(o.genConfig(flows[0], "http://127.0.0.1:1", false)); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "surge-bench-")
+	if err != nil {
+		return err
+	}
+	r := &ticketingRun{o: o, tmp: tmp, report: &Report{Benchmark: "ticketing", Config: o.reportConfig(), Problems: []string{}}}
+	defer r.cleanup()
+
+	for _, flow := range flows {
+		fr, err := r.flow(ctx, flow)
+		if fr != nil {
+			fr.judge(o.Inflight)
+			r.report.Flows = append(r.report.Flows, fr)
+			r.report.Problems = append(r.report.Problems, fr.Problems...)
+			if fr.Server != nil {
+				writeFlow(o.Stdout, r.report.Config, fr)
+			}
+		}
+		if err != nil {
+			r.report.Problems = append(r.report.Problems, err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	r.report.OK = len(r.report.Problems) == 0
+	if o.JSONPath != "" {
+		if err := writeJSON(o.JSONPath, r.report); err != nil {
+			r.report.OK = false
+			r.report.Problems = append(r.report.Problems, "write JSON: "+err.Error())
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !r.report.OK {
+		r.keepTmp = true
+		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(r.report.Problems, "\n  "), tmp)
+		return ErrFailed
+	}
+	fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors")
+	return nil
+}
+
+func (o TicketingOptions) genConfig(flow, baseURL string, check bool) GenConfig {
+	return GenConfig{
+		BaseURL: baseURL, Flow: flow, Areas: o.Areas, Reservations: o.Reservations,
+		Clients: o.Clients, Groups: o.Groups, Inflight: o.Inflight, HTTP2: o.HTTP2,
+		Seed: o.Seed, CheckSeats: check, Progress: o.Stderr, ProgressTTY: o.ProgressTTY,
+	}
+}
+
+func (o TicketingOptions) reportConfig() ReportConfig {
+	return ReportConfig{
+		Areas: o.Areas, Reservations: o.Reservations, Clients: o.Clients, Groups: o.Groups,
+		Inflight: o.Inflight, HTTP2: o.HTTP2, Flow: o.Flow, Baseline: o.Baseline,
+		Target: o.Target, Partitions: o.Partitions, Seed: o.Seed,
+	}
+}
+
+type ticketingRun struct {
+	o        TicketingOptions
+	tmp      string
+	keepTmp  bool
+	children []*child
+	report   *Report
+}
+
+// cleanup stops every child still running; it runs on every exit path,
+// ctrl-C included, so no server outlives the bench.
+func (r *ticketingRun) cleanup() {
+	for _, c := range r.children {
+		c.kill()
+	}
+	if !r.keepTmp {
+		_ = os.RemoveAll(r.tmp)
+	}
+}
+
+func (r *ticketingRun) logf(format string, args ...any) {
+	fmt.Fprintf(r.o.Stderr, format+"\n", args...)
+}
+
+func (r *ticketingRun) spawn(name string, args []string, addr string) (*child, error) {
+	c, err := startChild(name, r.o.Exe, args, addr, filepath.Join(r.tmp, name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	r.children = append(r.children, c)
+	return c, nil
+}
+
+// flow runs one flow: the baseline against a fresh null server, then the
+// spike against a fresh real server (or --target), then the restart.
+func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, error) {
+	fr := &FlowReport{Flow: flow, Problems: []string{}}
+	if r.o.Baseline {
+		b, err := r.baseline(ctx, flow)
+		if err != nil {
+			return fr, fmt.Errorf("%s baseline: %w", flow, err)
+		}
+		if b.Errors > 0 {
+			r.logf("warning: %s baseline had %d errors; its rate and p99 are not a clean ceiling", flow, b.Errors)
+		}
+		fr.Baseline = b
+	}
+
+	base, srv := r.o.Target, (*child)(nil)
+	var serveArgs []string
+	if base == "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return fr, err
+		}
+		dataDir := filepath.Join(r.tmp, "data-"+flow)
+		if r.o.DataDir != "" {
+			dataDir = filepath.Join(r.o.DataDir, flow)
+		}
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return fr, err
+		}
+		serveArgs = []string{"serve", "--addr", addr, "--data-dir", dataDir}
+		if r.o.Partitions > 0 {
+			serveArgs = append(serveArgs, "--partitions", strconv.Itoa(r.o.Partitions))
+		}
+		r.logf("%s: starting surge serve on %s (data dir %s)", flow, addr, dataDir)
+		srv, err = r.spawn("surge-"+flow, serveArgs, addr)
+		if err != nil {
+			return fr, err
+		}
+		if _, err := srv.waitReady(ctx); err != nil {
+			return fr, fmt.Errorf("surge serve failed to start: %w", err)
+		}
+		base = srv.baseURL()
+	}
+
+	cpu := func() (float64, error) {
+		if srv != nil {
+			return srv.cpuSeconds()
+		}
+		return metricsCPUSeconds(ctx, base)
+	}
+	run, err := r.spike(ctx, flow, base, true, cpu)
+	if err != nil {
+		return fr, err
+	}
+	run.Server = "surge"
+	if r.o.Target != "" {
+		run.Server = r.o.Target
+	}
+	fr.Server = run
+	if n := len(run.DoubleBookings); n > 0 {
+		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", flow, n))
+	}
+	if run.Invalid > 0 {
+		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", flow, run.Invalid))
+	}
+	if run.Errors > 0 {
+		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d errors", flow, run.Errors))
+	}
+
+	if srv != nil {
+		fr.Restart = r.restart(ctx, srv, serveArgs, run.Reservations)
+		if fr.Restart.Error != "" {
+			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: restart: %s", flow, fr.Restart.Error))
+		} else if fr.Restart.StopError != "" {
+			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %s", flow, fr.Restart.StopError))
+		}
+	}
+	return fr, nil
+}
+
+func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r.logf("%s: starting the do-nothing server on %s", flow, addr)
+	c, err := r.spawn("null-"+flow, []string{"bench", "nullserver", "--addr", addr}, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.kill()
+	if _, err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	run, err := r.spike(ctx, flow, c.baseURL(), false, c.cpuSeconds)
+	if err != nil {
+		return nil, err
+	}
+	run.Server = "null"
+	if err := c.stop(); err != nil {
+		r.logf("warning: do-nothing server: %v", err)
+	}
+	return run, nil
+}
+
+// spike creates the events, then measures the server's CPU around the
+// spike alone, so event creation and connection set-up are not counted.
+func (r *ticketingRun) spike(ctx context.Context, flow, base string, check bool, cpu func() (float64, error)) (*RunReport, error) {
+	cfg := r.o.genConfig(flow, base, check)
+	cfg.Label = flow
+	if !check {
+		cfg.Label += " (do-nothing server)"
+	}
+	g, err := NewGenerator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	if err := g.Setup(ctx); err != nil {
+		return nil, err
+	}
+	cpu0, cpuErr := cpu()
+	stats, err := g.Spike(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run := &RunReport{Stats: *stats}
+	if cpuErr == nil {
+		var cpu1 float64
+		if cpu1, cpuErr = cpu(); cpuErr == nil {
+			run.setCPU(cpu1 - cpu0)
+		}
+	}
+	if cpuErr != nil {
+		r.logf("warning: %s: server CPU not available: %v", cfg.Label, cpuErr)
+	}
+	r.logf("%s: %s reservations in %.3f s", cfg.Label, grouped(stats.Reservations), stats.Seconds)
+	return run, nil
+}
+
+// restart stops the server with SIGTERM, starts it again on the same data
+// dir and times how long it takes to answer its health check, which is
+// how long recovery keeps users waiting.
+func (r *ticketingRun) restart(ctx context.Context, srv *child, args []string, reservations int64) *RestartReport {
+	rr := &RestartReport{Reservations: reservations}
+	t0 := time.Now()
+	if err := srv.stop(); err != nil {
+		rr.StopError = err.Error()
+	}
+	rr.StopSeconds = time.Since(t0).Seconds()
+	r.logf("restarting surge serve on the same data dir")
+	t1 := time.Now()
+	again, err := r.spawn(srv.name+"-restart", args, srv.addr)
+	if err != nil {
+		rr.Error = err.Error()
+		return rr
+	}
+	defer again.kill()
+	if _, err := again.waitReady(ctx); err != nil {
+		rr.Error = err.Error()
+		return rr
+	}
+	rr.ReadySeconds = time.Since(t1).Seconds()
+	if err := again.stop(); err != nil {
+		r.logf("warning: restarted server: %v", err)
+	}
+	return rr
+}

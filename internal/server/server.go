@@ -1,0 +1,236 @@
+// Package server wires the embedded log, the engine, the workloads and the
+// HTTP listener into the process that `surge serve` runs.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/workload/ticketing"
+)
+
+// Config is what `surge serve` takes.
+type Config struct {
+	Addr            string
+	DataDir         string
+	Partitions      int
+	SnapshotEvery   int
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+	// Ready, if set, receives the bound address once the server accepts
+	// requests (tests listen on port 0).
+	Ready chan<- string
+}
+
+// meta is stored in the data directory: the partition count decides where
+// every key lives, so it cannot change under existing data.
+type meta struct {
+	FormatVersion int `json:"formatVersion"`
+	Partitions    int `json:"partitions"`
+}
+
+const metaFormatVersion = 1
+
+func loadMeta(dir string, want int) (int, error) {
+	path := filepath.Join(dir, "surge.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if want <= 0 {
+			want = engine.DefaultPartitions
+		}
+		b, _ = json.Marshal(meta{FormatVersion: metaFormatVersion, Partitions: want})
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return 0, err
+		}
+		if err := syncFile(tmp); err != nil {
+			return 0, err
+		}
+		return want, os.Rename(tmp, path)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return 0, fmt.Errorf("%s is not valid: %w", path, err)
+	}
+	if m.FormatVersion != metaFormatVersion {
+		return 0, fmt.Errorf("%s has format version %d; this binary reads version %d", path, m.FormatVersion, metaFormatVersion)
+	}
+	if want > 0 && want != m.Partitions {
+		return 0, fmt.Errorf("data directory %s was created with %d partitions; --partitions %d cannot change that (keys would move)", dir, m.Partitions, want)
+	}
+	return m.Partitions, nil
+}
+
+// lockDir takes an exclusive lock on the data directory: two processes
+// appending to one log would corrupt it. The kernel drops the lock when the
+// process dies, so a kill -9 leaves nothing stale behind.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data directory %s is in use by another surge process (%v)", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+type snapshotDir string
+
+func (d snapshotDir) Write(p uint32, pos cmdlog.Position, data []byte) error {
+	return wal.WriteSnapshot(string(d), p, pos, data)
+}
+
+func (d snapshotDir) Latest(p uint32) (cmdlog.Position, []byte, bool, error) {
+	return wal.LatestSnapshot(string(d), p)
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	parts, err := loadMeta(cfg.DataDir, cfg.Partitions)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	fsync := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "surge_wal_fsync_seconds",
+		Help:    "Time of one group commit: write plus fsync.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+	})
+	syncRecords := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "surge_wal_group_commit_records",
+		Help:    "Records made durable by one fsync (all partitions).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	})
+	reg.MustRegister(fsync, syncRecords)
+
+	start := time.Now()
+	lg, err := wal.Open(wal.Options{
+		Dir: filepath.Join(cfg.DataDir, "wal"),
+		OnSync: func(d time.Duration, records, _ int) {
+			fsync.Observe(d.Seconds())
+			syncRecords.Observe(float64(records))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if rec := lg.Recovery(); rec.File != "" {
+		logger.Warn("truncated a torn write at the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
+	}
+	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	if err := os.MkdirAll(snapDir, 0o755); err != nil {
+		lg.Close()
+		return err
+	}
+	eng, err := engine.Open(engine.Options{
+		Partitions:    parts,
+		Log:           lg,
+		Snapshots:     snapshotDir(snapDir),
+		SnapshotEvery: cfg.SnapshotEvery,
+		Metrics:       engine.NewMetrics(reg),
+		Logger:        logger,
+		ReplayStart:   lg.Start,
+	}, ticketing.Workload{})
+	if err != nil {
+		lg.Close()
+		return err
+	}
+
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	m := api.NewMetrics(reg)
+	health := func(w http.ResponseWriter, r *http.Request) int {
+		if !ready.Load() {
+			return api.Error(w, http.StatusServiceUnavailable, "not ready")
+		}
+		api.Write(w, http.StatusOK, false, []byte("ok\n"))
+		return http.StatusOK
+	}
+	m.Handle(mux, "GET /healthz", health)
+	m.Handle(mux, "GET /v1/health_check", health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ticketing.NewAPI(eng).Register(mux, m)
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		eng.Close()
+		return err
+	}
+	srv := api.NewServer(cfg.Addr, mux)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	ready.Store(true)
+	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond))
+	if cfg.Ready != nil {
+		cfg.Ready <- ln.Addr().String()
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		eng.Close()
+		return err
+	}
+	logger.Info("shutting down: finishing in-flight requests")
+	ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	shutErr := srv.Shutdown(sctx)
+	if err := eng.Close(); err != nil {
+		return fmt.Errorf("closing engine: %w", err)
+	}
+	logger.Info("stopped cleanly")
+	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
+		return shutErr
+	}
+	return nil
+}

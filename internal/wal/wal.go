@@ -1,0 +1,389 @@
+// Package wal is Surge's embedded write-ahead log: an append-only sequence
+// of segment files holding checksummed record frames, written by a single
+// group-committing writer goroutine. It also stores per-partition snapshot
+// files. The on-disk format is described in FORMAT.md.
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/surge-run/surge/internal/cmdlog"
+)
+
+// MaxEntryBytes bounds the Data of one entry. Open treats larger frame
+// lengths as corruption, so a garbage length field cannot make recovery
+// allocate gigabytes; Append rejects larger entries for the same reason.
+const MaxEntryBytes = 16 << 20
+
+const (
+	defaultSegmentBytes  = 64 << 20
+	defaultQueueLen      = 4096
+	defaultMaxBatchBytes = 8 << 20
+)
+
+// ErrEntryTooLarge is passed (wrapped) to the DoneFunc of an Append that
+// contains an entry larger than MaxEntryBytes. Only that Append fails.
+var ErrEntryTooLarge = errors.New("wal: entry too large")
+
+// ErrUnsupportedVersion is wrapped by the error Open and LatestSnapshot
+// return for a file written in a format version this build cannot read.
+var ErrUnsupportedVersion = errors.New("wal: unsupported format version")
+
+var _ cmdlog.Log = (*Log)(nil)
+
+// Options configures Open. Zero values select the defaults.
+type Options struct {
+	// Dir holds the segment files; it is created if missing.
+	Dir string
+	// SegmentBytes: the writer rolls to a new segment file before the next
+	// batch once the active segment holds at least this many record bytes.
+	// Default 64 MiB.
+	SegmentBytes int64
+	// QueueLen bounds the Append calls waiting for the writer; Append blocks
+	// when the queue is full (backpressure). Default 4096.
+	QueueLen int
+	// MaxBatchBytes caps how many bytes the writer gathers into one write and
+	// fsync. A single Append larger than this still goes out as one batch.
+	// Default 8 MiB.
+	MaxBatchBytes int
+	// NoSync skips every fsync. Only for tests and benchmarks that say so.
+	NoSync bool
+	// OnSync, if set, is called by the writer after each batch is written and
+	// synced, with the time the write+fsync took and its size.
+	OnSync func(d time.Duration, records, bytes int)
+}
+
+// CorruptionError reports a damaged log that cannot be repaired
+// automatically: anything except a torn write at the very end of the log.
+type CorruptionError struct {
+	File   string
+	Offset int64 // byte offset in File (segment header included)
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: corrupt record in %s at offset %d: %s; the log cannot be replayed past this point (restore from backup or remove the data directory)",
+		e.File, e.Offset, e.Reason)
+}
+
+// Recovery describes what Open repaired.
+type Recovery struct {
+	File           string // segment that had a torn tail, or "" if none
+	TruncatedBytes int64  // bytes cut from the end of File
+}
+
+type request struct {
+	entries []cmdlog.Entry
+	done    cmdlog.DoneFunc
+	err     error // set by Append when the request is rejected up front
+	first   cmdlog.Position
+	end     cmdlog.Position
+}
+
+type segment struct {
+	base uint64
+	path string
+}
+
+// Log is the embedded write-ahead log. It implements cmdlog.Log.
+type Log struct {
+	opts     Options
+	recovery Recovery
+
+	// mu orders Append's channel send against Close's close(queue): Append
+	// holds it shared while sending, Close exclusively while closing.
+	mu     sync.RWMutex
+	closed bool
+	queue  chan request
+
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// end is stored only by the writer, after the data is durable.
+	end atomic.Uint64
+
+	segMu sync.Mutex
+	segs  []segment // oldest first; the last one is the active segment
+
+	// Owned by the writer goroutine (and by Open before it starts).
+	f          *os.File
+	activeSize int64 // record bytes in the active segment
+	buf        []byte
+	batch      []request
+	failErr    error
+}
+
+// Open opens or creates the log in opts.Dir, validating every record and
+// cutting off a torn write at the end of the last segment.
+func Open(opts Options) (*Log, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("wal: Options.Dir is empty")
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = defaultSegmentBytes
+	}
+	if opts.QueueLen <= 0 {
+		opts.QueueLen = defaultQueueLen
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = defaultMaxBatchBytes
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	l := &Log{
+		opts:       opts,
+		queue:      make(chan request, opts.QueueLen),
+		writerDone: make(chan struct{}),
+	}
+	if err := l.recover(); err != nil {
+		return nil, err
+	}
+	go l.writer()
+	return l, nil
+}
+
+// Recovery reports what Open had to repair.
+func (l *Log) Recovery() Recovery { return l.recovery }
+
+// Append queues entries for the writer. It blocks while the queue is full.
+// done is always called from the writer goroutine, in Append order, even
+// for rejected appends; the one exception is an Append after Close, whose
+// done (with cmdlog.ErrClosed) runs on the caller's goroutine because there
+// is no writer left.
+func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
+	req := request{entries: entries, done: done}
+	for i := range entries {
+		if n := len(entries[i].Data); n > MaxEntryBytes {
+			req.err = fmt.Errorf("%w: entry %d has %d bytes, limit is %d", ErrEntryTooLarge, i, n, MaxEntryBytes)
+			break
+		}
+	}
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		done(0, 0, cmdlog.ErrClosed)
+		return
+	}
+	l.queue <- req
+	l.mu.RUnlock()
+}
+
+// End is the position just past the last durable record.
+func (l *Log) End() cmdlog.Position { return cmdlog.Position(l.end.Load()) }
+
+// Epoch is constant: an embedded log has exactly one owner.
+func (l *Log) Epoch() uint64 { return 1 }
+
+// ReleaseBefore deletes the segments whose records all lie before pos. The
+// active segment is never deleted.
+func (l *Log) ReleaseBefore(pos cmdlog.Position) error {
+	l.segMu.Lock()
+	defer l.segMu.Unlock()
+	n := 0
+	// A segment's records all lie before pos when the next segment starts
+	// at or before pos; the active (last) segment has no successor.
+	for n < len(l.segs)-1 && l.segs[n+1].base <= uint64(pos) {
+		if err := os.Remove(l.segs[n].path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.segs = l.segs[n:]
+			return fmt.Errorf("wal: release: %w", err)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	l.segs = append(l.segs[:0], l.segs[n:]...)
+	if l.opts.NoSync {
+		return nil
+	}
+	return syncDir(l.opts.Dir)
+}
+
+// Close stops accepting appends, writes and syncs everything already
+// queued, calls its dones, and closes the files. It returns the error that
+// failed the log, if any. Calling it again returns the same result.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		close(l.queue)
+		l.mu.Unlock()
+		<-l.writerDone
+	})
+	return l.closeErr
+}
+
+func (l *Log) writer() {
+	defer close(l.writerDone)
+	for {
+		req, ok := <-l.queue
+		if !ok {
+			break
+		}
+		l.batch = append(l.batch[:0], req)
+		size := requestBytes(&req)
+		open := true
+	gather:
+		for size < l.opts.MaxBatchBytes {
+			select {
+			case r, ok := <-l.queue:
+				if !ok {
+					open = false
+					break gather
+				}
+				l.batch = append(l.batch, r)
+				size += requestBytes(&r)
+			default:
+				break gather
+			}
+		}
+		l.commit(l.batch)
+		// Drop references to callers' data and callbacks.
+		clear(l.batch)
+		if !open {
+			break
+		}
+	}
+	err := l.failErr
+	if err == nil && !l.opts.NoSync {
+		err = l.f.Sync()
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && l.failErr == nil {
+		err = fmt.Errorf("wal: close: %w", err)
+	}
+	l.closeErr = err
+}
+
+func requestBytes(r *request) int {
+	if r.err != nil {
+		return 0
+	}
+	n := 0
+	for i := range r.entries {
+		n += frameHeaderSize + len(r.entries[i].Data)
+	}
+	return n
+}
+
+// commit writes one batch with a single write and a single fsync, then
+// reports to every request in order.
+func (l *Log) commit(batch []request) {
+	if l.failErr == nil && l.activeSize >= l.opts.SegmentBytes {
+		if err := l.roll(); err != nil {
+			l.failErr = fmt.Errorf("wal: roll segment: %w", err)
+		}
+	}
+	if l.failErr != nil {
+		for i := range batch {
+			r := &batch[i]
+			if r.err == nil {
+				r.err = l.failErr
+			}
+			r.done(0, 0, r.err)
+		}
+		return
+	}
+
+	base := l.end.Load()
+	buf := l.buf[:0]
+	records := 0
+	for i := range batch {
+		r := &batch[i]
+		if r.err != nil {
+			continue
+		}
+		r.first = cmdlog.Position(base + uint64(len(buf)))
+		for j := range r.entries {
+			buf = appendFrame(buf, r.entries[j].Partition, r.entries[j].Data)
+		}
+		r.end = cmdlog.Position(base + uint64(len(buf)))
+		records += len(r.entries)
+	}
+	// Keep the grown buffer for the next batch, unless one unusually large
+	// append blew it up far past the normal batch size.
+	if cap(buf) <= 2*l.opts.MaxBatchBytes+MaxEntryBytes {
+		l.buf = buf
+	} else {
+		l.buf = nil
+	}
+
+	if len(buf) > 0 {
+		start := time.Now()
+		_, err := l.f.Write(buf)
+		if err == nil && !l.opts.NoSync {
+			err = l.f.Sync()
+		}
+		if err != nil {
+			// After a failed write or fsync the file's contents are unknown
+			// (the kernel may have dropped dirty pages), so nothing more may
+			// be acknowledged; Open will sort out the tail.
+			l.failErr = fmt.Errorf("wal: write %s: %w", l.f.Name(), err)
+			for i := range batch {
+				r := &batch[i]
+				if r.err == nil {
+					r.err = l.failErr
+				}
+				r.done(0, 0, r.err)
+			}
+			return
+		}
+		l.activeSize += int64(len(buf))
+		l.end.Store(base + uint64(len(buf)))
+		if l.opts.OnSync != nil {
+			l.opts.OnSync(time.Since(start), records, len(buf))
+		}
+	}
+	for i := range batch {
+		r := &batch[i]
+		r.done(r.first, r.end, r.err)
+	}
+}
+
+// roll starts a new segment at the current end. Every batch already ends
+// with an fsync, so the extra one here costs nothing in the common case; it
+// is the explicit guarantee that a non-last segment is complete on disk,
+// which is what lets Open treat any damage in it as corruption.
+func (l *Log) roll() error {
+	if !l.opts.NoSync {
+		if err := l.f.Sync(); err != nil {
+			return err
+		}
+	}
+	base := l.end.Load()
+	f, path, err := createSegment(l.opts.Dir, base, !l.opts.NoSync)
+	if err != nil {
+		return err
+	}
+	old := l.f
+	l.f = f
+	l.activeSize = 0
+	l.segMu.Lock()
+	l.segs = append(l.segs, segment{base: base, path: path})
+	l.segMu.Unlock()
+	return old.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("wal: sync dir: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("wal: sync dir: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,520 @@
+package ticketing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// Body size limits.
+const (
+	maxEventBody       = 1 << 20
+	maxReservationBody = 16 << 10
+	maxIdemKeyLen      = 255
+)
+
+// API serves the compatibility routes of the ticket-master system and
+// Surge's native routes beside them.
+type API struct {
+	eng *engine.Engine
+}
+
+// NewAPI returns the ticketing HTTP API over eng.
+func NewAPI(eng *engine.Engine) *API { return &API{eng: eng} }
+
+// Register adds the routes to mux.
+func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
+	m.Handle(mux, "POST /v1/event", a.createEvent)
+	m.Handle(mux, "POST /v1/event/{id}/reservation", a.compatReserve)
+	m.Handle(mux, "GET /v1/reservation/{id}", a.compatGet)
+	m.Handle(mux, "POST /v2/reservations", a.nativeReserve)
+	m.Handle(mux, "GET /v2/reservations/{id}", a.nativeGet)
+	m.Handle(mux, "DELETE /v2/reservations/{id}", a.nativeCancel)
+	m.Handle(mux, "GET /v2/events/{id}", a.getEvent)
+}
+
+func (a *API) eventPartition(name string) int {
+	return engine.PartitionOfHash(engine.HashMore(engine.Hash("event\x00"), name), a.eng.Partitions())
+}
+
+func (a *API) areaPartition(event, area string) int {
+	h := engine.HashMore(engine.HashMore(engine.Hash(event), "\x00"), area)
+	return engine.PartitionOfHash(h, a.eng.Partitions())
+}
+
+// engineError maps engine failures to statuses a client can act on.
+func engineError(w http.ResponseWriter, err error) int {
+	switch {
+	case errors.Is(err, engine.ErrOverloaded):
+		return api.Error(w, http.StatusTooManyRequests, "server is busy: retry after a short pause")
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
+		return api.Error(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return api.Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
+	}
+	return api.Error(w, http.StatusInternalServerError, err.Error())
+}
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readJSON reads a size-limited body and decodes it into v. It returns a
+// status other than 0 if it already answered.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bodyPool.Put(buf)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		return api.BodyError(w, err)
+	}
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
+		return api.Error(w, http.StatusBadRequest, jsonProblem(err))
+	}
+	return 0
+}
+
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return fmt.Sprintf("request body must be a JSON object, not %s", te.Value)
+		}
+		return fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: body ends early"
+	}
+	return "malformed JSON: " + err.Error()
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int", "int32", "int64", "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "struct":
+		return "an object"
+	}
+	return k
+}
+
+// Events.
+
+func (a *API) createEvent(w http.ResponseWriter, r *http.Request) int {
+	var def EventDef
+	if st := readJSON(w, r, maxEventBody, &def); st != 0 {
+		return st
+	}
+	if msg := validateEvent(&def); msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
+	}
+	ctx := r.Context()
+	res, err := a.eng.Do(ctx, a.eventPartition(def.EventName), WorkloadID, &CreateEvent{Def: def})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if rr := res.(*Result); rr.Outcome == Conflict {
+		return api.Error(w, http.StatusConflict, rr.Msg)
+	}
+	// Create every area in its own partition; creation is idempotent, so a
+	// client that retries after a partial failure completes the event.
+	errs := make([]error, len(def.Areas))
+	conflicts := make([]string, len(def.Areas))
+	var wg sync.WaitGroup
+	for i := range def.Areas {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ar := def.Areas[i]
+			res, err := a.eng.Do(ctx, a.areaPartition(def.EventName, ar.AreaID), WorkloadID, &CreateArea{EventID: def.EventName, Area: ar})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if rr := res.(*Result); rr.Outcome == Conflict || rr.Outcome == Invalid {
+				conflicts[i] = rr.Msg
+			}
+		}(i)
+	}
+	wg.Wait()
+	for i := range def.Areas {
+		if errs[i] != nil {
+			return engineError(w, errs[i])
+		}
+		if conflicts[i] != "" {
+			return api.Error(w, http.StatusConflict, conflicts[i])
+		}
+	}
+	body, _ := json.Marshal(&def)
+	api.Write(w, http.StatusOK, true, body)
+	return http.StatusOK
+}
+
+func validateEvent(d *EventDef) string {
+	switch {
+	case d.EventName == "":
+		return "eventName is required"
+	case len(d.EventName) > MaxNameLen:
+		return fmt.Sprintf("eventName is longer than %d bytes", MaxNameLen)
+	case len(d.Artist) > MaxNameLen:
+		return fmt.Sprintf("artist is longer than %d bytes", MaxNameLen)
+	case len(d.Areas) == 0:
+		return "areas is required and must not be empty"
+	case len(d.Areas) > MaxAreasPerEvent:
+		return fmt.Sprintf("at most %d areas per event, got %d", MaxAreasPerEvent, len(d.Areas))
+	}
+	seen := make(map[string]bool, len(d.Areas))
+	for i := range d.Areas {
+		if msg := ValidateArea(&d.Areas[i]); msg != "" {
+			return msg
+		}
+		if seen[d.Areas[i].AreaID] {
+			return fmt.Sprintf("areaId %q appears twice", d.Areas[i].AreaID)
+		}
+		seen[d.Areas[i].AreaID] = true
+	}
+	for _, t := range []struct{ name, v string }{
+		{"reservationOpeningTime", d.ReservationOpeningTime}, {"reservationClosingTime", d.ReservationClosingTime},
+		{"eventStartTime", d.EventStartTime}, {"eventEndTime", d.EventEndTime},
+	} {
+		if t.v == "" {
+			continue
+		}
+		if _, err := time.Parse(time.RFC3339Nano, t.v); err != nil {
+			return fmt.Sprintf("%s must be an RFC 3339 instant such as 2026-01-02T15:04:05Z, got %q", t.name, t.v)
+		}
+	}
+	return ""
+}
+
+func (a *API) getEvent(w http.ResponseWriter, r *http.Request) int {
+	name := r.PathValue("id")
+	res, err := a.eng.Query(r.Context(), a.eventPartition(name), WorkloadID, GetEvent{Name: name})
+	if err != nil {
+		return engineError(w, err)
+	}
+	def := res.(*EventDef)
+	if def == nil {
+		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no event %q", name))
+	}
+	type areaView struct {
+		AreaDef
+		AvailableSeats int `json:"availableSeats"`
+		ReservedSeats  int `json:"reservedSeats"`
+	}
+	out := struct {
+		*EventDef
+		Areas          []areaView `json:"areas"`
+		AvailableSeats int        `json:"availableSeats"`
+	}{EventDef: def, Areas: make([]areaView, len(def.Areas))}
+	for i, ar := range def.Areas {
+		res, err := a.eng.Query(r.Context(), a.areaPartition(name, ar.AreaID), WorkloadID, GetArea{EventID: name, AreaID: ar.AreaID})
+		if err != nil {
+			return engineError(w, err)
+		}
+		info := res.(AreaInfo)
+		out.Areas[i] = areaView{AreaDef: ar, AvailableSeats: info.Available, ReservedSeats: info.Taken}
+		out.AvailableSeats += info.Available
+	}
+	body, _ := json.Marshal(&out)
+	api.Write(w, http.StatusOK, true, body)
+	return http.StatusOK
+}
+
+// Reservations.
+
+// reserveBody is the JSON both reservation routes accept.
+type reserveBody struct {
+	UserID     string `json:"userId"`
+	EventID    string `json:"eventId"`
+	AreaID     string `json:"areaId"`
+	NumOfSeats int64  `json:"numOfSeats"`
+	Seats      []Seat `json:"seats"`
+	Type       string `json:"type"`
+}
+
+func (b *reserveBody) reset() {
+	*b = reserveBody{Seats: b.Seats[:0]}
+}
+
+var reservePool = sync.Pool{New: func() any { return new(reserveBody) }}
+
+// parseReserve reads and checks a reservation body. Limits apply to both
+// APIs; the rules of the compatibility API (a FAILED record for a bad type
+// or count) are left to the state machine.
+func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pathEvent string) int {
+	if st := readJSON(w, r, maxReservationBody, body); st != 0 {
+		return st
+	}
+	if body.EventID == "" {
+		// The peer reads eventId from the body only; fall back to the
+		// path so a client that sets only the path still works.
+		body.EventID = pathEvent
+	}
+	switch {
+	case body.EventID == "":
+		return api.Error(w, http.StatusBadRequest, "eventId is required")
+	case body.AreaID == "":
+		return api.Error(w, http.StatusBadRequest, "areaId is required")
+	case len(body.EventID) > MaxNameLen || len(body.AreaID) > MaxNameLen || len(body.UserID) > MaxNameLen:
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("eventId, areaId and userId are at most %d bytes", MaxNameLen))
+	case body.NumOfSeats > MaxSeatsPerRequest:
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("numOfSeats must be at most %d, got %d", MaxSeatsPerRequest, body.NumOfSeats))
+	case body.NumOfSeats < -1<<31:
+		return api.Error(w, http.StatusBadRequest, "numOfSeats is out of range")
+	case len(body.Seats) > MaxSeatsPerRequest:
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("at most %d seats per reservation, got %d", MaxSeatsPerRequest, len(body.Seats)))
+	}
+	return 0
+}
+
+func (a *API) newReserve(b *reserveBody) (*Reserve, int) {
+	part := a.areaPartition(b.EventID, b.AreaID)
+	c := &Reserve{
+		ID:         newID(part),
+		UserID:     b.UserID,
+		EventID:    b.EventID,
+		AreaID:     b.AreaID,
+		Type:       internType(b.Type),
+		NumOfSeats: int32(b.NumOfSeats),
+	}
+	if len(b.Seats) > 0 {
+		c.Seats = append([]Seat(nil), b.Seats...)
+	}
+	return c, part
+}
+
+func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
+	body := reservePool.Get().(*reserveBody)
+	defer reservePool.Put(body)
+	body.reset()
+	if st := parseReserve(w, r, body, r.PathValue("id")); st != 0 {
+		return st
+	}
+	cmd, part := a.newReserve(body)
+	// The peer answers with the id at once and finishes later; Surge waits
+	// until the reservation is final and durable, which costs the client
+	// nothing and lets the GET that follows answer immediately.
+	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd)
+	if err != nil {
+		return engineError(w, err)
+	}
+	rr := res.(*Result)
+	if rr.Outcome != OK {
+		return api.Error(w, http.StatusInternalServerError, "reservation not recorded: "+rr.Msg)
+	}
+	var idb [36]byte
+	api.Write(w, http.StatusOK, false, formatID(idb[:0], rr.Res.ID))
+	return http.StatusOK
+}
+
+func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
+	idem := r.Header.Get("Idempotency-Key")
+	if len(idem) > maxIdemKeyLen {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("Idempotency-Key is longer than %d bytes", maxIdemKeyLen))
+	}
+	body := reservePool.Get().(*reserveBody)
+	defer reservePool.Put(body)
+	body.reset()
+	if st := parseReserve(w, r, body, ""); st != 0 {
+		return st
+	}
+	if body.Type != TypeRandom && body.Type != TypeSelfPick {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("type must be %q or %q, got %q", TypeRandom, TypeSelfPick, body.Type))
+	}
+	cmd, part := a.newReserve(body)
+	cmd.Strict = true
+	cmd.IdemKey = idem
+	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd)
+	if err != nil {
+		return engineError(w, err)
+	}
+	rr := res.(*Result)
+	switch rr.Outcome {
+	case NotFound:
+		return api.Error(w, http.StatusNotFound, rr.Msg)
+	case Invalid:
+		return api.Error(w, http.StatusBadRequest, rr.Msg)
+	case Conflict:
+		return api.Error(w, http.StatusUnprocessableEntity, rr.Msg)
+	case Replayed:
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	st := http.StatusCreated
+	if rr.Res.State != StateReserved {
+		st = http.StatusConflict
+	}
+	writeReservation(w, st, &rr.Res)
+	return st
+}
+
+// lookup finds a reservation by the id in the path. An id that is not a
+// UUID, or names a partition this server does not have, was never issued.
+func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
+	raw := r.PathValue("id")
+	id, ok := parseID(raw)
+	part := partitionOfID(id)
+	if !ok || part >= a.eng.Partitions() {
+		return nil, api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+	}
+	res, err := a.eng.Query(r.Context(), part, WorkloadID, GetReservation{ID: id})
+	if err != nil {
+		return nil, engineError(w, err)
+	}
+	rr := res.(*Result)
+	if rr.Outcome == NotFound {
+		return nil, api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+	}
+	return rr, 0
+}
+
+// compatGet is the peer's long poll. Reservations are final before their
+// id is handed out, so it never has to wait.
+func (a *API) compatGet(w http.ResponseWriter, r *http.Request) int {
+	rr, st := a.lookup(w, r)
+	if st != 0 {
+		return st
+	}
+	writeReservation(w, http.StatusOK, &rr.Res)
+	return http.StatusOK
+}
+
+func (a *API) nativeGet(w http.ResponseWriter, r *http.Request) int { return a.compatGet(w, r) }
+
+func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
+	raw := r.PathValue("id")
+	id, ok := parseID(raw)
+	part := partitionOfID(id)
+	if !ok || part >= a.eng.Partitions() {
+		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+	}
+	res, err := a.eng.Do(r.Context(), part, WorkloadID, &Cancel{ID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	rr := res.(*Result)
+	switch rr.Outcome {
+	case NotFound:
+		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+	case Conflict:
+		return api.Error(w, http.StatusConflict, rr.Msg)
+	}
+	writeReservation(w, http.StatusOK, &rr.Res)
+	return http.StatusOK
+}
+
+func writeReservation(w http.ResponseWriter, status int, res *Reservation) {
+	b := api.GetBuf()
+	*b = appendReservation(*b, res)
+	api.Write(w, status, true, *b)
+	api.PutBuf(b)
+}
+
+func appendReservation(b []byte, res *Reservation) []byte {
+	b = append(b, `{"reservationId":"`...)
+	b = formatID(b, res.ID)
+	b = append(b, `","userId":`...)
+	b = api.AppendString(b, res.UserID)
+	b = append(b, `,"eventId":`...)
+	b = api.AppendString(b, res.EventID)
+	b = append(b, `,"areaId":`...)
+	b = api.AppendString(b, res.AreaID)
+	b = append(b, `,"numOfSeats":`...)
+	b = strconv.AppendInt(b, int64(res.NumOfSeats), 10)
+	b = append(b, `,"numOfSeat":0,"type":`...)
+	b = api.AppendString(b, res.Type)
+	b = append(b, `,"seats":[`...)
+	for i, s := range res.Seats {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"row":`...)
+		b = strconv.AppendInt(b, int64(s.Row), 10)
+		b = append(b, `,"col":`...)
+		b = strconv.AppendInt(b, int64(s.Col), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `],"state":"`...)
+	b = append(b, res.State.String()...)
+	b = append(b, `","failedReason":`...)
+	b = api.AppendString(b, res.FailedReason())
+	return append(b, "}\n"...)
+}
+
+// Reservation ids are random version-4 UUIDs whose last two bytes hold the
+// partition that keeps the record, so a lookup by id needs no index.
+func newID(part int) [16]byte {
+	var id [16]byte
+	x, y := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		id[i] = byte(x >> (8 * i))
+		id[8+i] = byte(y >> (8 * i))
+	}
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	id[14], id[15] = byte(part>>8), byte(part)
+	return id
+}
+
+func partitionOfID(id [16]byte) int { return int(id[14])<<8 | int(id[15]) }
+
+func formatID(b []byte, id [16]byte) []byte {
+	const hx = "0123456789abcdef"
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hx[c>>4], hx[c&0xf])
+	}
+	return b
+}
+
+func parseID(s string) (id [16]byte, ok bool) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return id, false
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if s[i] == '-' {
+			i++
+			continue
+		}
+		hi, ok1 := unhex(s[i])
+		lo, ok2 := unhex(s[i+1])
+		if !ok1 || !ok2 {
+			return id, false
+		}
+		id[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return id, true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
