@@ -744,6 +744,9 @@ func TestReleaseBefore(t *testing.T) {
 		t.Fatal("Replay from a released position succeeded")
 	}
 	first := cmdlog.Position(segBase(t, after[0]))
+	if l.Start() != first {
+		t.Fatalf("Start = %d, want %d", l.Start(), first)
+	}
 	var fromFirst []rec
 	for _, r := range want {
 		if r.pos >= first {
