@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -34,6 +35,8 @@ type Config struct {
 	Partitions      int
 	SnapshotEvery   int
 	ShutdownTimeout time.Duration
+	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
+	Pprof bool
 	Logger          *slog.Logger
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
@@ -199,6 +202,12 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Handle(mux, "GET /v1/health_check", health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ticketing.NewAPI(eng).Register(mux, m)
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
