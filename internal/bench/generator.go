@@ -10,6 +10,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -41,7 +42,8 @@ const (
 
 const (
 	// maxRetries matches the peer's client: a request is retried this many
-	// times after a transport error or a 5xx before it counts as an error.
+	// times after a transport error, a 5xx or a 429 before it counts as an
+	// error.
 	maxRetries = 20
 	// maxReplyBytes bounds what the generator reads of one reply; a
 	// reservation is a few hundred bytes.
@@ -158,7 +160,9 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	base, _ := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
+	base, _ := url.Parse(cfg.BaseURL)
+	// JoinPath keeps a relative path relative; requests need it absolute.
+	base.Path = strings.TrimRight(base.Path, "/") + "/"
 	g := &Generator{cfg: cfg, base: base}
 	seq := 0
 	for gi := range cfg.Groups {
@@ -167,9 +171,8 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 			workers++
 		}
 		gr := &genGroup{idx: gi, eventID: "event-" + newUUID(), n: int64(cfg.Reservations)}
-		perClient := (workers + cfg.Clients - 1) / cfg.Clients
 		for range cfg.Clients {
-			gr.clients = append(gr.clients, newHTTPClient(cfg.HTTP2, perClient))
+			gr.clients = append(gr.clients, newHTTPClient(cfg.HTTP2, cfg.Inflight))
 		}
 		gr.bodyPrefix = fmt.Appendf(nil, `{"userId":"user123","eventId":%q,"areaId":"`, gr.eventID)
 		gr.keyPrefix = fmt.Appendf(nil, "%s-", gr.eventID)
@@ -188,11 +191,13 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 	return g, nil
 }
 
-func newHTTPClient(h2 bool, conns int) *http.Client {
+// newHTTPClient keeps up to idleConns connections open between requests,
+// so HTTP/1.1 never closes one that the next reservation would reopen.
+func newHTTPClient(h2 bool, idleConns int) *http.Client {
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		DisableCompression:    true,
-		MaxIdleConnsPerHost:   conns,
+		MaxIdleConnsPerHost:   idleConns,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: responseHeaderTimeout,
 	}
@@ -217,15 +222,6 @@ func (g *Generator) Close() {
 	}
 }
 
-// EventIDs are the events the groups reserve in, in group order.
-func (g *Generator) EventIDs() []string {
-	ids := make([]string, len(g.groups))
-	for i, gr := range g.groups {
-		ids[i] = gr.eventID
-	}
-	return ids
-}
-
 // Setup creates each group's event and opens every worker's connection, so
 // the spike measures reservations only.
 func (g *Generator) Setup(ctx context.Context) error {
@@ -242,7 +238,7 @@ func (g *Generator) Setup(ctx context.Context) error {
 		go func() {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, health.String(), nil)
 			if err == nil {
-				w.resp, err = w.do(req, nil)
+				_, err = w.do(req, nil)
 			}
 			if err == nil && w.status != http.StatusOK {
 				err = fmt.Errorf("health check: status %d", w.status)
@@ -411,7 +407,7 @@ type worker struct {
 	rng    *rand.Rand
 
 	body    []byte
-	bodyR   reqBody
+	src     bodySource
 	getBody func() (io.ReadCloser, error)
 	resp    []byte
 	status  int
@@ -421,7 +417,6 @@ type worker struct {
 	path    []byte
 	key     []byte
 	keyHdr  []string
-	lastErr error
 
 	ledger Ledger
 	latUs  []uint32 // one per answered reservation, merged into HDR at the end
@@ -441,23 +436,19 @@ func newWorker(g *Generator, gr *genGroup, c *http.Client, seq, expect int) *wor
 		latUs:  make([]uint32, 0, expect),
 	}
 	// GetBody lets the transport resend the body when a reused connection
-	// turns out to be dead; it is only called during a round trip, when
-	// w.body holds that request's body.
-	w.getBody = func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(w.body)), nil
+	// turns out to be dead. It is only called during a round trip, while
+	// the source still holds that request's body.
+	w.getBody = func() (io.ReadCloser, error) { return w.src.reader(), nil }
+	w.post = &http.Request{
+		Method: http.MethodPost, URL: gr.postURL, Host: gr.postURL.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}},
 	}
-	if gr.postURL != nil {
-		w.post = &http.Request{
-			Method: http.MethodPost, URL: gr.postURL, Host: gr.postURL.Host,
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: http.Header{"Content-Type": {"application/json"}},
-		}
-		u := *g.base
-		w.get = &http.Request{
-			Method: http.MethodGet, URL: &u, Host: u.Host,
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: http.Header{},
-		}
+	u := *g.base // the GET's path changes per request, so each worker owns a copy
+	w.get = &http.Request{
+		Method: http.MethodGet, URL: &u, Host: u.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{},
 	}
 	return w
 }
@@ -465,10 +456,8 @@ func newWorker(g *Generator, gr *genGroup, c *http.Client, seq, expect int) *wor
 func (w *worker) run(ctx context.Context) {
 	// Requests are built once per worker; binding the context here keeps
 	// ctrl-C able to abort a request in flight.
-	if w.post != nil {
-		w.post = w.post.WithContext(ctx)
-		w.get = w.get.WithContext(ctx)
-	}
+	w.post = w.post.WithContext(ctx)
+	w.get = w.get.WithContext(ctx)
 	for ctx.Err() == nil {
 		i := w.gr.next.Add(1) - 1
 		if i >= w.gr.n {
@@ -517,26 +506,27 @@ func (w *worker) reserve(i int64) {
 		w.failures++
 		return
 	}
-	if w.g.cfg.CheckSeats {
-		if !bytes.Equal(w.reply.areaID, w.body[areaStart:areaEnd]) {
-			w.g.sample(&w.g.invalidSamples, fmt.Sprintf("asked area %s, reply is for area %q", w.body[areaStart:areaEnd], w.reply.areaID))
-			w.invalid++
-			return
-		}
-		if why := checkRandomSeats(w.reply.seats, n, gridRows, gridCols); why != "" {
-			w.g.sample(&w.g.invalidSamples, fmt.Sprintf("area %d: %s: %s", area, why, clip(w.resp)))
-			w.invalid++
-			// Seats inside the grid still count for double booking.
-			for _, s := range w.reply.seats {
-				if s.Row < gridRows && s.Col < gridCols {
-					w.ledger.Add(w.gr.idx, area, s)
-				}
-			}
-			return
-		}
-		for _, s := range w.reply.seats {
+	if !w.g.cfg.CheckSeats {
+		w.successes++
+		return
+	}
+	if !bytes.Equal(w.reply.areaID, w.body[areaStart:areaEnd]) {
+		w.g.sample(&w.g.invalidSamples, fmt.Sprintf("asked area %s, reply is for area %q", w.body[areaStart:areaEnd], w.reply.areaID))
+		w.invalid++
+		return
+	}
+	why := checkRandomSeats(w.reply.seats, n, gridRows, gridCols)
+	// A reply with the wrong seat shape still took the seats it names; they
+	// count for double booking as long as they are in the grid.
+	for _, s := range w.reply.seats {
+		if s.Row < gridRows && s.Col < gridCols {
 			w.ledger.Add(w.gr.idx, area, s)
 		}
+	}
+	if why != "" {
+		w.g.sample(&w.g.invalidSamples, fmt.Sprintf("area %d: %s: %s", area, why, clip(w.resp)))
+		w.invalid++
+		return
 	}
 	w.successes++
 	w.seatsSold += int64(len(w.reply.seats))
@@ -556,7 +546,7 @@ func (w *worker) compat() outcome {
 	if !validID(id) {
 		return w.fail("POST reservation: reply %q is not a reservation id", clip(reply))
 	}
-	w.path = append(append(w.path[:0], w.g.base.Path...), "/v1/reservation/"...)
+	w.path = append(append(w.path[:0], w.g.base.Path...), "v1/reservation/"...)
 	w.path = append(w.path, id...)
 	w.get.URL.Path = string(w.path)
 	reply, err = w.do(w.get, nil)
@@ -614,16 +604,20 @@ func (w *worker) fail(format string, args ...any) outcome {
 // the worker's buffer; w.status holds the final status. Transport errors,
 // 5xx and 429 (Surge's backpressure answer) are retried like the peer does.
 func (w *worker) do(req *http.Request, body []byte) ([]byte, error) {
+	if body != nil {
+		w.src.set(body)
+	}
 	var err error
 	for attempt := 0; ; attempt++ {
 		if body != nil {
-			w.bodyR.Reset(body)
-			req.Body = &w.bodyR
+			req.Body = w.src.reader()
 			req.ContentLength = int64(len(body))
 			req.GetBody = w.getBody
 		}
+		// The transport directly: the client's redirect and cookie handling
+		// cost allocations per request and the API has no redirects.
 		var resp *http.Response
-		resp, err = w.client.Do(req)
+		resp, err = w.client.Transport.RoundTrip(req)
 		if err == nil {
 			w.resp, err = readReply(resp.Body, w.resp[:0])
 			resp.Body.Close()
@@ -648,11 +642,55 @@ func (w *worker) do(req *http.Request, body []byte) ([]byte, error) {
 	}
 }
 
-// reqBody is a request body the worker resets for each request instead of
-// allocating one: io.NopCloser would allocate a wrapper every time.
-type reqBody struct{ bytes.Reader }
+// bodySource holds a worker's request body, reused from one request to the
+// next. A transport may still read a request's body after its response has
+// arrived (HTTP/2 sends the body from its own goroutine, and a server may
+// answer before reading it), so every request reads through its own small
+// bodyReader, which stops once the source has moved on to a newer body
+// instead of reading the next request's bytes.
+type bodySource struct {
+	mu  sync.Mutex
+	gen uint64
+	b   []byte
+}
 
-func (*reqBody) Close() error { return nil }
+func (s *bodySource) set(b []byte) {
+	s.mu.Lock()
+	s.gen++
+	s.b = append(s.b[:0], b...)
+	s.mu.Unlock()
+}
+
+func (s *bodySource) reader() *bodyReader {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &bodyReader{src: s, gen: s.gen}
+}
+
+type bodyReader struct {
+	src *bodySource
+	gen uint64
+	off int
+}
+
+var errBodyReused = errors.New("request body already replaced by a newer request")
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	s := r.src
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != r.gen {
+		return 0, errBodyReused
+	}
+	if r.off >= len(s.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (*bodyReader) Close() error { return nil }
 
 func retryable(status int) bool {
 	return status >= 500 || status == http.StatusTooManyRequests

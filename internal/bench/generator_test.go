@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,17 +115,17 @@ func TestSpikeCatchesDoubleBooking(t *testing.T) {
 }
 
 func TestSpikeCountsErrorsAndRetries(t *testing.T) {
-	var calls int
+	var calls atomic.Int64
 	h := http.NewServeMux()
 	h.Handle("/", NullHandler())
 	// Every reservation POST fails with 503 twice, then succeeds; a 400 is
 	// an error at once.
 	h.HandleFunc("POST /v2/reservations", func(w http.ResponseWriter, r *http.Request) {
-		calls++
+		n := calls.Add(1)
 		switch {
 		case r.Header.Get("Idempotency-Key") == "":
 			w.WriteHeader(http.StatusBadRequest)
-		case calls%3 != 0:
+		case n%3 != 0:
 			w.WriteHeader(http.StatusServiceUnavailable)
 		default:
 			NullHandler().ServeHTTP(w, r)
@@ -138,4 +139,44 @@ func TestSpikeCountsErrorsAndRetries(t *testing.T) {
 	if s.Successes != 10 || s.Retries != 20 || s.Errors != 0 {
 		t.Fatalf("want 10 successes after 20 retries, got %+v", s)
 	}
+}
+
+// BenchmarkSpike measures the generator and the null server together, one
+// reservation per op; run it with -benchmem to watch allocations.
+func BenchmarkSpike(b *testing.B) {
+	base := "http://" + benchNull(b)
+	for _, c := range []struct {
+		flow string
+		h2   bool
+	}{{FlowCompat, true}, {FlowNative, true}, {FlowCompat, false}, {FlowNative, false}} {
+		b.Run(fmt.Sprintf("%s/http2=%v", c.flow, c.h2), func(b *testing.B) {
+			g, err := NewGenerator(GenConfig{
+				BaseURL: base, Flow: c.flow, Areas: 10, Reservations: b.N, Clients: 4,
+				Groups: 1, Inflight: 64, HTTP2: c.h2, Seed: 1,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			if err := g.Setup(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			s, err := g.Spike(context.Background())
+			if err != nil || s.Errors > 0 {
+				b.Fatal(err, s)
+			}
+		})
+	}
+}
+
+func benchNull(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := api.NewServer(ln.Addr().String(), NullHandler())
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
 }

@@ -87,7 +87,7 @@ func RunTicketing(ctx context.Context, o TicketingOptions) error {
 		}
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return errors.New("interrupted; servers stopped")
 	}
 	if !r.report.OK {
 		r.keepTmp = true

@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestReportJudgesAndPrints(t *testing.T) {
+	server := &RunReport{Server: "surge", Stats: Stats{Reservations: 1000, Successes: 400, Failures: 600,
+		Seconds: 0.5, PerSecond: 2000, P99Us: 30_000, SeatsSold: 1000, SeatsOffered: 1000, DoubleBookings: []DoubleBooking{}}}
+	server.setCPU(0.025) // 40,000 reservations per CPU-second
+	base := &RunReport{Server: "null", Stats: Stats{Reservations: 1000, Successes: 1000, PerSecond: 2400, P99Us: 15_000}}
+	base.setCPU(0.02)
+	f := &FlowReport{Flow: FlowNative, Server: server, Baseline: base,
+		Restart: &RestartReport{StopSeconds: 0.1, ReadySeconds: 0.4, Reservations: 1000}}
+	f.judge(256)
+
+	met := map[string]bool{}
+	for _, g := range f.Goals {
+		if g.Met == nil {
+			t.Fatalf("goal %q not judged", g.Name)
+		}
+		met[g.Name] = *g.Met
+	}
+	want := map[string]bool{
+		"reservations per server CPU-second": true,  // 40,000 ≥ 40,000
+		"rate vs do-nothing server":          true,  // 83 %
+		"p99 vs do-nothing server":           false, // 2×
+		"restart ready":                      true,
+	}
+	for k, v := range want {
+		if met[k] != v {
+			t.Errorf("%s: met=%v, want %v", k, met[k], v)
+		}
+	}
+
+	var out strings.Builder
+	writeFlow(&out, ReportConfig{Areas: 1, Reservations: 1000, Clients: 1, Groups: 1, Inflight: 256, HTTP2: true}, f)
+	for _, s := range []string{"reservations/s", "2,000", "2,400", "30.00 ms", "40,000", "double booking: none",
+		"restart ready in 0.40 s", "83.3 %", "2.00×"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("report lacks %q:\n%s", s, out.String())
+		}
+	}
+	if _, err := json.Marshal(&Report{Flows: []*FlowReport{f}}); err != nil {
+		t.Fatal(err)
+	}
+}
