@@ -36,8 +36,8 @@ type Config struct {
 	SnapshotEvery   int
 	ShutdownTimeout time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
-	Pprof bool
-	Logger          *slog.Logger
+	Pprof  bool
+	Logger *slog.Logger
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
