@@ -259,8 +259,17 @@ var reservePool = sync.Pool{New: func() any { return new(reserveBody) }}
 // APIs; the rules of the compatibility API (a FAILED record for a bad type
 // or count) are left to the state machine.
 func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pathEvent string) int {
-	if st := readJSON(w, r, maxReservationBody, body); st != 0 {
-		return st
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bodyPool.Put(buf)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxReservationBody)); err != nil {
+		return api.BodyError(w, err)
+	}
+	if !parseReserveFast(buf.Bytes(), body) {
+		body.reset()
+		if err := json.Unmarshal(buf.Bytes(), body); err != nil {
+			return api.Error(w, http.StatusBadRequest, jsonProblem(err))
+		}
 	}
 	if body.EventID == "" {
 		// The peer reads eventId from the body only; fall back to the
