@@ -1,6 +1,7 @@
 package ticketing
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -119,8 +120,17 @@ func (c *Cancel) AppendBinary(b []byte) ([]byte, error) {
 // fingerprint identifies what a request asked for, so a reused
 // idempotency key with a different request is caught.
 func (c *Reserve) fingerprint() uint64 {
-	h := engine.HashMore(engine.Hash(c.EventID), "\x00"+c.AreaID+"\x00"+c.Type)
-	h = engine.HashMore(h, fmt.Sprint(c.NumOfSeats, c.Seats))
+	h := engine.HashMore(engine.Hash(c.EventID), "\x00"+c.AreaID+"\x00"+c.Type+"\x00")
+	var n [8]byte
+	mix := func(v int32) {
+		binary.LittleEndian.PutUint32(n[:4], uint32(v))
+		h = engine.HashMore(h, string(n[:4]))
+	}
+	mix(c.NumOfSeats)
+	for _, s := range c.Seats {
+		mix(s.Row)
+		mix(s.Col)
+	}
 	return h
 }
 
