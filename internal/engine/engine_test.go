@@ -282,6 +282,11 @@ func TestMessagesExactlyOnceAcrossCloseAndReopen(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Close snapshots every partition, so every segment but the active
+	// one is covered and must be gone.
+	if segs, _ := filepath.Glob(filepath.Join(dir, "wal", "*.wal")); len(segs) != 1 {
+		t.Fatalf("after close, %d log segments remain, want 1", len(segs))
+	}
 	e = openEngine(t, dir, 50)
 	defer e.Close()
 	d2, c2, n2 := settle(t, e)
