@@ -138,6 +138,7 @@ type partition struct {
 
 	fx        Effects
 	sinceSnap int
+	snapSize  int
 	dueKeys   []timerKey
 
 	lastEnd atomic.Uint64 // end of the newest durable batch (or replayed record + 1)
@@ -429,7 +430,10 @@ func (p *partition) commit(b *batch) {
 		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
 	}
 	if p.sinceSnap >= p.e.opts.SnapshotEvery {
-		b.snap = p.appendSnapshot(nil)
+		// Encoding stalls this partition, so size the buffer from the last
+		// snapshot instead of growing it by copies.
+		b.snap = p.appendSnapshot(make([]byte, 0, p.snapSize+p.snapSize/4))
+		p.snapSize = len(b.snap)
 		p.sinceSnap = 0
 	}
 	p.mu.Lock()

@@ -228,14 +228,8 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 		}
 	}
 
-	ids := make([][16]byte, 0, len(m.reservations))
-	for id := range m.reservations {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
-	w.Uvarint(uint64(len(ids)))
-	for _, id := range ids {
-		r := m.reservations[id]
+	w.Uvarint(uint64(len(m.order)))
+	for _, r := range m.order {
 		w.B = append(w.B, r.ID[:]...)
 		w.Str(r.UserID)
 		w.Str(r.EventID)
@@ -251,19 +245,8 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 		w.U8(uint8(r.Reason))
 		w.I32(r.ReasonA)
 		w.I32(r.ReasonB)
-	}
-
-	ikeys := make([]string, 0, len(m.idem))
-	for k := range m.idem {
-		ikeys = append(ikeys, k)
-	}
-	sort.Strings(ikeys)
-	w.Uvarint(uint64(len(ikeys)))
-	for _, k := range ikeys {
-		e := m.idem[k]
-		w.Str(k)
-		w.B = append(w.B, e.id[:]...)
-		w.U64(e.fingerprint)
+		w.Str(r.IdemKey)
+		w.U64(r.idemFP)
 	}
 	return w.B
 }
@@ -292,7 +275,9 @@ func (m *Machine) Restore(data []byte) error {
 		a.recount()
 		m.areas[areaKey{ev, def.AreaID}] = a
 	}
-	for n := r.Count(30); n > 0 && r.Err == nil; n-- {
+	n := r.Count(38)
+	m.order = make([]*Reservation, 0, n)
+	for ; n > 0 && r.Err == nil; n-- {
 		res := &Reservation{}
 		copy(res.ID[:], r.Next(16))
 		res.UserID, res.EventID, res.AreaID, res.Type = r.Str(), r.Str(), r.Str(), internType(r.Str())
@@ -305,14 +290,11 @@ func (m *Machine) Restore(data []byte) error {
 		}
 		res.State, res.Reason = State(r.U8()), Reason(r.U8())
 		res.ReasonA, res.ReasonB = r.I32(), r.I32()
-		m.reservations[res.ID] = res
-	}
-	for n := r.Count(25); n > 0 && r.Err == nil; n-- {
-		k := r.Str()
-		var e idemEntry
-		copy(e.id[:], r.Next(16))
-		e.fingerprint = r.U64()
-		m.idem[k] = e
+		res.IdemKey, res.idemFP = r.Str(), r.U64()
+		m.add(res)
+		if res.IdemKey != "" {
+			m.idem[idemKey{res.UserID, res.IdemKey}] = res
+		}
 	}
 	if r.Err != nil {
 		return fmt.Errorf("ticketing: snapshot: %w", r.Err)

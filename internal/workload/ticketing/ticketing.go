@@ -133,6 +133,8 @@ type Reservation struct {
 	Reason     Reason
 	ReasonA    int32 // reason arguments, e.g. N, or a seat's row and col
 	ReasonB    int32
+	IdemKey    string // the Idempotency-Key it was created with, if any
+	idemFP     uint64 // fingerprint of the request that created it
 }
 
 // FailedReason renders the reason; empty unless FAILED.
@@ -229,17 +231,17 @@ func (a *area) countTaken() int {
 
 type areaKey struct{ event, area string }
 
-type idemEntry struct {
-	id          [16]byte
-	fingerprint uint64
-}
+type idemKey struct{ user, key string }
 
 // Machine is the ticketing state of one partition.
 type Machine struct {
 	events       map[string]*EventDef
 	areas        map[areaKey]*area
 	reservations map[[16]byte]*Reservation
-	idem         map[string]idemEntry // user + "\x00" + key
+	// order holds every reservation in creation order, which replay
+	// reproduces exactly, so a snapshot needs no sort.
+	order []*Reservation
+	idem  map[idemKey]*Reservation
 }
 
 // NewMachine returns an empty state.
@@ -248,7 +250,7 @@ func NewMachine() *Machine {
 		events:       make(map[string]*EventDef),
 		areas:        make(map[areaKey]*area),
 		reservations: make(map[[16]byte]*Reservation),
-		idem:         make(map[string]idemEntry),
+		idem:         make(map[idemKey]*Reservation),
 	}
 }
 
@@ -334,13 +336,11 @@ func ValidateArea(a *AreaDef) string {
 
 func (m *Machine) reserve(c *Reserve) *Result {
 	if c.IdemKey != "" {
-		if e, ok := m.idem[c.UserID+"\x00"+c.IdemKey]; ok {
-			if e.fingerprint != c.fingerprint() {
+		if r := m.idem[idemKey{c.UserID, c.IdemKey}]; r != nil {
+			if r.idemFP != c.fingerprint() {
 				return &Result{Outcome: Conflict, Msg: "Idempotency-Key was already used for a different reservation request"}
 			}
-			if r := m.reservations[e.id]; r != nil {
-				return &Result{Outcome: Replayed, Res: *r}
-			}
+			return &Result{Outcome: Replayed, Res: *r}
 		}
 	}
 	if _, dup := m.reservations[c.ID]; dup {
@@ -364,11 +364,17 @@ func (m *Machine) reserve(c *Reserve) *Result {
 	if c.Strict && r.isInvalid() {
 		return &Result{Outcome: Invalid, Msg: r.FailedReason()}
 	}
-	m.reservations[r.ID] = r
+	m.add(r)
 	if c.IdemKey != "" {
-		m.idem[c.UserID+"\x00"+c.IdemKey] = idemEntry{id: r.ID, fingerprint: c.fingerprint()}
+		r.IdemKey, r.idemFP = c.IdemKey, c.fingerprint()
+		m.idem[idemKey{r.UserID, r.IdemKey}] = r
 	}
 	return &Result{Outcome: OK, Res: *r}
+}
+
+func (m *Machine) add(r *Reservation) {
+	m.reservations[r.ID] = r
+	m.order = append(m.order, r)
 }
 
 func (r *Reservation) fail(why Reason, a, b int32) {

@@ -28,6 +28,9 @@ func id(n int) [16]byte {
 // the free counters equal the grid minus the live seats.
 func checkInvariants(t *testing.T, m *Machine) {
 	t.Helper()
+	if len(m.order) != len(m.reservations) {
+		t.Fatalf("order has %d reservations, index %d", len(m.order), len(m.reservations))
+	}
 	owner := map[areaKey]map[Seat][16]byte{}
 	for _, r := range m.reservations {
 		if r.State != StateReserved {
