@@ -298,5 +298,25 @@ func TestKill9MidLoad(t *testing.T) {
 			t.Fatalf("reservation after restart: status %d", r.StatusCode)
 		}
 	}
+	// The operational endpoints an operator relies on.
+	r, err = client.Get(srv.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	for _, name := range []string{
+		`route="POST /v2/reservations"}`,
+		"surge_engine_batch_commands_count", "surge_wal_fsync_seconds_count",
+		`surge_engine_inbox_depth{partition="0"}`, "surge_engine_apply_seconds_count",
+		"process_cpu_seconds_total",
+	} {
+		if !bytes.Contains(metrics, []byte(name)) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if r, err := client.Get(srv.base + "/healthz"); err != nil || r.StatusCode != 200 {
+		t.Errorf("/healthz: %v %v", err, r)
+	}
 	t.Logf("%d acknowledged before kill -9 (%d cancelled), all intact after restart", len(acked), len(cancelled))
 }
