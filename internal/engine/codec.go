@@ -150,6 +150,9 @@ func (p *partition) restoreSnapshot(data []byte) error {
 	for i := 0; i < n && r.Err == nil; i++ {
 		s := r.U64()
 		m := outMsg{target: int(r.U32()), workload: r.U8()}
+		if m.target >= len(p.e.parts) {
+			return fmt.Errorf("engine: snapshot of partition %d has a message for partition %d of %d", p.id, m.target, len(p.e.parts))
+		}
 		m.data = append([]byte(nil), r.Bytes()...)
 		m.seq = s
 		p.outbox[s] = &m

@@ -66,6 +66,9 @@ type Engine struct {
 	mu     sync.RWMutex // writers: Close; readers: Submit
 	closed bool
 	failed atomic.Bool
+	// doneEnd is the end of the newest batch whose done callback has
+	// finished; every partition's lastEnd is up to date below it.
+	doneEnd atomic.Uint64
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -295,7 +298,10 @@ func (e *Engine) snapshotter() {
 // needs records from its snapshot position on, and only if it applied
 // anything since that snapshot.
 func (e *Engine) release() error {
-	upTo := uint64(e.opts.Log.End())
+	// doneEnd, not Log.End: the log's end moves before the done callbacks
+	// that update lastEnd run, and reading it first could make a partition
+	// whose batch is durable but not yet done look idle.
+	upTo := e.doneEnd.Load()
 	for _, p := range e.parts {
 		sp := p.snapPos.Load()
 		if p.lastEnd.Load() > sp && sp < upTo {
@@ -326,8 +332,11 @@ func (e *Engine) recover() error {
 		}
 		from = min(from, uint64(pos))
 	}
-	if from == 0 && e.opts.ReplayStart != nil {
-		from = uint64(e.opts.ReplayStart())
+	if e.opts.ReplayStart != nil {
+		// A partition that was idle when segments were released may hold
+		// a snapshot older than the oldest retained record; it has no
+		// records in between, so starting at the log's start is exact.
+		from = max(from, uint64(e.opts.ReplayStart()))
 	}
 	var replayed int
 	err := e.opts.Log.Replay(cmdlog.Position(from), func(pos cmdlog.Position, en cmdlog.Entry) error {
@@ -348,6 +357,7 @@ func (e *Engine) recover() error {
 	if err != nil {
 		return err
 	}
+	e.doneEnd.Store(uint64(e.opts.Log.End()))
 	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from)
 	for _, p := range e.parts {
 		seqs := make([]uint64, 0, len(p.outbox))

@@ -430,3 +430,37 @@ func crashChild(dir string) {
 	}
 	select {}
 }
+
+// TestIdlePartitionSnapshotOlderThanLog: a partition that goes idle keeps
+// an old snapshot while busy partitions cause the segments under it to be
+// released. The next start must not try to replay from before the log's
+// start (found in review: the server could not restart).
+func TestIdlePartitionSnapshotOlderThanLog(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir, 50)
+	for _, k := range keys {
+		mustDo(t, e, e.PartitionOf(k), &transfer{From: k, To: k, N: 1})
+	}
+	settle(t, e)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openEngine(t, dir, 50)
+	busy := e.PartitionOf("a")
+	for range 4000 {
+		mustDo(t, e, busy, &transfer{From: "a", To: "a", N: 1})
+	}
+	settle(t, e)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(dir, "wal", "*.wal")); len(segs) != 1 {
+		t.Fatalf("%d segments after close", len(segs))
+	}
+	e = openEngine(t, dir, 50)
+	defer e.Close()
+	d, c, n := settle(t, e)
+	if d != c || n != int64(len(keys))+4000 {
+		t.Fatalf("after restart: debits %d credits %d transfers %d", d, c, n)
+	}
+}

@@ -13,6 +13,9 @@ type Metrics struct {
 	BatchSize    prometheus.Histogram
 	ApplySeconds prometheus.Histogram
 	Snapshots    prometheus.Counter
+	// SnapshotEncodeSeconds is how long a partition stalls to encode its
+	// state for a snapshot.
+	SnapshotEncodeSeconds prometheus.Histogram
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -34,7 +37,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partition snapshots written.",
 		}),
 	}
-	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots)
+	m.SnapshotEncodeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "surge_engine_snapshot_encode_seconds",
+		Help:    "Time a partition spends encoding a snapshot (it serves nothing meanwhile).",
+		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
+	})
+	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotEncodeSeconds)
 	return m
 }
 

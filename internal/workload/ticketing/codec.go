@@ -251,6 +251,18 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 	return w.B
 }
 
+// SnapshotSizeHint estimates AppendSnapshot's output size.
+func (m *Machine) SnapshotSizeHint() int {
+	n := 64 + 256*len(m.events)
+	for _, a := range m.areas {
+		n += 64 + 8*len(a.taken)
+	}
+	for _, r := range m.order {
+		n += 48 + len(r.UserID) + len(r.EventID) + len(r.AreaID) + len(r.Type) + len(r.IdemKey) + 8*len(r.Seats)
+	}
+	return n
+}
+
 // Restore implements engine.Machine.
 func (m *Machine) Restore(data []byte) error {
 	*m = *NewMachine()
@@ -291,6 +303,17 @@ func (m *Machine) Restore(data []byte) error {
 		res.State, res.Reason = State(r.U8()), Reason(r.U8())
 		res.ReasonA, res.ReasonB = r.I32(), r.I32()
 		res.IdemKey, res.idemFP = r.Str(), r.U64()
+		if res.State == StateReserved && r.Err == nil {
+			a := m.areas[areaKey{res.EventID, res.AreaID}]
+			if a == nil {
+				return fmt.Errorf("ticketing: snapshot has a reservation in unknown area %q/%q", res.EventID, res.AreaID)
+			}
+			for _, st := range res.Seats {
+				if st.Row < 0 || int(st.Row) >= a.def.RowCount || st.Col < 0 || int(st.Col) >= a.def.ColCount || !a.isTaken(int(st.Row), int(st.Col)) {
+					return fmt.Errorf("ticketing: snapshot has a reservation holding seat %d,%d that its area does not mark taken", st.Row, st.Col)
+				}
+			}
+		}
 		m.add(res)
 		if res.IdemKey != "" {
 			m.idem[idemKey{res.UserID, res.IdemKey}] = res
