@@ -464,3 +464,53 @@ func TestIdlePartitionSnapshotOlderThanLog(t *testing.T) {
 		t.Fatalf("after restart: debits %d credits %d transfers %d", d, c, n)
 	}
 }
+
+// failingLog fails every append after the first n.
+type failingLog struct {
+	*wal.Log
+	n atomic.Int64
+}
+
+func (f *failingLog) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
+	if f.n.Add(-1) < 0 {
+		done(0, 0, errors.New("disk on fire"))
+		return
+	}
+	f.Log.Append(entries, done)
+}
+
+// TestLogFailureStopsTheEngine: once the log refuses a batch, memory is
+// ahead of disk, so that request and every later one must fail rather
+// than be answered from state that was never made durable.
+func TestLogFailureStopsTheEngine(t *testing.T) {
+	dir := t.TempDir()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingLog{Log: lg}
+	fl.n.Store(3)
+	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
+	e, err := engine.Open(engine.Options{Partitions: 2, Log: fl, Snapshots: snapDir(filepath.Join(dir, "snap")), ReplayStart: lg.Start}, bank{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	var failedAt = -1
+	for i := range 10 {
+		_, err := e.Do(ctx, 0, 7, &transfer{From: "a", To: "a", N: 1})
+		if err != nil && failedAt < 0 {
+			failedAt = i
+		}
+		if failedAt >= 0 && !errors.Is(err, engine.ErrFailed) {
+			t.Fatalf("request %d after the failure: %v, want ErrFailed", i, err)
+		}
+	}
+	if failedAt < 0 {
+		t.Fatal("no request failed")
+	}
+	if _, err := e.Query(ctx, 0, 7, getAccount{Key: "a"}); !errors.Is(err, engine.ErrFailed) {
+		t.Fatalf("query after failure: %v", err)
+	}
+}

@@ -428,6 +428,11 @@ func (p *partition) commit(b *batch) {
 		p.free <- b
 		return
 	}
+	if p.e.failed.Load() {
+		releaseAll(b.reqs, ErrFailed)
+		p.free <- b
+		return
+	}
 	for i, start := range b.offsets {
 		end := len(b.buf)
 		if i+1 < len(b.offsets) {
@@ -475,6 +480,10 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 	p := b.p
 	if err != nil {
 		p.e.fail(err)
+		err = ErrFailed
+	} else if p.e.failed.Load() {
+		// Durable, but it may build on a batch the log refused: nothing it
+		// produced may leave the process.
 		err = ErrFailed
 	} else {
 		p.lastEnd.Store(uint64(end))
