@@ -33,6 +33,16 @@ func envIntOr(name string, def int) int {
 	return def
 }
 
+func envDurationOr(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+		fmt.Fprintf(os.Stderr, "surge: ignoring %s=%q: not a duration such as 500us\n", name, v)
+	}
+	return def
+}
+
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	cmd := &cobra.Command{
@@ -56,6 +66,7 @@ partition is written, and the process exits 0.`,
 	f.StringVar(&cfg.DataDir, "data-dir", envOr("SURGE_DATA_DIR", "surge-data"), "directory for the log and snapshots (SURGE_DATA_DIR)")
 	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's count, or 8 for a new one (SURGE_PARTITIONS)")
 	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", envIntOr("SURGE_SNAPSHOT_EVERY", 0), "commands a partition applies between snapshots; 0 means 100000 (SURGE_SNAPSHOT_EVERY)")
+	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd

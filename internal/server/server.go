@@ -35,6 +35,7 @@ type Config struct {
 	DataDir         string
 	Partitions      int
 	SnapshotEvery   int
+	SyncInterval    time.Duration
 	ShutdownTimeout time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof  bool
@@ -163,7 +164,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	start := time.Now()
 	lg, err := wal.Open(wal.Options{
-		Dir: filepath.Join(cfg.DataDir, "wal"),
+		Dir:          filepath.Join(cfg.DataDir, "wal"),
+		SyncInterval: cfg.SyncInterval,
 		OnSync: func(d time.Duration, records, _ int) {
 			fsync.Observe(d.Seconds())
 			syncRecords.Observe(float64(records))
