@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"errors"
+	"github.com/surge-run/surge/internal/jsonscan"
 )
 
 // Seat is one seat of an area grid, 0-based like the API.
@@ -46,13 +47,13 @@ const maxJSONDepth = 32
 func parseReservation(b []byte, r *reservationReply) error {
 	r.state, r.areaID, r.failedReason = nil, nil, nil
 	r.seats = r.seats[:0]
-	p := jsonParser{b: b}
-	p.ws()
-	if !p.eat('{') {
+	p := jsonParser{jsonscan.Scanner{B: b}}
+	p.WS()
+	if !p.Eat('{') {
 		return errMalformed
 	}
-	p.ws()
-	if p.eat('}') {
+	p.WS()
+	if p.Eat('}') {
 		return p.end()
 	}
 	for {
@@ -60,11 +61,11 @@ func parseReservation(b []byte, r *reservationReply) error {
 		if !ok {
 			return errMalformed
 		}
-		p.ws()
-		if !p.eat(':') {
+		p.WS()
+		if !p.Eat(':') {
 			return errMalformed
 		}
-		p.ws()
+		p.WS()
 		switch {
 		case bytes.Equal(key, keyState):
 			ok = p.strOrNull(&r.state)
@@ -80,69 +81,46 @@ func parseReservation(b []byte, r *reservationReply) error {
 		if !ok {
 			return errMalformed
 		}
-		p.ws()
-		if p.eat(',') {
-			p.ws()
+		p.WS()
+		if p.Eat(',') {
+			p.WS()
 			continue
 		}
-		if p.eat('}') {
+		if p.Eat('}') {
 			return p.end()
 		}
 		return errMalformed
 	}
 }
 
-type jsonParser struct {
-	b []byte
-	i int
-}
+type jsonParser struct{ jsonscan.Scanner }
 
 func (p *jsonParser) end() error {
-	p.ws()
-	if p.i != len(p.b) {
+	if !p.End() {
 		return errMalformed
 	}
 	return nil
 }
 
-func (p *jsonParser) ws() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *jsonParser) eat(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
 // str returns the raw bytes between the quotes, escapes left as they are:
 // the values we compare (states, area ids, keys) never need unescaping.
 func (p *jsonParser) str() ([]byte, bool) {
-	if !p.eat('"') {
+	if !p.Eat('"') {
 		return nil, false
 	}
-	start := p.i
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; {
+	start := p.I
+	for p.I < len(p.B) {
+		switch c := p.B[p.I]; {
 		case c == '\\':
-			p.i += 2
+			p.I += 2
 		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
+			s := p.B[start:p.I]
+			p.I++
 			return s, true
 		case c < 0x20:
 			return nil, false
 		default:
-			p.i++
+			p.I++
 		}
 	}
 	return nil, false
@@ -159,8 +137,8 @@ func (p *jsonParser) strOrNull(dst *[]byte) bool {
 }
 
 func (p *jsonParser) lit(s string) bool {
-	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
-		p.i += len(s)
+	if len(p.B)-p.I >= len(s) && string(p.B[p.I:p.I+len(s)]) == s {
+		p.I += len(s)
 		return true
 	}
 	return false
@@ -170,15 +148,15 @@ func (p *jsonParser) lit(s string) bool {
 // anything else (negative, fractional, huge) is not a seat the generator
 // can have been given.
 func (p *jsonParser) int() (int, bool) {
-	start, n := p.i, 0
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		n = n*10 + int(p.b[p.i]-'0')
-		p.i++
-		if p.i-start > 9 {
+	start, n := p.I, 0
+	for p.I < len(p.B) && p.B[p.I] >= '0' && p.B[p.I] <= '9' {
+		n = n*10 + int(p.B[p.I]-'0')
+		p.I++
+		if p.I-start > 9 {
 			return 0, false
 		}
 	}
-	if p.i == start || (p.i < len(p.b) && isNumberByte(p.b[p.i])) {
+	if p.I == start || (p.I < len(p.B) && isNumberByte(p.B[p.I])) {
 		return 0, false
 	}
 	return n, true
@@ -192,11 +170,11 @@ func (p *jsonParser) seats(dst *[]Seat) bool {
 	if p.lit("null") {
 		return true
 	}
-	if !p.eat('[') {
+	if !p.Eat('[') {
 		return false
 	}
-	p.ws()
-	if p.eat(']') {
+	p.WS()
+	if p.Eat(']') {
 		return true
 	}
 	for {
@@ -205,22 +183,22 @@ func (p *jsonParser) seats(dst *[]Seat) bool {
 			return false
 		}
 		*dst = append(*dst, s)
-		p.ws()
-		if p.eat(',') {
-			p.ws()
+		p.WS()
+		if p.Eat(',') {
+			p.WS()
 			continue
 		}
-		return p.eat(']')
+		return p.Eat(']')
 	}
 }
 
 func (p *jsonParser) seat() (Seat, bool) {
 	s := Seat{Row: -1, Col: -1}
-	if !p.eat('{') {
+	if !p.Eat('{') {
 		return s, false
 	}
-	p.ws()
-	if p.eat('}') {
+	p.WS()
+	if p.Eat('}') {
 		return s, false
 	}
 	for {
@@ -228,11 +206,11 @@ func (p *jsonParser) seat() (Seat, bool) {
 		if !ok {
 			return s, false
 		}
-		p.ws()
-		if !p.eat(':') {
+		p.WS()
+		if !p.Eat(':') {
 			return s, false
 		}
-		p.ws()
+		p.WS()
 		switch {
 		case bytes.Equal(key, keyRow):
 			s.Row, ok = p.int()
@@ -244,12 +222,12 @@ func (p *jsonParser) seat() (Seat, bool) {
 		if !ok {
 			return s, false
 		}
-		p.ws()
-		if p.eat(',') {
-			p.ws()
+		p.WS()
+		if p.Eat(',') {
+			p.WS()
 			continue
 		}
-		if !p.eat('}') || s.Row < 0 || s.Col < 0 {
+		if !p.Eat('}') || s.Row < 0 || s.Col < 0 {
 			return s, false
 		}
 		return s, true
@@ -258,10 +236,10 @@ func (p *jsonParser) seat() (Seat, bool) {
 
 // skip passes over any JSON value.
 func (p *jsonParser) skip(depth int) bool {
-	if depth > maxJSONDepth || p.i >= len(p.b) {
+	if depth > maxJSONDepth || p.I >= len(p.B) {
 		return false
 	}
-	switch c := p.b[p.i]; c {
+	switch c := p.B[p.I]; c {
 	case '"':
 		_, ok := p.str()
 		return ok
@@ -270,9 +248,9 @@ func (p *jsonParser) skip(depth int) bool {
 		if c == '[' {
 			closer = ']'
 		}
-		p.i++
-		p.ws()
-		if p.eat(closer) {
+		p.I++
+		p.WS()
+		if p.Eat(closer) {
 			return true
 		}
 		for {
@@ -280,21 +258,21 @@ func (p *jsonParser) skip(depth int) bool {
 				if _, ok := p.str(); !ok {
 					return false
 				}
-				p.ws()
-				if !p.eat(':') {
+				p.WS()
+				if !p.Eat(':') {
 					return false
 				}
-				p.ws()
+				p.WS()
 			}
 			if !p.skip(depth + 1) {
 				return false
 			}
-			p.ws()
-			if p.eat(',') {
-				p.ws()
+			p.WS()
+			if p.Eat(',') {
+				p.WS()
 				continue
 			}
-			return p.eat(closer)
+			return p.Eat(closer)
 		}
 	case 't':
 		return p.lit("true")
@@ -303,10 +281,10 @@ func (p *jsonParser) skip(depth int) bool {
 	case 'n':
 		return p.lit("null")
 	default:
-		start := p.i
-		for p.i < len(p.b) && isNumberByte(p.b[p.i]) {
-			p.i++
+		start := p.I
+		for p.I < len(p.B) && isNumberByte(p.B[p.I]) {
+			p.I++
 		}
-		return p.i > start
+		return p.I > start
 	}
 }

@@ -240,17 +240,26 @@ func (e *Engine) Close() error {
 
 	var firstErr error
 	if !e.failed.Load() {
+		// Processors have stopped, so each partition's state can be
+		// encoded and written in parallel.
 		end := e.opts.Log.End()
-		for _, p := range e.parts {
+		errs := make([]error, len(e.parts))
+		var wg sync.WaitGroup
+		for i, p := range e.parts {
 			if p.lastEnd.Load() <= p.snapPos.Load() {
 				continue
 			}
-			if err := e.opts.Snapshots.Write(uint32(p.id), end, p.appendSnapshot(nil)); err != nil {
-				firstErr = err
-				continue
-			}
-			p.snapPos.Store(uint64(end))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				data := p.appendSnapshot(make([]byte, 0, max(p.snapSize+p.snapSize/4, p.snapshotSizeHint())))
+				if errs[i] = e.opts.Snapshots.Write(uint32(p.id), end, data); errs[i] == nil {
+					p.snapPos.Store(uint64(end))
+				}
+			}()
 		}
+		wg.Wait()
+		firstErr = errors.Join(errs...)
 		if firstErr == nil {
 			if err := e.release(); err != nil {
 				firstErr = err

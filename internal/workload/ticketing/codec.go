@@ -93,17 +93,7 @@ func (c *CreateArea) AppendBinary(b []byte) ([]byte, error) {
 
 func (c *Reserve) AppendBinary(b []byte) ([]byte, error) {
 	w := wire.Writer{B: append(b, tagReserve)}
-	w.B = append(w.B, c.ID[:]...)
-	w.Str(c.UserID)
-	w.Str(c.EventID)
-	w.Str(c.AreaID)
-	w.Str(c.Type)
-	w.I32(c.NumOfSeats)
-	w.Uvarint(uint64(len(c.Seats)))
-	for _, s := range c.Seats {
-		w.I32(s.Row)
-		w.I32(s.Col)
-	}
+	appendRequest(&w, &c.ID, c.UserID, c.EventID, c.AreaID, c.Type, c.NumOfSeats, c.Seats)
 	w.Str(c.IdemKey)
 	if c.Strict {
 		w.U8(1)
@@ -111,6 +101,34 @@ func (c *Reserve) AppendBinary(b []byte) ([]byte, error) {
 		w.U8(0)
 	}
 	return w.B, nil
+}
+
+// appendRequest and readRequest encode what a reservation asked for; a
+// Reserve command and a Reservation record share it.
+func appendRequest(w *wire.Writer, id *[16]byte, user, event, area, typ string, n int32, seats []Seat) {
+	w.B = append(w.B, id[:]...)
+	w.Str(user)
+	w.Str(event)
+	w.Str(area)
+	w.Str(typ)
+	w.I32(n)
+	w.Uvarint(uint64(len(seats)))
+	for _, s := range seats {
+		w.I32(s.Row)
+		w.I32(s.Col)
+	}
+}
+
+func readRequest(r *wire.Reader, id *[16]byte, user, event, area, typ *string, n *int32, seats *[]Seat) {
+	copy(id[:], r.Next(16))
+	*user, *event, *area, *typ = r.Str(), r.Str(), r.Str(), internType(r.Str())
+	*n = r.I32()
+	if k := r.Count(8); k > 0 {
+		*seats = make([]Seat, k)
+		for i := range *seats {
+			(*seats)[i] = Seat{Row: r.I32(), Col: r.I32()}
+		}
+	}
 }
 
 func (c *Cancel) AppendBinary(b []byte) ([]byte, error) {
@@ -152,15 +170,7 @@ func (m *Machine) Decode(data []byte) (engine.Command, error) {
 		cmd = c
 	case tagReserve:
 		c := &Reserve{}
-		copy(c.ID[:], r.Next(16))
-		c.UserID, c.EventID, c.AreaID, c.Type = r.Str(), r.Str(), r.Str(), internType(r.Str())
-		c.NumOfSeats = r.I32()
-		if n := r.Count(8); n > 0 {
-			c.Seats = make([]Seat, n)
-			for i := range c.Seats {
-				c.Seats[i] = Seat{Row: r.I32(), Col: r.I32()}
-			}
-		}
+		readRequest(&r, &c.ID, &c.UserID, &c.EventID, &c.AreaID, &c.Type, &c.NumOfSeats, &c.Seats)
 		c.IdemKey = r.Str()
 		c.Strict = r.U8() == 1
 		cmd = c
@@ -230,17 +240,7 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 
 	w.Uvarint(uint64(len(m.order)))
 	for _, r := range m.order {
-		w.B = append(w.B, r.ID[:]...)
-		w.Str(r.UserID)
-		w.Str(r.EventID)
-		w.Str(r.AreaID)
-		w.Str(r.Type)
-		w.I32(r.NumOfSeats)
-		w.Uvarint(uint64(len(r.Seats)))
-		for _, s := range r.Seats {
-			w.I32(s.Row)
-			w.I32(s.Col)
-		}
+		appendRequest(&w, &r.ID, r.UserID, r.EventID, r.AreaID, r.Type, r.NumOfSeats, r.Seats)
 		w.U8(uint8(r.State))
 		w.U8(uint8(r.Reason))
 		w.I32(r.ReasonA)
@@ -291,15 +291,7 @@ func (m *Machine) Restore(data []byte) error {
 	m.order = make([]*Reservation, 0, n)
 	for ; n > 0 && r.Err == nil; n-- {
 		res := &Reservation{}
-		copy(res.ID[:], r.Next(16))
-		res.UserID, res.EventID, res.AreaID, res.Type = r.Str(), r.Str(), r.Str(), internType(r.Str())
-		res.NumOfSeats = r.I32()
-		if k := r.Count(8); k > 0 {
-			res.Seats = make([]Seat, k)
-			for i := range res.Seats {
-				res.Seats[i] = Seat{Row: r.I32(), Col: r.I32()}
-			}
-		}
+		readRequest(&r, &res.ID, &res.UserID, &res.EventID, &res.AreaID, &res.Type, &res.NumOfSeats, &res.Seats)
 		res.State, res.Reason = State(r.U8()), Reason(r.U8())
 		res.ReasonA, res.ReasonB = r.I32(), r.I32()
 		res.IdemKey, res.idemFP = r.Str(), r.U64()

@@ -1,6 +1,10 @@
 package ticketing
 
-import "math"
+import (
+	"math"
+
+	"github.com/surge-run/surge/internal/jsonscan"
+)
 
 // parseReserveFast decodes the common shape of a reservation body without
 // reflection: an object whose keys are the known fields, with plain
@@ -10,26 +14,26 @@ import "math"
 // path never accepts what encoding/json would reject, and never decodes a
 // value differently (checked by a test against encoding/json).
 func parseReserveFast(b []byte, out *reserveBody) bool {
-	p := fastParser{b: b}
-	p.ws()
-	if !p.eat('{') {
+	p := fastParser{jsonscan.Scanner{B: b}}
+	p.WS()
+	if !p.Eat('{') {
 		return false
 	}
-	p.ws()
-	if p.eat('}') {
-		return p.end()
+	p.WS()
+	if p.Eat('}') {
+		return p.End()
 	}
 	for {
-		p.ws()
+		p.WS()
 		key, ok := p.raw()
 		if !ok {
 			return false
 		}
-		p.ws()
-		if !p.eat(':') {
+		p.WS()
+		if !p.Eat(':') {
 			return false
 		}
-		p.ws()
+		p.WS()
 		switch string(key) {
 		case "userId":
 			out.UserID, ok = p.strValue(out.UserID)
@@ -40,7 +44,7 @@ func parseReserveFast(b []byte, out *reserveBody) bool {
 		case "type":
 			out.Type, ok = p.strValue(out.Type)
 		case "numOfSeats":
-			if p.null() {
+			if p.Null() {
 				break
 			}
 			out.NumOfSeats, ok = p.int(math.MinInt64, math.MaxInt64)
@@ -52,72 +56,37 @@ func parseReserveFast(b []byte, out *reserveBody) bool {
 		if !ok {
 			return false
 		}
-		p.ws()
-		if p.eat(',') {
+		p.WS()
+		if p.Eat(',') {
 			continue
 		}
-		if p.eat('}') {
-			return p.end()
+		if p.Eat('}') {
+			return p.End()
 		}
 		return false
 	}
 }
 
-type fastParser struct {
-	b []byte
-	i int
-}
-
-func (p *fastParser) ws() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *fastParser) eat(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-func (p *fastParser) end() bool {
-	p.ws()
-	return p.i == len(p.b)
-}
-
-func (p *fastParser) null() bool {
-	if len(p.b)-p.i >= 4 && string(p.b[p.i:p.i+4]) == "null" {
-		p.i += 4
-		return true
-	}
-	return false
-}
+type fastParser struct{ jsonscan.Scanner }
 
 // raw reads a string of printable ASCII without escapes and returns its
 // bytes in place; anything else (escapes, control bytes, non-ASCII) is
 // left to the fallback.
 func (p *fastParser) raw() ([]byte, bool) {
-	if !p.eat('"') {
+	if !p.Eat('"') {
 		return nil, false
 	}
-	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
+	start := p.I
+	for p.I < len(p.B) {
+		c := p.B[p.I]
 		switch {
 		case c == '"':
-			p.i++
-			return p.b[start : p.i-1], true
+			p.I++
+			return p.B[start : p.I-1], true
 		case c == '\\' || c < 0x20 || c >= 0x80:
 			return nil, false
 		}
-		p.i++
+		p.I++
 	}
 	return nil, false
 }
@@ -139,7 +108,7 @@ func (p *fastParser) str() (string, bool) {
 // strValue reads a string, or null (which leaves the field as it was, as
 // encoding/json does).
 func (p *fastParser) strValue(old string) (string, bool) {
-	if p.null() {
+	if p.Null() {
 		return old, true
 	}
 	return p.str()
@@ -147,21 +116,21 @@ func (p *fastParser) strValue(old string) (string, bool) {
 
 // int reads an integer with no fraction or exponent within [lo, hi].
 func (p *fastParser) int(lo, hi int64) (int64, bool) {
-	neg := p.eat('-')
-	start := p.i
+	neg := p.Eat('-')
+	start := p.I
 	var v int64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+	for p.I < len(p.B) && p.B[p.I] >= '0' && p.B[p.I] <= '9' {
 		if v > (math.MaxInt64-9)/10 {
 			return 0, false
 		}
-		v = v*10 + int64(p.b[p.i]-'0')
-		p.i++
+		v = v*10 + int64(p.B[p.I]-'0')
+		p.I++
 	}
-	n := p.i - start
-	if n == 0 || (n > 1 && p.b[start] == '0') {
+	n := p.I - start
+	if n == 0 || (n > 1 && p.B[start] == '0') {
 		return 0, false
 	}
-	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+	if p.I < len(p.B) && (p.B[p.I] == '.' || p.B[p.I] == 'e' || p.B[p.I] == 'E') {
 		return 0, false
 	}
 	if neg {
@@ -174,37 +143,37 @@ func (p *fastParser) int(lo, hi int64) (int64, bool) {
 }
 
 func (p *fastParser) seats(out *reserveBody) bool {
-	if p.null() {
+	if p.Null() {
 		out.Seats = out.Seats[:0]
 		return true
 	}
-	if !p.eat('[') {
+	if !p.Eat('[') {
 		return false
 	}
 	out.Seats = out.Seats[:0]
-	p.ws()
-	if p.eat(']') {
+	p.WS()
+	if p.Eat(']') {
 		return true
 	}
 	for {
-		p.ws()
-		if !p.eat('{') {
+		p.WS()
+		if !p.Eat('{') {
 			return false
 		}
 		var s Seat
-		p.ws()
-		if !p.eat('}') {
+		p.WS()
+		if !p.Eat('}') {
 			for {
-				p.ws()
+				p.WS()
 				key, ok := p.raw()
 				if !ok {
 					return false
 				}
-				p.ws()
-				if !p.eat(':') {
+				p.WS()
+				if !p.Eat(':') {
 					return false
 				}
-				p.ws()
+				p.WS()
 				v, ok := p.int(math.MinInt32, math.MaxInt32)
 				if !ok {
 					return false
@@ -217,21 +186,21 @@ func (p *fastParser) seats(out *reserveBody) bool {
 				default:
 					return false
 				}
-				p.ws()
-				if p.eat(',') {
+				p.WS()
+				if p.Eat(',') {
 					continue
 				}
-				if p.eat('}') {
+				if p.Eat('}') {
 					break
 				}
 				return false
 			}
 		}
 		out.Seats = append(out.Seats, s)
-		p.ws()
-		if p.eat(',') {
+		p.WS()
+		if p.Eat(',') {
 			continue
 		}
-		return p.eat(']')
+		return p.Eat(']')
 	}
 }
