@@ -165,6 +165,9 @@ func TestKill9MidLoad(t *testing.T) {
 						return
 					}
 				}
+				if res.ReservationID == "" {
+					continue // a native rejection leaves no record to look up
+				}
 				mu.Lock()
 				acked[res.ReservationID] = res
 				mu.Unlock()

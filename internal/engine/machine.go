@@ -60,9 +60,10 @@ type Workload interface {
 // Effects collects what one Apply wants done. The engine releases them only
 // after the command is durable.
 type Effects struct {
-	reply  any
-	sends  []send
-	timers []timerOp
+	reply     any
+	sends     []send
+	timers    []timerOp
+	unchanged bool
 }
 
 type send struct {
@@ -80,6 +81,13 @@ type timerOp struct {
 
 // Reply sets the value returned to the client that submitted the command.
 func (fx *Effects) Reply(v any) { fx.reply = v }
+
+// Unchanged declares that the command changed nothing: the engine then
+// does not log it (a rejection costs no disk write), and its reply is
+// released like a query's, after everything it observed is durable. It
+// must be true: replay never sees the command. Ignored if the command
+// also sent messages or set timers.
+func (fx *Effects) Unchanged() { fx.unchanged = true }
 
 // Send delivers cmd to the machine of workload wl that owns key, exactly
 // once, after this command is durable.
@@ -100,6 +108,7 @@ func (fx *Effects) CancelTimer(id string) {
 
 func (fx *Effects) reset() {
 	fx.reply = nil
+	fx.unchanged = false
 	clear(fx.sends)
 	fx.sends = fx.sends[:0]
 	clear(fx.timers)
@@ -119,3 +128,6 @@ var (
 // ReplyOf returns the reply recorded in fx; for workload tests that call
 // Apply directly.
 func ReplyOf(fx *Effects) any { return fx.reply }
+
+// IsUnchanged reports whether Apply called Unchanged; for workload tests.
+func IsUnchanged(fx *Effects) bool { return fx.unchanged }

@@ -256,6 +256,10 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 	in := Input{Kind: FromClient, TimeNs: now, Cmd: r.cmd}
 	p.apply(b, r.workload, &in)
 	r.result = p.fx.reply
+	if p.fx.unchanged && len(p.fx.sends) == 0 && len(p.fx.timers) == 0 {
+		b.buf = b.buf[:start]
+		b.offsets = b.offsets[:len(b.offsets)-1]
+	}
 }
 
 func (p *partition) handleMail(b *batch, m *mail, now int64) {

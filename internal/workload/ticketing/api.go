@@ -483,7 +483,12 @@ func newID(part int) [16]byte {
 
 func partitionOfID(id [16]byte) int { return int(id[14])<<8 | int(id[15]) }
 
+// formatID writes the canonical UUID form; the zero id (a rejection that
+// left no record) is written as nothing.
 func formatID(b []byte, id [16]byte) []byte {
+	if id == ([16]byte{}) {
+		return b
+	}
 	const hx = "0123456789abcdef"
 	for i, c := range id {
 		if i == 4 || i == 6 || i == 8 || i == 10 {

@@ -13,9 +13,12 @@
 //     reason); a RESERVED one may later be CANCELLED, freeing its seats.
 //   - A request with an idempotency key that was seen before (same user,
 //     same area) returns the first result instead of reserving again.
-//   - Strict (native API) requests that name no known area, or are
-//     invalid, are rejected without leaving a record; compatibility
-//     requests leave a FAILED reservation, as the system they replace does.
+//   - Strict (native API) requests that name no known area, are invalid,
+//     or find no seats are answered without leaving a record (and without
+//     a log write); compatibility requests leave a FAILED reservation that
+//     can be read back by id, as the system they replace does.
+//   - Only an OK outcome changes state; every other outcome is declared
+//     Unchanged to the engine, which then does not log the command.
 package ticketing
 
 import (
@@ -264,6 +267,7 @@ const (
 	NotFound                // unknown event, area or reservation; nothing recorded
 	Invalid                 // strict request rejected; nothing recorded
 	Conflict                // different definition, key reuse with another request, cancel of a FAILED one
+	Rejected                // strict reserve found no seats; Res says why; nothing recorded
 )
 
 // Result is the reply of every command.
@@ -275,18 +279,23 @@ type Result struct {
 
 // Apply implements engine.Machine.
 func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
+	var res *Result
 	switch c := in.Cmd.(type) {
 	case *CreateEvent:
-		fx.Reply(m.createEvent(c))
+		res = m.createEvent(c)
 	case *CreateArea:
-		fx.Reply(m.createArea(c))
+		res = m.createArea(c)
 	case *Reserve:
-		fx.Reply(m.reserve(c))
+		res = m.reserve(c)
 	case *Cancel:
-		fx.Reply(m.cancel(c))
+		res = m.cancel(c)
 	default:
-		fx.Reply(&Result{Outcome: Invalid, Msg: fmt.Sprintf("ticketing: unknown command %T", in.Cmd)})
+		res = &Result{Outcome: Invalid, Msg: fmt.Sprintf("ticketing: unknown command %T", in.Cmd)}
 	}
+	if res.Outcome != OK {
+		fx.Unchanged()
+	}
+	fx.Reply(res)
 }
 
 func (m *Machine) createEvent(c *CreateEvent) *Result {
@@ -363,6 +372,10 @@ func (m *Machine) reserve(c *Reserve) *Result {
 	}
 	if c.Strict && r.isInvalid() {
 		return &Result{Outcome: Invalid, Msg: r.FailedReason()}
+	}
+	if c.Strict && r.State == StateFailed {
+		r.ID = [16]byte{}
+		return &Result{Outcome: Rejected, Res: *r}
 	}
 	m.add(r)
 	if c.IdemKey != "" {

@@ -89,7 +89,7 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		areas := []AreaDef{{AreaID: "a", RowCount: 1 + rng.IntN(5), ColCount: 1 + rng.IntN(8)}, {AreaID: "b", RowCount: 3, ColCount: 3}}
 		m := newTestMachine(areas...)
-		var log []engine.Command
+		var logged []engine.Command // what the engine would write to the log
 		var issued [][16]byte
 		for step := 0; step < 300; step++ {
 			var cmd engine.Command
@@ -112,7 +112,16 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 				}
 				cmd = &Cancel{ID: issued[rng.IntN(len(issued))]}
 			}
-			res := apply(m, cmd)
+			before := m.AppendSnapshot(nil)
+			var fx engine.Effects
+			m.Apply(&engine.Input{Kind: engine.FromClient, Cmd: cmd}, &fx)
+			res := replyOf(&fx)
+			if engine.IsUnchanged(&fx) && !bytes.Equal(before, m.AppendSnapshot(nil)) {
+				t.Fatalf("seed %d step %d: %T declared Unchanged but changed the state", seed, step, cmd)
+			}
+			if (res.Outcome == OK) == engine.IsUnchanged(&fx) {
+				t.Fatalf("seed %d step %d: outcome %d with Unchanged=%v", seed, step, res.Outcome, engine.IsUnchanged(&fx))
+			}
 			if rc, ok := cmd.(*Reserve); ok && res.Outcome == OK {
 				issued = append(issued, rc.ID)
 				if res.Res.State == StateReserved && rc.Type == TypeRandom {
@@ -126,13 +135,15 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 					}
 				}
 			}
-			log = append(log, cmd)
+			if !engine.IsUnchanged(&fx) {
+				logged = append(logged, cmd)
+			}
 			checkInvariants(t, m)
 		}
 
 		// Replay: the same commands from an empty state give the same bytes.
 		again := newTestMachine(areas...)
-		for _, c := range log {
+		for _, c := range logged {
 			b, _ := c.AppendBinary(nil)
 			dc, err := again.Decode(b)
 			if err != nil {
