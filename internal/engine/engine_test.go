@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -219,7 +220,7 @@ func openEngine(t testing.TB, dir string, snapEvery int) *engine.Engine {
 	}
 	sd := filepath.Join(dir, "snap")
 	os.MkdirAll(sd, 0o755)
-	e, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snapDir(sd), SnapshotEvery: snapEvery, ReplayStart: lg.Start}, bank{})
+	e, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snapDir(sd), SnapshotEvery: snapEvery, ReplayStart: lg.Start, Logger: quiet}, bank{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestLogFailureStopsTheEngine(t *testing.T) {
 	fl := &failingLog{Log: lg}
 	fl.n.Store(3)
 	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	e, err := engine.Open(engine.Options{Partitions: 2, Log: fl, Snapshots: snapDir(filepath.Join(dir, "snap")), ReplayStart: lg.Start}, bank{})
+	e, err := engine.Open(engine.Options{Partitions: 2, Log: fl, Snapshots: snapDir(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, bank{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,3 +515,5 @@ func TestLogFailureStopsTheEngine(t *testing.T) {
 		t.Fatalf("query after failure: %v", err)
 	}
 }
+
+var quiet = slog.New(slog.DiscardHandler)

@@ -3,6 +3,7 @@ package ticketing_test
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -37,7 +38,7 @@ func newServer(t *testing.T) *httptest.Server {
 		t.Fatal(err)
 	}
 	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start}, ticketing.Workload{})
+	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,3 +221,5 @@ func TestRandomBodiesNeverCrash(t *testing.T) {
 		}
 	}
 }
+
+var quiet = slog.New(slog.DiscardHandler)
