@@ -321,5 +321,14 @@ func TestKill9MidLoad(t *testing.T) {
 	if r, err := client.Get(srv.base + "/healthz"); err != nil || r.StatusCode != 200 {
 		t.Errorf("/healthz: %v %v", err, r)
 	}
+	// The same port speaks cleartext HTTP/2 with prior knowledge.
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &protos}, Timeout: 5 * time.Second}
+	if r, err := h2c.Get(srv.base + "/v1/health_check"); err != nil || r.StatusCode != 200 || r.ProtoMajor != 2 {
+		t.Errorf("h2c health check: %v %v", err, r)
+	} else {
+		r.Body.Close()
+	}
 	t.Logf("%d acknowledged before kill -9 (%d cancelled), all intact after restart", len(acked), len(cancelled))
 }
