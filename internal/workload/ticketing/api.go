@@ -363,7 +363,12 @@ func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
 	case Conflict:
 		return api.Error(w, http.StatusUnprocessableEntity, rr.Msg)
 	case Replayed:
+		// Only reservations that were made are remembered, so the first
+		// answer was 201; the body shows the reservation as it is now
+		// (it may have been cancelled since).
 		w.Header().Set("Idempotent-Replayed", "true")
+		writeReservation(w, http.StatusCreated, &rr.Res)
+		return http.StatusCreated
 	}
 	st := http.StatusCreated
 	if rr.Res.State != StateReserved {

@@ -182,6 +182,14 @@ func TestNativeIdempotencyAndCancel(t *testing.T) {
 	if got := available(t, srv); got != 6 {
 		t.Fatalf("cancel did not free seats: available %d", got)
 	}
+	// A late retry of the original request replays it (201), showing the
+	// reservation as it is now, and does not reserve again.
+	if st, b := do(t, srv, "POST", "/v2/reservations", body, "Idempotency-Key", "abc"); st != 201 || !strings.Contains(b, "CANCELLED") {
+		t.Fatalf("replay after cancel: %d %s", st, b)
+	}
+	if got := available(t, srv); got != 6 {
+		t.Fatalf("replay after cancel reserved again: available %d", got)
+	}
 	do(t, srv, "POST", "/v2/reservations", `{"eventId":"ev","areaId":"A","numOfSeats":3,"type":"RANDOM"}`)
 	do(t, srv, "POST", "/v2/reservations", `{"eventId":"ev","areaId":"A","numOfSeats":3,"type":"RANDOM"}`)
 	st, b := do(t, srv, "POST", "/v2/reservations", `{"eventId":"ev","areaId":"A","numOfSeats":1,"type":"RANDOM"}`)

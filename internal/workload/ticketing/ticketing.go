@@ -81,6 +81,7 @@ const (
 	ReasonNotAvailable
 	ReasonNoContinuous
 	ReasonSoldOut
+	ReasonSeatCount // SELF_PICK listing no seats or too many
 )
 
 // Seat is one place in an area's grid, both coordinates 0-based.
@@ -161,6 +162,8 @@ func (r *Reservation) FailedReason() string {
 		return fmt.Sprintf("no %d continuous seats are available", r.ReasonA)
 	case ReasonSoldOut:
 		return "the area is sold out"
+	case ReasonSeatCount:
+		return fmt.Sprintf("invalid argument: SELF_PICK must list 1 to %d seats, got %d", MaxSeatsPerRequest, r.ReasonA)
 	}
 	return "unknown reason"
 }
@@ -397,7 +400,7 @@ func (r *Reservation) fail(why Reason, a, b int32) {
 // isInvalid tells a malformed request from one that merely lost the race.
 func (r *Reservation) isInvalid() bool {
 	switch r.Reason {
-	case ReasonInvalidArgument, ReasonInvalidType, ReasonInvalidSeat, ReasonDuplicateSeat:
+	case ReasonInvalidArgument, ReasonInvalidType, ReasonInvalidSeat, ReasonDuplicateSeat, ReasonSeatCount:
 		return true
 	}
 	return false
@@ -429,7 +432,7 @@ func (m *Machine) reserveRandom(c *Reserve, a *area, r *Reservation) {
 func (m *Machine) reserveSelfPick(c *Reserve, a *area, r *Reservation) {
 	r.NumOfSeats = int32(len(c.Seats))
 	if len(c.Seats) == 0 || len(c.Seats) > MaxSeatsPerRequest {
-		r.fail(ReasonInvalidArgument, int32(len(c.Seats)), 0)
+		r.fail(ReasonSeatCount, int32(len(c.Seats)), 0)
 		return
 	}
 	for i, s := range c.Seats {
