@@ -27,7 +27,8 @@ const (
 // API serves the compatibility routes of the ticket-master system and
 // Surge's native routes beside them.
 type API struct {
-	eng *engine.Engine
+	eng    *engine.Engine
+	failed failedCache
 }
 
 // NewAPI returns the ticketing HTTP API over eng.
@@ -328,6 +329,9 @@ func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
 	if rr.Outcome != OK {
 		return api.Error(w, http.StatusInternalServerError, "reservation not recorded: "+rr.Msg)
 	}
+	if rr.Res.State == StateFailed {
+		a.failed.put(rr.Res.ID, appendReservation(nil, &rr.Res))
+	}
 	var idb [36]byte
 	api.Write(w, http.StatusOK, false, formatID(idb[:0], rr.Res.ID))
 	return http.StatusOK
@@ -401,6 +405,12 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 // compatGet is the peer's long poll. Reservations are final before their
 // id is handed out, so it never has to wait.
 func (a *API) compatGet(w http.ResponseWriter, r *http.Request) int {
+	if id, ok := parseID(r.PathValue("id")); ok {
+		if body, ok := a.failed.get(id); ok {
+			api.Write(w, http.StatusOK, true, body)
+			return http.StatusOK
+		}
+	}
 	rr, st := a.lookup(w, r)
 	if st != 0 {
 		return st

@@ -231,3 +231,41 @@ func TestRandomBodiesNeverCrash(t *testing.T) {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// TestCachedFailedAnswerMatchesPartition: a FAILED compat reservation is
+// answered from the API's cache right after the POST; a fresh API over the
+// same engine (empty cache) must answer byte for byte the same.
+func TestCachedFailedAnswerMatchesPartition(t *testing.T) {
+	dir := t.TempDir()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
+	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	serve := func() *httptest.Server {
+		mux := http.NewServeMux()
+		ticketing.NewAPI(eng).Register(mux, api.NewMetrics(prometheus.NewRegistry()))
+		return httptest.NewServer(mux)
+	}
+	first, second := serve(), serve()
+	defer first.Close()
+	defer second.Close()
+	do(t, first, "POST", "/v1/event", event)
+	for _, body := range []string{
+		`{"userId":"u\"1","eventId":"ev","areaId":"A","numOfSeats":9,"type":"RANDOM"}`,
+		`{"userId":"u","eventId":"ev","areaId":"nope","numOfSeats":1,"type":"RANDOM"}`,
+		`{"userId":"u","eventId":"ev","areaId":"A","numOfSeats":1,"type":"BEST"}`,
+	} {
+		_, id := do(t, first, "POST", "/v1/event/ev/reservation", body)
+		st1, cached := do(t, first, "GET", "/v1/reservation/"+id, "")
+		st2, fromPartition := do(t, second, "GET", "/v1/reservation/"+id, "")
+		if st1 != 200 || st2 != 200 || cached != fromPartition || !strings.Contains(cached, "FAILED") {
+			t.Fatalf("%s:\ncached    %d %s\npartition %d %s", body, st1, cached, st2, fromPartition)
+		}
+	}
+}
