@@ -15,13 +15,42 @@ import (
 // value differently (checked by a test against encoding/json).
 func parseReserveFast(b []byte, out *reserveBody) bool {
 	p := fastParser{jsonscan.Scanner{B: b}}
+	ok := p.object(func(key []byte) bool {
+		var ok bool
+		switch string(key) {
+		case "userId":
+			out.UserID, ok = p.strValue(out.UserID)
+		case "eventId":
+			out.EventID, ok = p.strValue(out.EventID)
+		case "areaId":
+			out.AreaID, ok = p.strValue(out.AreaID)
+		case "type":
+			out.Type, ok = p.strValue(out.Type)
+		case "numOfSeats":
+			if p.Null() {
+				return true
+			}
+			out.NumOfSeats, ok = p.int(math.MinInt64, math.MaxInt64)
+		case "seats":
+			ok = p.seats(out)
+		}
+		return ok
+	})
+	return ok && p.End()
+}
+
+type fastParser struct{ jsonscan.Scanner }
+
+// object parses {"key": value, ...}; field is called with the scanner at
+// each value and must consume it (or return false: unknown key, bad value).
+func (p *fastParser) object(field func(key []byte) bool) bool {
 	p.WS()
 	if !p.Eat('{') {
 		return false
 	}
 	p.WS()
 	if p.Eat('}') {
-		return p.End()
+		return true
 	}
 	for {
 		p.WS()
@@ -34,40 +63,16 @@ func parseReserveFast(b []byte, out *reserveBody) bool {
 			return false
 		}
 		p.WS()
-		switch string(key) {
-		case "userId":
-			out.UserID, ok = p.strValue(out.UserID)
-		case "eventId":
-			out.EventID, ok = p.strValue(out.EventID)
-		case "areaId":
-			out.AreaID, ok = p.strValue(out.AreaID)
-		case "type":
-			out.Type, ok = p.strValue(out.Type)
-		case "numOfSeats":
-			if p.Null() {
-				break
-			}
-			out.NumOfSeats, ok = p.int(math.MinInt64, math.MaxInt64)
-		case "seats":
-			ok = p.seats(out)
-		default:
-			return false
-		}
-		if !ok {
+		if !field(key) {
 			return false
 		}
 		p.WS()
 		if p.Eat(',') {
 			continue
 		}
-		if p.Eat('}') {
-			return p.End()
-		}
-		return false
+		return p.Eat('}')
 	}
 }
-
-type fastParser struct{ jsonscan.Scanner }
 
 // raw reads a string of printable ASCII without escapes and returns its
 // bytes in place; anything else (escapes, control bytes, non-ASCII) is
@@ -156,45 +161,21 @@ func (p *fastParser) seats(out *reserveBody) bool {
 		return true
 	}
 	for {
-		p.WS()
-		if !p.Eat('{') {
-			return false
-		}
 		var s Seat
-		p.WS()
-		if !p.Eat('}') {
-			for {
-				p.WS()
-				key, ok := p.raw()
-				if !ok {
-					return false
-				}
-				p.WS()
-				if !p.Eat(':') {
-					return false
-				}
-				p.WS()
-				v, ok := p.int(math.MinInt32, math.MaxInt32)
-				if !ok {
-					return false
-				}
-				switch string(key) {
-				case "row":
-					s.Row = int32(v)
-				case "col":
-					s.Col = int32(v)
-				default:
-					return false
-				}
-				p.WS()
-				if p.Eat(',') {
-					continue
-				}
-				if p.Eat('}') {
-					break
-				}
+		ok := p.object(func(key []byte) bool {
+			v, ok := p.int(math.MinInt32, math.MaxInt32)
+			switch string(key) {
+			case "row":
+				s.Row = int32(v)
+			case "col":
+				s.Col = int32(v)
+			default:
 				return false
 			}
+			return ok
+		})
+		if !ok {
+			return false
 		}
 		out.Seats = append(out.Seats, s)
 		p.WS()
