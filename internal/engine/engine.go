@@ -159,13 +159,12 @@ func PartitionOfHash(h uint64, n int) int { return int(h % uint64(n)) }
 
 // Request is one command or query in flight.
 type Request struct {
-	partition int
-	workload  uint8
-	cmd       Command
-	query     any
-	result    any
-	err       error
-	done      chan struct{}
+	workload uint8
+	cmd      Command
+	query    any
+	result   any
+	err      error
+	done     chan struct{}
 }
 
 // Do submits cmd to the workload's machine in partition part and waits for
@@ -194,7 +193,7 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 		return nil, ErrFailed
 	}
 	r := e.reqPool.Get().(*Request)
-	r.partition, r.workload, r.cmd, r.query = part, wl, cmd, q
+	r.workload, r.cmd, r.query = wl, cmd, q
 	p := e.parts[part]
 	e.mu.RLock()
 	if e.closed {
