@@ -360,6 +360,11 @@ func (m *Machine) reserve(c *Reserve) *Result {
 	}
 	r := &Reservation{ID: c.ID, UserID: c.UserID, EventID: c.EventID, AreaID: c.AreaID, Type: c.Type, NumOfSeats: c.NumOfSeats}
 	a := m.areas[areaKey{c.EventID, c.AreaID}]
+	if a != nil {
+		// Share the area's copies: a million records should not each keep
+		// the request's own strings alive.
+		r.EventID, r.AreaID = a.eventID, a.def.AreaID
+	}
 	switch {
 	case a == nil:
 		if c.Strict {
