@@ -295,6 +295,9 @@ func (m *Machine) Restore(data []byte) error {
 		res.State, res.Reason = State(r.U8()), Reason(r.U8())
 		res.ReasonA, res.ReasonB = r.I32(), r.I32()
 		res.IdemKey, res.idemFP = r.Str(), r.U64()
+		if a := m.areas[areaKey{res.EventID, res.AreaID}]; a != nil {
+			res.EventID, res.AreaID = a.eventID, a.def.AreaID
+		}
 		if res.State == StateReserved && r.Err == nil {
 			a := m.areas[areaKey{res.EventID, res.AreaID}]
 			if a == nil {
