@@ -57,6 +57,13 @@ type alarm struct {
 	AtNs int64
 }
 type ring struct{ ID string }
+
+// block makes Apply wait on blockUntil, to hold a partition busy.
+type block struct{}
+
+var blockUntil = make(chan struct{})
+
+func (c *block) AppendBinary(b []byte) ([]byte, error) { return append(b, 6), nil }
 type cancelAlarm struct{ ID string }
 
 func (c *transfer) AppendBinary(b []byte) ([]byte, error) {
@@ -114,6 +121,8 @@ func (l *ledger) Apply(in *engine.Input, fx *engine.Effects) {
 		fx.SetTimer(c.ID, c.AtNs, &ring{ID: c.ID})
 	case *cancelAlarm:
 		fx.CancelTimer(c.ID)
+	case *block:
+		<-blockUntil
 	case *ring:
 		if in.Kind != engine.FromTimer || in.TimerID != c.ID {
 			panic("ring must come from its timer")
@@ -156,6 +165,8 @@ func (l *ledger) Decode(b []byte) (engine.Command, error) {
 		c = &ring{ID: r.Str()}
 	case 5:
 		c = &cancelAlarm{ID: r.Str()}
+	case 6:
+		c = &block{}
 	default:
 		return nil, fmt.Errorf("tag %d", b[0])
 	}
@@ -517,3 +528,65 @@ func TestLogFailureStopsTheEngine(t *testing.T) {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// TestFullInboxIsOverloadNotAQueue: when a partition cannot keep up, its
+// bounded inbox fills and further requests fail at once with ErrOverloaded
+// (the API's 429) instead of queueing without limit; once it drains, work
+// is accepted again and nothing accepted was lost.
+func TestFullInboxIsOverloadNotAQueue(t *testing.T) {
+	blockUntil = make(chan struct{})
+	dir := t.TempDir()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
+	e, err := engine.Open(engine.Options{Partitions: 1, InboxLen: 8, Log: lg, Snapshots: snapDir(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, bank{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	blocked := make(chan error, 1)
+	go func() { _, err := e.Do(ctx, 0, 7, &block{}); blocked <- err }()
+	time.Sleep(50 * time.Millisecond) // the processor is now inside Apply
+
+	var accepted sync.WaitGroup
+	var overloaded, ok atomic.Int64
+	for range 40 {
+		accepted.Add(1)
+		go func() {
+			defer accepted.Done()
+			_, err := e.Do(ctx, 0, 7, &transfer{From: "a", To: "a", N: 1})
+			switch {
+			case errors.Is(err, engine.ErrOverloaded):
+				overloaded.Add(1)
+			case err == nil:
+				ok.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for overloaded.Load() < 40-8 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := overloaded.Load(); got != 40-8 {
+		t.Fatalf("%d requests refused while the inbox of 8 was full, want %d", got, 40-8)
+	}
+	close(blockUntil)
+	accepted.Wait()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	if ok.Load() != 8 {
+		t.Fatalf("%d queued requests completed, want 8", ok.Load())
+	}
+	if _, _, n := settle(t, e); n != 8 {
+		t.Fatalf("%d transfers applied, want 8", n)
+	}
+	if _, err := e.Do(ctx, 0, 7, &transfer{From: "a", To: "a", N: 1}); err != nil {
+		t.Fatalf("after draining: %v", err)
+	}
+}
