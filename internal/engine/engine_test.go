@@ -64,6 +64,7 @@ type block struct{}
 var blockUntil = make(chan struct{})
 
 func (c *block) AppendBinary(b []byte) ([]byte, error) { return append(b, 6), nil }
+
 type cancelAlarm struct{ ID string }
 
 func (c *transfer) AppendBinary(b []byte) ([]byte, error) {
