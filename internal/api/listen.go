@@ -22,8 +22,14 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		Handler:           h,
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    MaxHeaderBytes,
+		// Whole-request limits, so a client that trickles a body or never
+		// reads its answer cannot hold a handler forever. For HTTP/1.1 they
+		// restart with every request on a kept-alive connection; for HTTP/2
+		// they apply per stream, so long-lived h2c connections are fine.
+		ReadTimeout:    30 * time.Second,
+		WriteTimeout:   30 * time.Second,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: MaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
 			// The spike test multiplexes thousands of requests over a few
 			// connections; the default of 250 streams would queue them.
