@@ -257,10 +257,7 @@ func (m *Machine) SnapshotSizeHint() int {
 	for _, a := range m.areas {
 		n += 64 + 8*len(a.taken)
 	}
-	for _, r := range m.order {
-		n += 48 + len(r.UserID) + len(r.EventID) + len(r.AreaID) + len(r.Type) + len(r.IdemKey) + 8*len(r.Seats)
-	}
-	return n
+	return n + m.recordBytes
 }
 
 // Restore implements engine.Machine.

@@ -248,6 +248,9 @@ type Machine struct {
 	// reproduces exactly, so a snapshot needs no sort.
 	order []*Reservation
 	idem  map[idemKey]*Reservation
+	// recordBytes estimates the snapshot size of the records, kept as they
+	// are added so the estimate costs nothing to read.
+	recordBytes int
 }
 
 // NewMachine returns an empty state.
@@ -385,17 +388,18 @@ func (m *Machine) reserve(c *Reserve) *Result {
 		r.ID = [16]byte{}
 		return &Result{Outcome: Rejected, Res: *r}
 	}
-	m.add(r)
 	if c.IdemKey != "" {
 		r.IdemKey, r.idemFP = c.IdemKey, c.fingerprint()
 		m.idem[idemKey{r.UserID, r.IdemKey}] = r
 	}
+	m.add(r)
 	return &Result{Outcome: OK, Res: *r}
 }
 
 func (m *Machine) add(r *Reservation) {
 	m.reservations[r.ID] = r
 	m.order = append(m.order, r)
+	m.recordBytes += 48 + len(r.UserID) + len(r.EventID) + len(r.AreaID) + len(r.Type) + len(r.IdemKey) + 8*len(r.Seats)
 }
 
 func (r *Reservation) fail(why Reason, a, b int32) {
