@@ -82,8 +82,12 @@ func decodeEnvelope(b []byte) (envelope, error) {
 // pending timers), then each workload machine's snapshot.
 const snapshotVersion = 1
 
-func (p *partition) appendSnapshot(dst []byte) []byte {
-	w := wire.Writer{B: dst}
+// forkSnapshot captures the partition's state as of now and returns a
+// function that encodes it. The engine's own state is encoded at once (it
+// is small); a machine that implements SnapshotForker is encoded later by
+// the returned function, on any goroutine, while the partition goes on.
+func (p *partition) forkSnapshot() func(dst []byte) []byte {
+	w := wire.Writer{}
 	w.U32(snapshotVersion)
 	w.U32(uint32(p.id))
 	w.U64(p.outSeq)
@@ -121,21 +125,41 @@ func (p *partition) appendSnapshot(dst []byte) []byte {
 		w.U64(uint64(t.atNs))
 		w.Bytes(t.data)
 	}
-
 	w.U32(uint32(len(p.machines)))
+	head := w.B
+
+	type part struct {
+		id     uint8
+		encode func(dst []byte) []byte
+	}
+	var parts []part
 	for i, m := range p.machines {
 		if m == nil {
 			continue
 		}
-		w.U8(uint8(i))
-		start := len(w.B)
-		w.U32(0)
-		w.B = m.AppendSnapshot(w.B)
-		binary.LittleEndian.PutUint32(w.B[start:], uint32(len(w.B)-start-4))
+		if f, ok := m.(SnapshotForker); ok {
+			parts = append(parts, part{uint8(i), f.ForkSnapshot()})
+			continue
+		}
+		data := m.AppendSnapshot(nil)
+		parts = append(parts, part{uint8(i), func(dst []byte) []byte { return append(dst, data...) }})
 	}
-	w.U8(0xff) // end of machines
-	return w.B
+	return func(dst []byte) []byte {
+		w := wire.Writer{B: append(dst, head...)}
+		for _, pt := range parts {
+			w.U8(pt.id)
+			start := len(w.B)
+			w.U32(0)
+			w.B = pt.encode(w.B)
+			binary.LittleEndian.PutUint32(w.B[start:], uint32(len(w.B)-start-4))
+		}
+		w.U8(0xff) // end of machines
+		return w.B
+	}
 }
+
+// appendSnapshot encodes the partition's state now.
+func (p *partition) appendSnapshot(dst []byte) []byte { return p.forkSnapshot()(dst) }
 
 func (p *partition) restoreSnapshot(data []byte) error {
 	r := wire.Reader{B: data}

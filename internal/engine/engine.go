@@ -19,6 +19,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/surge-run/surge/internal/cmdlog"
 )
@@ -251,7 +252,7 @@ func (e *Engine) Close() error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				data := p.appendSnapshot(make([]byte, 0, max(p.snapSize+p.snapSize/4, p.snapshotSizeHint())))
+				data := p.appendSnapshot(make([]byte, 0, p.snapshotBufSize()))
 				if errs[i] = e.opts.Snapshots.Write(uint32(p.id), end, data); errs[i] == nil {
 					p.snapPos.Store(uint64(end))
 				}
@@ -280,15 +281,22 @@ func (e *Engine) fail(err error) {
 }
 
 type snapJob struct {
-	p    *partition
-	pos  cmdlog.Position
-	data []byte
+	p      *partition
+	pos    cmdlog.Position
+	encode func(dst []byte) []byte
+	size   int
 }
 
 func (e *Engine) snapshotter() {
 	defer e.snapWG.Done()
 	for j := range e.snapCh {
-		if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, j.data); err != nil {
+		start := time.Now()
+		data := j.encode(make([]byte, 0, j.size))
+		j.p.snapSize.Store(int64(len(data)))
+		if m := e.opts.Metrics; m != nil {
+			m.SnapshotEncodeSeconds.Observe(time.Since(start).Seconds())
+		}
+		if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, data); err != nil {
 			e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
 			continue
 		}

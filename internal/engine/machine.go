@@ -48,6 +48,16 @@ type Machine interface {
 	Restore(data []byte) error
 }
 
+// SnapshotForker is optionally implemented by a Machine whose state is too
+// large to encode while its partition waits. ForkSnapshot runs on the
+// partition's goroutine and must capture a view of the state as of now
+// cheaply; the function it returns encodes exactly what AppendSnapshot
+// would have returned at that moment, may run on another goroutine while
+// Apply continues, and is called at most once.
+type SnapshotForker interface {
+	ForkSnapshot() func(dst []byte) []byte
+}
+
 // Workload creates the per-partition Machines of one kind of workload. ID
 // is written into every log record, so it must never change once data
 // exists.

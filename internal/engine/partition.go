@@ -80,15 +80,16 @@ type ackTo struct {
 // batch is one group of inputs applied together and appended to the log as
 // one unit. Its replies, sends and acks wait for the log's done callback.
 type batch struct {
-	p       *partition
-	reqs    []*Request
-	offsets []int // record boundaries in buf
-	buf     []byte
-	entries []cmdlog.Entry
-	sends   []*outMsg
-	acks    []ackTo
-	snap    []byte
-	doneFn  cmdlog.DoneFunc
+	p        *partition
+	reqs     []*Request
+	offsets  []int // record boundaries in buf
+	buf      []byte
+	entries  []cmdlog.Entry
+	sends    []*outMsg
+	acks     []ackTo
+	snap     func(dst []byte) []byte // encodes the state as of this batch
+	snapSize int                     // a good buffer size for it
+	doneFn   cmdlog.DoneFunc
 
 	// guarded by p.mu: filled by later batches that logged nothing but
 	// whose answers must not overtake this batch.
@@ -138,7 +139,7 @@ type partition struct {
 
 	fx        Effects
 	sinceSnap int
-	snapSize  int
+	snapSize  atomic.Int64 // size of the last snapshot written
 	dueKeys   []timerKey
 
 	lastEnd atomic.Uint64 // end of the newest durable batch (or replayed record + 1)
@@ -445,16 +446,15 @@ func (p *partition) commit(b *batch) {
 		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
 	}
 	if p.sinceSnap >= p.e.opts.SnapshotEvery {
-		// Encoding stalls this partition, so size the buffer from the last
-		// snapshot instead of growing it by copies.
+		// Only the capture stalls this partition; the snapshotter encodes
+		// once the batch is durable.
 		start := time.Now()
-		b.snap = p.appendSnapshot(make([]byte, 0, max(p.snapSize+p.snapSize/4, p.snapshotSizeHint())))
-		p.snapSize = len(b.snap)
+		b.snap = p.forkSnapshot()
+		b.snapSize = p.snapshotBufSize()
 		p.sinceSnap = 0
 		if mt := p.e.opts.Metrics; mt != nil {
-			mt.SnapshotEncodeSeconds.Observe(time.Since(start).Seconds())
+			mt.SnapshotForkSeconds.Observe(time.Since(start).Seconds())
 		}
-		p.e.log.Info("snapshot encoded", "partition", p.id, "bytes", len(b.snap), "took", time.Since(start).Round(time.Microsecond))
 	}
 	p.mu.Lock()
 	p.last = b
@@ -467,6 +467,12 @@ func (p *partition) commit(b *batch) {
 // rather than grown by copies (which costs a stalled partition ~20x).
 type SnapshotSizeHinter interface {
 	SnapshotSizeHint() int
+}
+
+// snapshotBufSize is a buffer size that fits the next snapshot.
+func (p *partition) snapshotBufSize() int {
+	last := int(p.snapSize.Load())
+	return max(last+last/4, p.snapshotSizeHint())
 }
 
 func (p *partition) snapshotSizeHint() int {
@@ -511,7 +517,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		p.e.deliverAcks(p.id, b.fencedAcks)
 		if b.snap != nil {
 			select {
-			case p.e.snapCh <- snapJob{p: p, pos: end, data: b.snap}:
+			case p.e.snapCh <- snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}:
 			default:
 				// The writer is behind; skip this one; the partition takes
 				// another after SnapshotEvery more commands.

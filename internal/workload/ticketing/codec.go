@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -204,18 +205,22 @@ func internType(s string) string {
 const snapshotVersion = 1
 
 // AppendSnapshot implements engine.Machine.
-func (m *Machine) AppendSnapshot(dst []byte) []byte {
-	w := wire.Writer{B: dst}
-	w.U32(snapshotVersion)
+func (m *Machine) AppendSnapshot(dst []byte) []byte { return m.ForkSnapshot()(dst) }
 
+// ForkSnapshot implements engine.SnapshotForker. Event definitions and
+// reservation records are never modified after they are stored (a cancel
+// replaces its record), so the view is: the sorted events, copies of the
+// areas' seat bitsets (small), and a copy of the record pointers in
+// creation order. Encoding it needs nothing else from the live state.
+func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	names := make([]string, 0, len(m.events))
 	for n := range m.events {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	w.Uvarint(uint64(len(names)))
-	for _, n := range names {
-		appendEventDef(&w, m.events[n])
+	events := make([]*EventDef, len(names))
+	for i, n := range names {
+		events[i] = m.events[n]
 	}
 
 	keys := make([]areaKey, 0, len(m.areas))
@@ -228,27 +233,41 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 		}
 		return keys[i].area < keys[j].area
 	})
-	w.Uvarint(uint64(len(keys)))
-	for _, k := range keys {
+	areas := make([]area, len(keys))
+	for i, k := range keys {
 		a := m.areas[k]
-		w.Str(a.eventID)
-		appendAreaDef(&w, &a.def)
-		for _, word := range a.taken {
-			w.U64(word)
-		}
+		areas[i] = area{eventID: a.eventID, def: a.def, taken: slices.Clone(a.taken)}
 	}
+	order := slices.Clone(m.order)
 
-	w.Uvarint(uint64(len(m.order)))
-	for _, r := range m.order {
-		appendRequest(&w, &r.ID, r.UserID, r.EventID, r.AreaID, r.Type, r.NumOfSeats, r.Seats)
-		w.U8(uint8(r.State))
-		w.U8(uint8(r.Reason))
-		w.I32(r.ReasonA)
-		w.I32(r.ReasonB)
-		w.Str(r.IdemKey)
-		w.U64(r.idemFP)
+	return func(dst []byte) []byte {
+		w := wire.Writer{B: dst}
+		w.U32(snapshotVersion)
+		w.Uvarint(uint64(len(events)))
+		for _, d := range events {
+			appendEventDef(&w, d)
+		}
+		w.Uvarint(uint64(len(areas)))
+		for i := range areas {
+			a := &areas[i]
+			w.Str(a.eventID)
+			appendAreaDef(&w, &a.def)
+			for _, word := range a.taken {
+				w.U64(word)
+			}
+		}
+		w.Uvarint(uint64(len(order)))
+		for _, r := range order {
+			appendRequest(&w, &r.ID, r.UserID, r.EventID, r.AreaID, r.Type, r.NumOfSeats, r.Seats)
+			w.U8(uint8(r.State))
+			w.U8(uint8(r.Reason))
+			w.I32(r.ReasonA)
+			w.I32(r.ReasonB)
+			w.Str(r.IdemKey)
+			w.U64(r.idemFP)
+		}
+		return w.B
 	}
-	return w.B
 }
 
 // SnapshotSizeHint estimates AppendSnapshot's output size.

@@ -139,6 +139,7 @@ type Reservation struct {
 	ReasonB    int32
 	IdemKey    string // the Idempotency-Key it was created with, if any
 	idemFP     uint64 // fingerprint of the request that created it
+	idx        int    // position in Machine.order
 }
 
 // FailedReason renders the reason; empty unless FAILED.
@@ -397,6 +398,7 @@ func (m *Machine) reserve(c *Reserve) *Result {
 }
 
 func (m *Machine) add(r *Reservation) {
+	r.idx = len(m.order)
 	m.reservations[r.ID] = r
 	m.order = append(m.order, r)
 	m.recordBytes += 48 + len(r.UserID) + len(r.EventID) + len(r.AreaID) + len(r.Type) + len(r.IdemKey) + 8*len(r.Seats)
@@ -488,8 +490,16 @@ func (m *Machine) cancel(c *Cancel) *Result {
 	for _, s := range r.Seats {
 		a.set(int(s.Row), int(s.Col), false)
 	}
-	r.State = StateCancelled
-	return &Result{Outcome: OK, Res: *r}
+	// Records are never changed in place, so a snapshot being encoded on
+	// another goroutine can read them: cancelling replaces the record.
+	nr := *r
+	nr.State = StateCancelled
+	m.reservations[nr.ID] = &nr
+	m.order[nr.idx] = &nr
+	if nr.IdemKey != "" {
+		m.idem[idemKey{nr.UserID, nr.IdemKey}] = &nr
+	}
+	return &Result{Outcome: OK, Res: nr}
 }
 
 // Queries.
