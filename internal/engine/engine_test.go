@@ -224,7 +224,9 @@ func (d snapDir) Latest(p uint32) (cmdlog.Position, []byte, bool, error) {
 	return wal.LatestSnapshot(string(d), p)
 }
 
-func openEngine(t testing.TB, dir string, snapEvery int) *engine.Engine {
+// openEngineWith opens the bank workload on dir with small log segments;
+// mod may adjust the options (the log is already open in o.Log).
+func openEngineWith(t testing.TB, dir string, mod func(o *engine.Options)) *engine.Engine {
 	t.Helper()
 	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), SegmentBytes: 64 << 10})
 	if err != nil {
@@ -232,11 +234,19 @@ func openEngine(t testing.TB, dir string, snapEvery int) *engine.Engine {
 	}
 	sd := filepath.Join(dir, "snap")
 	os.MkdirAll(sd, 0o755)
-	e, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snapDir(sd), SnapshotEvery: snapEvery, ReplayStart: lg.Start, Logger: quiet}, bank{})
+	o := engine.Options{Partitions: 4, Log: lg, Snapshots: snapDir(sd), ReplayStart: lg.Start, Logger: quiet}
+	if mod != nil {
+		mod(&o)
+	}
+	e, err := engine.Open(o, bank{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+func openEngine(t testing.TB, dir string, snapEvery int) *engine.Engine {
+	return openEngineWith(t, dir, func(o *engine.Options) { o.SnapshotEvery = snapEvery })
 }
 
 var keys = []string{"a", "b", "c", "d", "e", "f", "g", "h"}
@@ -496,18 +506,11 @@ func (f *failingLog) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 // ahead of disk, so that request and every later one must fail rather
 // than be answered from state that was never made durable.
 func TestLogFailureStopsTheEngine(t *testing.T) {
-	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := &failingLog{Log: lg}
-	fl.n.Store(3)
-	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	e, err := engine.Open(engine.Options{Partitions: 2, Log: fl, Snapshots: snapDir(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, bank{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
+		fl := &failingLog{Log: o.Log.(*wal.Log)}
+		fl.n.Store(3)
+		o.Partitions, o.Log = 2, fl
+	})
 	defer e.Close()
 	ctx := context.Background()
 	var failedAt = -1
@@ -536,16 +539,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // is accepted again and nothing accepted was lost.
 func TestFullInboxIsOverloadNotAQueue(t *testing.T) {
 	blockUntil = make(chan struct{})
-	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	e, err := engine.Open(engine.Options{Partitions: 1, InboxLen: 8, Log: lg, Snapshots: snapDir(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, bank{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) { o.Partitions, o.InboxLen = 1, 8 })
 	defer e.Close()
 	ctx := context.Background()
 	blocked := make(chan error, 1)

@@ -293,13 +293,7 @@ func (l *Log) commit(batch []request) {
 		}
 	}
 	if l.failErr != nil {
-		for i := range batch {
-			r := &batch[i]
-			if r.err == nil {
-				r.err = l.failErr
-			}
-			r.done(0, 0, r.err)
-		}
+		l.failBatch(batch)
 		return
 	}
 
@@ -337,13 +331,7 @@ func (l *Log) commit(batch []request) {
 			// (the kernel may have dropped dirty pages), so nothing more may
 			// be acknowledged; Open will sort out the tail.
 			l.failErr = fmt.Errorf("wal: write %s: %w", l.f.Name(), err)
-			for i := range batch {
-				r := &batch[i]
-				if r.err == nil {
-					r.err = l.failErr
-				}
-				r.done(0, 0, r.err)
-			}
+			l.failBatch(batch)
 			return
 		}
 		l.activeSize += int64(len(buf))
@@ -355,6 +343,18 @@ func (l *Log) commit(batch []request) {
 	for i := range batch {
 		r := &batch[i]
 		r.done(r.first, r.end, r.err)
+	}
+}
+
+// failBatch reports the log's failure (or a request's own error) to every
+// request of the batch, in order.
+func (l *Log) failBatch(batch []request) {
+	for i := range batch {
+		r := &batch[i]
+		if r.err == nil {
+			r.err = l.failErr
+		}
+		r.done(0, 0, r.err)
 	}
 }
 

@@ -30,7 +30,9 @@ func (d snaps) Latest(p uint32) (cmdlog.Position, []byte, bool, error) {
 	return wal.LatestSnapshot(string(d), p)
 }
 
-func newServer(t *testing.T) *httptest.Server {
+// newEngine opens an engine with the ticketing workload on a fresh data
+// directory, closed when the test ends.
+func newEngine(t testing.TB, partitions int) *engine.Engine {
 	t.Helper()
 	dir := t.TempDir()
 	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
@@ -38,16 +40,24 @@ func newServer(t *testing.T) *httptest.Server {
 		t.Fatal(err)
 	}
 	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
+	eng, err := engine.Open(engine.Options{Partitions: partitions, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { eng.Close() })
+	return eng
+}
+
+// serveAPI serves a ticketing API over eng until the test ends.
+func serveAPI(t *testing.T, eng *engine.Engine) *httptest.Server {
 	mux := http.NewServeMux()
 	ticketing.NewAPI(eng).Register(mux, api.NewMetrics(prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { srv.Close(); eng.Close() })
+	t.Cleanup(srv.Close)
 	return srv
 }
+
+func newServer(t *testing.T) *httptest.Server { return serveAPI(t, newEngine(t, 4)) }
 
 func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr ...string) (int, string) {
 	t.Helper()
@@ -236,25 +246,8 @@ var quiet = slog.New(slog.DiscardHandler)
 // answered from the API's cache right after the POST; a fresh API over the
 // same engine (empty cache) must answer byte for byte the same.
 func TestCachedFailedAnswerMatchesPartition(t *testing.T) {
-	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	serve := func() *httptest.Server {
-		mux := http.NewServeMux()
-		ticketing.NewAPI(eng).Register(mux, api.NewMetrics(prometheus.NewRegistry()))
-		return httptest.NewServer(mux)
-	}
-	first, second := serve(), serve()
-	defer first.Close()
-	defer second.Close()
+	eng := newEngine(t, 4)
+	first, second := serveAPI(t, eng), serveAPI(t, eng)
 	do(t, first, "POST", "/v1/event", event)
 	for _, body := range []string{
 		`{"userId":"u\"1","eventId":"ev","areaId":"A","numOfSeats":9,"type":"RANDOM"}`,

@@ -3,13 +3,10 @@ package ticketing_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -18,17 +15,7 @@ import (
 // real log (group commit with fsync) and answered, from many goroutines.
 // Areas are large so most reservations succeed and are recorded.
 func BenchmarkEngineReserve(b *testing.B) {
-	dir := b.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	eng, err := engine.Open(engine.Options{Partitions: 8, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer eng.Close()
+	eng := newEngine(b, 8)
 	ctx := context.Background()
 	const areas = 16
 	for a := range areas {
