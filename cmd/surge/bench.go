@@ -37,7 +37,8 @@ latency percentiles.
 Unless --baseline=false it first runs the same spike against a server that
 does nothing, to show the machine's HTTP ceiling. Unless --target is given it
 starts ` + "`surge serve`" + ` itself on a fresh data dir per flow, measures its CPU
-time over the spike, then stops it with SIGTERM and times its restart.`,
+time over the spike, then kills it with SIGKILL and times its recovery, and
+finally stops it with SIGTERM (it must exit 0) and times a restart after that.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {

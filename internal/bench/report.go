@@ -73,9 +73,12 @@ type RunReport struct {
 
 // RestartReport is the stop and restart of a server the bench started.
 type RestartReport struct {
-	StopSeconds  float64 `json:"stopSeconds"`
-	StopError    string  `json:"stopError,omitempty"` // empty when it exited 0 on SIGTERM
-	ReadySeconds float64 `json:"readySeconds"`        // process start to first 200 from /v1/health_check
+	// KillReadySeconds: start to first 200 after kill -9 of the server that
+	// ran the spike (snapshots plus log replay).
+	KillReadySeconds float64 `json:"readyAfterKillSeconds"`
+	StopSeconds      float64 `json:"stopSeconds"`
+	StopError        string  `json:"stopError,omitempty"` // empty when it exited 0 on SIGTERM
+	ReadySeconds     float64 `json:"readySeconds"`        // process start to first 200 from /v1/health_check
 	// Reservations is how many reservations the server had logged before
 	// the restart; the restart goal is stated for a million commands.
 	Reservations int64  `json:"reservationsBefore"`
@@ -132,9 +135,10 @@ func (f *FlowReport) judge(inflight int) {
 	if r := f.Restart; r != nil {
 		var v *float64
 		if r.Error == "" {
-			v = &r.ReadySeconds
+			worst := max(r.KillReadySeconds, r.ReadySeconds) // the kill -9 start is the hard case
+			v = &worst
 		}
-		f.Goals = append(f.Goals, goal("restart ready", fmt.Sprintf("< %d s", goalRestartSeconds), "s", v,
+		f.Goals = append(f.Goals, goal("restart ready (worst of kill -9, SIGTERM)", fmt.Sprintf("< %d s", goalRestartSeconds), "s", v,
 			func(v float64) bool { return v < goalRestartSeconds },
 			fmt.Sprintf("goal is after %s logged commands; this run logged %s reservations",
 				grouped(goalRestartCommands), grouped(r.Reservations))))
@@ -230,7 +234,7 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 			if r.StopError != "" {
 				stop = r.StopError
 			}
-			fmt.Fprintf(out, "restart: stopped by SIGTERM in %.2f s (%s); restart ready in %.2f s\n", r.StopSeconds, stop, r.ReadySeconds)
+			fmt.Fprintf(out, "restart: after kill -9 ready in %.2f s; then stopped by SIGTERM in %.2f s (%s), restart ready in %.2f s\n", r.KillReadySeconds, r.StopSeconds, stop, r.ReadySeconds)
 		}
 	}
 	for _, run := range runs {

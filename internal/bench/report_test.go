@@ -13,7 +13,7 @@ func TestReportJudgesAndPrints(t *testing.T) {
 	base := &RunReport{Server: "null", Stats: Stats{Reservations: 1000, Successes: 1000, PerSecond: 2400, P99Us: 15_000}}
 	base.setCPU(0.02)
 	f := &FlowReport{Flow: FlowNative, Server: server, Baseline: base,
-		Restart: &RestartReport{StopSeconds: 0.1, ReadySeconds: 0.4, Reservations: 1000}}
+		Restart: &RestartReport{KillReadySeconds: 3.5, StopSeconds: 0.1, ReadySeconds: 0.4, Reservations: 1000}}
 	f.judge(256)
 
 	met := map[string]bool{}
@@ -24,10 +24,10 @@ func TestReportJudgesAndPrints(t *testing.T) {
 		met[g.Name] = *g.Met
 	}
 	want := map[string]bool{
-		"reservations per server CPU-second": true,  // 40,000 ≥ 40,000
-		"rate vs do-nothing server":          true,  // 83 %
-		"p99 vs do-nothing server":           false, // 2×
-		"restart ready":                      true,
+		"reservations per server CPU-second":        true,  // 40,000 ≥ 40,000
+		"rate vs do-nothing server":                 true,  // 83 %
+		"p99 vs do-nothing server":                  false, // 2×
+		"restart ready (worst of kill -9, SIGTERM)": false, // 3.5 s after kill -9
 	}
 	for k, v := range want {
 		if met[k] != v {
@@ -38,7 +38,7 @@ func TestReportJudgesAndPrints(t *testing.T) {
 	var out strings.Builder
 	writeFlow(&out, ReportConfig{Areas: 1, Reservations: 1000, Clients: 1, Groups: 1, Inflight: 256, HTTP2: true}, f)
 	for _, s := range []string{"reservations/s", "2,000", "2,400", "30.00 ms", "40,000", "double booking: none",
-		"restart ready in 0.40 s", "83.3 %", "2.00×"} {
+		"after kill -9 ready in 3.50 s", "restart ready in 0.40 s", "83.3 %", "2.00×"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, out.String())
 		}
