@@ -44,6 +44,16 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// startFresh builds surge and starts it on a new data dir and port; it
+// skips in -short mode.
+func startFresh(t *testing.T) (bin, dataDir, addr string, srv *serverProc) {
+	if testing.Short() {
+		t.Skip("builds and runs the server")
+	}
+	bin, dataDir, addr = buildSurge(t), t.TempDir(), freeAddr(t)
+	return bin, dataDir, addr, startServer(t, bin, dataDir, addr)
+}
+
 func buildSurge(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "surge")
@@ -93,13 +103,7 @@ func startServer(t *testing.T, bin, dataDir, addr string) *serverProc {
 // acknowledged cancellations stuck, that no seat is held twice, and that
 // the server's availability counts agree.
 func TestKill9MidLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the server")
-	}
-	bin := buildSurge(t)
-	dataDir := t.TempDir()
-	addr := freeAddr(t)
-	srv := startServer(t, bin, dataDir, addr)
+	bin, dataDir, addr, srv := startFresh(t)
 
 	const areas, rows, cols = 6, 20, 20
 	var def strings.Builder
@@ -338,13 +342,7 @@ func TestKill9MidLoad(t *testing.T) {
 // and the server starts; a flipped byte in the middle stops `surge serve`
 // with an error naming the segment file and offset.
 func TestServeRefusesCorruptLogAndRepairsTornTail(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the server")
-	}
-	bin := buildSurge(t)
-	dataDir := t.TempDir()
-	addr := freeAddr(t)
-	srv := startServer(t, bin, dataDir, addr)
+	bin, dataDir, addr, srv := startFresh(t)
 	resp, err := http.Post(srv.base+"/v1/event", "application/json", strings.NewReader(`{"eventName":"e","areas":[{"areaId":"A","price":1,"rowCount":10,"colCount":10}]}`))
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("create event: %v %v", err, resp)

@@ -295,18 +295,13 @@ func (r *ticketingRun) restart(ctx context.Context, srv *child, args []string, r
 	rr := &RestartReport{Reservations: reservations}
 	srv.kill()
 	r.logf("restarting surge serve after kill -9")
-	t0 := time.Now()
-	recovered, err := r.spawn(srv.name+"-after-kill", args, srv.addr)
+	recovered, secs, err := r.timedStart(ctx, srv.name+"-after-kill", args, srv.addr)
 	if err != nil {
 		rr.Error = err.Error()
 		return rr
 	}
 	defer recovered.kill()
-	if _, err := recovered.waitReady(ctx); err != nil {
-		rr.Error = err.Error()
-		return rr
-	}
-	rr.KillReadySeconds = time.Since(t0).Seconds()
+	rr.KillReadySeconds = secs
 
 	t1 := time.Now()
 	if err := recovered.stop(); err != nil {
@@ -314,20 +309,30 @@ func (r *ticketingRun) restart(ctx context.Context, srv *child, args []string, r
 	}
 	rr.StopSeconds = time.Since(t1).Seconds()
 	r.logf("restarting surge serve after SIGTERM")
-	t2 := time.Now()
-	again, err := r.spawn(srv.name+"-restart", args, srv.addr)
+	again, secs, err := r.timedStart(ctx, srv.name+"-restart", args, srv.addr)
 	if err != nil {
 		rr.Error = err.Error()
 		return rr
 	}
 	defer again.kill()
-	if _, err := again.waitReady(ctx); err != nil {
-		rr.Error = err.Error()
-		return rr
-	}
-	rr.ReadySeconds = time.Since(t2).Seconds()
+	rr.ReadySeconds = secs
 	if err := again.stop(); err != nil {
 		r.logf("warning: restarted server: %v", err)
 	}
 	return rr
+}
+
+// timedStart starts a server and returns it with the seconds from process
+// start to its first healthy answer. On error the child is already killed.
+func (r *ticketingRun) timedStart(ctx context.Context, name string, args []string, addr string) (*child, float64, error) {
+	t0 := time.Now()
+	c, err := r.spawn(name, args, addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := c.waitReady(ctx); err != nil {
+		c.kill()
+		return nil, 0, err
+	}
+	return c, time.Since(t0).Seconds(), nil
 }
