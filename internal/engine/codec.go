@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/surge-run/surge/internal/wire"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Log record envelope, version 1:
@@ -92,11 +93,7 @@ func (p *partition) forkSnapshot() func(dst []byte) []byte {
 	w.U32(uint32(p.id))
 	w.U64(p.outSeq)
 
-	seqs := make([]uint64, 0, len(p.outbox))
-	for s := range p.outbox {
-		seqs = append(seqs, s)
-	}
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	seqs := slices.Sorted(maps.Keys(p.outbox))
 	w.U32(uint32(len(seqs)))
 	for _, s := range seqs {
 		m := p.outbox[s]
@@ -106,11 +103,7 @@ func (p *partition) forkSnapshot() func(dst []byte) []byte {
 		w.Bytes(m.data)
 	}
 
-	srcs := make([]uint32, 0, len(p.hwm))
-	for s := range p.hwm {
-		srcs = append(srcs, s)
-	}
-	sort.Slice(srcs, func(i, j int) bool { return srcs[i] < srcs[j] })
+	srcs := slices.Sorted(maps.Keys(p.hwm))
 	w.U32(uint32(len(srcs)))
 	for _, s := range srcs {
 		w.U32(s)

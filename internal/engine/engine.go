@@ -16,7 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -376,11 +377,7 @@ func (e *Engine) recover() error {
 	e.doneEnd.Store(uint64(e.opts.Log.End()))
 	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from)
 	for _, p := range e.parts {
-		seqs := make([]uint64, 0, len(p.outbox))
-		for s := range p.outbox {
-			seqs = append(seqs, s)
-		}
-		sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+		seqs := slices.Sorted(maps.Keys(p.outbox))
 		for _, s := range seqs {
 			m := p.outbox[s]
 			e.parts[m.target].mail.push(mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
