@@ -35,6 +35,11 @@ type Log interface {
 	Replay(from Position, fn func(pos Position, e Entry) error) error
 	// End is the position just past the last durable record.
 	End() Position
+	// Start is the position of the oldest retained record and, for each
+	// partition, how many of its records lie before it: records that were
+	// released, so that only the partition's snapshot can supply them. The
+	// length of the slice is the partition count the log was created with.
+	Start() (Position, []uint64)
 	// Epoch identifies the current owner of the log; a Kafka-backed log
 	// bumps it when ownership moves so that a zombie owner is fenced.
 	Epoch() uint64

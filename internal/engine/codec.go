@@ -4,9 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/surge-run/surge/internal/wire"
 	"maps"
 	"slices"
+
+	"github.com/surge-run/surge/internal/wire"
 )
 
 // Log record envelope, version 1:
@@ -38,15 +39,21 @@ func appendEnvelopeHeader(dst []byte, kind InputKind, wl uint8, timeNs int64) []
 	return binary.LittleEndian.AppendUint64(dst, uint64(timeNs))
 }
 
-var errShortRecord = errors.New("engine: log record too short")
+var (
+	errShortRecord   = errors.New("engine: log record too short")
+	errNewerEnvelope = errors.New("engine: log record from a newer Surge")
+)
 
 func decodeEnvelope(b []byte) (envelope, error) {
 	var e envelope
 	if len(b) < envHeader {
 		return e, errShortRecord
 	}
+	if b[0] > envelopeVersion {
+		return e, fmt.Errorf("%w: envelope version %d; this binary reads version %d (run the release that wrote it)", errNewerEnvelope, b[0], envelopeVersion)
+	}
 	if b[0] != envelopeVersion {
-		return e, fmt.Errorf("engine: log record has envelope version %d; this binary reads version %d", b[0], envelopeVersion)
+		return e, fmt.Errorf("engine: log record has unknown envelope version %d", b[0])
 	}
 	e.kind = InputKind(b[1])
 	e.workload = b[2]
@@ -78,10 +85,12 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	return e, nil
 }
 
-// Partition snapshot, version 1: the engine's own per-partition state
-// (outgoing sequence, unacknowledged outbox, receive high-water marks,
-// pending timers), then each workload machine's snapshot.
-const snapshotVersion = 1
+// Partition snapshot, version 2: the partition count and the number of the
+// partition's log records it covers (checked against the log on recovery),
+// the engine's own per-partition state (outgoing sequence,
+// unacknowledged outbox, receive high-water marks, pending timers), then
+// each workload machine's snapshot. Version 1 lacked the first two.
+const snapshotVersion = 2
 
 // forkSnapshot captures the partition's state as of now and returns a
 // function that encodes it. The engine's own state is encoded at once (it
@@ -91,6 +100,8 @@ func (p *partition) forkSnapshot() func(dst []byte) []byte {
 	w := wire.Writer{}
 	w.U32(snapshotVersion)
 	w.U32(uint32(p.id))
+	w.U32(uint32(len(p.e.parts)))
+	w.U64(p.records)
 	w.U64(p.outSeq)
 
 	seqs := slices.Sorted(maps.Keys(p.outbox))
@@ -162,6 +173,11 @@ func (p *partition) restoreSnapshot(data []byte) error {
 	if id := r.U32(); r.Err == nil && int(id) != p.id {
 		return fmt.Errorf("engine: snapshot belongs to partition %d, not %d", id, p.id)
 	}
+	if n := r.U32(); r.Err == nil && int(n) != len(p.e.parts) {
+		return fmt.Errorf("engine: the snapshot of partition %d was written with %d partitions, not %d; keys would move to other partitions. Start with the partition count the data was written with",
+			p.id, n, len(p.e.parts))
+	}
+	p.records = r.U64()
 	p.outSeq = r.U64()
 	n := int(r.U32())
 	for i := 0; i < n && r.Err == nil; i++ {

@@ -27,14 +27,13 @@ import (
 
 // Limits. Every queue has one, so overload turns into backpressure.
 const (
-	DefaultPartitions     = 8
-	DefaultInboxLen       = 4096
-	DefaultMaxBatch       = 1024
-	DefaultSnapshotEvery  = 100_000
-	maxInflightBatches    = 4 // per partition, between apply and durable
-	snapshotQueueLen      = 64
-	maxPartitions         = 1 << 12
-	envelopeMaxTimerIDLen = 1 << 15
+	DefaultPartitions    = 8
+	DefaultInboxLen      = 4096
+	DefaultMaxBatch      = 1024
+	DefaultSnapshotEvery = 100_000
+	maxInflightBatches   = 4 // per partition, between apply and durable
+	snapshotQueueLen     = 64
+	maxPartitions        = 1 << 12
 )
 
 // SnapshotStore keeps each partition's latest snapshot and the log position
@@ -54,9 +53,13 @@ type Options struct {
 	SnapshotEvery int // commands applied in a partition between snapshots
 	Metrics       *Metrics
 	Logger        *slog.Logger
-	// ReplayStart is where recovery may begin reading the log when some
-	// partition has no snapshot (the oldest record still retained).
-	ReplayStart func() cmdlog.Position
+
+	// For the crash simulation, which needs every file operation on one
+	// goroutine and time it controls: now replaces the clock, and
+	// inlineSnapshots writes snapshots on the log's completion goroutine
+	// (and one after another on Close) instead of on the snapshotter.
+	now             func() int64
+	inlineSnapshots bool
 }
 
 // Engine owns the partitions. Create with Open, stop with Close.
@@ -104,6 +107,9 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.now == nil {
+		opts.now = func() int64 { return time.Now().UnixNano() }
+	}
 	e := &Engine{
 		opts:      opts,
 		workloads: make(map[uint8]Workload),
@@ -139,6 +145,21 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 
 // Partitions is the number of partitions.
 func (e *Engine) Partitions() int { return len(e.parts) }
+
+// Failed reports whether the log failed: the engine then refuses all work
+// until the process restarts.
+func (e *Engine) Failed() bool { return e.failed.Load() }
+
+func (e *Engine) now() int64 { return e.opts.now() }
+
+// dropped reports an input that could not be applied. The live path and
+// replay drop the same inputs, so state stays identical.
+func (e *Engine) dropped(what string, part int, err error) {
+	e.log.Error("dropping an input that cannot be applied", "kind", what, "partition", part, "err", err)
+	if m := e.opts.Metrics; m != nil {
+		m.Dropped.Inc()
+	}
+}
 
 // PartitionOf maps a key to its partition.
 func (e *Engine) PartitionOf(key string) int { return PartitionOfHash(Hash(key), len(e.parts)) }
@@ -193,6 +214,9 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 	}
 	if e.failed.Load() {
 		return nil, ErrFailed
+	}
+	if wl == timerWorkload {
+		return nil, fmt.Errorf("engine: workload id %d is reserved", wl)
 	}
 	r := e.reqPool.Get().(*Request)
 	r.workload, r.cmd, r.query = wl, cmd, q
@@ -250,13 +274,20 @@ func (e *Engine) Close() error {
 			if p.lastEnd.Load() <= p.snapPos.Load() {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			write := func() {
 				data := p.appendSnapshot(make([]byte, 0, p.snapshotBufSize()))
 				if errs[i] = e.opts.Snapshots.Write(uint32(p.id), end, data); errs[i] == nil {
 					p.snapPos.Store(uint64(end))
 				}
+			}
+			if e.opts.inlineSnapshots {
+				write()
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				write()
 			}()
 		}
 		wg.Wait()
@@ -291,23 +322,27 @@ type snapJob struct {
 func (e *Engine) snapshotter() {
 	defer e.snapWG.Done()
 	for j := range e.snapCh {
-		start := time.Now()
-		data := j.encode(make([]byte, 0, j.size))
-		j.p.snapSize.Store(int64(len(data)))
-		if m := e.opts.Metrics; m != nil {
-			m.SnapshotEncodeSeconds.Observe(time.Since(start).Seconds())
-		}
-		if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, data); err != nil {
-			e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
-			continue
-		}
-		j.p.snapPos.Store(uint64(j.pos))
-		if m := e.opts.Metrics; m != nil {
-			m.Snapshots.Inc()
-		}
-		if err := e.release(); err != nil {
-			e.log.Error("releasing old log segments failed", "err", err)
-		}
+		e.writeSnapshot(j)
+	}
+}
+
+func (e *Engine) writeSnapshot(j snapJob) {
+	start := time.Now()
+	data := j.encode(make([]byte, 0, j.size))
+	j.p.snapSize.Store(int64(len(data)))
+	if m := e.opts.Metrics; m != nil {
+		m.SnapshotEncodeSeconds.Observe(time.Since(start).Seconds())
+	}
+	if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, data); err != nil {
+		e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
+		return
+	}
+	j.p.snapPos.Store(uint64(j.pos))
+	if m := e.opts.Metrics; m != nil {
+		m.Snapshots.Inc()
+	}
+	if err := e.release(); err != nil {
+		e.log.Error("releasing old log segments failed", "err", err)
 	}
 }
 
@@ -331,10 +366,47 @@ func (e *Engine) release() error {
 	return e.opts.Log.ReleaseBefore(cmdlog.Position(upTo))
 }
 
-// recover loads each partition's snapshot, replays the log tail through the
+// MissingRecordsError is returned by Open when a partition's snapshot does
+// not cover the records the log no longer holds: starting would silently
+// lose them.
+type MissingRecordsError struct {
+	Partition int
+	Released  uint64          // the partition's records before the log's start
+	Covered   uint64          // records its snapshot covers (0: no snapshot)
+	Snapshot  bool            // whether a snapshot was found at all
+	LogStart  cmdlog.Position // position of the oldest retained record
+	Store     string          // where snapshots are kept, if the store says
+}
+
+func (e *MissingRecordsError) Error() string {
+	have := "it has no snapshot"
+	if e.Snapshot {
+		have = fmt.Sprintf("its newest snapshot covers only %d", e.Covered)
+	}
+	where := ""
+	if e.Store != "" {
+		where = " in " + e.Store
+	}
+	return fmt.Sprintf("engine: partition %d: %d of its records lie before the log's start (position %d) and only a snapshot can supply them, but %s%s. "+
+		"Starting would lose them, so the server will not start: restore the snapshot files of partition %d (snap-%05d-*.snap) from a backup; keep the data directory as it is",
+		e.Partition, e.Released, e.LogStart, have, where, e.Partition, e.Partition)
+}
+
+// recover loads each partition's snapshot, checks that the snapshots and
+// the log together hold every record, replays the log tail through the
 // same apply path the processors use, and re-sends every message that is
 // not known to be acknowledged (receivers drop duplicates).
 func (e *Engine) recover() error {
+	start, released := e.opts.Log.Start()
+	if len(released) != len(e.parts) {
+		return fmt.Errorf("engine: the log was created with %d partitions, not %d; keys would move to other partitions. Start with the partition count the data was written with",
+			len(released), len(e.parts))
+	}
+	end := uint64(e.opts.Log.End())
+	store := ""
+	if s, ok := e.opts.Snapshots.(fmt.Stringer); ok {
+		store = s.String()
+	}
 	from := uint64(1<<64 - 1)
 	for _, p := range e.parts {
 		pos, data, ok, err := e.opts.Snapshots.Latest(uint32(p.id))
@@ -346,15 +418,20 @@ func (e *Engine) recover() error {
 				return err
 			}
 			p.snapPos.Store(uint64(pos))
+			if uint64(pos) > end {
+				return fmt.Errorf("engine: partition %d: its snapshot covers the log up to position %d, but the log ends at %d: acknowledged records are missing from the log. "+
+					"Restore the data directory from a backup; keep it as it is", p.id, pos, end)
+			}
+		}
+		if p.records < released[p.id] {
+			return &MissingRecordsError{Partition: p.id, Released: released[p.id], Covered: p.records, Snapshot: ok, LogStart: start, Store: store}
 		}
 		from = min(from, uint64(pos))
 	}
-	if e.opts.ReplayStart != nil {
-		// A partition that was idle when segments were released may hold
-		// a snapshot older than the oldest retained record; it has no
-		// records in between, so starting at the log's start is exact.
-		from = max(from, uint64(e.opts.ReplayStart()))
-	}
+	// A partition idle since its snapshot may hold one older than the
+	// log's start; it has no records in between (checked above), so
+	// starting at the log's start is exact.
+	from = max(from, uint64(start))
 	var replayed int
 	err := e.opts.Log.Replay(cmdlog.Position(from), func(pos cmdlog.Position, en cmdlog.Entry) error {
 		if int(en.Partition) >= len(e.parts) {
@@ -364,6 +441,7 @@ func (e *Engine) recover() error {
 		if uint64(pos) < p.snapPos.Load() {
 			return nil
 		}
+		p.records++
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying record at position %d: %w", pos, err)
 		}
@@ -374,7 +452,7 @@ func (e *Engine) recover() error {
 	if err != nil {
 		return err
 	}
-	e.doneEnd.Store(uint64(e.opts.Log.End()))
+	e.doneEnd.Store(end)
 	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from)
 	for _, p := range e.parts {
 		seqs := slices.Sorted(maps.Keys(p.outbox))

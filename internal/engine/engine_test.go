@@ -215,28 +215,31 @@ func (l *ledger) Restore(b []byte) error {
 	return r.Err
 }
 
-type snapDir string
-
-func (d snapDir) Write(p uint32, pos cmdlog.Position, data []byte) error {
-	return wal.WriteSnapshot(string(d), p, pos, data)
-}
-func (d snapDir) Latest(p uint32) (cmdlog.Position, []byte, bool, error) {
-	return wal.LatestSnapshot(string(d), p)
-}
-
-// openEngineWith opens the bank workload on dir with small log segments;
-// mod may adjust the options (the log is already open in o.Log).
-func openEngineWith(t testing.TB, dir string, mod func(o *engine.Options)) *engine.Engine {
+// openWAL opens the log of a test data directory, with small segments.
+func openWAL(t testing.TB, dir string, partitions int) *wal.Log {
 	t.Helper()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), SegmentBytes: 64 << 10})
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), SegmentBytes: 64 << 10, Partitions: partitions})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sd := filepath.Join(dir, "snap")
-	os.MkdirAll(sd, 0o755)
-	o := engine.Options{Partitions: 4, Log: lg, Snapshots: snapDir(sd), ReplayStart: lg.Start, Logger: quiet}
+	return lg
+}
+
+// openEngineWith opens the bank workload on dir; mod may adjust the
+// options, and may set o.Log (otherwise the log is opened after mod, with
+// o.Partitions).
+func openEngineWith(t testing.TB, dir string, mod func(o *engine.Options)) *engine.Engine {
+	t.Helper()
+	sd, err := wal.OpenSnapshotDir(nil, filepath.Join(dir, "snap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := engine.Options{Partitions: 4, Snapshots: sd, Logger: quiet}
 	if mod != nil {
 		mod(&o)
+	}
+	if o.Log == nil {
+		o.Log = openWAL(t, dir, o.Partitions)
 	}
 	e, err := engine.Open(o, bank{})
 	if err != nil {
@@ -506,10 +509,11 @@ func (f *failingLog) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 // ahead of disk, so that request and every later one must fail rather
 // than be answered from state that was never made durable.
 func TestLogFailureStopsTheEngine(t *testing.T) {
-	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
-		fl := &failingLog{Log: o.Log.(*wal.Log)}
+	dir := t.TempDir()
+	e := openEngineWith(t, dir, func(o *engine.Options) {
+		fl := &failingLog{Log: openWAL(t, dir, o.Partitions)}
 		fl.n.Store(3)
-		o.Partitions, o.Log = 2, fl
+		o.Log = fl
 	})
 	defer e.Close()
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding"
 	"errors"
+	"fmt"
 )
 
 // Command is a workload command. The engine encodes it into the log before
@@ -74,18 +75,21 @@ type Effects struct {
 	sends     []send
 	timers    []timerOp
 	unchanged bool
+	// check decodes a command as its machine will when it is delivered or
+	// fired; set by the engine (nil in workload tests that call Apply).
+	check func(wl uint8, data []byte) error
 }
 
 type send struct {
 	key      string
 	workload uint8
-	cmd      Command
+	data     []byte
 }
 
 type timerOp struct {
 	id     string
 	atNs   int64
-	cmd    Command // nil means cancel
+	data   []byte
 	cancel bool
 }
 
@@ -100,15 +104,57 @@ func (fx *Effects) Reply(v any) { fx.reply = v }
 func (fx *Effects) Unchanged() { fx.unchanged = true }
 
 // Send delivers cmd to the machine of workload wl that owns key, exactly
-// once, after this command is durable.
-func (fx *Effects) Send(key string, wl uint8, cmd Command) {
-	fx.sends = append(fx.sends, send{key: key, workload: wl, cmd: cmd})
+// once, after this command is durable. cmd is encoded now and decoded by
+// the receiving workload at once: a message that the receiver could not
+// decode is refused here (the error says why; nothing is sent) rather
+// than logged, where every replay would meet it again. The check is the
+// same in replay, so the outcome is too.
+func (fx *Effects) Send(key string, wl uint8, cmd Command) error {
+	data, err := fx.encode(wl, cmd)
+	if err != nil {
+		return fmt.Errorf("engine: message to %q refused: %w", key, err)
+	}
+	fx.sends = append(fx.sends, send{key: key, workload: wl, data: data})
+	return nil
 }
 
 // SetTimer arranges for cmd to be applied to this machine (as FromTimer
 // input) at or after atNs. Setting an id again replaces the earlier timer.
-func (fx *Effects) SetTimer(id string, atNs int64, cmd Command) {
-	fx.timers = append(fx.timers, timerOp{id: id, atNs: atNs, cmd: cmd})
+// Like Send, it refuses a command its machine could not decode, and an id
+// longer than MaxTimerIDBytes.
+func (fx *Effects) SetTimer(id string, atNs int64, cmd Command) error {
+	if len(id) > MaxTimerIDBytes {
+		return fmt.Errorf("engine: timer id of %d bytes refused (limit %d)", len(id), MaxTimerIDBytes)
+	}
+	// The workload is the one applying; check learns it from the engine.
+	data, err := fx.encode(timerWorkload, cmd)
+	if err != nil {
+		return fmt.Errorf("engine: timer %q refused: %w", id, err)
+	}
+	fx.timers = append(fx.timers, timerOp{id: id, atNs: atNs, data: data})
+	return nil
+}
+
+// MaxTimerIDBytes bounds a timer id (it is logged with every firing).
+const MaxTimerIDBytes = 1<<15 - 1
+
+// timerWorkload tells check to use the workload whose Apply is running.
+const timerWorkload = 0xff
+
+func (fx *Effects) encode(wl uint8, cmd Command) ([]byte, error) {
+	if cmd == nil {
+		return nil, errors.New("nil command")
+	}
+	data, err := cmd.AppendBinary(nil)
+	if err != nil {
+		return nil, fmt.Errorf("encoding: %w", err)
+	}
+	if fx.check != nil {
+		if err := fx.check(wl, data); err != nil {
+			return nil, err
+		}
+	}
+	return data, nil
 }
 
 // CancelTimer removes a pending timer; cancelling an unknown id is a no-op.
@@ -130,6 +176,9 @@ var (
 	ErrOverloaded = errors.New("engine: partition inbox is full")
 	// ErrClosed means the engine is shutting down or has stopped.
 	ErrClosed = errors.New("engine: closed")
+	// ErrUndecodable means a command did not decode from the bytes it
+	// encodes to, so it was refused rather than logged.
+	ErrUndecodable = errors.New("engine: command refused: it does not decode from its own encoding")
 	// ErrFailed means the log failed; the engine refuses all work because
 	// its memory may be ahead of what is on disk.
 	ErrFailed = errors.New("engine: the command log failed; restart the server")

@@ -18,6 +18,9 @@ type Metrics struct {
 	// follows on the snapshot writer.
 	SnapshotForkSeconds   prometheus.Histogram
 	SnapshotEncodeSeconds prometheus.Histogram
+	// Dropped counts inputs that could not be applied (a logged command
+	// that does not decode); live and replay drop the same ones.
+	Dropped prometheus.Counter
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -49,7 +52,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Time the snapshot writer spends encoding a captured partition state.",
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 	})
-	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds)
+	m.Dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "surge_engine_dropped_inputs_total",
+		Help: "Logged inputs that could not be applied (their command does not decode) and were dropped, identically live and in replay.",
+	})
+	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped)
 	return m
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,6 @@ type mail struct {
 type mailbox struct {
 	mu     sync.Mutex
 	items  []mail
-	spare  []mail
 	signal chan struct{}
 }
 
@@ -52,24 +52,30 @@ func (m *mailbox) push(x mail) {
 	}
 }
 
-// take swaps out the pending items; the caller hands the slice back with
-// giveBack once done so the two buffers are reused.
-func (m *mailbox) take() []mail {
+// take removes up to max of the oldest pending items into dst. Whatever
+// is left re-arms the signal, so the processor comes back for it in its
+// next batch: a batch never holds more than MaxBatch inputs.
+func (m *mailbox) take(dst []mail, max int) []mail {
 	m.mu.Lock()
-	items := m.items
-	m.items = m.spare[:0]
-	m.spare = nil
+	n := min(max, len(m.items))
+	dst = append(dst, m.items[:n]...)
+	rest := copy(m.items, m.items[n:])
+	clear(m.items[rest:])
+	m.items = m.items[:rest]
 	m.mu.Unlock()
-	return items
+	if rest > 0 {
+		select {
+		case m.signal <- struct{}{}:
+		default:
+		}
+	}
+	return dst
 }
 
-func (m *mailbox) giveBack(items []mail) {
-	clear(items)
+func (m *mailbox) len() int {
 	m.mu.Lock()
-	if m.spare == nil {
-		m.spare = items[:0]
-	}
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	return len(m.items)
 }
 
 type ackTo struct {
@@ -137,10 +143,17 @@ type partition struct {
 	hwm    map[uint32]uint64
 	timers timerTable
 
+	// records counts this partition's log records, as the log does: a
+	// snapshot carries it, so recovery can tell whether the snapshot
+	// covers every record the log has released.
+	records uint64
+
 	fx        Effects
+	applying  uint8 // workload whose Apply is running (for SetTimer checks)
 	sinceSnap int
 	snapSize  atomic.Int64 // size of the last snapshot written
 	dueKeys   []timerKey
+	mailBuf   []mail
 
 	lastEnd atomic.Uint64 // end of the newest durable batch (or replayed record + 1)
 	snapPos atomic.Uint64 // position the newest written snapshot covers
@@ -157,6 +170,7 @@ func newPartition(e *Engine, id int) *partition {
 		timers: newTimerTable(),
 	}
 	p.mail.signal = make(chan struct{}, 1)
+	p.fx.check = p.checkDecode
 	maxID := 0
 	for id := range e.workloads {
 		maxID = max(maxID, int(id))
@@ -186,7 +200,7 @@ func (p *partition) run() {
 		var timerC <-chan time.Time
 		if at, ok := p.timers.next(); ok {
 			if at != armed {
-				tmr.Reset(time.Duration(at - time.Now().UnixNano()))
+				tmr.Reset(time.Duration(at - p.e.now()))
 				armed = at
 			}
 			timerC = tmr.C
@@ -202,13 +216,18 @@ func (p *partition) run() {
 				stopping = true
 			}
 		}
-		now := time.Now().UnixNano()
-		b.startedNano = now
+		now := p.e.now()
+		b.startedNano = time.Now().UnixNano()
 		if first != nil {
 			p.handle(b, first, now)
 		}
+		// One batch holds at most MaxBatch inputs. Client requests leave
+		// room for up to half of it to pending mail, so that neither
+		// starves the other.
+		maxBatch := p.e.opts.MaxBatch
+		clientMax := maxBatch - min(p.mail.len(), maxBatch/2)
 	drain:
-		for len(b.reqs) < p.e.opts.MaxBatch {
+		for len(b.reqs) < clientMax {
 			select {
 			case r := <-p.inbox:
 				p.handle(b, r, now)
@@ -216,13 +235,16 @@ func (p *partition) run() {
 				break drain
 			}
 		}
-		if items := p.mail.take(); len(items) > 0 {
-			for i := range items {
-				p.handleMail(b, &items[i], now)
+		inputs := len(b.reqs)
+		if room := maxBatch - inputs; room > 0 {
+			p.mailBuf = p.mail.take(p.mailBuf[:0], room)
+			for i := range p.mailBuf {
+				p.handleMail(b, &p.mailBuf[i], now)
 			}
-			p.mail.giveBack(items)
+			inputs += len(p.mailBuf)
+			clear(p.mailBuf)
 		}
-		p.dueKeys = p.timers.popDue(now, p.dueKeys[:0])
+		p.dueKeys = p.timers.popDue(now, p.dueKeys[:0], maxBatch-inputs)
 		for _, k := range p.dueKeys {
 			p.fireTimer(b, k, now)
 		}
@@ -253,8 +275,16 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 		r.err = fmt.Errorf("engine: encoding command: %w", err)
 		return
 	}
+	// Apply what replay will apply: the command decoded from the bytes
+	// being logged. One that does not decode is refused and never logged.
+	cmd, err := m.Decode(b.buf[start+envHeader:])
+	if err != nil {
+		b.buf = b.buf[:start]
+		r.err = fmt.Errorf("%w: %v", ErrUndecodable, err)
+		return
+	}
 	b.record(start)
-	in := Input{Kind: FromClient, TimeNs: now, Cmd: r.cmd}
+	in := Input{Kind: FromClient, TimeNs: now, Cmd: cmd}
 	p.apply(b, r.workload, &in)
 	r.result = p.fx.reply
 	if p.fx.unchanged && len(p.fx.sends) == 0 && len(p.fx.timers) == 0 {
@@ -282,7 +312,7 @@ func (p *partition) handleMail(b *batch, m *mail, now int64) {
 	b.buf = append(b.buf, m.data...)
 	b.record(start)
 	if err := p.applyMessage(b, m.workload, m.src, m.seq, m.data, now); err != nil {
-		p.e.log.Error("dropping undecodable message", "partition", p.id, "src", m.src, "seq", m.seq, "err", err)
+		p.e.dropped("message", p.id, err)
 	}
 	b.acks = append(b.acks, ackTo{src: int(m.src), seq: m.seq})
 }
@@ -306,17 +336,13 @@ func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, dat
 }
 
 func (p *partition) fireTimer(b *batch, k timerKey, now int64) {
-	if len(k.id) > envelopeMaxTimerIDLen {
-		p.timers.cancel(k.workload, k.id)
-		return
-	}
 	start := len(b.buf)
 	b.buf = appendEnvelopeHeader(b.buf, FromTimer, k.workload, now)
 	b.buf = binary.LittleEndian.AppendUint16(b.buf, uint16(len(k.id)))
 	b.buf = append(b.buf, k.id...)
 	b.record(start)
 	if err := p.applyTimer(b, k.workload, k.id, now); err != nil {
-		p.e.log.Error("dropping undecodable timer", "partition", p.id, "timer", k.id, "err", err)
+		p.e.dropped("timer", p.id, err)
 	}
 }
 
@@ -345,20 +371,32 @@ func (p *partition) machineFor(wl uint8) Machine {
 	return nil
 }
 
+// checkDecode is Effects' check: the command must decode by the machine
+// that will apply it, or it is refused before it can reach the log.
+func (p *partition) checkDecode(wl uint8, data []byte) error {
+	if wl == timerWorkload {
+		wl = p.applying
+	}
+	m := p.machineFor(wl)
+	if m == nil {
+		return fmt.Errorf("unknown workload %d", wl)
+	}
+	if _, err := m.Decode(data); err != nil {
+		return fmt.Errorf("workload %d cannot decode it: %w", wl, err)
+	}
+	return nil
+}
+
 // apply runs one input through its machine and turns the effects into
 // engine state: outbox entries and timers. b is nil during replay, where
 // sends are not delivered one by one: the whole outbox is re-sent after.
 func (p *partition) apply(b *batch, wl uint8, in *Input) {
 	p.fx.reset()
+	p.applying = wl
 	p.machines[wl].Apply(in, &p.fx)
 	for _, s := range p.fx.sends {
 		p.outSeq++
-		data, err := s.cmd.AppendBinary(nil)
-		if err != nil {
-			p.e.log.Error("dropping unencodable message", "partition", p.id, "err", err)
-			continue
-		}
-		m := &outMsg{seq: p.outSeq, target: p.e.PartitionOf(s.key), workload: s.workload, data: data}
+		m := &outMsg{seq: p.outSeq, target: p.e.PartitionOf(s.key), workload: s.workload, data: s.data}
 		p.outbox[m.seq] = m
 		if b != nil {
 			b.sends = append(b.sends, m)
@@ -369,12 +407,7 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) {
 			p.timers.cancel(wl, t.id)
 			continue
 		}
-		data, err := t.cmd.AppendBinary(nil)
-		if err != nil {
-			p.e.log.Error("dropping unencodable timer", "partition", p.id, "err", err)
-			continue
-		}
-		p.timers.set(wl, t.id, t.atNs, data)
+		p.timers.set(wl, t.id, t.atNs, t.data)
 	}
 	p.sinceSnap++
 	if b != nil {
@@ -382,31 +415,44 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) {
 	}
 }
 
-// replay applies one logged record during recovery.
+// replay applies one logged record during recovery. A record that cannot
+// be applied is dropped exactly as the live path drops it (a message or
+// timer whose command does not decode; the live path never logs such a
+// client command), so a poison record cannot keep the node from starting.
+// Only a record from a newer binary (an envelope version or workload this
+// one does not know) is an error: skipping it would lose data silently.
 func (p *partition) replay(data []byte) error {
 	env, err := decodeEnvelope(data)
-	if err != nil {
+	if errors.Is(err, errNewerEnvelope) {
 		return err
+	}
+	if err != nil {
+		p.e.dropped("record", p.id, err)
+		return nil
 	}
 	m := p.machineFor(env.workload)
 	if m == nil {
-		return fmt.Errorf("record of workload %d, which this binary does not know", env.workload)
+		return fmt.Errorf("record of workload %d, which this binary does not know (written by a newer Surge? run that release)", env.workload)
 	}
 	switch env.kind {
 	case FromClient:
 		cmd, err := m.Decode(env.payload)
 		if err != nil {
-			return err
+			p.e.dropped("client command", p.id, err)
+			return nil
 		}
 		in := Input{Kind: FromClient, TimeNs: env.timeNs, Cmd: cmd}
 		p.apply(nil, env.workload, &in)
-		return nil
 	case FromMessage:
-		return p.applyMessage(nil, env.workload, env.src, env.seq, env.payload, env.timeNs)
+		if err := p.applyMessage(nil, env.workload, env.src, env.seq, env.payload, env.timeNs); err != nil {
+			p.e.dropped("message", p.id, err)
+		}
 	case FromTimer:
-		return p.applyTimer(nil, env.workload, env.timerID, env.timeNs)
+		if err := p.applyTimer(nil, env.workload, env.timerID, env.timeNs); err != nil {
+			p.e.dropped("timer", p.id, err)
+		}
 	}
-	return fmt.Errorf("unknown input kind %d", env.kind)
+	return nil
 }
 
 func (p *partition) commit(b *batch) {
@@ -445,6 +491,7 @@ func (p *partition) commit(b *batch) {
 		}
 		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
 	}
+	p.records += uint64(len(b.entries))
 	if p.sinceSnap >= p.e.opts.SnapshotEvery {
 		// Only the capture stalls this partition; the snapshotter encodes
 		// once the batch is durable.
@@ -516,12 +563,17 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		p.e.deliverAcks(p.id, b.acks)
 		p.e.deliverAcks(p.id, b.fencedAcks)
 		if b.snap != nil {
-			select {
-			case p.e.snapCh <- snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}:
-			default:
-				// The writer is behind; skip this one; the partition takes
-				// another after SnapshotEvery more commands.
-				p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
+			j := snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}
+			if p.e.opts.inlineSnapshots {
+				p.e.writeSnapshot(j)
+			} else {
+				select {
+				case p.e.snapCh <- j:
+				default:
+					// The writer is behind; skip this one; the partition
+					// takes another after SnapshotEvery more commands.
+					p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
+				}
 			}
 		}
 	}

@@ -65,11 +65,11 @@ func (t *timerTable) next() (int64, bool) {
 	return 0, false
 }
 
-// popDue removes and returns the keys of live timers due at nowNs. They stay
-// in byKey until their FromTimer record is applied, so a crash before that
-// fires them again after restart.
-func (t *timerTable) popDue(nowNs int64, dst []timerKey) []timerKey {
-	for {
+// popDue removes and returns the keys of up to max live timers due at
+// nowNs. They stay in byKey until their FromTimer record is applied, so a
+// crash before that fires them again after restart.
+func (t *timerTable) popDue(nowNs int64, dst []timerKey, max int) []timerKey {
+	for len(dst) < max {
 		at, ok := t.next()
 		if !ok || at > nowNs {
 			return dst
@@ -77,6 +77,7 @@ func (t *timerTable) popDue(nowNs int64, dst []timerKey) []timerKey {
 		r := heap.Pop(&t.due).(timerRef)
 		dst = append(dst, r.key)
 	}
+	return dst
 }
 
 func (t *timerTable) sorted() []*timer {

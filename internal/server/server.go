@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/surge-run/surge/internal/api"
-	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/vfs"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
@@ -45,46 +45,86 @@ type Config struct {
 	Ready chan<- string
 }
 
-// meta is stored in the data directory: the partition count decides where
-// every key lives, so it cannot change under existing data.
+// meta is stored in the data directory for operators and tools. The
+// partition count decides where every key lives, so it cannot change under
+// existing data; the log records it too (in every segment header) and is
+// the authority: surge.json must agree with it.
 type meta struct {
 	FormatVersion int `json:"formatVersion"`
 	Partitions    int `json:"partitions"`
 }
 
-const metaFormatVersion = 1
+const (
+	metaFormatVersion = 1
+	metaFile          = "surge.json"
+)
 
-func loadMeta(dir string, want int) (int, error) {
-	path := filepath.Join(dir, "surge.json")
+// readMeta returns the partition count in surge.json, or 0 if there is no
+// such file.
+func readMeta(dir string) (int, error) {
+	path := filepath.Join(dir, metaFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		if want <= 0 {
-			want = engine.DefaultPartitions
-		}
-		b, _ = json.Marshal(meta{FormatVersion: metaFormatVersion, Partitions: want})
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			return 0, err
-		}
-		if err := syncFile(tmp); err != nil {
-			return 0, err
-		}
-		return want, os.Rename(tmp, path)
+		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
 	var m meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return 0, fmt.Errorf("%s is not valid: %w", path, err)
+		return 0, fmt.Errorf("%s is not valid JSON (%v); correct it, or move it aside: the partition count is then read from the log", path, err)
 	}
 	if m.FormatVersion != metaFormatVersion {
 		return 0, fmt.Errorf("%s has format version %d; this binary reads version %d", path, m.FormatVersion, metaFormatVersion)
 	}
-	if want > 0 && want != m.Partitions {
-		return 0, fmt.Errorf("data directory %s was created with %d partitions; --partitions %d cannot change that (keys would move)", dir, m.Partitions, want)
+	if m.Partitions < 1 || m.Partitions > wal.MaxPartitions {
+		return 0, fmt.Errorf("%s says \"partitions\": %d, which is not a partition count (1 to %d); correct it, or move it aside: the count is then read from the log",
+			path, m.Partitions, wal.MaxPartitions)
 	}
 	return m.Partitions, nil
+}
+
+func writeMeta(dir string, partitions int) error {
+	b, _ := json.Marshal(meta{FormatVersion: metaFormatVersion, Partitions: partitions})
+	return vfs.WriteFileAtomic(vfs.OS, filepath.Join(dir, metaFile), append(b, '\n'))
+}
+
+// openLog opens the log with the partition count the flag, surge.json and
+// the log agree on (a new data directory takes the flag, or the default),
+// and brings surge.json in line with the log.
+func openLog(cfg Config, opts wal.Options) (*wal.Log, error) {
+	if cfg.Partitions < 0 || cfg.Partitions > wal.MaxPartitions {
+		return nil, fmt.Errorf("--partitions %d: must be between 1 and %d (or 0: the data directory's count, %d for a new one)",
+			cfg.Partitions, wal.MaxPartitions, engine.DefaultPartitions)
+	}
+	inMeta, err := readMeta(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Partitions > 0 && inMeta > 0 && cfg.Partitions != inMeta {
+		return nil, fmt.Errorf("data directory %s was created with %d partitions; --partitions %d cannot change that (keys would move). Start with --partitions %d or 0",
+			cfg.DataDir, inMeta, cfg.Partitions, inMeta)
+	}
+	opts.Partitions = max(cfg.Partitions, inMeta)
+	lg, err := wal.Open(opts)
+	if errors.Is(err, wal.ErrPartitionsUnknown) {
+		opts.Partitions = engine.DefaultPartitions
+		lg, err = wal.Open(opts)
+	}
+	if errors.Is(err, wal.ErrPartitionMismatch) && cfg.Partitions == 0 {
+		return nil, fmt.Errorf("%s disagrees with the log, which is the authority: %w. Correct the file's \"partitions\", or move it aside",
+			filepath.Join(cfg.DataDir, metaFile), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n := lg.Partitions(); n != inMeta {
+		if err := writeMeta(cfg.DataDir, n); err != nil {
+			lg.Close()
+			return nil, fmt.Errorf("writing %s: %w", metaFile, err)
+		}
+	}
+	return lg, nil
 }
 
 // lockDir takes an exclusive lock on the data directory: two processes
@@ -102,25 +142,6 @@ func lockDir(dir string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-type snapshotDir string
-
-func (d snapshotDir) Write(p uint32, pos cmdlog.Position, data []byte) error {
-	return wal.WriteSnapshot(string(d), p, pos, data)
-}
-
-func (d snapshotDir) Latest(p uint32) (cmdlog.Position, []byte, bool, error) {
-	return wal.LatestSnapshot(string(d), p)
-}
-
 // Run serves until ctx is cancelled, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	logger := cfg.Logger
@@ -135,7 +156,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// less often takes GC work off the request path.
 		debug.SetGCPercent(400)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := vfs.OS.MkdirAll(cfg.DataDir); err != nil {
 		return err
 	}
 	unlock, err := lockDir(cfg.DataDir)
@@ -143,10 +164,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer unlock()
-	parts, err := loadMeta(cfg.DataDir, cfg.Partitions)
-	if err != nil {
-		return err
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
@@ -163,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(fsync, syncRecords)
 
 	start := time.Now()
-	lg, err := wal.Open(wal.Options{
+	lg, err := openLog(cfg, wal.Options{
 		Dir:          filepath.Join(cfg.DataDir, "wal"),
 		SyncInterval: cfg.SyncInterval,
 		OnSync: func(d time.Duration, records, _ int) {
@@ -174,22 +191,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	parts := lg.Partitions()
 	if rec := lg.Recovery(); rec.File != "" {
-		logger.Warn("truncated a torn write at the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
+		logger.Warn("cut a torn write (never acknowledged) from the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
 	}
-	snapDir := filepath.Join(cfg.DataDir, "snapshots")
-	if err := os.MkdirAll(snapDir, 0o755); err != nil {
+	snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(cfg.DataDir, "snapshots"))
+	if err != nil {
 		lg.Close()
 		return err
 	}
 	eng, err := engine.Open(engine.Options{
 		Partitions:    parts,
 		Log:           lg,
-		Snapshots:     snapshotDir(snapDir),
+		Snapshots:     snaps,
 		SnapshotEvery: cfg.SnapshotEvery,
 		Metrics:       engine.NewMetrics(reg),
 		Logger:        logger,
-		ReplayStart:   lg.Start,
 	}, ticketing.Workload{})
 	if err != nil {
 		lg.Close()
@@ -202,6 +219,9 @@ func Run(ctx context.Context, cfg Config) error {
 	health := func(w http.ResponseWriter, r *http.Request) int {
 		if !ready.Load() {
 			return api.Error(w, http.StatusServiceUnavailable, "not ready")
+		}
+		if eng.Failed() {
+			return api.Error(w, http.StatusServiceUnavailable, "the command log failed; this node refuses all requests until it is restarted")
 		}
 		api.Write(w, http.StatusOK, false, []byte("ok\n"))
 		return http.StatusOK

@@ -1,18 +1,19 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 
 	"github.com/surge-run/surge/internal/cmdlog"
 )
 
 // Replay calls fn for every record from position from up to the End at the
-// time of the call, in log order. from must be a record boundary (as
-// returned to a DoneFunc or passed to fn), the start of the oldest retained
-// segment, or End. Entry data passed to fn points into a reused buffer.
+// time of the call, in log order; seal frames are skipped. from must be a
+// record boundary (as returned to a DoneFunc or passed to fn), the start of
+// the oldest retained segment, or End. Entry data passed to fn points into
+// a reused buffer.
 func (l *Log) Replay(from cmdlog.Position, fn func(pos cmdlog.Position, e cmdlog.Entry) error) error {
 	// Load the end before the segment list: a segment created after this
 	// point starts at or after limit, so the list covers [from, limit).
@@ -42,7 +43,7 @@ func (l *Log) Replay(from cmdlog.Position, fn func(pos cmdlog.Position, e cmdlog
 			continue
 		}
 		var err error
-		pos, err = replaySegment(fr, segs[i], pos, segEnd, pos == uint64(from), fn)
+		pos, err = l.replaySegment(fr, segs[i], pos, segEnd, pos == uint64(from), fn)
 		if err != nil {
 			return err
 		}
@@ -51,37 +52,39 @@ func (l *Log) Replay(from cmdlog.Position, fn func(pos cmdlog.Position, e cmdlog
 }
 
 // replaySegment replays [pos, segEnd) of s and returns the position reached.
-func replaySegment(fr *frameReader, s segment, pos, segEnd uint64, atStart bool,
+func (l *Log) replaySegment(fr *frameReader, s segment, pos, segEnd uint64, atStart bool,
 	fn func(pos cmdlog.Position, e cmdlog.Entry) error) (uint64, error) {
-	f, err := os.Open(s.path)
+	f, err := l.fs.Open(s.path)
 	if err != nil {
 		return pos, fmt.Errorf("wal: replay: %w", err)
 	}
 	defer f.Close()
-	fileOff := segmentHeaderSize + int64(pos-s.base)
-	fr.reset(io.NewSectionReader(f, fileOff, int64(segEnd-pos)), fileOff)
-	for pos < segEnd {
-		part, data, err := fr.next()
-		if err != nil {
-			switch e := err.(type) {
-			case *frameError:
-				reason := e.reason
-				if atStart {
-					reason += fmt.Sprintf(" (or replay position %d is not a record boundary)", pos)
-				}
-				return pos, &CorruptionError{File: s.path, Offset: e.offset, Reason: reason}
-			default:
-				if err == io.EOF {
-					return pos, &CorruptionError{File: s.path, Offset: fr.off, Reason: "segment is shorter than the log's end position"}
-				}
-				return pos, fmt.Errorf("wal: replay %s: %w", s.path, err)
+	fileOff := l.hdrSize + int64(pos-s.base)
+	fr.reset(f, l.hdrSize, fileOff, l.hdrSize+int64(segEnd-s.base), s.base, nil)
+	for {
+		at, part, data, err := fr.next()
+		if err == io.EOF {
+			if fr.pos() != segEnd {
+				return fr.pos(), &CorruptionError{File: s.path, Offset: fr.off, Reason: "segment is shorter than the log's end position"}
 			}
+			return segEnd, nil
 		}
-		if err := fn(cmdlog.Position(pos), cmdlog.Entry{Partition: part, Data: data}); err != nil {
-			return pos, err
+		if err != nil {
+			var fe *frameError
+			if !errors.As(err, &fe) {
+				if err == io.ErrUnexpectedEOF {
+					return fr.pos(), &CorruptionError{File: s.path, Offset: fr.off, Reason: "segment is shorter than the log's end position"}
+				}
+				return fr.pos(), fmt.Errorf("wal: replay %s: %w", s.path, err)
+			}
+			reason := fe.reason
+			if atStart && fr.pos() == pos {
+				reason += fmt.Sprintf(" (or replay position %d is not a record boundary)", pos)
+			}
+			return fr.pos(), &CorruptionError{File: s.path, Offset: fe.offset, Reason: reason}
 		}
-		pos += uint64(frameHeaderSize + len(data))
-		atStart = false
+		if err := fn(cmdlog.Position(at), cmdlog.Entry{Partition: uint32(part), Data: data}); err != nil {
+			return at, err
+		}
 	}
-	return pos, nil
 }

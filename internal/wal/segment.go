@@ -6,27 +6,54 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/surge-run/surge/internal/vfs"
 )
 
-// Segment header: magic(8) version(4) base(8) headerCRC(4). The version sits
-// right after the magic in every format version so that an old build can
-// name the version it does not understand.
+// Segment header, version 2:
+//
+//	magic(8) version(4) base(8) partitions(4) counts(8 × partitions) crc(4)
+//
+// counts[p] is how many records of partition p precede base: what a
+// partition's snapshot must cover once the segments before this one are
+// released. The version sits right after the magic in every format version
+// so that any build can name the version it does not understand.
 const (
-	segmentMagic      = "SURGEWAL"
-	segmentVersion    = 1
-	segmentHeaderSize = 24
-	segmentExt        = ".wal"
-	tmpExt            = ".tmp"
+	segmentMagic   = "SURGEWAL"
+	segmentVersion = 2
+	segmentExt     = ".wal"
+	tmpExt         = ".tmp"
+	// MaxPartitions bounds the partition count a log accepts (and so the
+	// size of a segment header).
+	MaxPartitions = 1 << 12
 )
 
-// Frame: length(4) crc(4) partition(4) data(length). The CRC covers
-// partition and data, which are contiguous, so one checksum call suffices.
-const frameHeaderSize = 12
+func segmentHeaderSize(partitions int) int64 { return 28 + 8*int64(partitions) }
+
+// Frame, version 2 (16-byte header, then data):
+//
+//	length(4) back(4) partition(2) check(2) crc(4) data(length)
+//
+// back is the distance from the start of the group commit (the one write
+// and fsync) the frame belongs to. The writer starts a write only after
+// the previous one was fsynced, so a valid frame whose write began at S
+// proves that every byte before S was durable (acknowledged). check is the
+// low 16 bits of CRC-32C over the frame's position and bytes 0..10, a cheap
+// filter when scanning for frames byte by byte; crc is CRC-32C over the
+// position, bytes 0..12 and the data. Both are salted with the position, so
+// a frame is valid only where it was written: a frame-shaped byte run a
+// client put into its own data, or a stale frame, does not pass.
+const (
+	frameHeaderSize = 16
+	// sealPartition marks a seal frame: no data, a write of its own,
+	// written when the log falls idle and on Close, so that the last
+	// acknowledged write is followed by proof that it was durable.
+	sealPartition = 0xffff
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -41,62 +68,136 @@ func parseSegmentName(name string) (uint64, bool) {
 	return base, err == nil
 }
 
-func appendFrame(buf []byte, partition uint32, data []byte) []byte {
+func posSalt(pos uint64) uint32 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], pos)
+	return crc32.Update(0, castagnoli, b[:])
+}
+
+func headerCheck(salt uint32, h []byte) uint16 {
+	return uint16(crc32.Update(salt, castagnoli, h[:10]))
+}
+
+// appendFrame appends the frame of data at log position pos, back bytes
+// after the start of its write.
+func appendFrame(buf []byte, pos uint64, back uint32, partition uint16, data []byte) []byte {
 	off := len(buf)
 	buf = slices.Grow(buf, frameHeaderSize+len(data))
 	buf = buf[:off+frameHeaderSize]
-	binary.LittleEndian.PutUint32(buf[off:], uint32(len(data)))
-	binary.LittleEndian.PutUint32(buf[off+8:], partition)
+	h := buf[off:]
+	binary.LittleEndian.PutUint32(h, uint32(len(data)))
+	binary.LittleEndian.PutUint32(h[4:], back)
+	binary.LittleEndian.PutUint16(h[8:], partition)
+	salt := posSalt(pos)
+	binary.LittleEndian.PutUint16(h[10:], headerCheck(salt, h))
+	crc := crc32.Update(salt, castagnoli, h[:12])
 	buf = append(buf, data...)
-	binary.LittleEndian.PutUint32(buf[off+4:], crc32.Checksum(buf[off+8:], castagnoli))
+	binary.LittleEndian.PutUint32(buf[off+12:], crc32.Update(crc, castagnoli, data))
 	return buf
 }
 
-func encodeSegmentHeader(base uint64) []byte {
-	h := make([]byte, segmentHeaderSize)
+// frameAt checks whether b starts with a complete, valid frame written at
+// position pos, and returns its partition, back distance and data.
+func frameAt(b []byte, pos uint64) (partition uint16, back uint32, data []byte, reason string) {
+	if len(b) < frameHeaderSize {
+		return 0, 0, nil, fmt.Sprintf("incomplete frame header (%d of %d bytes)", len(b), frameHeaderSize)
+	}
+	salt := posSalt(pos)
+	if binary.LittleEndian.Uint16(b[10:]) != headerCheck(salt, b) {
+		return 0, 0, nil, "frame header check mismatch"
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n > MaxEntryBytes {
+		return 0, 0, nil, fmt.Sprintf("frame length %d exceeds the limit of %d", n, MaxEntryBytes)
+	}
+	if uint64(n) > uint64(len(b)-frameHeaderSize) {
+		return 0, 0, nil, fmt.Sprintf("incomplete frame (length %d, only %d bytes left)", n, len(b)-frameHeaderSize)
+	}
+	crc := crc32.Update(salt, castagnoli, b[:12])
+	crc = crc32.Update(crc, castagnoli, b[frameHeaderSize:frameHeaderSize+int(n)])
+	if crc != binary.LittleEndian.Uint32(b[12:]) {
+		return 0, 0, nil, "checksum mismatch"
+	}
+	return binary.LittleEndian.Uint16(b[8:]), binary.LittleEndian.Uint32(b[4:]), b[frameHeaderSize : frameHeaderSize+int(n)], ""
+}
+
+func encodeSegmentHeader(base uint64, counts []uint64) []byte {
+	h := make([]byte, segmentHeaderSize(len(counts)))
 	copy(h, segmentMagic)
 	binary.LittleEndian.PutUint32(h[8:], segmentVersion)
 	binary.LittleEndian.PutUint64(h[12:], base)
-	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], castagnoli))
+	binary.LittleEndian.PutUint32(h[20:], uint32(len(counts)))
+	for i, c := range counts {
+		binary.LittleEndian.PutUint64(h[24+8*i:], c)
+	}
+	n := len(h) - 4
+	binary.LittleEndian.PutUint32(h[n:], crc32.Checksum(h[:n], castagnoli))
 	return h
 }
 
-// checkSegmentHeader validates h (segmentHeaderSize bytes) of the segment at
-// path whose name says it starts at base.
-func checkSegmentHeader(path string, h []byte, base uint64) error {
-	if string(h[:8]) != segmentMagic {
-		return &CorruptionError{File: path, Offset: 0, Reason: "bad segment magic (not a Surge WAL segment)"}
+// readSegmentHeader reads and validates the header of the segment at path
+// whose name says it starts at base, returning its per-partition counts.
+func readSegmentHeader(f vfs.File, path string, base uint64, fileSize int64) ([]uint64, error) {
+	var fixed [24]byte
+	if fileSize < int64(len(fixed)) {
+		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("file of %d bytes is shorter than a segment header", fileSize)}
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != segmentVersion {
-		return fmt.Errorf("%w: segment %s has format version %d, this build reads only version %d (written by a newer Surge?)",
+	if _, err := f.ReadAt(fixed[:], 0); err != nil {
+		return nil, fmt.Errorf("wal: read %s: %w", path, err)
+	}
+	if string(fixed[:8]) != segmentMagic {
+		return nil, &CorruptionError{File: path, Offset: 0, Reason: "bad segment magic (not a Surge WAL segment)"}
+	}
+	if v := binary.LittleEndian.Uint32(fixed[8:]); v != segmentVersion {
+		if v < segmentVersion {
+			return nil, fmt.Errorf("%w: segment %s is in log format version %d, written by an earlier Surge; this build reads only version %d. "+
+				"Keep that data directory for the release that wrote it and start this build with a new --data-dir",
+				ErrUnsupportedVersion, path, v, segmentVersion)
+		}
+		return nil, fmt.Errorf("%w: segment %s has format version %d, this build reads only version %d (written by a newer Surge: run that release)",
 			ErrUnsupportedVersion, path, v, segmentVersion)
 	}
-	if binary.LittleEndian.Uint32(h[20:]) != crc32.Checksum(h[:20], castagnoli) {
-		return &CorruptionError{File: path, Offset: 0, Reason: "segment header checksum mismatch"}
+	parts := binary.LittleEndian.Uint32(fixed[20:])
+	if parts == 0 || parts > MaxPartitions {
+		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header names %d partitions (valid: 1 to %d)", parts, MaxPartitions)}
+	}
+	size := segmentHeaderSize(int(parts))
+	if fileSize < size {
+		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("file of %d bytes is shorter than its %d-byte segment header", fileSize, size)}
+	}
+	h := make([]byte, size)
+	if _, err := f.ReadAt(h, 0); err != nil {
+		return nil, fmt.Errorf("wal: read %s: %w", path, err)
+	}
+	if binary.LittleEndian.Uint32(h[size-4:]) != crc32.Checksum(h[:size-4], castagnoli) {
+		return nil, &CorruptionError{File: path, Offset: 0, Reason: "segment header checksum mismatch"}
 	}
 	if b := binary.LittleEndian.Uint64(h[12:]); b != base {
-		return &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header says base position %d but the file name says %d", b, base)}
+		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header says base position %d but the file name says %d", b, base)}
 	}
-	return nil
+	counts := make([]uint64, parts)
+	for i := range counts {
+		counts[i] = binary.LittleEndian.Uint64(h[24+8*i:])
+	}
+	return counts, nil
 }
 
 // createSegment makes a new segment durably: header written to a temporary
 // file, synced, renamed into place, directory synced. A crash therefore
 // leaves either no segment or one with a complete header, never a torn one.
-// The returned file is open for writing, positioned after the header.
-func createSegment(dir string, base uint64, sync bool) (*os.File, string, error) {
+func createSegment(fsys vfs.FS, dir string, base uint64, counts []uint64, sync bool) (vfs.File, string, error) {
 	path := filepath.Join(dir, segmentName(base))
 	tmp := path + tmpExt
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsys.Create(tmp)
 	if err != nil {
 		return nil, "", err
 	}
-	fail := func(err error) (*os.File, string, error) {
+	fail := func(err error) (vfs.File, string, error) {
 		f.Close()
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return nil, "", err
 	}
-	if _, err := f.Write(encodeSegmentHeader(base)); err != nil {
+	if _, err := f.WriteAt(encodeSegmentHeader(base, counts), 0); err != nil {
 		return fail(err)
 	}
 	if sync {
@@ -104,11 +205,11 @@ func createSegment(dir string, base uint64, sync bool) (*os.File, string, error)
 			return fail(err)
 		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fsys.Rename(tmp, path); err != nil {
 		return fail(err)
 	}
 	if sync {
-		if err := syncDir(dir); err != nil {
+		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()
 			return nil, "", err
 		}
@@ -117,22 +218,22 @@ func createSegment(dir string, base uint64, sync bool) (*os.File, string, error)
 }
 
 // listSegments returns the segments in dir by base position and removes
-// temporary files left by a crash during createSegment.
-func listSegments(dir string) ([]segment, error) {
-	des, err := os.ReadDir(dir)
+// temporary files left by a crash while a segment was being created or
+// repaired.
+func listSegments(fsys vfs.FS, dir string) ([]segment, error) {
+	names, err := fsys.List(dir)
 	if err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
 	var segs []segment
-	for _, de := range des {
-		name := de.Name()
+	for _, name := range names {
 		if s, ok := strings.CutSuffix(name, tmpExt); ok {
 			if _, ok := parseSegmentName(s); ok {
-				os.Remove(filepath.Join(dir, name))
+				fsys.Remove(filepath.Join(dir, name))
 			}
 			continue
 		}
-		if base, ok := parseSegmentName(name); ok && de.Type().IsRegular() {
+		if base, ok := parseSegmentName(name); ok {
 			segs = append(segs, segment{base: base, path: filepath.Join(dir, name)})
 		}
 	}
@@ -152,198 +253,232 @@ func listSegments(dir string) ([]segment, error) {
 // opens the active segment for writing.
 func (l *Log) recover() error {
 	dir := l.opts.Dir
-	segs, err := listSegments(dir)
+	segs, err := listSegments(l.fs, dir)
 	if err != nil {
 		return err
 	}
 	if len(segs) == 0 {
-		f, path, err := createSegment(dir, 0, !l.opts.NoSync)
+		if l.opts.Partitions <= 0 {
+			return ErrPartitionsUnknown
+		}
+		if l.opts.Partitions > MaxPartitions {
+			return fmt.Errorf("wal: %d partitions is more than the limit of %d", l.opts.Partitions, MaxPartitions)
+		}
+		counts := make([]uint64, l.opts.Partitions)
+		f, path, err := createSegment(l.fs, dir, 0, counts, !l.opts.NoSync)
 		if err != nil {
 			return fmt.Errorf("wal: create first segment: %w", err)
 		}
-		l.f = f
-		l.segs = []segment{{base: 0, path: path}}
+		l.f, l.hdrSize, l.counts = f, segmentHeaderSize(len(counts)), slices.Clone(counts)
+		l.segs = []segment{{base: 0, path: path, counts: counts}}
 		return nil
 	}
 	fr := newFrameReader(1 << 20)
 	var expect uint64
-	for i, s := range segs {
+	var counts []uint64
+	for i := range segs {
+		s := &segs[i]
 		last := i == len(segs)-1
 		if i > 0 && s.base != expect {
 			return &CorruptionError{File: s.path, Offset: 0, Reason: fmt.Sprintf(
 				"segment starts at position %d but the previous segment ends at %d (a segment is missing or was truncated)", s.base, expect)}
 		}
-		size, err := l.scanSegment(fr, s, last)
+		size, err := l.scanSegment(fr, s, last, counts)
 		if err != nil {
 			return err
 		}
+		if i == 0 {
+			n := len(s.counts)
+			if l.opts.Partitions > 0 && l.opts.Partitions != n {
+				return fmt.Errorf("%w: the log in %s was written with %d partitions, not %d; keys would move to other partitions. Start with --partitions %d (or 0)",
+					ErrPartitionMismatch, dir, n, l.opts.Partitions, n)
+			}
+		}
+		counts = fr.counts
 		expect = s.base + uint64(size)
 	}
 	lastSeg := segs[len(segs)-1]
-	f, err := os.OpenFile(lastSeg.path, os.O_WRONLY, 0)
+	f, err := l.fs.OpenWrite(lastSeg.path)
 	if err != nil {
-		return fmt.Errorf("wal: %w", err)
-	}
-	end, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		f.Close()
 		return fmt.Errorf("wal: %w", err)
 	}
 	l.f = f
-	l.activeSize = end - segmentHeaderSize
+	l.hdrSize = segmentHeaderSize(len(counts))
+	l.activeSize = int64(expect - lastSeg.base)
+	l.counts = slices.Clone(counts)
 	l.segs = segs
 	l.end.Store(expect)
+	l.sealed = fr.sealed
 	return nil
 }
 
-// scanSegment validates one segment and returns its record bytes. Only the
-// last segment may be repaired: earlier ones were fully synced before the
-// next was created, so any damage in them is real corruption.
-func (l *Log) scanSegment(fr *frameReader, s segment, last bool) (int64, error) {
-	f, err := os.Open(s.path)
+// scanSegment validates one segment, fills s.counts from its header, and
+// returns its record bytes; fr.counts holds the per-partition counts at its
+// end. prev are the counts at the end of the previous segment (nil for the
+// first), which the header must repeat.
+func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64) (int64, error) {
+	f, err := l.fs.Open(s.path)
 	if err != nil {
 		return 0, fmt.Errorf("wal: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	fileSize, err := f.Size()
 	if err != nil {
 		return 0, fmt.Errorf("wal: %w", err)
 	}
-	fileSize := st.Size()
-
-	var h [segmentHeaderSize]byte
-	n, err := io.ReadFull(f, h[:])
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-		return 0, fmt.Errorf("wal: %w", err)
-	}
-	if n < segmentHeaderSize || allZero(h[:]) {
-		// createSegment never leaves such a file behind, but a filesystem
-		// that lost the header of a brand-new, still empty segment is
-		// harmless to repair when it is the last one.
-		if last && n < segmentHeaderSize || last && fileAllZero(f, fileSize) {
-			if err := l.rewriteHeader(s); err != nil {
-				return 0, err
+	if last && headerNeverWritten(f, fileSize) {
+		// createSegment never leaves such a file behind, but a file system
+		// that lost the header of a brand-new, still empty last segment is
+		// harmless to repair: it held no records.
+		counts := prev
+		if counts == nil && s.base == 0 && l.opts.Partitions > 0 {
+			counts = make([]uint64, l.opts.Partitions)
+		}
+		if counts != nil {
+			nf, _, err := createSegment(l.fs, l.opts.Dir, s.base, counts, !l.opts.NoSync)
+			if err != nil {
+				return 0, fmt.Errorf("wal: repair the header of %s: %w", s.path, err)
 			}
-			l.recovery = Recovery{File: s.path, TruncatedBytes: max(fileSize-segmentHeaderSize, 0)}
+			nf.Close()
+			s.counts = slices.Clone(counts)
+			fr.counts, fr.sealed = slices.Clone(counts), true
+			l.recovery = Recovery{File: s.path, TruncatedBytes: fileSize}
 			return 0, nil
 		}
-		return 0, &CorruptionError{File: s.path, Offset: 0, Reason: "truncated or zeroed segment header"}
 	}
-	if err := checkSegmentHeader(s.path, h[:], s.base); err != nil {
+	counts, err := readSegmentHeader(f, s.path, s.base, fileSize)
+	if err != nil {
 		return 0, err
 	}
-
-	fr.reset(io.NewSectionReader(f, segmentHeaderSize, fileSize-segmentHeaderSize), segmentHeaderSize)
+	if prev != nil && !slices.Equal(prev, counts) {
+		return 0, &CorruptionError{File: s.path, Offset: 24, Reason: "the per-partition record counts in the segment header disagree with the records of the segments before it"}
+	}
+	s.counts = counts
+	hdr := segmentHeaderSize(len(counts))
+	fr.reset(f, hdr, hdr, fileSize, s.base, slices.Clone(counts))
 	for {
-		_, _, err := fr.next()
+		_, _, _, err := fr.next()
 		if err == nil {
 			continue
 		}
 		if err == io.EOF {
-			return fileSize - segmentHeaderSize, nil
+			return fileSize - hdr, nil
 		}
 		var fe *frameError
 		if !errors.As(err, &fe) {
 			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
 		}
 		if !last {
+			// Every write in a segment that is not the last was fsynced
+			// before the next segment was created.
 			return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fe.reason}
 		}
-		valid, err := validFrameAfter(f, fe.offset, fileSize)
+		badPos := s.base + uint64(fe.offset-hdr)
+		proof, err := laterWrite(f, fe.offset, fileSize, hdr, s.base, badPos)
 		if err != nil {
 			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
 		}
-		if valid >= 0 {
+		if proof >= 0 {
 			return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fmt.Sprintf(
-				"%s, and a valid record follows at offset %d, so this is not a torn write", fe.reason, valid)}
+				"%s; the record at offset %d belongs to a later group commit, so this one had been made durable and acknowledged", fe.reason, proof)}
 		}
-		if err := truncateFile(s.path, fe.offset, !l.opts.NoSync); err != nil {
+		if err := l.cutTail(s.path, f, fe.offset); err != nil {
 			return 0, err
 		}
+		// The frames kept before the tear are not proven durable by a
+		// later write yet; the next write or seal proves them.
+		fr.sealed = false
 		l.recovery = Recovery{File: s.path, TruncatedBytes: fileSize - fe.offset}
-		return fe.offset - segmentHeaderSize, nil
+		return fe.offset - hdr, nil
 	}
 }
 
-func (l *Log) rewriteHeader(s segment) error {
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		return fmt.Errorf("wal: %w", err)
+// headerNeverWritten reports a file shorter than a segment header's fixed
+// part, or all zeros.
+func headerNeverWritten(f vfs.File, size int64) bool {
+	if size < 24 {
+		return true
 	}
-	_, err = f.Write(encodeSegmentHeader(s.base))
-	if err == nil && !l.opts.NoSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("wal: repair header of %s: %w", s.path, err)
-	}
-	return nil
-}
-
-func truncateFile(path string, size int64, sync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("wal: truncate torn tail: %w", err)
-	}
-	err = f.Truncate(size)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("wal: truncate torn tail of %s: %w", path, err)
-	}
-	return nil
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func fileAllZero(f *os.File, size int64) bool {
 	buf := make([]byte, 64<<10)
 	for off := int64(0); off < size; {
 		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
-		if !allZero(buf[:n]) {
+		for _, c := range buf[:n] {
+			if c != 0 {
+				return false
+			}
+		}
+		if err != nil && err != io.EOF {
 			return false
 		}
-		if err != nil {
-			return err == io.EOF && off+int64(n) >= size
-		}
 		off += int64(n)
+		if n == 0 {
+			return false
+		}
 	}
 	return true
 }
 
-// validFrameAfter reports the file offset of the first intact frame that
-// starts after bad, or -1. Finding one means the damage at bad is not a torn
-// write (which only ever affects the end) but corruption in the middle.
-func validFrameAfter(f *os.File, bad, fileSize int64) (int64, error) {
+// laterWrite looks after the bad frame at file offset bad (log position
+// badPos) for a valid frame of a group commit that began after badPos, and
+// returns its file offset, or -1. Such a frame proves the write holding
+// badPos was fsynced before it: the damage is to acknowledged data. Without
+// one, everything from badPos on belongs to the last write, which was never
+// acknowledged: a torn write, whatever pattern of its pages reached the
+// disk.
+func laterWrite(f vfs.File, bad, fileSize, hdr int64, base, badPos uint64) (int64, error) {
 	tail := make([]byte, fileSize-bad)
 	if _, err := f.ReadAt(tail, bad); err != nil && err != io.EOF {
 		return -1, err
 	}
 	for i := 1; i+frameHeaderSize <= len(tail); i++ {
+		pos := badPos + uint64(i)
 		b := tail[i:]
-		n := binary.LittleEndian.Uint32(b)
-		if n > MaxEntryBytes || uint64(n) > uint64(len(b)-frameHeaderSize) {
+		// The cheap header check first; it is salted with the position.
+		if binary.LittleEndian.Uint16(b[10:]) != headerCheck(posSalt(pos), b) {
 			continue
 		}
-		if crc32.Checksum(b[8:frameHeaderSize+int(n)], castagnoli) == binary.LittleEndian.Uint32(b[4:]) {
+		_, back, _, reason := frameAt(b, pos)
+		if reason != "" || uint64(back) > pos-base {
+			continue
+		}
+		if pos-uint64(back) > badPos {
 			return bad + int64(i), nil
 		}
 	}
 	return -1, nil
+}
+
+// cutTail removes everything from off on in the segment at path. It copies
+// the good prefix to a temporary file and renames it over the segment, so
+// a crash during the repair leaves the original to be repaired again.
+func (l *Log) cutTail(path string, f vfs.File, off int64) error {
+	keep := make([]byte, off)
+	if _, err := f.ReadAt(keep, 0); err != nil && err != io.EOF {
+		return fmt.Errorf("wal: repair %s: %w", path, err)
+	}
+	tmp := path + tmpExt
+	nf, err := l.fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("wal: repair %s: %w", path, err)
+	}
+	_, err = nf.WriteAt(keep, 0)
+	if err == nil && !l.opts.NoSync {
+		err = nf.Sync()
+	}
+	if cerr := nf.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = l.fs.Rename(tmp, path)
+	}
+	if err == nil && !l.opts.NoSync {
+		err = l.fs.SyncDir(l.opts.Dir)
+	}
+	if err != nil {
+		l.fs.Remove(tmp)
+		return fmt.Errorf("wal: cut the torn tail of %s: %w", path, err)
+	}
+	return nil
 }
 
 // frameError is a frame that does not decode; offset is its file offset.
@@ -354,29 +489,40 @@ type frameError struct {
 
 func (e *frameError) Error() string { return fmt.Sprintf("offset %d: %s", e.offset, e.reason) }
 
-// frameReader decodes frames from big reads into one reused buffer and
-// hands out data slices that point into it, so that reading costs no
-// allocation or copy per record.
+// frameReader decodes the frames of one segment from big reads into one
+// reused buffer and hands out data slices that point into it, so reading
+// costs no allocation or copy per record. It counts the records of each
+// partition as it goes.
 type frameReader struct {
-	r      io.Reader
+	r      io.ReaderAt
 	buf    []byte
 	lo, hi int   // buffered, unconsumed bytes are buf[lo:hi]
 	off    int64 // file offset of buf[lo]
-	rerr   error
+	rdOff  int64 // file offset of the next read
+	limit  int64 // file offset where the segment's records end
+	base   uint64
+	hdr    int64
+	counts []uint64
+	// sealed: the last frame read was a seal, or none was read.
+	sealed bool
 }
 
 func newFrameReader(size int) *frameReader { return &frameReader{buf: make([]byte, size)} }
 
-func (fr *frameReader) reset(r io.Reader, off int64) {
-	fr.r, fr.lo, fr.hi, fr.off, fr.rerr = r, 0, 0, off, nil
+// reset starts reading the frames of a segment (header size hdr, base
+// position base) at file offset off, up to file offset limit; counts (may
+// be nil) is advanced per record.
+func (fr *frameReader) reset(r io.ReaderAt, hdr, off, limit int64, base uint64, counts []uint64) {
+	fr.r, fr.lo, fr.hi, fr.off, fr.rdOff, fr.limit = r, 0, 0, off, off, limit
+	fr.base, fr.hdr, fr.counts = base, hdr, counts
+	fr.sealed = true
 }
 
-// fill tries to buffer at least n bytes; false means the input ended (or
-// failed, see rerr) first.
-func (fr *frameReader) fill(n int) bool {
+// fill tries to buffer at least n bytes; false means the segment ended.
+func (fr *frameReader) fill(n int) (bool, error) {
 	for fr.hi-fr.lo < n {
-		if fr.rerr != nil {
-			return false
+		if fr.rdOff >= fr.limit {
+			return false, nil
 		}
 		if len(fr.buf)-fr.lo < n {
 			if n > len(fr.buf) {
@@ -388,44 +534,68 @@ func (fr *frameReader) fill(n int) bool {
 			}
 			fr.lo = 0
 		}
-		m, err := fr.r.Read(fr.buf[fr.hi:])
+		want := min(int64(len(fr.buf)-fr.hi), fr.limit-fr.rdOff)
+		m, err := fr.r.ReadAt(fr.buf[fr.hi:fr.hi+int(want)], fr.rdOff)
 		fr.hi += m
-		if err != nil {
-			fr.rerr = err
+		fr.rdOff += int64(m)
+		if err != nil && !(err == io.EOF && int64(m) == want) {
+			if err == io.EOF {
+				return false, io.ErrUnexpectedEOF
+			}
+			return false, err
 		}
 	}
-	return true
+	return true, nil
 }
 
-// next returns the next frame. Errors: io.EOF at a clean end, *frameError
-// for a frame that does not decode, anything else for a failed read.
-func (fr *frameReader) next() (uint32, []byte, error) {
-	if !fr.fill(frameHeaderSize) {
-		if fr.rerr != io.EOF {
-			return 0, nil, fr.rerr
+// next returns the next frame that is not a seal, with its log position.
+// Errors: io.EOF at a clean end, *frameError for a frame that does not
+// decode, anything else for a failed read.
+func (fr *frameReader) next() (uint64, uint16, []byte, error) {
+	for {
+		ok, err := fr.fill(frameHeaderSize)
+		if err != nil {
+			return 0, 0, nil, err
 		}
-		if fr.hi == fr.lo {
-			return 0, nil, io.EOF
+		if !ok {
+			if fr.hi == fr.lo {
+				return 0, 0, nil, io.EOF
+			}
+			return 0, 0, nil, &frameError{fr.off, fmt.Sprintf("incomplete frame header (%d of %d bytes)", fr.hi-fr.lo, frameHeaderSize)}
 		}
-		return 0, nil, &frameError{fr.off, fmt.Sprintf("incomplete frame header (%d of %d bytes)", fr.hi-fr.lo, frameHeaderSize)}
-	}
-	b := fr.buf[fr.lo:fr.hi]
-	n := binary.LittleEndian.Uint32(b)
-	if n > MaxEntryBytes {
-		return 0, nil, &frameError{fr.off, fmt.Sprintf("frame length %d exceeds the limit of %d", n, MaxEntryBytes)}
-	}
-	total := frameHeaderSize + int(n)
-	if !fr.fill(total) {
-		if fr.rerr != io.EOF {
-			return 0, nil, fr.rerr
+		n := binary.LittleEndian.Uint32(fr.buf[fr.lo:])
+		total := frameHeaderSize + int(min(n, MaxEntryBytes+1))
+		if n <= MaxEntryBytes {
+			if _, err := fr.fill(total); err != nil {
+				return 0, 0, nil, err
+			}
 		}
-		return 0, nil, &frameError{fr.off, fmt.Sprintf("incomplete frame (length %d, only %d bytes left)", n, fr.hi-fr.lo-frameHeaderSize)}
+		pos := fr.pos()
+		part, back, data, reason := frameAt(fr.buf[fr.lo:fr.hi], pos)
+		if reason != "" {
+			return 0, 0, nil, &frameError{fr.off, reason}
+		}
+		if uint64(back) > pos-fr.base {
+			return 0, 0, nil, &frameError{fr.off, fmt.Sprintf("frame says its write began %d bytes earlier, before the segment", back)}
+		}
+		if part != sealPartition && fr.counts != nil && int(part) >= len(fr.counts) {
+			return 0, 0, nil, &frameError{fr.off, fmt.Sprintf("frame of partition %d in a log of %d partitions", part, len(fr.counts))}
+		}
+		fr.lo += frameHeaderSize + len(data)
+		fr.off += int64(frameHeaderSize + len(data))
+		fr.sealed = part == sealPartition
+		if part == sealPartition {
+			if len(data) != 0 {
+				return 0, 0, nil, &frameError{fr.off - int64(frameHeaderSize+len(data)), "seal frame with data"}
+			}
+			continue
+		}
+		if fr.counts != nil {
+			fr.counts[part]++
+		}
+		return pos, part, data, nil
 	}
-	b = fr.buf[fr.lo : fr.lo+total]
-	if crc32.Checksum(b[8:], castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, nil, &frameError{fr.off, "checksum mismatch"}
-	}
-	fr.lo += total
-	fr.off += int64(total)
-	return binary.LittleEndian.Uint32(b[8:]), b[frameHeaderSize:], nil
 }
+
+// pos is the log position of the frame at fr.off.
+func (fr *frameReader) pos() uint64 { return fr.base + uint64(fr.off-fr.hdr) }

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/vfs"
 )
 
 // Snapshot header: magic(8) version(4) partition(4) pos(8) dataLen(8)
@@ -20,6 +21,7 @@ const (
 	snapshotVersion    = 1
 	snapshotHeaderSize = 36
 	snapshotKeep       = 2
+	snapshotTmpPrefix  = ".snap-"
 )
 
 func snapshotName(partition uint32, pos cmdlog.Position) string {
@@ -54,14 +56,52 @@ func parseSnapshotName(name string) (partition uint32, pos cmdlog.Position, ok b
 // snapshotChunkBytes bounds how much snapshot data is dirty at a time.
 const snapshotChunkBytes = 1 << 20
 
-// WriteSnapshot atomically stores data as the snapshot of partition at log
+// SnapshotDir stores per-partition snapshot files in one directory (the
+// log's directory works: the names do not clash).
+type SnapshotDir struct {
+	FS  vfs.FS // nil means the operating system's
+	Dir string
+	// NoSync skips every fsync. Only for tests that say so.
+	NoSync bool
+}
+
+// String names the directory, for error messages.
+func (d SnapshotDir) String() string { return d.Dir }
+
+func (d SnapshotDir) fs() vfs.FS {
+	if d.FS == nil {
+		return vfs.OS
+	}
+	return d.FS
+}
+
+// OpenSnapshotDir creates dir if needed and removes the temporary files a
+// crash left behind while a snapshot was being written.
+func OpenSnapshotDir(fsys vfs.FS, dir string) (SnapshotDir, error) {
+	d := SnapshotDir{FS: fsys, Dir: dir}
+	if err := d.fs().MkdirAll(dir); err != nil {
+		return d, fmt.Errorf("wal: snapshot dir: %w", err)
+	}
+	names, err := d.fs().List(dir)
+	if err != nil {
+		return d, fmt.Errorf("wal: snapshot dir: %w", err)
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, snapshotTmpPrefix) && strings.HasSuffix(name, tmpExt) {
+			if err := d.fs().Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return d, fmt.Errorf("wal: removing a leftover snapshot temp file: %w", err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// Write atomically stores data as the snapshot of partition at log
 // position pos, then deletes all but the newest two snapshots of that
 // partition. The second newest is kept so that a snapshot whose write was
 // interrupted at the storage level still leaves an older one to inspect.
-func WriteSnapshot(dir string, partition uint32, pos cmdlog.Position, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("wal: snapshot: %w", err)
-	}
+func (d SnapshotDir) Write(partition uint32, pos cmdlog.Position, data []byte) error {
+	fsys := d.fs()
 	h := make([]byte, snapshotHeaderSize)
 	copy(h, snapshotMagic)
 	binary.LittleEndian.PutUint32(h[8:], snapshotVersion)
@@ -70,44 +110,48 @@ func WriteSnapshot(dir string, partition uint32, pos cmdlog.Position, data []byt
 	binary.LittleEndian.PutUint64(h[24:], uint64(len(data)))
 	binary.LittleEndian.PutUint32(h[32:], crc32.Checksum(data, castagnoli))
 
-	f, err := os.CreateTemp(dir, fmt.Sprintf(".snap-%05d-*.tmp", partition))
+	final := filepath.Join(d.Dir, snapshotName(partition, pos))
+	tmp := filepath.Join(d.Dir, fmt.Sprintf("%s%05d-%020d%s", snapshotTmpPrefix, partition, uint64(pos), tmpExt))
+	f, err := fsys.Create(tmp)
 	if err != nil {
 		return fmt.Errorf("wal: snapshot: %w", err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(h)
+	_, err = f.WriteAt(h, 0)
 	// Write and sync in chunks: on ext4 (data=ordered) the log's next
 	// fsync would otherwise have to flush the whole dirty snapshot with
 	// it, stalling every in-flight request behind tens of megabytes.
+	off := int64(len(h))
 	for rest := data; err == nil && len(rest) > 0; {
 		n := min(len(rest), snapshotChunkBytes)
-		if _, err = f.Write(rest[:n]); err == nil {
+		if _, err = f.WriteAt(rest[:n], off); err == nil && !d.NoSync {
 			err = f.Sync()
 		}
 		rest = rest[n:]
+		off += int64(n)
 	}
-	if err == nil && len(data) == 0 {
+	if err == nil && len(data) == 0 && !d.NoSync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	final := filepath.Join(dir, snapshotName(partition, pos))
 	if err == nil {
-		err = os.Rename(tmp, final)
+		err = fsys.Rename(tmp, final)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return fmt.Errorf("wal: write snapshot %s: %w", final, err)
 	}
-	if err := syncDir(dir); err != nil {
-		return err
+	if !d.NoSync {
+		if err := fsys.SyncDir(d.Dir); err != nil {
+			return fmt.Errorf("wal: write snapshot %s: sync dir: %w", final, err)
+		}
 	}
-	return pruneSnapshots(dir, partition)
+	return d.prune(partition)
 }
 
-func pruneSnapshots(dir string, partition uint32) error {
-	snaps, err := listSnapshots(dir, partition)
+func (d SnapshotDir) prune(partition uint32) error {
+	snaps, err := d.list(partition)
 	if err != nil {
 		return err
 	}
@@ -116,7 +160,7 @@ func pruneSnapshots(dir string, partition uint32) error {
 	}
 	var errs []error
 	for _, s := range snaps[:len(snaps)-snapshotKeep] {
-		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := d.fs().Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
@@ -131,47 +175,48 @@ type snapFile struct {
 	path string
 }
 
-// listSnapshots returns partition's snapshots in dir, oldest first.
-func listSnapshots(dir string, partition uint32) ([]snapFile, error) {
-	des, err := os.ReadDir(dir)
+// list returns partition's snapshots, oldest first.
+func (d SnapshotDir) list(partition uint32) ([]snapFile, error) {
+	names, err := d.fs().List(d.Dir)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("wal: list snapshots: %w", err)
 	}
 	var out []snapFile
-	for _, de := range des { // ReadDir sorts by name; names sort by position
-		p, pos, ok := parseSnapshotName(de.Name())
-		if ok && p == partition && de.Type().IsRegular() {
-			out = append(out, snapFile{pos: pos, path: filepath.Join(dir, de.Name())})
+	for _, name := range names { // sorted by name; names sort by position
+		p, pos, ok := parseSnapshotName(name)
+		if ok && p == partition {
+			out = append(out, snapFile{pos: pos, path: filepath.Join(d.Dir, name)})
 		}
 	}
 	return out, nil
 }
 
-// LatestSnapshot returns the newest snapshot of partition. If that file is
-// damaged it returns an error naming it rather than falling back to an
-// older snapshot: log segments needed to replay from the older one may
-// already have been released. ok is false when there is no snapshot.
-func LatestSnapshot(dir string, partition uint32) (pos cmdlog.Position, data []byte, ok bool, err error) {
-	snaps, err := listSnapshots(dir, partition)
+// Latest returns the newest snapshot of partition. If that file is damaged
+// it returns an error naming it rather than falling back to an older
+// snapshot: log segments needed to replay from the older one may already
+// have been released. ok is false when there is no snapshot.
+func (d SnapshotDir) Latest(partition uint32) (pos cmdlog.Position, data []byte, ok bool, err error) {
+	snaps, err := d.list(partition)
 	if err != nil || len(snaps) == 0 {
 		return 0, nil, false, err
 	}
 	s := snaps[len(snaps)-1]
-	b, err := os.ReadFile(s.path)
+	b, err := vfs.ReadFile(d.fs(), s.path)
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("wal: read snapshot: %w", err)
 	}
 	bad := func(reason string) error {
-		return fmt.Errorf("wal: snapshot %s is damaged: %s; refusing to fall back to an older snapshot because the log it needs may be gone (restore from backup)", s.path, reason)
+		return fmt.Errorf("wal: snapshot %s is damaged: %s; not falling back to an older snapshot because the log it needs may have been released. "+
+			"Restore this file from a backup; keep the data directory as it is", s.path, reason)
 	}
 	if len(b) < 12 || string(b[:8]) != snapshotMagic {
 		return 0, nil, false, bad("bad magic or truncated header")
 	}
 	if v := binary.LittleEndian.Uint32(b[8:]); v != snapshotVersion {
-		return 0, nil, false, fmt.Errorf("%w: snapshot %s has format version %d, this build reads only version %d (written by a newer Surge?)",
+		return 0, nil, false, fmt.Errorf("%w: snapshot %s has format version %d, this build reads only version %d (written by a newer Surge: run that release)",
 			ErrUnsupportedVersion, s.path, v, snapshotVersion)
 	}
 	if len(b) < snapshotHeaderSize {

@@ -7,12 +7,14 @@ package wal
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/vfs"
 )
 
 // MaxEntryBytes bounds the Data of one entry. Open treats larger frame
@@ -24,6 +26,10 @@ const (
 	defaultSegmentBytes  = 64 << 20
 	defaultQueueLen      = 4096
 	defaultMaxBatchBytes = 8 << 20
+	defaultSealDelay     = 10 * time.Millisecond
+	// maxAppendBytes bounds one Append, and so one write: a frame's back
+	// distance to the start of its write is a uint32.
+	maxAppendBytes = 1 << 30
 )
 
 // ErrEntryTooLarge is passed (wrapped) to the DoneFunc of an Append that
@@ -34,12 +40,35 @@ var ErrEntryTooLarge = errors.New("wal: entry too large")
 // return for a file written in a format version this build cannot read.
 var ErrUnsupportedVersion = errors.New("wal: unsupported format version")
 
+// ErrPartitionsUnknown is returned by Open for a new log when
+// Options.Partitions is not set.
+var ErrPartitionsUnknown = errors.New("wal: a new log needs its partition count (Options.Partitions)")
+
+// ErrPartitionMismatch is wrapped by the error Open returns when
+// Options.Partitions disagrees with the count the log was created with.
+var ErrPartitionMismatch = errors.New("wal: partition count mismatch")
+
+// ErrBadPartition is passed (wrapped) to the DoneFunc of an Append with an
+// entry for a partition the log does not have. Only that Append fails.
+var ErrBadPartition = errors.New("wal: no such partition")
+
 var _ cmdlog.Log = (*Log)(nil)
 
 // Options configures Open. Zero values select the defaults.
 type Options struct {
 	// Dir holds the segment files; it is created if missing.
 	Dir string
+	// FS is the file system; nil means the operating system's.
+	FS vfs.FS
+	// Partitions is the number of partitions, recorded in every segment
+	// header. Required for a new log; for an existing one 0 means "as
+	// recorded", anything else must match the record.
+	Partitions int
+	// SealDelay is how long the writer waits, idle after a write, before it
+	// writes a seal: an empty frame whose own fsync proves the write before
+	// it was durable, so damage to it is reported rather than taken for a
+	// torn write. Default 10ms; negative: only Seal and Close seal.
+	SealDelay time.Duration
 	// SegmentBytes: the writer rolls to a new segment file before the next
 	// batch once the active segment holds at least this many record bytes.
 	// Default 64 MiB.
@@ -62,8 +91,9 @@ type Options struct {
 	SyncInterval time.Duration
 }
 
-// CorruptionError reports a damaged log that cannot be repaired
-// automatically: anything except a torn write at the very end of the log.
+// CorruptionError reports damage to records that were acknowledged, or to
+// the structure of the log: anything except a torn write after the last
+// acknowledged one, which Open repairs.
 type CorruptionError struct {
 	File   string
 	Offset int64 // byte offset in File (segment header included)
@@ -71,7 +101,8 @@ type CorruptionError struct {
 }
 
 func (e *CorruptionError) Error() string {
-	return fmt.Sprintf("wal: corrupt record in %s at offset %d: %s; the log cannot be replayed past this point (restore from backup or remove the data directory)",
+	return fmt.Sprintf("wal: corrupt log in %s at offset %d: %s. Acknowledged records are damaged, so the server will not start on this log. "+
+		"Keep the data directory as it is (copy it aside to inspect it) and restore it from a backup; the records before this offset are intact",
 		e.File, e.Offset, e.Reason)
 }
 
@@ -84,14 +115,16 @@ type Recovery struct {
 type request struct {
 	entries []cmdlog.Entry
 	done    cmdlog.DoneFunc
-	err     error // set by Append when the request is rejected up front
+	seal    chan error // a Seal call, answered once the seal is durable
+	err     error      // set by Append when the request is rejected up front
 	first   cmdlog.Position
 	end     cmdlog.Position
 }
 
 type segment struct {
-	base uint64
-	path string
+	base   uint64
+	path   string
+	counts []uint64 // records of each partition before base
 }
 
 // Log is the embedded write-ahead log. It implements cmdlog.Log.
@@ -115,9 +148,14 @@ type Log struct {
 	segMu sync.Mutex
 	segs  []segment // oldest first; the last one is the active segment
 
+	fs      vfs.FS
+	hdrSize int64 // segment header size, fixed by the partition count
+
 	// Owned by the writer goroutine (and by Open before it starts).
-	f          *os.File
-	activeSize int64 // record bytes in the active segment
+	f          vfs.File
+	activeSize int64    // record bytes in the active segment
+	counts     []uint64 // records of each partition written so far
+	sealed     bool     // the last write was a seal (or nothing was written)
 	buf        []byte
 	batch      []request
 	failErr    error
@@ -139,13 +177,22 @@ func Open(opts Options) (*Log, error) {
 	if opts.MaxBatchBytes <= 0 {
 		opts.MaxBatchBytes = defaultMaxBatchBytes
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	opts.MaxBatchBytes = min(opts.MaxBatchBytes, maxAppendBytes)
+	if opts.SealDelay == 0 {
+		opts.SealDelay = defaultSealDelay
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.OS
+	}
+	if err := opts.FS.MkdirAll(opts.Dir); err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
 	l := &Log{
 		opts:       opts,
+		fs:         opts.FS,
 		queue:      make(chan request, opts.QueueLen),
 		writerDone: make(chan struct{}),
+		sealed:     true,
 	}
 	if err := l.recover(); err != nil {
 		return nil, err
@@ -157,6 +204,34 @@ func Open(opts Options) (*Log, error) {
 // Recovery reports what Open had to repair.
 func (l *Log) Recovery() Recovery { return l.recovery }
 
+// Partitions is the partition count recorded in the log.
+func (l *Log) Partitions() int { return int(l.hdrSize-28) / 8 }
+
+// Start is the position of the oldest record still retained, where a
+// reader without a snapshot must begin, and for each partition how many of
+// its records lie before it: released, so only a snapshot can supply them.
+func (l *Log) Start() (cmdlog.Position, []uint64) {
+	l.segMu.Lock()
+	defer l.segMu.Unlock()
+	return cmdlog.Position(l.segs[0].base), slices.Clone(l.segs[0].counts)
+}
+
+// Seal writes a seal frame, unless the last write already was one, and
+// returns once it is durable: every write before it is then known to have
+// been acknowledged, so later damage to it is reported, never repaired away.
+// The writer seals by itself after SealDelay of idleness and on Close.
+func (l *Log) Seal() error {
+	req := request{seal: make(chan error, 1)}
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return cmdlog.ErrClosed
+	}
+	l.queue <- req
+	l.mu.RUnlock()
+	return <-req.seal
+}
+
 // Append queues entries for the writer. It blocks while the queue is full.
 // done is always called from the writer goroutine, in Append order, even
 // for rejected appends; the one exception is an Append after Close, whose
@@ -164,9 +239,20 @@ func (l *Log) Recovery() Recovery { return l.recovery }
 // is no writer left.
 func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 	req := request{entries: entries, done: done}
+	total := 0
 	for i := range entries {
-		if n := len(entries[i].Data); n > MaxEntryBytes {
+		n := len(entries[i].Data)
+		total += frameHeaderSize + n
+		if n > MaxEntryBytes {
 			req.err = fmt.Errorf("%w: entry %d has %d bytes, limit is %d", ErrEntryTooLarge, i, n, MaxEntryBytes)
+			break
+		}
+		if p := entries[i].Partition; p >= uint32(l.Partitions()) {
+			req.err = fmt.Errorf("%w: entry %d is for partition %d of %d", ErrBadPartition, i, p, l.Partitions())
+			break
+		}
+		if total > maxAppendBytes {
+			req.err = fmt.Errorf("%w: one append of more than %d bytes", ErrEntryTooLarge, maxAppendBytes)
 			break
 		}
 	}
@@ -195,7 +281,7 @@ func (l *Log) ReleaseBefore(pos cmdlog.Position) error {
 	// A segment's records all lie before pos when the next segment starts
 	// at or before pos; the active (last) segment has no successor.
 	for n < len(l.segs)-1 && l.segs[n+1].base <= uint64(pos) {
-		if err := os.Remove(l.segs[n].path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := l.fs.Remove(l.segs[n].path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			l.segs = l.segs[n:]
 			return fmt.Errorf("wal: release: %w", err)
 		}
@@ -208,7 +294,10 @@ func (l *Log) ReleaseBefore(pos cmdlog.Position) error {
 	if l.opts.NoSync {
 		return nil
 	}
-	return syncDir(l.opts.Dir)
+	if err := l.fs.SyncDir(l.opts.Dir); err != nil {
+		return fmt.Errorf("wal: release: sync dir: %w", err)
+	}
+	return nil
 }
 
 // Close stops accepting appends, writes and syncs everything already
@@ -227,8 +316,23 @@ func (l *Log) Close() error {
 
 func (l *Log) writer() {
 	defer close(l.writerDone)
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
 	for {
-		req, ok := <-l.queue
+		var req request
+		var ok bool
+		if l.sealed || l.failErr != nil || l.opts.SealDelay < 0 {
+			req, ok = <-l.queue
+		} else {
+			idle.Reset(l.opts.SealDelay)
+			select {
+			case req, ok = <-l.queue:
+				idle.Stop()
+			case <-idle.C:
+				l.writeSeal()
+				continue
+			}
+		}
 		if !ok {
 			break
 		}
@@ -260,6 +364,7 @@ func (l *Log) writer() {
 			break
 		}
 	}
+	l.writeSeal()
 	err := l.failErr
 	if err == nil && !l.opts.NoSync {
 		err = l.f.Sync()
@@ -273,8 +378,55 @@ func (l *Log) writer() {
 	l.closeErr = err
 }
 
+// writeSeal writes and syncs a seal frame as a write of its own, unless the
+// last write was one.
+func (l *Log) writeSeal() {
+	if l.sealed || l.failErr != nil {
+		return
+	}
+	if l.activeSize >= l.opts.SegmentBytes {
+		// The roll's fsync before the next segment proves everything in
+		// this one; the new segment's first write needs no seal.
+		if err := l.roll(); err != nil {
+			l.failErr = fmt.Errorf("wal: roll segment: %w", err)
+		}
+		l.sealed = true
+		return
+	}
+	base := l.end.Load()
+	l.buf = appendFrame(l.buf[:0], base, 0, sealPartition, nil)
+	if err := l.write(l.buf); err != nil {
+		l.failErr = err
+		return
+	}
+	l.end.Store(base + frameHeaderSize)
+	l.sealed = true
+}
+
+// write writes buf at the end of the active segment and syncs it.
+func (l *Log) write(buf []byte) error {
+	_, err := l.f.WriteAt(buf, l.hdrSize+l.activeSize)
+	if err == nil && !l.opts.NoSync {
+		err = l.f.Sync()
+	}
+	if err != nil {
+		// After a failed write or fsync the file's contents are unknown
+		// (the kernel may have dropped dirty pages), so nothing more may
+		// be acknowledged; Open will sort out the tail.
+		return fmt.Errorf("wal: write %s: %w", l.activePath(), err)
+	}
+	l.activeSize += int64(len(buf))
+	return nil
+}
+
+func (l *Log) activePath() string {
+	l.segMu.Lock()
+	defer l.segMu.Unlock()
+	return l.segs[len(l.segs)-1].path
+}
+
 func requestBytes(r *request) int {
-	if r.err != nil {
+	if r.err != nil || r.seal != nil {
 		return 0
 	}
 	n := 0
@@ -300,14 +452,21 @@ func (l *Log) commit(batch []request) {
 	base := l.end.Load()
 	buf := l.buf[:0]
 	records := 0
+	seal := false
 	for i := range batch {
 		r := &batch[i]
+		if r.seal != nil {
+			seal = true
+			continue
+		}
 		if r.err != nil {
 			continue
 		}
 		r.first = cmdlog.Position(base + uint64(len(buf)))
 		for j := range r.entries {
-			buf = appendFrame(buf, r.entries[j].Partition, r.entries[j].Data)
+			e := &r.entries[j]
+			buf = appendFrame(buf, base+uint64(len(buf)), uint32(len(buf)), uint16(e.Partition), e.Data)
+			l.counts[e.Partition]++
 		}
 		r.end = cmdlog.Position(base + uint64(len(buf)))
 		records += len(r.entries)
@@ -322,19 +481,12 @@ func (l *Log) commit(batch []request) {
 
 	if len(buf) > 0 {
 		start := time.Now()
-		_, err := l.f.Write(buf)
-		if err == nil && !l.opts.NoSync {
-			err = l.f.Sync()
-		}
-		if err != nil {
-			// After a failed write or fsync the file's contents are unknown
-			// (the kernel may have dropped dirty pages), so nothing more may
-			// be acknowledged; Open will sort out the tail.
-			l.failErr = fmt.Errorf("wal: write %s: %w", l.f.Name(), err)
+		if err := l.write(buf); err != nil {
+			l.failErr = err
 			l.failBatch(batch)
 			return
 		}
-		l.activeSize += int64(len(buf))
+		l.sealed = false
 		l.end.Store(base + uint64(len(buf)))
 		if l.opts.OnSync != nil {
 			l.opts.OnSync(time.Since(start), records, len(buf))
@@ -342,7 +494,17 @@ func (l *Log) commit(batch []request) {
 	}
 	for i := range batch {
 		r := &batch[i]
-		r.done(r.first, r.end, r.err)
+		if r.seal == nil {
+			r.done(r.first, r.end, r.err)
+		}
+	}
+	if seal {
+		l.writeSeal()
+		for i := range batch {
+			if r := &batch[i]; r.seal != nil {
+				r.seal <- l.failErr
+			}
+		}
 	}
 }
 
@@ -351,6 +513,10 @@ func (l *Log) commit(batch []request) {
 func (l *Log) failBatch(batch []request) {
 	for i := range batch {
 		r := &batch[i]
+		if r.seal != nil {
+			r.seal <- l.failErr
+			continue
+		}
 		if r.err == nil {
 			r.err = l.failErr
 		}
@@ -369,7 +535,8 @@ func (l *Log) roll() error {
 		}
 	}
 	base := l.end.Load()
-	f, path, err := createSegment(l.opts.Dir, base, !l.opts.NoSync)
+	counts := slices.Clone(l.counts)
+	f, path, err := createSegment(l.fs, l.opts.Dir, base, counts, !l.opts.NoSync)
 	if err != nil {
 		return err
 	}
@@ -377,22 +544,7 @@ func (l *Log) roll() error {
 	l.f = f
 	l.activeSize = 0
 	l.segMu.Lock()
-	l.segs = append(l.segs, segment{base: base, path: path})
+	l.segs = append(l.segs, segment{base: base, path: path, counts: counts})
 	l.segMu.Unlock()
 	return old.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("wal: sync dir: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("wal: sync dir: %w", err)
-	}
-	return nil
 }

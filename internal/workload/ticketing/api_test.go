@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,32 +14,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surge-run/surge/internal/api"
-	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
-
-type snaps string
-
-func (d snaps) Write(p uint32, pos cmdlog.Position, data []byte) error {
-	return wal.WriteSnapshot(string(d), p, pos, data)
-}
-func (d snaps) Latest(p uint32) (cmdlog.Position, []byte, bool, error) {
-	return wal.LatestSnapshot(string(d), p)
-}
 
 // newEngine opens an engine with the ticketing workload on a fresh data
 // directory, closed when the test ends.
 func newEngine(t testing.TB, partitions int) *engine.Engine {
 	t.Helper()
 	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal")})
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: partitions})
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.MkdirAll(filepath.Join(dir, "snap"), 0o755)
-	eng, err := engine.Open(engine.Options{Partitions: partitions, Log: lg, Snapshots: snaps(filepath.Join(dir, "snap")), ReplayStart: lg.Start, Logger: quiet}, ticketing.Workload{})
+	eng, err := engine.Open(engine.Options{Partitions: partitions, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: quiet}, ticketing.Workload{})
 	if err != nil {
 		t.Fatal(err)
 	}
