@@ -86,6 +86,17 @@ type Engine struct {
 // Open recovers state from the snapshots and the log, then starts one
 // processor per partition.
 func Open(opts Options, workloads ...Workload) (*Engine, error) {
+	e, err := recovered(opts, workloads...)
+	if err != nil {
+		return nil, err
+	}
+	e.start()
+	return e, nil
+}
+
+// recovered builds the engine and recovers its state without starting
+// anything, so that the crash simulation can inspect what recovery built.
+func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	if opts.Log == nil || opts.Snapshots == nil {
 		return nil, errors.New("engine: Options.Log and Options.Snapshots are required")
 	}
@@ -131,8 +142,12 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 	if err := e.recover(); err != nil {
 		return nil, err
 	}
-	if opts.Metrics != nil {
-		opts.Metrics.watch(e)
+	return e, nil
+}
+
+func (e *Engine) start() {
+	if e.opts.Metrics != nil {
+		e.opts.Metrics.watch(e)
 	}
 	e.snapWG.Add(1)
 	go e.snapshotter()
@@ -140,7 +155,6 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 		e.wg.Add(1)
 		go p.run()
 	}
-	return e, nil
 }
 
 // Partitions is the number of partitions.

@@ -259,10 +259,18 @@ func (p *partition) run() {
 	}
 }
 
+// partitionProbe is a query that reads engine state on the partition's
+// goroutine; only the package's own tests can make one.
+type partitionProbe func(p *partition) any
+
 func (p *partition) handle(b *batch, r *Request, now int64) {
 	b.reqs = append(b.reqs, r)
 	m := p.machines[r.workload]
 	if r.cmd == nil {
+		if probe, ok := r.query.(partitionProbe); ok {
+			r.result = probe(p)
+			return
+		}
 		r.result = m.Query(r.query)
 		return
 	}

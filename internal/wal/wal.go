@@ -275,27 +275,31 @@ func (l *Log) Epoch() uint64 { return 1 }
 // ReleaseBefore deletes the segments whose records all lie before pos. The
 // active segment is never deleted.
 func (l *Log) ReleaseBefore(pos cmdlog.Position) error {
-	l.segMu.Lock()
-	defer l.segMu.Unlock()
-	n := 0
 	// A segment's records all lie before pos when the next segment starts
 	// at or before pos; the active (last) segment has no successor.
-	for n < len(l.segs)-1 && l.segs[n+1].base <= uint64(pos) {
-		if err := l.fs.Remove(l.segs[n].path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			l.segs = l.segs[n:]
+	l.segMu.Lock()
+	var doomed []string
+	for n := 0; n < len(l.segs)-1 && l.segs[n+1].base <= uint64(pos); n++ {
+		doomed = append(doomed, l.segs[n].path)
+	}
+	l.segMu.Unlock()
+	// Oldest first, each removal made durable before the next: a crash
+	// then leaves the retained segments contiguous (only a prefix can be
+	// gone), never a gap that would read as a lost segment. Releases are
+	// rare (after snapshots), so the extra directory syncs cost little.
+	for _, path := range doomed {
+		err := l.fs.Remove(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("wal: release: %w", err)
 		}
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	l.segs = append(l.segs[:0], l.segs[n:]...)
-	if l.opts.NoSync {
-		return nil
-	}
-	if err := l.fs.SyncDir(l.opts.Dir); err != nil {
-		return fmt.Errorf("wal: release: sync dir: %w", err)
+		if !l.opts.NoSync {
+			if err := l.fs.SyncDir(l.opts.Dir); err != nil {
+				return fmt.Errorf("wal: release: sync dir: %w", err)
+			}
+		}
+		l.segMu.Lock()
+		l.segs = l.segs[1:]
+		l.segMu.Unlock()
 	}
 	return nil
 }
