@@ -439,7 +439,9 @@ func runSim(seed int64, nosync bool, logf func(string, ...any)) (category string
 	// step: the n-th segment release, segment creation or snapshot rename.
 	targets := []func(strictfs.Op) bool{
 		func(op strictfs.Op) bool { return op.Kind == strictfs.OpRemove && strings.HasSuffix(op.Path, ".wal") },
-		func(op strictfs.Op) bool { return op.Kind == strictfs.OpCreate && strings.HasSuffix(op.Path, ".wal.tmp") },
+		func(op strictfs.Op) bool {
+			return op.Kind == strictfs.OpCreate && strings.HasSuffix(op.Path, ".wal.tmp")
+		},
 		func(op strictfs.Op) bool { return op.Kind == strictfs.OpRename && strings.Contains(op.Path, "snap") },
 	}
 	var target func(strictfs.Op) bool
