@@ -239,13 +239,14 @@ type ackedOp struct {
 }
 
 type simRun struct {
-	seed   int64
-	rng    *rand.Rand
-	fs     *strictfs.FS
-	clock  atomic.Int64
-	nosync bool
-	trace  []string
-	tracef func(format string, args ...any)
+	seed    int64
+	rng     *rand.Rand
+	fs      *strictfs.FS
+	clock   atomic.Int64
+	nosync  bool
+	traceMu sync.Mutex
+	ops     []string // every file operation, in order: what a seed must repeat
+	tracef  func(format string, args ...any)
 
 	snapEvery int
 	e         *Engine
@@ -422,12 +423,20 @@ func runSim(seed int64, nosync bool, logf func(string, ...any)) (category string
 		nosync:  nosync,
 		durable: map[cmdlog.Position]simRec{},
 	}
+	// Steps and inline snapshots can overlap (a step starts while the
+	// writer still writes the snapshot its last batch triggered), so only
+	// the file operations, all made one after another, form the trace a
+	// seed must repeat; steps are only logged.
 	r.tracef = func(format string, args ...any) {
-		r.trace = append(r.trace, fmt.Sprintf(format, args...))
 		if logf != nil {
+			r.traceMu.Lock()
 			logf(format, args...)
+			r.traceMu.Unlock()
 		}
 	}
+	// The crash draws how much of a write lands on the goroutine doing
+	// the write, so it has its own generator.
+	crashRng := rand.New(rand.NewPCG(uint64(seed), 0xc4a5))
 	r.clock.Store(1_000_000 * int64(time.Hour))
 	r.snapEvery = 3 + r.rng.IntN(20)
 	for i := range 4 + r.rng.IntN(12) {
@@ -451,17 +460,21 @@ func runSim(seed int64, nosync bool, logf func(string, ...any)) (category string
 		crashAt = -1
 	}
 	r.fs.SetHook(func(op strictfs.Op) {
-		r.tracef("  fs %s %s @%d+%d", op.Kind, op.Path, op.Off, op.Len)
+		line := fmt.Sprintf("  fs %s %s @%d+%d", op.Kind, op.Path, op.Off, op.Len)
+		r.traceMu.Lock()
+		r.ops = append(r.ops, line)
+		r.traceMu.Unlock()
+		r.tracef("%s", line)
 		if target != nil && target(op) {
 			if targetN--; targetN == 0 {
-				r.fs.CrashAt(r.fs.Ops()+1, r.rng)
+				r.fs.CrashAt(r.fs.Ops()+1, crashRng)
 			}
 		}
 	})
 
 	e, lg, err := r.open(r.fs)
 	if err != nil && !r.crashed() {
-		return "", r.trace, fmt.Errorf("first open: %w", err)
+		return "", r.ops, fmt.Errorf("first open: %w", err)
 	}
 	if err == nil {
 		r.e, r.lg = e, lg
@@ -471,10 +484,10 @@ func runSim(seed int64, nosync bool, logf func(string, ...any)) (category string
 		if i == crashAt {
 			n := r.fs.Ops() + 1 + int64(r.rng.IntN(12))
 			r.tracef("crash armed at op %d", n)
-			r.fs.CrashAt(n, r.rng)
+			r.fs.CrashAt(n, crashRng)
 		}
 		if err := r.step(i); err != nil && !r.crashed() {
-			return "", r.trace, fmt.Errorf("step %d: %w", i, err)
+			return "", r.ops, fmt.Errorf("step %d: %w", i, err)
 		}
 	}
 	if !r.crashed() {
@@ -504,7 +517,10 @@ func runSim(seed int64, nosync bool, logf func(string, ...any)) (category string
 			disk.CrashAt(0, nil)
 		}
 	}
-	return category, r.trace, r.check(disk)
+	err = r.check(disk)
+	r.traceMu.Lock()
+	defer r.traceMu.Unlock()
+	return category, r.ops, err
 }
 
 // check recovers from disk and verifies every invariant.
