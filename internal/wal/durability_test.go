@@ -765,6 +765,53 @@ func TestPreviousFormatDataDirIsRefused(t *testing.T) {
 	}
 }
 
+// TestWriteErrorNamesTheSegmentNotItsTempName pins finding 1 (error names
+// the real segment). A segment is created as NAME.wal.tmp and renamed; the
+// error passed to DoneFunc (and returned by Close) when a write or fsync
+// into it fails must name NAME.wal, the file an operator can find, and no
+// .tmp file, which no longer exists.
+//
+// Old code: it used os.File.Name() of the handle created as .wal.tmp.
+func TestWriteErrorNamesTheSegmentNotItsTempName(t *testing.T) {
+	for _, op := range []strictfs.OpKind{strictfs.OpWrite, strictfs.OpSync} {
+		for _, rolled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v, rolled=%v", op, rolled), func(t *testing.T) {
+				fs := strictfs.New()
+				opts := durOptions(fs)
+				opts.SegmentBytes = 1000
+				l := durOpen(t, opts)
+				for rolled && durSegCount(l) < 3 {
+					durAppend(t, l, []cmdlog.Entry{{Data: make([]byte, 400)}})
+				}
+				// Fail the next data write (or its fsync) into a segment.
+				var armed atomic.Bool
+				fs.SetHook(func(o strictfs.Op) {
+					if o.Kind == strictfs.OpWrite && o.Off > 0 {
+						armed.Store(true)
+					}
+					if o.Kind == op && armed.Load() {
+						fs.CrashAt(fs.Ops()+1, nil)
+					}
+				})
+				d := <-durAppendAsync(l, []cmdlog.Entry{{Data: []byte("doomed")}})
+				closeErr := l.Close()
+				seg := durLastSeg(l)
+				if !strings.HasSuffix(seg.path, segmentExt) {
+					t.Fatalf("segment path %s", seg.path)
+				}
+				for what, err := range map[string]error{"DoneFunc": d.err, "Close": closeErr} {
+					if !errors.Is(err, strictfs.ErrCrashed) {
+						t.Fatalf("%s error = %v, want the crash", what, err)
+					}
+					if msg := err.Error(); !strings.Contains(msg, seg.path) || strings.Contains(msg, tmpExt) {
+						t.Errorf("%s error must name %s and no %s file: %q", what, seg.path, tmpExt, msg)
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestSnapshotTempFilesRemovedOnOpen pins finding 1 (.snap-*.tmp files).
 // A crash while a snapshot is written leaves its temporary file behind;
 // OpenSnapshotDir must remove it (and only such files), and the snapshots

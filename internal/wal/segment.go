@@ -208,6 +208,16 @@ func createSegment(fsys vfs.FS, dir string, base uint64, counts []uint64, sync b
 	if err := fsys.Rename(tmp, path); err != nil {
 		return fail(err)
 	}
+	// A handle keeps the name it was opened with, and the errors of every
+	// later write and fsync through it would name the .tmp file, which no
+	// longer exists. Reopen it under the segment's own name.
+	if err := f.Close(); err != nil {
+		return nil, "", err
+	}
+	f, err = fsys.OpenWrite(path)
+	if err != nil {
+		return nil, "", err
+	}
 	if sync {
 		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()
