@@ -279,3 +279,52 @@ func TestInvalidPartitionsFlagIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleSurgeJSONIsReportedAgainstTheLog: surge.json says 6 but the
+// log, the authority, was written with 4, and the server is started with
+// --partitions 4. It must refuse (as with --partitions 0) with an error
+// that names the file and both counts and says to correct the file; it
+// must neither claim the directory was created with 6 partitions nor
+// advise --partitions 6, which the log refuses. Without a log, surge.json
+// is the only record and a disagreeing flag is refused without creating
+// one.
+func TestStaleSurgeJSONIsReportedAgainstTheLog(t *testing.T) {
+	dir := t.TempDir()
+	mustServe(t, dir, 4)
+	metaPath := filepath.Join(dir, metaFile)
+	if err := os.WriteFile(metaPath, []byte(`{"formatVersion":1,"partitions":6}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := runRefused(t, dir, 4)
+	mustContain(t, err, metaPath, "6", "4", "orrect")
+	for _, wrong := range []string{"--partitions 6", "created with 6"} {
+		if strings.Contains(err.Error(), wrong) {
+			t.Fatalf("error says %q, but the log was written with 4 partitions: %v", wrong, err)
+		}
+	}
+	err = runRefused(t, dir, 6)
+	if !errors.Is(err, wal.ErrPartitionMismatch) {
+		t.Fatalf("Run = %v, want an error wrapping wal.ErrPartitionMismatch", err)
+	}
+	mustContain(t, err, "4 partitions", "not 6")
+
+	// Following the advice: the file moved aside, the log's count is adopted.
+	if err := os.Rename(metaPath, metaPath+".old"); err != nil {
+		t.Fatal(err)
+	}
+	mustServe(t, dir, 4)
+	if n, _ := metaOf(t, dir); n != 4 {
+		t.Fatalf("surge.json says %d, want 4", n)
+	}
+
+	fresh := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fresh, metaFile), []byte(`{"formatVersion":1,"partitions":6}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = runRefused(t, fresh, 4)
+	mustContain(t, err, "6 partitions", "--partitions 4")
+	if segs, _ := filepath.Glob(filepath.Join(fresh, "wal", "*.wal")); len(segs) != 0 {
+		t.Fatalf("a refused start created log segments %v", segs)
+	}
+	mustServe(t, fresh, 6)
+}

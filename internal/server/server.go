@@ -102,8 +102,7 @@ func openLog(cfg Config, opts wal.Options) (*wal.Log, error) {
 		return nil, err
 	}
 	if cfg.Partitions > 0 && inMeta > 0 && cfg.Partitions != inMeta {
-		return nil, fmt.Errorf("data directory %s was created with %d partitions; --partitions %d cannot change that (keys would move). Start with --partitions %d or 0",
-			cfg.DataDir, inMeta, cfg.Partitions, inMeta)
+		return nil, flagMetaConflict(cfg, opts, inMeta)
 	}
 	opts.Partitions = max(cfg.Partitions, inMeta)
 	lg, err := wal.Open(opts)
@@ -125,6 +124,36 @@ func openLog(cfg Config, opts wal.Options) (*wal.Log, error) {
 		}
 	}
 	return lg, nil
+}
+
+// flagMetaConflict explains why --partitions disagrees with surge.json.
+// Where there is a log it is the authority, so it is asked which of the
+// two is wrong; without one, surge.json is the only record.
+func flagMetaConflict(cfg Config, opts wal.Options, inMeta int) error {
+	flagWrong := fmt.Errorf("data directory %s was created with %d partitions; --partitions %d cannot change that (keys would move). Start with --partitions %d or 0",
+		cfg.DataDir, inMeta, cfg.Partitions, inMeta)
+	opts.Partitions = 0 // as recorded; creates nothing if there is no log
+	lg, err := wal.Open(opts)
+	if errors.Is(err, wal.ErrPartitionsUnknown) {
+		return flagWrong
+	}
+	if err != nil {
+		return err
+	}
+	n := lg.Partitions()
+	if err := lg.Close(); err != nil {
+		return err
+	}
+	metaPath := filepath.Join(cfg.DataDir, metaFile)
+	switch n {
+	case inMeta:
+		return flagWrong
+	case cfg.Partitions:
+		return fmt.Errorf("%s says %d partitions, but the log, which is the authority, was written with %d, as --partitions says. Correct the file's \"partitions\" to %d, or move it aside",
+			metaPath, inMeta, n, n)
+	}
+	return fmt.Errorf("%w: the log in %s was written with %d partitions, not %d; keys would move to other partitions. Start with --partitions %d (or 0), and correct %s, which says %d",
+		wal.ErrPartitionMismatch, opts.Dir, n, cfg.Partitions, n, metaPath, inMeta)
 }
 
 // lockDir takes an exclusive lock on the data directory: two processes
