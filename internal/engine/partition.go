@@ -555,6 +555,12 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		if uint64(end) > p.e.doneEnd.Load() {
 			p.e.doneEnd.Store(uint64(end)) // only this goroutine stores it
 		}
+		if b.snap != nil && p.e.opts.inlineSnapshots {
+			// Before anything is released, so that whoever waits for
+			// this batch (the simulation's probes) also waits for it.
+			p.e.writeSnapshot(snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize})
+			b.snap = nil
+		}
 	}
 	p.mu.Lock()
 	b.durable = true
@@ -571,17 +577,12 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		p.e.deliverAcks(p.id, b.acks)
 		p.e.deliverAcks(p.id, b.fencedAcks)
 		if b.snap != nil {
-			j := snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}
-			if p.e.opts.inlineSnapshots {
-				p.e.writeSnapshot(j)
-			} else {
-				select {
-				case p.e.snapCh <- j:
-				default:
-					// The writer is behind; skip this one; the partition
-					// takes another after SnapshotEvery more commands.
-					p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
-				}
+			select {
+			case p.e.snapCh <- snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}:
+			default:
+				// The writer is behind; skip this one; the partition takes
+				// another after SnapshotEvery more commands.
+				p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
 			}
 		}
 	}

@@ -302,9 +302,9 @@ func (r *simRun) probe(part int, fn func(p *partition) any) (any, error) {
 
 // quiesce waits until no message is in flight: every outbox and mailbox is
 // empty. Probes are released only after the batches before them are
-// durable, so nothing the steps caused is left running but inline
-// snapshots, which are on the writer goroutine and come before any later
-// write.
+// durable and their inline snapshots written, so then nothing the steps
+// caused is left running, and the next step's file operations (and the
+// Ops count a crash is armed from) do not depend on timing.
 func (r *simRun) quiesce() error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -423,10 +423,9 @@ func runSim(seed int64, nosync bool, logf func(string, ...any)) (category string
 		nosync:  nosync,
 		durable: map[cmdlog.Position]simRec{},
 	}
-	// Steps and inline snapshots can overlap (a step starts while the
-	// writer still writes the snapshot its last batch triggered), so only
-	// the file operations, all made one after another, form the trace a
-	// seed must repeat; steps are only logged.
+	// The file operations, made one after another on the log's writer
+	// goroutine, form the trace a seed must repeat; steps, logged from
+	// this goroutine, are only logged.
 	r.tracef = func(format string, args ...any) {
 		if logf != nil {
 			r.traceMu.Lock()
@@ -825,7 +824,7 @@ func TestCrashSimulationIsDeterministic(t *testing.T) {
 					t.Fatalf("seed %d: traces differ at line %d: %q / %q", seed, i, a[i], b[i])
 				}
 			}
-			t.Fatalf("seed %d: traces differ in length: %d / %d", seed, len(a), len(b))
+			t.Fatalf("seed %d: traces differ in length: %d / %d; the longer ends %q", seed, len(a), len(b), longer(a, b)[min(len(a), len(b)):])
 		}
 	}
 }
@@ -848,4 +847,11 @@ func TestCrashSimulationSeesMissingFsync(t *testing.T) {
 	if failed == 0 {
 		t.Fatal("the simulation passed with fsync off: it cannot see a missing fsync")
 	}
+}
+
+func longer(a, b []string) []string {
+	if len(a) > len(b) {
+		return a
+	}
+	return b
 }
