@@ -180,13 +180,13 @@ func crashAtSyncOf(fs *strictfs.FS, n int) {
 func oldRuleRefuses(b []byte, hdr int64, base uint64) bool {
 	off := int(hdr)
 	for off < len(b) {
-		_, _, data, reason := frameAt(b[off:], base+uint64(off-int(hdr)))
+		_, _, data, reason := frameAt(b[off:], fileSalt(b), base+uint64(off-int(hdr)))
 		if reason == "" {
 			off += frameHeaderSize + len(data)
 			continue
 		}
 		for i := off + 1; i+frameHeaderSize <= len(b); i++ {
-			if _, _, _, r := frameAt(b[i:], base+uint64(i-int(hdr))); r == "" {
+			if _, _, _, r := frameAt(b[i:], fileSalt(b), base+uint64(i-int(hdr))); r == "" {
 				return true
 			}
 		}
@@ -357,7 +357,7 @@ func durFrames(t testing.TB, b []byte, hdr int64, base uint64) (frames [][]byte,
 	t.Helper()
 	for off := int(hdr); off < len(b); {
 		p := base + uint64(off-int(hdr))
-		_, _, data, reason := frameAt(b[off:], p)
+		_, _, data, reason := frameAt(b[off:], fileSalt(b), p)
 		if reason != "" {
 			t.Fatalf("frame at offset %d: %s", off, reason)
 		}
@@ -408,8 +408,8 @@ func TestFrameShapedClientDataIsNotProofOfALaterWrite(t *testing.T) {
 	var forged [][]byte
 	for _, p := range append([]uint64{start, start + frameHeaderSize, start + 4096, start + 8192, start + 16384, start + 32768}, realPos...) {
 		forged = append(forged,
-			appendFrame(nil, p, 0, 1, []byte("a later write began here")),
-			appendFrame(nil, p, 0, sealPartition, nil))
+			appendFrame(nil, l.salt, p, 0, 1, []byte("a later write began here")),
+			appendFrame(nil, l.salt, p, 0, sealPartition, nil))
 	}
 	var big []cmdlog.Entry
 	for i := range 10 {
@@ -921,3 +921,7 @@ func TestDirectoryEntriesAreSynced(t *testing.T) {
 		t.Fatal("WriteFileAtomic's temporary file survived")
 	}
 }
+
+// fileSalt is the checksum salt of the log a segment file (header
+// included) belongs to.
+func fileSalt(b []byte) uint32 { return logSalt(binary.LittleEndian.Uint64(b[24:32])) }

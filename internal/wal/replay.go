@@ -60,7 +60,7 @@ func (l *Log) replaySegment(fr *frameReader, s segment, pos, segEnd uint64, atSt
 	}
 	defer f.Close()
 	fileOff := l.hdrSize + int64(pos-s.base)
-	fr.reset(f, l.hdrSize, fileOff, l.hdrSize+int64(segEnd-s.base), s.base, nil)
+	fr.reset(f, l.salt, l.hdrSize, fileOff, l.hdrSize+int64(segEnd-s.base), s.base, nil)
 	for {
 		at, part, data, err := fr.next()
 		if err == io.EOF {

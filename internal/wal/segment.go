@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,8 +17,11 @@ import (
 
 // Segment header, version 2:
 //
-//	magic(8) version(4) base(8) partitions(4) counts(8 × partitions) crc(4)
+//	magic(8) version(4) base(8) partitions(4) logID(8) counts(8 × partitions) crc(4)
 //
+// logID is random, drawn when the log is created and repeated in every
+// segment; it salts every frame checksum, so that nobody outside the
+// process can build bytes that pass for a frame (see frameAt).
 // counts[p] is how many records of partition p precede base: what a
 // partition's snapshot must cover once the segments before this one are
 // released. The version sits right after the magic in every format version
@@ -32,7 +36,9 @@ const (
 	MaxPartitions = 1 << 12
 )
 
-func segmentHeaderSize(partitions int) int64 { return 28 + 8*int64(partitions) }
+func segmentHeaderSize(partitions int) int64 { return 36 + 8*int64(partitions) }
+
+const countsOffset = 32
 
 // Frame, version 2 (16-byte header, then data):
 //
@@ -46,7 +52,9 @@ func segmentHeaderSize(partitions int) int64 { return 28 + 8*int64(partitions) }
 // filter when scanning for frames byte by byte; crc is CRC-32C over the
 // position, bytes 0..12 and the data. Both are salted with the position, so
 // a frame is valid only where it was written: a frame-shaped byte run a
-// client put into its own data, or a stale frame, does not pass.
+// client put into its own data, or a stale frame, does not pass. The salt
+// also covers the log's random id, so even a client that could guess
+// where its bytes will land cannot forge a frame there.
 const (
 	frameHeaderSize = 16
 	// sealPartition marks a seal frame: no data, a write of its own,
@@ -68,10 +76,18 @@ func parseSegmentName(name string) (uint64, bool) {
 	return base, err == nil
 }
 
-func posSalt(pos uint64) uint32 {
+// logSalt is the checksum state after the log's id; posSalt continues it
+// with a frame's position.
+func logSalt(logID uint64) uint32 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], logID)
+	return crc32.Update(0, castagnoli, b[:])
+}
+
+func posSalt(salt uint32, pos uint64) uint32 {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], pos)
-	return crc32.Update(0, castagnoli, b[:])
+	return crc32.Update(salt, castagnoli, b[:])
 }
 
 func headerCheck(salt uint32, h []byte) uint16 {
@@ -80,7 +96,7 @@ func headerCheck(salt uint32, h []byte) uint16 {
 
 // appendFrame appends the frame of data at log position pos, back bytes
 // after the start of its write.
-func appendFrame(buf []byte, pos uint64, back uint32, partition uint16, data []byte) []byte {
+func appendFrame(buf []byte, logSalt uint32, pos uint64, back uint32, partition uint16, data []byte) []byte {
 	off := len(buf)
 	buf = slices.Grow(buf, frameHeaderSize+len(data))
 	buf = buf[:off+frameHeaderSize]
@@ -88,7 +104,7 @@ func appendFrame(buf []byte, pos uint64, back uint32, partition uint16, data []b
 	binary.LittleEndian.PutUint32(h, uint32(len(data)))
 	binary.LittleEndian.PutUint32(h[4:], back)
 	binary.LittleEndian.PutUint16(h[8:], partition)
-	salt := posSalt(pos)
+	salt := posSalt(logSalt, pos)
 	binary.LittleEndian.PutUint16(h[10:], headerCheck(salt, h))
 	crc := crc32.Update(salt, castagnoli, h[:12])
 	buf = append(buf, data...)
@@ -98,11 +114,11 @@ func appendFrame(buf []byte, pos uint64, back uint32, partition uint16, data []b
 
 // frameAt checks whether b starts with a complete, valid frame written at
 // position pos, and returns its partition, back distance and data.
-func frameAt(b []byte, pos uint64) (partition uint16, back uint32, data []byte, reason string) {
+func frameAt(b []byte, logSalt uint32, pos uint64) (partition uint16, back uint32, data []byte, reason string) {
 	if len(b) < frameHeaderSize {
 		return 0, 0, nil, fmt.Sprintf("incomplete frame header (%d of %d bytes)", len(b), frameHeaderSize)
 	}
-	salt := posSalt(pos)
+	salt := posSalt(logSalt, pos)
 	if binary.LittleEndian.Uint16(b[10:]) != headerCheck(salt, b) {
 		return 0, 0, nil, "frame header check mismatch"
 	}
@@ -121,14 +137,15 @@ func frameAt(b []byte, pos uint64) (partition uint16, back uint32, data []byte, 
 	return binary.LittleEndian.Uint16(b[8:]), binary.LittleEndian.Uint32(b[4:]), b[frameHeaderSize : frameHeaderSize+int(n)], ""
 }
 
-func encodeSegmentHeader(base uint64, counts []uint64) []byte {
+func encodeSegmentHeader(base, logID uint64, counts []uint64) []byte {
 	h := make([]byte, segmentHeaderSize(len(counts)))
 	copy(h, segmentMagic)
 	binary.LittleEndian.PutUint32(h[8:], segmentVersion)
 	binary.LittleEndian.PutUint64(h[12:], base)
 	binary.LittleEndian.PutUint32(h[20:], uint32(len(counts)))
+	binary.LittleEndian.PutUint64(h[24:], logID)
 	for i, c := range counts {
-		binary.LittleEndian.PutUint64(h[24+8*i:], c)
+		binary.LittleEndian.PutUint64(h[countsOffset+8*i:], c)
 	}
 	n := len(h) - 4
 	binary.LittleEndian.PutUint32(h[n:], crc32.Checksum(h[:n], castagnoli))
@@ -136,56 +153,57 @@ func encodeSegmentHeader(base uint64, counts []uint64) []byte {
 }
 
 // readSegmentHeader reads and validates the header of the segment at path
-// whose name says it starts at base, returning its per-partition counts.
-func readSegmentHeader(f vfs.File, path string, base uint64, fileSize int64) ([]uint64, error) {
+// whose name says it starts at base, returning its log id and
+// per-partition counts.
+func readSegmentHeader(f vfs.File, path string, base uint64, fileSize int64) (uint64, []uint64, error) {
 	var fixed [24]byte
 	if fileSize < int64(len(fixed)) {
-		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("file of %d bytes is shorter than a segment header", fileSize)}
+		return 0, nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("file of %d bytes is shorter than a segment header", fileSize)}
 	}
 	if _, err := f.ReadAt(fixed[:], 0); err != nil {
-		return nil, fmt.Errorf("wal: read %s: %w", path, err)
+		return 0, nil, fmt.Errorf("wal: read %s: %w", path, err)
 	}
 	if string(fixed[:8]) != segmentMagic {
-		return nil, &CorruptionError{File: path, Offset: 0, Reason: "bad segment magic (not a Surge WAL segment)"}
+		return 0, nil, &CorruptionError{File: path, Offset: 0, Reason: "bad segment magic (not a Surge WAL segment)"}
 	}
 	if v := binary.LittleEndian.Uint32(fixed[8:]); v != segmentVersion {
 		if v < segmentVersion {
-			return nil, fmt.Errorf("%w: segment %s is in log format version %d, written by an earlier Surge; this build reads only version %d. "+
+			return 0, nil, fmt.Errorf("%w: segment %s is in log format version %d, written by an earlier Surge; this build reads only version %d. "+
 				"Keep that data directory for the release that wrote it and start this build with a new --data-dir",
 				ErrUnsupportedVersion, path, v, segmentVersion)
 		}
-		return nil, fmt.Errorf("%w: segment %s has format version %d, this build reads only version %d (written by a newer Surge: run that release)",
+		return 0, nil, fmt.Errorf("%w: segment %s has format version %d, this build reads only version %d (written by a newer Surge: run that release)",
 			ErrUnsupportedVersion, path, v, segmentVersion)
 	}
 	parts := binary.LittleEndian.Uint32(fixed[20:])
 	if parts == 0 || parts > MaxPartitions {
-		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header names %d partitions (valid: 1 to %d)", parts, MaxPartitions)}
+		return 0, nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header names %d partitions (valid: 1 to %d)", parts, MaxPartitions)}
 	}
 	size := segmentHeaderSize(int(parts))
 	if fileSize < size {
-		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("file of %d bytes is shorter than its %d-byte segment header", fileSize, size)}
+		return 0, nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("file of %d bytes is shorter than its %d-byte segment header", fileSize, size)}
 	}
 	h := make([]byte, size)
 	if _, err := f.ReadAt(h, 0); err != nil {
-		return nil, fmt.Errorf("wal: read %s: %w", path, err)
+		return 0, nil, fmt.Errorf("wal: read %s: %w", path, err)
 	}
 	if binary.LittleEndian.Uint32(h[size-4:]) != crc32.Checksum(h[:size-4], castagnoli) {
-		return nil, &CorruptionError{File: path, Offset: 0, Reason: "segment header checksum mismatch"}
+		return 0, nil, &CorruptionError{File: path, Offset: 0, Reason: "segment header checksum mismatch"}
 	}
 	if b := binary.LittleEndian.Uint64(h[12:]); b != base {
-		return nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header says base position %d but the file name says %d", b, base)}
+		return 0, nil, &CorruptionError{File: path, Offset: 0, Reason: fmt.Sprintf("segment header says base position %d but the file name says %d", b, base)}
 	}
 	counts := make([]uint64, parts)
 	for i := range counts {
-		counts[i] = binary.LittleEndian.Uint64(h[24+8*i:])
+		counts[i] = binary.LittleEndian.Uint64(h[countsOffset+8*i:])
 	}
-	return counts, nil
+	return binary.LittleEndian.Uint64(h[24:]), counts, nil
 }
 
 // createSegment makes a new segment durably: header written to a temporary
 // file, synced, renamed into place, directory synced. A crash therefore
 // leaves either no segment or one with a complete header, never a torn one.
-func createSegment(fsys vfs.FS, dir string, base uint64, counts []uint64, sync bool) (vfs.File, string, error) {
+func createSegment(fsys vfs.FS, dir string, base, logID uint64, counts []uint64, sync bool) (vfs.File, string, error) {
 	path := filepath.Join(dir, segmentName(base))
 	tmp := path + tmpExt
 	f, err := fsys.Create(tmp)
@@ -197,7 +215,7 @@ func createSegment(fsys vfs.FS, dir string, base uint64, counts []uint64, sync b
 		fsys.Remove(tmp)
 		return nil, "", err
 	}
-	if _, err := f.WriteAt(encodeSegmentHeader(base, counts), 0); err != nil {
+	if _, err := f.WriteAt(encodeSegmentHeader(base, logID, counts), 0); err != nil {
 		return fail(err)
 	}
 	if sync {
@@ -275,7 +293,8 @@ func (l *Log) recover() error {
 			return fmt.Errorf("wal: %d partitions is more than the limit of %d", l.opts.Partitions, MaxPartitions)
 		}
 		counts := make([]uint64, l.opts.Partitions)
-		f, path, err := createSegment(l.fs, dir, 0, counts, !l.opts.NoSync)
+		l.setLogID(newLogID())
+		f, path, err := createSegment(l.fs, dir, 0, l.logID, counts, !l.opts.NoSync)
 		if err != nil {
 			return fmt.Errorf("wal: create first segment: %w", err)
 		}
@@ -345,7 +364,10 @@ func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64)
 			counts = make([]uint64, l.opts.Partitions)
 		}
 		if counts != nil {
-			nf, _, err := createSegment(l.fs, l.opts.Dir, s.base, counts, !l.opts.NoSync)
+			if prev == nil {
+				l.setLogID(newLogID())
+			}
+			nf, _, err := createSegment(l.fs, l.opts.Dir, s.base, l.logID, counts, !l.opts.NoSync)
 			if err != nil {
 				return 0, fmt.Errorf("wal: repair the header of %s: %w", s.path, err)
 			}
@@ -356,16 +378,21 @@ func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64)
 			return 0, nil
 		}
 	}
-	counts, err := readSegmentHeader(f, s.path, s.base, fileSize)
+	id, counts, err := readSegmentHeader(f, s.path, s.base, fileSize)
 	if err != nil {
 		return 0, err
 	}
+	if prev == nil {
+		l.setLogID(id)
+	} else if id != l.logID {
+		return 0, &CorruptionError{File: s.path, Offset: 24, Reason: "the segment belongs to another log (its log id differs from the segments before it)"}
+	}
 	if prev != nil && !slices.Equal(prev, counts) {
-		return 0, &CorruptionError{File: s.path, Offset: 24, Reason: "the per-partition record counts in the segment header disagree with the records of the segments before it"}
+		return 0, &CorruptionError{File: s.path, Offset: countsOffset, Reason: "the per-partition record counts in the segment header disagree with the records of the segments before it"}
 	}
 	s.counts = counts
 	hdr := segmentHeaderSize(len(counts))
-	fr.reset(f, hdr, hdr, fileSize, s.base, slices.Clone(counts))
+	fr.reset(f, l.salt, hdr, hdr, fileSize, s.base, slices.Clone(counts))
 	for {
 		_, _, _, err := fr.next()
 		if err == nil {
@@ -384,7 +411,7 @@ func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64)
 			return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fe.reason}
 		}
 		badPos := s.base + uint64(fe.offset-hdr)
-		proof, err := laterWrite(f, fe.offset, fileSize, hdr, s.base, badPos)
+		proof, err := laterWrite(f, l.salt, fe.offset, fileSize, s.base, badPos)
 		if err != nil {
 			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
 		}
@@ -402,6 +429,17 @@ func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64)
 		return fe.offset - hdr, nil
 	}
 }
+
+// newLogID draws a log's random id.
+func newLogID() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+func (l *Log) setLogID(id uint64) { l.logID, l.salt = id, logSalt(id) }
 
 // headerNeverWritten reports a file shorter than a segment header's fixed
 // part, or all zeros.
@@ -435,7 +473,7 @@ func headerNeverWritten(f vfs.File, size int64) bool {
 // one, everything from badPos on belongs to the last write, which was never
 // acknowledged: a torn write, whatever pattern of its pages reached the
 // disk.
-func laterWrite(f vfs.File, bad, fileSize, hdr int64, base, badPos uint64) (int64, error) {
+func laterWrite(f vfs.File, salt uint32, bad, fileSize int64, base, badPos uint64) (int64, error) {
 	tail := make([]byte, fileSize-bad)
 	if _, err := f.ReadAt(tail, bad); err != nil && err != io.EOF {
 		return -1, err
@@ -444,10 +482,10 @@ func laterWrite(f vfs.File, bad, fileSize, hdr int64, base, badPos uint64) (int6
 		pos := badPos + uint64(i)
 		b := tail[i:]
 		// The cheap header check first; it is salted with the position.
-		if binary.LittleEndian.Uint16(b[10:]) != headerCheck(posSalt(pos), b) {
+		if binary.LittleEndian.Uint16(b[10:]) != headerCheck(posSalt(salt, pos), b) {
 			continue
 		}
-		_, back, _, reason := frameAt(b, pos)
+		_, back, _, reason := frameAt(b, salt, pos)
 		if reason != "" || uint64(back) > pos-base {
 			continue
 		}
@@ -512,6 +550,7 @@ type frameReader struct {
 	limit  int64 // file offset where the segment's records end
 	base   uint64
 	hdr    int64
+	salt   uint32
 	counts []uint64
 	// sealed: the last frame read was a seal, or none was read.
 	sealed bool
@@ -522,9 +561,9 @@ func newFrameReader(size int) *frameReader { return &frameReader{buf: make([]byt
 // reset starts reading the frames of a segment (header size hdr, base
 // position base) at file offset off, up to file offset limit; counts (may
 // be nil) is advanced per record.
-func (fr *frameReader) reset(r io.ReaderAt, hdr, off, limit int64, base uint64, counts []uint64) {
+func (fr *frameReader) reset(r io.ReaderAt, salt uint32, hdr, off, limit int64, base uint64, counts []uint64) {
 	fr.r, fr.lo, fr.hi, fr.off, fr.rdOff, fr.limit = r, 0, 0, off, off, limit
-	fr.base, fr.hdr, fr.counts = base, hdr, counts
+	fr.base, fr.hdr, fr.salt, fr.counts = base, hdr, salt, counts
 	fr.sealed = true
 }
 
@@ -581,7 +620,7 @@ func (fr *frameReader) next() (uint64, uint16, []byte, error) {
 			}
 		}
 		pos := fr.pos()
-		part, back, data, reason := frameAt(fr.buf[fr.lo:fr.hi], pos)
+		part, back, data, reason := frameAt(fr.buf[fr.lo:fr.hi], fr.salt, pos)
 		if reason != "" {
 			return 0, 0, nil, &frameError{fr.off, reason}
 		}

@@ -149,7 +149,9 @@ type Log struct {
 	segs  []segment // oldest first; the last one is the active segment
 
 	fs      vfs.FS
-	hdrSize int64 // segment header size, fixed by the partition count
+	hdrSize int64  // segment header size, fixed by the partition count
+	logID   uint64 // random, fixed at creation; salts every frame checksum
+	salt    uint32 // checksum state after logID
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	f          vfs.File
@@ -205,7 +207,7 @@ func Open(opts Options) (*Log, error) {
 func (l *Log) Recovery() Recovery { return l.recovery }
 
 // Partitions is the partition count recorded in the log.
-func (l *Log) Partitions() int { return int(l.hdrSize-28) / 8 }
+func (l *Log) Partitions() int { return int(l.hdrSize-segmentHeaderSize(0)) / 8 }
 
 // Start is the position of the oldest record still retained, where a
 // reader without a snapshot must begin, and for each partition how many of
@@ -398,7 +400,7 @@ func (l *Log) writeSeal() {
 		return
 	}
 	base := l.end.Load()
-	l.buf = appendFrame(l.buf[:0], base, 0, sealPartition, nil)
+	l.buf = appendFrame(l.buf[:0], l.salt, base, 0, sealPartition, nil)
 	if err := l.write(l.buf); err != nil {
 		l.failErr = err
 		return
@@ -469,7 +471,7 @@ func (l *Log) commit(batch []request) {
 		r.first = cmdlog.Position(base + uint64(len(buf)))
 		for j := range r.entries {
 			e := &r.entries[j]
-			buf = appendFrame(buf, base+uint64(len(buf)), uint32(len(buf)), uint16(e.Partition), e.Data)
+			buf = appendFrame(buf, l.salt, base+uint64(len(buf)), uint32(len(buf)), uint16(e.Partition), e.Data)
 			l.counts[e.Partition]++
 		}
 		r.end = cmdlog.Position(base + uint64(len(buf)))
@@ -540,7 +542,7 @@ func (l *Log) roll() error {
 	}
 	base := l.end.Load()
 	counts := slices.Clone(l.counts)
-	f, path, err := createSegment(l.fs, l.opts.Dir, base, counts, !l.opts.NoSync)
+	f, path, err := createSegment(l.fs, l.opts.Dir, base, l.logID, counts, !l.opts.NoSync)
 	if err != nil {
 		return err
 	}

@@ -681,7 +681,7 @@ func TestEmptyLastSegmentRepaired(t *testing.T) {
 }
 
 func TestBadSegmentHeader(t *testing.T) {
-	for name, off := range map[string]int64{"magic": 2, "base": 14, "partitions": 21, "counts": 30, "header checksum": segmentHeaderSize(8) - 2} {
+	for name, off := range map[string]int64{"magic": 2, "base": 14, "partitions": 21, "log id": 26, "counts": countsOffset + 2, "header checksum": segmentHeaderSize(8) - 2} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
