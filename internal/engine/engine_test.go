@@ -3,14 +3,15 @@ package engine_test
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,7 +35,7 @@ type bank struct{}
 func (bank) ID() uint8    { return 7 }
 func (bank) Name() string { return "bank" }
 func (bank) NewMachine(int) engine.Machine {
-	return &ledger{acct: map[string]*account{}, fired: map[string]int{}}
+	return &ledger{acct: map[string]*account{}, fired: map[string]int{}, debited: map[uint64]tally{}, credited: map[uint64]tally{}}
 }
 
 type account struct{ debits, credits, transfers int64 }
@@ -42,15 +43,29 @@ type account struct{ debits, credits, transfers int64 }
 type ledger struct {
 	acct  map[string]*account
 	fired map[string]int
+	// Transfers with an ID are also counted one by one, debits where they
+	// are applied and credits where they arrive, so a test can check each
+	// was credited exactly once: in the sums, a lost credit and a
+	// duplicated one cancel out.
+	debited, credited map[uint64]tally
+}
+
+// tally says how many times a transfer's debit (or credit) was applied,
+// and to which account the credit goes.
+type tally struct {
+	To string
+	N  int
 }
 
 type transfer struct {
 	From, To string
 	N        int64
+	ID       uint64 // if non-zero, tallied per ID (unique per transfer)
 }
 type credit struct {
 	To string
 	N  int64
+	ID uint64
 }
 type alarm struct {
 	ID   string
@@ -72,12 +87,14 @@ func (c *transfer) AppendBinary(b []byte) ([]byte, error) {
 	w.Str(c.From)
 	w.Str(c.To)
 	w.U64(uint64(c.N))
+	w.U64(c.ID)
 	return w.B, nil
 }
 func (c *credit) AppendBinary(b []byte) ([]byte, error) {
 	w := wire.Writer{B: append(b, 2)}
 	w.Str(c.To)
 	w.U64(uint64(c.N))
+	w.U64(c.ID)
 	return w.B, nil
 }
 func (c *alarm) AppendBinary(b []byte) ([]byte, error) {
@@ -112,12 +129,18 @@ func (l *ledger) Apply(in *engine.Input, fx *engine.Effects) {
 		a := l.get(c.From)
 		a.debits += c.N
 		a.transfers++
-		fx.Send(c.To, 7, &credit{To: c.To, N: c.N})
+		if c.ID != 0 {
+			l.debited[c.ID] = tally{To: c.To, N: l.debited[c.ID].N + 1}
+		}
+		fx.Send(c.To, 7, &credit{To: c.To, N: c.N, ID: c.ID})
 	case *credit:
 		if in.Kind != engine.FromMessage {
 			panic("credit must arrive as a message")
 		}
 		l.get(c.To).credits += c.N
+		if c.ID != 0 {
+			l.credited[c.ID] = tally{To: c.To, N: l.credited[c.ID].N + 1}
+		}
 	case *alarm:
 		fx.SetTimer(c.ID, c.AtNs, &ring{ID: c.ID})
 	case *cancelAlarm:
@@ -136,6 +159,10 @@ func (l *ledger) Apply(in *engine.Input, fx *engine.Effects) {
 type getAccount struct{ Key string }
 type getFired struct{ ID string }
 
+// getTallies asks a partition for copies of its per-transfer tallies.
+type getTallies struct{}
+type tallies struct{ debited, credited map[uint64]tally }
+
 func (l *ledger) Query(q any) any {
 	switch q := q.(type) {
 	case getAccount:
@@ -145,6 +172,8 @@ func (l *ledger) Query(q any) any {
 		return account{}
 	case getFired:
 		return l.fired[q.ID]
+	case getTallies:
+		return tallies{maps.Clone(l.debited), maps.Clone(l.credited)}
 	}
 	return nil
 }
@@ -157,9 +186,9 @@ func (l *ledger) Decode(b []byte) (engine.Command, error) {
 	var c engine.Command
 	switch b[0] {
 	case 1:
-		c = &transfer{From: r.Str(), To: r.Str(), N: int64(r.U64())}
+		c = &transfer{From: r.Str(), To: r.Str(), N: int64(r.U64()), ID: r.U64()}
 	case 2:
-		c = &credit{To: r.Str(), N: int64(r.U64())}
+		c = &credit{To: r.Str(), N: int64(r.U64()), ID: r.U64()}
 	case 3:
 		c = &alarm{ID: r.Str(), AtNs: int64(r.U64())}
 	case 4:
@@ -199,6 +228,14 @@ func (l *ledger) AppendSnapshot(dst []byte) []byte {
 		w.Str(k)
 		w.U64(uint64(l.fired[k]))
 	}
+	for _, m := range []map[uint64]tally{l.debited, l.credited} {
+		w.Uvarint(uint64(len(m)))
+		for _, id := range slices.Sorted(maps.Keys(m)) {
+			w.U64(id)
+			w.Str(m[id].To)
+			w.U64(uint64(m[id].N))
+		}
+	}
 	return w.B
 }
 
@@ -211,6 +248,12 @@ func (l *ledger) Restore(b []byte) error {
 	for n := r.Count(1); n > 0; n-- {
 		k := r.Str()
 		l.fired[k] = int(r.U64())
+	}
+	for _, m := range []map[uint64]tally{l.debited, l.credited} {
+		for n := r.Count(1); n > 0; n-- {
+			id := r.U64()
+			m[id] = tally{To: r.Str(), N: int(r.U64())}
+		}
 	}
 	return r.Err
 }
@@ -365,11 +408,86 @@ func waitFired(t testing.TB, e *engine.Engine, p int, id string, want int) {
 	}
 }
 
+// transfersByID collects every partition's per-transfer tallies, waiting
+// (up to 10 s) until every debited transfer has been credited: credits are
+// delivered asynchronously, and after a restart re-sent from the outboxes.
+func transfersByID(t testing.TB, e *engine.Engine) (debited, credited map[uint64]tally) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		debited, credited = map[uint64]tally{}, map[uint64]tally{}
+		for p := range e.Partitions() {
+			v, err := e.Query(context.Background(), p, 7, getTallies{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := v.(tallies)
+			for _, m := range []struct{ from, to map[uint64]tally }{{ts.debited, debited}, {ts.credited, credited}} {
+				for id, n := range m.from {
+					if _, dup := m.to[id]; dup {
+						t.Fatalf("transfer %x is tallied in two partitions", id)
+					}
+					m.to[id] = n
+				}
+			}
+			for id, c := range ts.credited {
+				if e.PartitionOf(c.To) != p {
+					t.Fatalf("transfer %x was credited in partition %d, but %q lives in %d", id, p, c.To, e.PartitionOf(c.To))
+				}
+			}
+		}
+		arrived := true
+		for id := range debited {
+			if _, ok := credited[id]; !ok {
+				arrived = false
+				break
+			}
+		}
+		if arrived || time.Now().After(deadline) {
+			return debited, credited
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkExactlyOnce: every transfer applied at all was debited once and
+// credited once, to its account, and nothing else was credited.
+func checkExactlyOnce(t testing.TB, prefix string, debited, credited map[uint64]tally) {
+	t.Helper()
+	var bad []string
+	for _, id := range slices.Sorted(maps.Keys(debited)) {
+		d, c := debited[id], credited[id]
+		switch {
+		case d.N != 1:
+			bad = append(bad, fmt.Sprintf("transfer %x was debited %d times", id, d.N))
+		case c.N == 0:
+			bad = append(bad, fmt.Sprintf("transfer %x was debited but its credit was lost", id))
+		case c.N > 1:
+			bad = append(bad, fmt.Sprintf("transfer %x was debited once and credited %d times", id, c.N))
+		case c.To != d.To:
+			bad = append(bad, fmt.Sprintf("transfer %x to %q was credited to %q", id, d.To, c.To))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(credited)) {
+		if _, ok := debited[id]; !ok {
+			bad = append(bad, fmt.Sprintf("transfer %x was credited %d times but never debited", id, credited[id].N))
+		}
+	}
+	if len(bad) > 10 {
+		bad = append(bad[:10], fmt.Sprintf("and %d more", len(bad)-10))
+	}
+	if len(bad) > 0 {
+		t.Fatalf("%smessages were not applied exactly once (%d transfers):\n%s", prefix, len(debited), strings.Join(bad, "\n"))
+	}
+}
+
 // TestCrash runs the engine in a child process, which sets a timer, then
 // transfers between partitions and kills itself with SIGKILL mid-load.
 // After reopening the same directory: every transfer the child saw
-// acknowledged is there, every credit message arrived exactly once, and
-// the timer set before the crash fires after restart, once.
+// acknowledged is there, every transfer that is there was credited exactly
+// once (checked per transfer id: in the totals a lost credit and a
+// duplicated one would cancel out), and the timer set before the crash
+// fires after restart, once.
 func TestCrash(t *testing.T) {
 	if dir := os.Getenv("SURGE_ENGINE_CRASH_CHILD"); dir != "" {
 		crashChild(dir)
@@ -381,12 +499,18 @@ func TestCrash(t *testing.T) {
 		cmd.Env = append(os.Environ(), "SURGE_ENGINE_CRASH_CHILD="+dir, "SURGE_CRASH_AFTER="+strconv.Itoa(200+round*400))
 		out, _ := cmd.Output() // the child dies by SIGKILL
 		acked := 0
+		var ackedIDs []uint64
 		sc := bufio.NewScanner(strings.NewReader(string(out)))
 		var alarmAt int64
 		for sc.Scan() {
 			switch f := strings.Fields(sc.Text()); {
 			case len(f) == 2 && f[0] == "ACK":
 				acked++
+				id, err := strconv.ParseUint(f[1], 16, 64)
+				if err != nil {
+					t.Fatalf("child printed %q", sc.Text())
+				}
+				ackedIDs = append(ackedIDs, id)
 			case len(f) == 2 && f[0] == "ALARM":
 				alarmAt, _ = strconv.ParseInt(f[1], 10, 64)
 			}
@@ -398,6 +522,13 @@ func TestCrash(t *testing.T) {
 			t.Fatalf("child was not killed: %v\n%s", cmd.ProcessState, out)
 		}
 		e := openEngine(t, dir, 64)
+		debited, credited := transfersByID(t, e)
+		for _, id := range ackedIDs {
+			if _, ok := debited[id]; !ok {
+				t.Fatalf("round %d: transfer %x was acknowledged but is not there after the crash", round, id)
+			}
+		}
+		checkExactlyOnce(t, fmt.Sprintf("round %d: ", round), debited, credited)
 		d, c, n := settle(t, e)
 		if d != c {
 			t.Fatalf("round %d: debits %d != credits %d: a message was lost or applied twice", round, d, c)
@@ -415,10 +546,13 @@ func TestCrash(t *testing.T) {
 		if d2 != d || c2 != c || n2 != n {
 			t.Fatalf("round %d: state changed across a clean restart", round)
 		}
+		if deb2, cred2 := transfersByID(t, e); !maps.Equal(deb2, debited) || !maps.Equal(cred2, credited) {
+			t.Fatalf("round %d: per-transfer tallies changed across a clean restart", round)
+		}
 		time.Sleep(20 * time.Millisecond)
 		waitFired(t, e, e.PartitionOf("alarm"), "crash-alarm", 1)
 		e.Close()
-		t.Logf("round %d: %d acknowledged, %d survived, %d credits", round, acked, n, c)
+		t.Logf("round %d: %d acknowledged, %d survived, %d credited once each", round, acked, n, len(credited))
 	}
 }
 
@@ -439,13 +573,12 @@ func crashChild(dir string) {
 			rng := rand.New(rand.NewPCG(uint64(g), 2))
 			for i := 0; ; i++ {
 				from, to := keys[rng.IntN(len(keys))], keys[rng.IntN(len(keys))]
-				if _, err := e.Do(context.Background(), e.PartitionOf(from), 7, &transfer{From: from, To: to, N: 1}); err != nil {
+				id := uint64(g+1)<<32 | uint64(i) // unique, never 0
+				if _, err := e.Do(context.Background(), e.PartitionOf(from), 7, &transfer{From: from, To: to, N: 1, ID: id}); err != nil {
 					continue
 				}
 				mu.Lock()
-				var b [8]byte
-				binary.LittleEndian.PutUint64(b[:], uint64(g<<32|i))
-				fmt.Fprintf(out, "ACK %x\n", b)
+				fmt.Fprintf(out, "ACK %x\n", id)
 				out.Flush()
 				mu.Unlock()
 				if acked.Add(1) == int64(after) {
