@@ -95,6 +95,13 @@ func startServer(t *testing.T, bin, dataDir, addr string) *serverProc {
 	}
 }
 
+// compatAck is a compatibility reservation whose POST was answered: the
+// POST answers only once the reservation is final and durable.
+type compatAck struct {
+	want reservation // what the request must have produced
+	at   time.Time   // when the answer was read
+}
+
 // TestKill9MidLoad starts `surge serve` as a real process, drives
 // reservations (compatibility and native flows, with cancellations)
 // from many clients, kills the server with SIGKILL in the middle, restarts
@@ -102,18 +109,25 @@ func startServer(t *testing.T, bin, dataDir, addr string) *serverProc {
 // client saw acknowledged is still there with exactly its seats, that
 // acknowledged cancellations stuck, that no seat is held twice, and that
 // the server's availability counts agree.
+//
+// Right before the kill, a burst of compatibility POSTs picks seats in an
+// area nothing else touches (fresh seats, or seats an acknowledged burst
+// reservation already holds), so each answered POST is known to have made
+// a RESERVED reservation of exactly those seats, or a FAILED one. The
+// kill comes right after one of them is answered, while others are in
+// flight, and after the restart every answered one, the last ones
+// included, must be there as such.
 func TestKill9MidLoad(t *testing.T) {
 	bin, dataDir, addr, srv := startFresh(t)
 
 	const areas, rows, cols = 6, 20, 20
+	const burstArea = "burst"
 	var def strings.Builder
 	def.WriteString(`{"eventName":"crash","artist":"t","areas":[`)
 	for a := range areas {
-		if a > 0 {
-			def.WriteString(",")
-		}
-		fmt.Fprintf(&def, `{"areaId":"%d","price":1,"rowCount":%d,"colCount":%d}`, a, rows, cols)
+		fmt.Fprintf(&def, `{"areaId":"%d","price":1,"rowCount":%d,"colCount":%d},`, a, rows, cols)
 	}
+	fmt.Fprintf(&def, `{"areaId":%q,"price":1,"rowCount":%d,"colCount":%d}`, burstArea, rows, cols)
 	def.WriteString("]}")
 	resp, err := http.Post(srv.base+"/v1/event", "application/json", strings.NewReader(def.String()))
 	if err != nil || resp.StatusCode != 200 {
@@ -207,12 +221,109 @@ func TestKill9MidLoad(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	srv.cmd.Process.Signal(syscall.SIGKILL)
+
+	// The burst of compatibility reservations, until the kill.
+	var (
+		burst     = map[string]compatAck{} // id -> what its answered POST made
+		burstHeld []seat                   // seats of answered RESERVED ones
+		nextSeat  int                      // next seat never asked for
+		asked     int                      // burst requests made
+		killedAt  time.Time                // when SIGKILL was sent
+		killed    = make(chan struct{})
+		kill      sync.Once
+	)
+	// The kill comes from the client that reads the burst's 80th answer,
+	// right after it reads it, so that answers from the last moments
+	// before the kill are checked. The server may still answer for a
+	// moment after the signal; those answers count as acknowledged too.
+	const killAfter = 80
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				want := reservation{AreaID: burstArea, State: "RESERVED"}
+				mu.Lock()
+				asked++
+				switch {
+				case asked%4 == 0 && len(burstHeld) > 0:
+					// A seat an answered reservation holds: must fail.
+					want.State = "FAILED"
+					want.Seats = []seat{burstHeld[asked%len(burstHeld)]}
+				case nextSeat+2 <= rows*cols:
+					for range 1 + asked%2 {
+						want.Seats = append(want.Seats, seat{nextSeat / cols, nextSeat % cols})
+						nextSeat++
+					}
+				}
+				mu.Unlock()
+				if want.Seats == nil {
+					return // the area is full (the kill should have come long before)
+				}
+				seats, _ := json.Marshal(want.Seats)
+				body := fmt.Sprintf(`{"userId":"b%d","eventId":"crash","areaId":%q,"seats":%s,"type":"SELF_PICK"}`, g, burstArea, seats)
+				r, err := client.Post(srv.base+"/v1/event/crash/reservation", "application/json", strings.NewReader(body))
+				if err != nil {
+					return // killed
+				}
+				id, err := io.ReadAll(r.Body)
+				r.Body.Close()
+				if err != nil {
+					return // killed mid-answer: not acknowledged
+				}
+				at := time.Now()
+				if r.StatusCode != 200 {
+					t.Errorf("compat POST %s: %d %s", body, r.StatusCode, id)
+					return
+				}
+				mu.Lock()
+				want.ReservationID = string(id)
+				burst[want.ReservationID] = compatAck{want: want, at: at}
+				if want.State == "RESERVED" {
+					burstHeld = append(burstHeld, want.Seats...)
+				}
+				n := len(burst)
+				mu.Unlock()
+				if n >= killAfter {
+					kill.Do(func() {
+						killedAt = time.Now()
+						srv.cmd.Process.Signal(syscall.SIGKILL)
+						close(killed)
+					})
+				}
+			}
+		}()
+	}
+	select {
+	case <-killed:
+	case <-time.After(20 * time.Second):
+		srv.cmd.Process.Signal(syscall.SIGKILL)
+		mu.Lock()
+		n := len(burst)
+		mu.Unlock()
+		t.Fatalf("only %d compatibility reservations answered in the burst", n)
+	}
 	srv.cmd.Wait()
 	stop()
 	wg.Wait()
 	if len(acked) < 100 {
 		t.Fatalf("only %d reservations acknowledged before the kill", len(acked))
+	}
+	var last time.Time
+	recent, failed := 0, 0 // answered within 5 ms before the kill (or after it: sent before); FAILED
+	for _, b := range burst {
+		if b.want.State == "FAILED" {
+			failed++
+		}
+		if b.at.After(last) {
+			last = b.at
+		}
+		if killedAt.Sub(b.at) <= 5*time.Millisecond {
+			recent++
+		}
+	}
+	if recent == 0 {
+		t.Fatalf("the last compatibility reservation was answered at kill%+v; the test must check ones answered just before the kill", last.Sub(killedAt))
 	}
 
 	srv = startServer(t, bin, dataDir, addr)
@@ -226,6 +337,37 @@ func TestKill9MidLoad(t *testing.T) {
 
 	owner := map[string]string{} // area/row/col -> id
 	live := map[string]int{}     // area -> seats held by acknowledged live reservations
+	hold := func(got reservation) {
+		for _, s := range got.Seats {
+			k := fmt.Sprintf("%s/%d/%d", got.AreaID, s.Row, s.Col)
+			if other, dup := owner[k]; dup {
+				t.Fatalf("seat %s held by %s and %s", k, other, got.ReservationID)
+			}
+			owner[k] = got.ReservationID
+		}
+		live[got.AreaID] += len(got.Seats)
+	}
+	for id, b := range burst {
+		r, err := client.Get(srv.base + "/v1/reservation/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got reservation
+		json.NewDecoder(r.Body).Decode(&got)
+		r.Body.Close()
+		when := fmt.Sprintf("answered at kill%+v", b.at.Sub(killedAt))
+		switch {
+		case r.StatusCode != 200:
+			t.Fatalf("compat reservation %s %s: lookup after restart says %d", id, when, r.StatusCode)
+		case got.State != b.want.State || got.AreaID != b.want.AreaID:
+			t.Fatalf("compat reservation %s %s for %v in %s: after restart %s in %s, want %s",
+				id, when, b.want.Seats, b.want.AreaID, got.State, got.AreaID, b.want.State)
+		case got.State == "RESERVED" && fmt.Sprint(got.Seats) != fmt.Sprint(b.want.Seats):
+			t.Fatalf("compat reservation %s %s: asked for seats %v, after restart %v", id, when, b.want.Seats, got.Seats)
+		case got.State == "RESERVED":
+			hold(got)
+		}
+	}
 	for id, want := range acked {
 		r, err := client.Get(srv.base + "/v1/reservation/" + id)
 		if err != nil {
@@ -259,14 +401,7 @@ func TestKill9MidLoad(t *testing.T) {
 		if fmt.Sprint(got.Seats) != fmt.Sprint(want.Seats) {
 			t.Fatalf("%s: acknowledged seats %v, after restart %v", id, want.Seats, got.Seats)
 		}
-		for _, s := range got.Seats {
-			k := fmt.Sprintf("%s/%d/%d", got.AreaID, s.Row, s.Col)
-			if other, dup := owner[k]; dup {
-				t.Fatalf("seat %s held by %s and %s", k, other, id)
-			}
-			owner[k] = id
-		}
-		live[got.AreaID] += len(got.Seats)
+		hold(got)
 	}
 
 	// The server's own counts: at least the acknowledged live seats are
@@ -334,7 +469,8 @@ func TestKill9MidLoad(t *testing.T) {
 	} else {
 		r.Body.Close()
 	}
-	t.Logf("%d acknowledged before kill -9 (%d cancelled), all intact after restart", len(acked), len(cancelled))
+	t.Logf("%d acknowledged before kill -9 (%d cancelled), and %d compatibility reservations of the burst (%d FAILED; %d answered within 5ms of the kill, the last read at kill%+v), all intact after restart",
+		len(acked), len(cancelled), len(burst), failed, recent, last.Sub(killedAt))
 }
 
 // TestServeRefusesCorruptLogAndRepairsTornTail damages the log of a real
