@@ -179,6 +179,9 @@ var (
 	// ErrUndecodable means a command did not decode from the bytes it
 	// encodes to, so it was refused rather than logged.
 	ErrUndecodable = errors.New("engine: command refused: it does not decode from its own encoding")
+	// ErrApplyPanicked means the workload panicked applying the command
+	// (a bug); the command was dropped with its effects.
+	ErrApplyPanicked = errors.New("engine: the workload failed to apply the command")
 	// ErrFailed means the log failed; the engine refuses all work because
 	// its memory may be ahead of what is on disk.
 	ErrFailed = errors.New("engine: the command log failed; restart the server")

@@ -293,7 +293,11 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 	}
 	b.record(start)
 	in := Input{Kind: FromClient, TimeNs: now, Cmd: cmd}
-	p.apply(b, r.workload, &in)
+	if err := p.apply(b, r.workload, &in); err != nil {
+		p.e.dropped("client command", p.id, err)
+		r.err = err
+		return
+	}
 	r.result = p.fx.reply
 	if p.fx.unchanged && len(p.fx.sends) == 0 && len(p.fx.timers) == 0 {
 		b.buf = b.buf[:start]
@@ -339,8 +343,7 @@ func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, dat
 		return err
 	}
 	in := Input{Kind: FromMessage, TimeNs: now, Cmd: cmd}
-	p.apply(b, wl, &in)
-	return nil
+	return p.apply(b, wl, &in)
 }
 
 func (p *partition) fireTimer(b *batch, k timerKey, now int64) {
@@ -368,8 +371,7 @@ func (p *partition) applyTimer(b *batch, wl uint8, id string, now int64) error {
 		return err
 	}
 	in := Input{Kind: FromTimer, TimeNs: now, Cmd: cmd, TimerID: id}
-	p.apply(b, wl, &in)
-	return nil
+	return p.apply(b, wl, &in)
 }
 
 func (p *partition) machineFor(wl uint8) Machine {
@@ -398,10 +400,18 @@ func (p *partition) checkDecode(wl uint8, data []byte) error {
 // apply runs one input through its machine and turns the effects into
 // engine state: outbox entries and timers. b is nil during replay, where
 // sends are not delivered one by one: the whole outbox is re-sent after.
-func (p *partition) apply(b *batch, wl uint8, in *Input) {
+//
+// A machine that panics is a workload bug; its input is dropped with its
+// effects, the same way live and in replay (the machine may have changed
+// part of its state before panicking, identically in both), so one bad
+// input neither kills the process nor keeps it from starting again.
+func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 	p.fx.reset()
 	p.applying = wl
-	p.machines[wl].Apply(in, &p.fx)
+	if err := p.applySafely(p.machines[wl], in); err != nil {
+		p.fx.reset()
+		return err
+	}
 	for _, s := range p.fx.sends {
 		p.outSeq++
 		m := &outMsg{seq: p.outSeq, target: p.e.PartitionOf(s.key), workload: s.workload, data: s.data}
@@ -421,6 +431,17 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) {
 	if b != nil {
 		b.applyCount++
 	}
+	return nil
+}
+
+func (p *partition) applySafely(m Machine, in *Input) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%w: %v", ErrApplyPanicked, v)
+		}
+	}()
+	m.Apply(in, &p.fx)
+	return nil
 }
 
 // replay applies one logged record during recovery. A record that cannot
@@ -450,7 +471,9 @@ func (p *partition) replay(data []byte) error {
 			return nil
 		}
 		in := Input{Kind: FromClient, TimeNs: env.timeNs, Cmd: cmd}
-		p.apply(nil, env.workload, &in)
+		if err := p.apply(nil, env.workload, &in); err != nil {
+			p.e.dropped("client command", p.id, err)
+		}
 	case FromMessage:
 		if err := p.applyMessage(nil, env.workload, env.src, env.seq, env.payload, env.timeNs); err != nil {
 			p.e.dropped("message", p.id, err)

@@ -761,3 +761,29 @@ func TestMailboxDrainedInBatchesOfAtMostMaxBatch(t *testing.T) {
 		t.Fatalf("after restart target has %d notes summing to %d, want %d", n, sum, want)
 	}
 }
+
+// TestPanickingApplyIsDroppedLiveAndOnReplay: a workload bug that panics
+// on one input must neither kill the process (as it did: the processor
+// goroutine's panic was fatal) nor keep the node from starting again when
+// replay meets the same input. The bank workload panics on a credit that
+// does not come as a message.
+func TestPanickingApplyIsDroppedLiveAndOnReplay(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir, 1000)
+	p := e.PartitionOf("a")
+	if _, err := e.Do(context.Background(), p, 7, &credit{To: "a", N: 5}); !errors.Is(err, engine.ErrApplyPanicked) {
+		t.Fatalf("Do of a panicking command: %v, want ErrApplyPanicked", err)
+	}
+	mustDo(t, e, p, &transfer{From: "a", To: "b", N: 3})
+	settle(t, e)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Replay from the log alone, without the snapshot Close wrote.
+	os.RemoveAll(filepath.Join(dir, "snap"))
+	e = openEngine(t, dir, 1000)
+	defer e.Close()
+	if d, c, n := settle(t, e); d != 3 || c != 3 || n != 1 {
+		t.Fatalf("after replay: debits %d credits %d transfers %d, want 3 3 1", d, c, n)
+	}
+}

@@ -146,51 +146,46 @@ func (m *simMachine) Decode(b []byte) (Command, error) {
 
 func (m *simMachine) AppendSnapshot(dst []byte) []byte {
 	w := wire.Writer{B: dst}
-	w.U32(uint32(len(m.order)))
+	w.Uvarint(uint64(len(m.order)))
 	for _, id := range m.order {
 		w.U64(id)
 	}
-	for _, k := range slices.Sorted(maps.Keys(m.debits)) {
-		w.Str(k)
-		w.U64(m.debits[k])
+	strMap := func(mp map[string]uint64) {
+		w.Uvarint(uint64(len(mp)))
+		for _, k := range slices.Sorted(maps.Keys(mp)) {
+			w.Str(k)
+			w.U64(mp[k])
+		}
 	}
-	w.Str("")
-	w.U32(uint32(len(m.credits)))
+	strMap(m.debits)
+	w.Uvarint(uint64(len(m.credits)))
 	for _, id := range slices.Sorted(maps.Keys(m.credits)) {
 		w.U64(id)
 		w.U64(m.credits[id])
 	}
-	for _, k := range slices.Sorted(maps.Keys(m.creditSum)) {
-		w.Str(k)
-		w.U64(m.creditSum[k])
-	}
-	w.Str("")
-	for _, k := range slices.Sorted(maps.Keys(m.fired)) {
-		w.Str(k)
-		w.U64(m.fired[k])
-	}
-	w.Str("")
+	strMap(m.creditSum)
+	strMap(m.fired)
 	return w.B
 }
 
 func (m *simMachine) Restore(b []byte) error {
 	r := wire.Reader{B: b}
-	for n := r.U32(); n > 0 && r.Err == nil; n-- {
+	for n := r.Count(8); n > 0; n-- {
 		m.order = append(m.order, r.U64())
 	}
-	for k := r.Str(); k != "" && r.Err == nil; k = r.Str() {
-		m.debits[k] = r.U64()
+	strMap := func(mp map[string]uint64) {
+		for n := r.Count(9); n > 0; n-- { // a string of at least its length byte, and a uint64
+			k := r.Str()
+			mp[k] = r.U64()
+		}
 	}
-	for n := r.U32(); n > 0 && r.Err == nil; n-- {
+	strMap(m.debits)
+	for n := r.Count(16); n > 0; n-- {
 		id := r.U64()
 		m.credits[id] = r.U64()
 	}
-	for k := r.Str(); k != "" && r.Err == nil; k = r.Str() {
-		m.creditSum[k] = r.U64()
-	}
-	for k := r.Str(); k != "" && r.Err == nil; k = r.Str() {
-		m.fired[k] = r.U64()
-	}
+	strMap(m.creditSum)
+	strMap(m.fired)
 	return r.Err
 }
 
