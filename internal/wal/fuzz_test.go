@@ -2,7 +2,9 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"testing"
 
 	"github.com/surge-run/surge/internal/cmdlog"
@@ -115,6 +117,20 @@ func FuzzSnapshotFile(f *testing.F) {
 		pos, data, ok, err := d.Latest(1)
 		if err == nil && ok && (pos != 42 || len(data) != len(b)-snapshotHeaderSize) {
 			t.Fatalf("accepted pos %d with %d data bytes from a %d-byte file", pos, len(data), len(b))
+		}
+	})
+}
+
+// FuzzPosSalt: the allocation-free salt equals crc32 over the position's
+// little-endian bytes.
+func FuzzPosSalt(f *testing.F) {
+	f.Add(uint32(0), uint64(0))
+	f.Add(uint32(0xdeadbeef), uint64(1<<63+12345))
+	f.Fuzz(func(t *testing.T, salt uint32, pos uint64) {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], pos)
+		if got, want := posSalt(salt, pos), crc32.Update(salt, castagnoli, b[:]); got != want {
+			t.Fatalf("posSalt(%#x, %d) = %#x, want %#x", salt, pos, got, want)
 		}
 	})
 }

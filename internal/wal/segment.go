@@ -84,10 +84,15 @@ func logSalt(logID uint64) uint32 {
 	return crc32.Update(0, castagnoli, b[:])
 }
 
+// posSalt is crc32.Update(salt, castagnoli, pos as 8 little-endian bytes),
+// done bytewise because handing crc32 an 8-byte array made it escape: one
+// allocation per frame on the write path.
 func posSalt(salt uint32, pos uint64) uint32 {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], pos)
-	return crc32.Update(salt, castagnoli, b[:])
+	crc := ^salt
+	for i := range 8 {
+		crc = castagnoli[byte(crc)^byte(pos>>(8*i))] ^ (crc >> 8)
+	}
+	return ^crc
 }
 
 func headerCheck(salt uint32, h []byte) uint16 {
