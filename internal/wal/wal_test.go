@@ -952,7 +952,7 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	const n = 1_000_000
 	dir := b.TempDir()
-	l, err := Open(Options{Partitions: 8, Dir: dir, NoSync: true})
+	l, err := Open(Options{Partitions: 16, Dir: dir, NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
