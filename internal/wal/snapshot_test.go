@@ -168,14 +168,14 @@ func TestSnapshotIgnoresTempFiles(t *testing.T) {
 // Snapshots may share the log's directory without confusing it.
 func TestSnapshotsBesideSegments(t *testing.T) {
 	dir := t.TempDir()
-	l := openLog(t, Options{Partitions: 8, Dir: dir, NoSync: true})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, NoSync: true})
 	recs := appendWait(t, l, []cmdlog.Entry{{Partition: 1, Data: []byte("cmd")}})
 	snapAt := l.End()
 	if err := (SnapshotDir{Dir: dir}).Write(1, snapAt, []byte("snap")); err != nil {
 		t.Fatal(err)
 	}
 	closeLog(t, l)
-	l = openLog(t, Options{Partitions: 8, Dir: dir, NoSync: true})
+	l = openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, NoSync: true})
 	defer closeLog(t, l)
 	checkRecs(t, replayAll(t, l, 0), recs)
 	pos, _, ok, err := (SnapshotDir{Dir: dir}).Latest(1)

@@ -157,7 +157,7 @@ func flipByte(t testing.TB, path string, off int64) {
 func TestRoundTripAcrossSegments(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewSource(1))
-	l := openLog(t, Options{Partitions: 8, Dir: dir, SegmentBytes: 1024, NoSync: true})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 1024, NoSync: true})
 	var want []rec
 	for i := 0; i < 200; i++ {
 		want = append(want, appendWait(t, l, randEntries(rng, 1+rng.Intn(3), 100))...)
@@ -173,7 +173,7 @@ func TestRoundTripAcrossSegments(t *testing.T) {
 	}
 	closeLog(t, l)
 
-	l = openLog(t, Options{Partitions: 8, Dir: dir, SegmentBytes: 1024, NoSync: true})
+	l = openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 1024, NoSync: true})
 	defer closeLog(t, l)
 	// Close sealed the log: one empty frame after the last record.
 	end += frameHeaderSize
@@ -195,7 +195,7 @@ func TestRoundTripAcrossSegments(t *testing.T) {
 func TestReplayFromPositions(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewSource(2))
-	l := openLog(t, Options{Partitions: 8, Dir: dir, SegmentBytes: 700, NoSync: true})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 700, NoSync: true})
 	defer closeLog(t, l)
 	var want []rec
 	for i := 0; i < 60; i++ {
@@ -242,7 +242,7 @@ func TestReplayFromPositions(t *testing.T) {
 func TestConcurrentAppends(t *testing.T) {
 	dir := t.TempDir()
 	var syncs, synced atomic.Int64
-	l := openLog(t, Options{Partitions: 8, Dir: dir, SegmentBytes: 16 << 10, QueueLen: 64,
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 16 << 10, QueueLen: 64,
 		OnSync: func(d time.Duration, records, bytes int) { syncs.Add(1); synced.Add(int64(records)) }})
 
 	const workers, perWorker = 8, 60
@@ -300,7 +300,7 @@ func TestConcurrentAppends(t *testing.T) {
 	}
 	t.Logf("%d appends in %d fsyncs", workers*perWorker, syncs.Load())
 
-	l = openLog(t, Options{Partitions: 8, Dir: dir, SegmentBytes: 16 << 10})
+	l = openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 16 << 10})
 	defer closeLog(t, l)
 	got := replayAll(t, l, 0)
 	byPos := map[cmdlog.Position]rec{}
@@ -333,7 +333,7 @@ func TestConcurrentAppends(t *testing.T) {
 
 func TestCloseFlushesAndRejects(t *testing.T) {
 	dir := t.TempDir()
-	l := openLog(t, Options{Partitions: 8, Dir: dir, QueueLen: 16})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir, QueueLen: 16})
 	const n = 300
 	var acked atomic.Int64
 	appender := make(chan struct{})
@@ -363,7 +363,7 @@ func TestCloseFlushesAndRejects(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	<-appender
-	l2 := openLog(t, Options{Partitions: 8, Dir: dir})
+	l2 := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: dir})
 	defer closeLog(t, l2)
 	if r := replayAll(t, l2, 0); int64(len(r)) < got {
 		t.Fatalf("replayed %d records, %d were acknowledged", len(r), got)
@@ -371,7 +371,7 @@ func TestCloseFlushesAndRejects(t *testing.T) {
 }
 
 func TestCloseWaitsForQueued(t *testing.T) {
-	l := openLog(t, Options{Partitions: 8, Dir: t.TempDir(), QueueLen: 1000})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: t.TempDir(), QueueLen: 1000})
 	var acked atomic.Int64
 	for i := 0; i < 500; i++ {
 		l.Append([]cmdlog.Entry{{Data: []byte("y")}}, func(_, _ cmdlog.Position, err error) {
@@ -388,7 +388,7 @@ func TestCloseWaitsForQueued(t *testing.T) {
 }
 
 func TestEntryTooLarge(t *testing.T) {
-	l := openLog(t, Options{Partitions: 8, Dir: t.TempDir(), NoSync: true})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: t.TempDir(), NoSync: true})
 	defer closeLog(t, l)
 	var order []int
 	var errs [3]error
@@ -414,7 +414,7 @@ func TestEntryTooLarge(t *testing.T) {
 }
 
 func TestWriteFailureFailsLog(t *testing.T) {
-	l := openLog(t, Options{Partitions: 8, Dir: t.TempDir()})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: t.TempDir()})
 	appendWait(t, l, []cmdlog.Entry{{Data: []byte("ok")}})
 	end := l.End()
 	l.f.Close() // make the writer's next write fail
@@ -481,7 +481,7 @@ func TestTornTail(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			rng := rand.New(rand.NewSource(3))
-			opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 2048, NoSync: true}
+			opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 2048, NoSync: true}
 			l := openLog(t, opts)
 			var want []rec
 			for i := 0; i < 40; i++ {
@@ -555,7 +555,7 @@ func TestCorruptionInMiddle(t *testing.T) {
 	for _, field := range []string{"data", "length"} {
 		t.Run(field, func(t *testing.T) {
 			dir := t.TempDir()
-			opts := Options{Partitions: 8, Dir: dir, NoSync: true}
+			opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, NoSync: true}
 			want := buildLog(t, opts, 30, 4)
 			victim := want[10]
 			path, off := fileOffset(t, dir, victim.pos)
@@ -583,7 +583,7 @@ func TestCorruptionInMiddle(t *testing.T) {
 
 func TestCorruptionInNonLastSegment(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
+	opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 512, NoSync: true}
 	want := buildLog(t, opts, 40, 5)
 	files := segFiles(t, dir)
 	if len(files) < 3 {
@@ -621,7 +621,7 @@ func TestCorruptionInNonLastSegment(t *testing.T) {
 
 func TestMissingSegment(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
+	opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 512, NoSync: true}
 	buildLog(t, opts, 40, 6)
 	files := segFiles(t, dir)
 	os.Remove(files[1])
@@ -634,7 +634,7 @@ func TestMissingSegment(t *testing.T) {
 
 func TestUnknownSegmentVersion(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
+	opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 512, NoSync: true}
 	buildLog(t, opts, 20, 7)
 	path := segFiles(t, dir)[0]
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -657,7 +657,7 @@ func TestEmptyLastSegmentRepaired(t *testing.T) {
 	for _, size := range []int{0, 10, 4096} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			dir := t.TempDir()
-			opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
+			opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 512, NoSync: true}
 			want := buildLog(t, opts, 30, 8)
 			last := want[len(want)-1]
 			end := uint64(last.pos) + frameLen(last) + frameHeaderSize // + Close's seal
@@ -684,7 +684,7 @@ func TestBadSegmentHeader(t *testing.T) {
 	for name, off := range map[string]int64{"magic": 2, "base": 14, "partitions": 21, "log id": 26, "counts": countsOffset + 2, "header checksum": segmentHeaderSize(8) - 2} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
+			opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 512, NoSync: true}
 			buildLog(t, opts, 20, 12)
 			path := segFiles(t, dir)[0]
 			flipByte(t, path, off)
@@ -700,7 +700,7 @@ func TestBadSegmentHeader(t *testing.T) {
 // Entries bigger than the read buffer make the readers grow it.
 func TestLargeEntries(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 4 << 20, MaxBatchBytes: 1 << 20, NoSync: true}
+	opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 4 << 20, MaxBatchBytes: 1 << 20, NoSync: true}
 	l := openLog(t, opts)
 	rng := rand.New(rand.NewSource(13))
 	var want []rec
@@ -722,7 +722,7 @@ func TestLargeEntries(t *testing.T) {
 
 func TestReleaseBefore(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Partitions: 8, Dir: dir, SegmentBytes: 512, NoSync: true}
+	opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: 512, NoSync: true}
 	rng := rand.New(rand.NewSource(9))
 	l := openLog(t, opts)
 	var want []rec
@@ -782,7 +782,7 @@ func TestReleaseBefore(t *testing.T) {
 }
 
 func TestReplayDuringAppends(t *testing.T) {
-	l := openLog(t, Options{Partitions: 8, Dir: t.TempDir(), SegmentBytes: 1024, NoSync: true})
+	l := openLog(t, Options{Partitions: 8, SealDelay: -1, Dir: t.TempDir(), SegmentBytes: 1024, NoSync: true})
 	defer closeLog(t, l)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -831,7 +831,7 @@ func TestRandomized(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			dir := t.TempDir()
-			opts := Options{Partitions: 8, Dir: dir, SegmentBytes: int64(200 + rng.Intn(3000)), MaxBatchBytes: 100 + rng.Intn(5000), NoSync: true}
+			opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, SegmentBytes: int64(200 + rng.Intn(3000)), MaxBatchBytes: 100 + rng.Intn(5000), NoSync: true}
 			l := openLog(t, opts)
 			var model []rec
 			start := cmdlog.Position(0)
@@ -918,7 +918,7 @@ func TestRandomized(t *testing.T) {
 
 func BenchmarkAppend(b *testing.B) {
 	var syncs, records atomic.Int64
-	l, err := Open(Options{Partitions: 8, Dir: b.TempDir(), OnSync: func(_ time.Duration, r, _ int) {
+	l, err := Open(Options{Partitions: 8, SealDelay: -1, Dir: b.TempDir(), OnSync: func(_ time.Duration, r, _ int) {
 		syncs.Add(1)
 		records.Add(int64(r))
 	}})
@@ -952,7 +952,7 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	const n = 1_000_000
 	dir := b.TempDir()
-	l, err := Open(Options{Partitions: 16, Dir: dir, NoSync: true})
+	l, err := Open(Options{Partitions: 16, SealDelay: -1, Dir: dir, NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -988,7 +988,7 @@ func BenchmarkReplay(b *testing.B) {
 
 func TestLeftoverTempSegmentRemoved(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Partitions: 8, Dir: dir, NoSync: true}
+	opts := Options{Partitions: 8, SealDelay: -1, Dir: dir, NoSync: true}
 	want := buildLog(t, opts, 5, 14)
 	last := want[len(want)-1]
 	tmp := filepath.Join(dir, segmentName(uint64(last.pos)+frameLen(last))+tmpExt)
@@ -1001,4 +1001,25 @@ func TestLeftoverTempSegmentRemoved(t *testing.T) {
 		t.Fatalf("temporary segment still there: %v", err)
 	}
 	checkRecs(t, replayAll(t, l, 0), want)
+}
+
+// TestIdleSeal: once the writer has been idle for SealDelay after a write,
+// it seals it by itself (one empty frame), and only once.
+func TestIdleSeal(t *testing.T) {
+	l := openLog(t, Options{Partitions: 8, SealDelay: 5 * time.Millisecond, Dir: t.TempDir(), NoSync: true})
+	defer closeLog(t, l)
+	recs := appendWait(t, l, []cmdlog.Entry{{Partition: 1, Data: []byte("x")}})
+	want := uint64(recs[0].pos) + frameLen(recs[0]) + frameHeaderSize
+	deadline := time.Now().Add(5 * time.Second)
+	for uint64(l.End()) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("End = %d, want %d (the record and one seal)", l.End(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if uint64(l.End()) != want {
+		t.Fatalf("End = %d after more idle time, want %d: sealed more than once", l.End(), want)
+	}
+	checkRecs(t, replayAll(t, l, 0), recs)
 }
