@@ -29,6 +29,20 @@ type reservation struct {
 	FailedReason  string `json:"failedReason"`
 }
 
+// getReservation fetches a compat reservation; the response's body is
+// already read and closed.
+func getReservation(t *testing.T, client *http.Client, base, id string) (reservation, *http.Response) {
+	t.Helper()
+	r, err := client.Get(base + "/v1/reservation/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got reservation
+	json.NewDecoder(r.Body).Decode(&got)
+	r.Body.Close()
+	return got, r
+}
+
 type serverProc struct {
 	cmd  *exec.Cmd
 	base string
@@ -348,13 +362,7 @@ func TestKill9MidLoad(t *testing.T) {
 		live[got.AreaID] += len(got.Seats)
 	}
 	for id, b := range burst {
-		r, err := client.Get(srv.base + "/v1/reservation/" + id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got reservation
-		json.NewDecoder(r.Body).Decode(&got)
-		r.Body.Close()
+		got, r := getReservation(t, client, srv.base, id)
 		when := fmt.Sprintf("answered at kill%+v", b.at.Sub(killedAt))
 		switch {
 		case r.StatusCode != 200:
@@ -369,13 +377,7 @@ func TestKill9MidLoad(t *testing.T) {
 		}
 	}
 	for id, want := range acked {
-		r, err := client.Get(srv.base + "/v1/reservation/" + id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got reservation
-		json.NewDecoder(r.Body).Decode(&got)
-		r.Body.Close()
+		got, r := getReservation(t, client, srv.base, id)
 		if r.StatusCode != 200 {
 			t.Fatalf("reservation %s acknowledged before the crash: lookup says %d", id, r.StatusCode)
 		}
