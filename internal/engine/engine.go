@@ -229,9 +229,6 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 	if e.failed.Load() {
 		return nil, ErrFailed
 	}
-	if wl == timerWorkload {
-		return nil, fmt.Errorf("engine: workload id %d is reserved", wl)
-	}
 	r := e.reqPool.Get().(*Request)
 	r.workload, r.cmd, r.query = wl, cmd, q
 	p := e.parts[part]
