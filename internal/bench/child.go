@@ -115,6 +115,45 @@ func (c *child) cpuSeconds() (float64, error) {
 	return parseProcStatCPU(b)
 }
 
+// memory returns the child's peak resident memory (VmHWM) and its
+// resident memory now (VmRSS), in bytes.
+func (c *child) memory() (peak, now int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseProcStatusMemory(b)
+}
+
+// parseProcStatusMemory reads VmHWM and VmRSS ("VmHWM:    1234 kB") from
+// /proc/<pid>/status.
+func parseProcStatusMemory(b []byte) (peak, now int64, err error) {
+	peak, now = -1, -1
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmHWM" && name != "VmRSS") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("malformed /proc status line %q", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("malformed /proc status line %q", line)
+		}
+		if name == "VmHWM" {
+			peak = kb << 10
+		} else {
+			now = kb << 10
+		}
+	}
+	if peak < 0 || now < 0 {
+		return 0, 0, errors.New("/proc status has no VmHWM or VmRSS")
+	}
+	return peak, now, nil
+}
+
 // parseProcStatCPU reads utime and stime (fields 14 and 15) from a
 // /proc/<pid>/stat line. The command name (field 2) is in parentheses and
 // may itself contain spaces or parentheses, so fields are counted from the

@@ -41,3 +41,17 @@ func TestGrouped(t *testing.T) {
 		}
 	}
 }
+
+func TestParseProcStatusMemory(t *testing.T) {
+	in := "Name:\tsurge\nVmPeak:\t  900000 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t9\n"
+	peak, now, err := parseProcStatusMemory([]byte(in))
+	if err != nil || peak != 200<<20 || now != 100<<20 {
+		t.Fatalf("got %d, %d, %v; want %d, %d", peak, now, err, 200<<20, 100<<20)
+	}
+	if _, _, err := parseProcStatusMemory([]byte("Name:\tsurge\nVmRSS:\t1 kB\n")); err == nil {
+		t.Fatal("missing VmHWM accepted")
+	}
+	if _, _, err := parseProcStatusMemory([]byte("VmHWM:\t1 MB\nVmRSS:\t1 kB\n")); err == nil {
+		t.Fatal("unknown unit accepted")
+	}
+}

@@ -69,6 +69,9 @@ type RunReport struct {
 	// ServerCPUSeconds is nil when the server's CPU could not be read.
 	ServerCPUSeconds         *float64 `json:"serverCpuSeconds"`
 	ReservationsPerCPUSecond *float64 `json:"reservationsPerServerCpuSecond"`
+	// PeakRSSBytes is the server's peak resident memory (VmHWM) after the
+	// spike, set up included; nil for a server the bench did not start.
+	PeakRSSBytes *int64 `json:"serverPeakRssBytes,omitempty"`
 }
 
 // RestartReport is the stop and restart of a server the bench started.
@@ -81,8 +84,12 @@ type RestartReport struct {
 	ReadySeconds     float64 `json:"readySeconds"`        // process start to first 200 from /v1/health_check
 	// Reservations is how many reservations the server had logged before
 	// the restart; the restart goal is stated for a million commands.
-	Reservations int64  `json:"reservationsBefore"`
-	Error        string `json:"error,omitempty"`
+	Reservations int64 `json:"reservationsBefore"`
+	// RSSAfterKillBytes and RSSAfterRestartBytes: resident memory of the
+	// recovered server as soon as it is ready (the state it rebuilt).
+	RSSAfterKillBytes    int64  `json:"rssAfterKillBytes,omitempty"`
+	RSSAfterRestartBytes int64  `json:"rssAfterRestartBytes,omitempty"`
+	Error                string `json:"error,omitempty"`
 }
 
 // Goal is one performance goal and whether this run met it. Met is nil
@@ -208,6 +215,12 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 		}
 		return grouped(int64(*r.ReservationsPerCPUSecond + 0.5))
 	})
+	row("server peak resident memory", func(r *RunReport) string {
+		if r.PeakRSSBytes == nil {
+			return "n/a"
+		}
+		return mib(*r.PeakRSSBytes)
+	})
 	row("generator CPU (user+sys)", func(r *RunReport) string { return fmt.Sprintf("%.2f s", r.GeneratorCPUSeconds) })
 	tw.Flush()
 
@@ -234,7 +247,8 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 			if r.StopError != "" {
 				stop = r.StopError
 			}
-			fmt.Fprintf(out, "restart: after kill -9 ready in %.2f s; then stopped by SIGTERM in %.2f s (%s), restart ready in %.2f s\n", r.KillReadySeconds, r.StopSeconds, stop, r.ReadySeconds)
+			fmt.Fprintf(out, "restart: after kill -9 ready in %.2f s (%s resident); then stopped by SIGTERM in %.2f s (%s), restart ready in %.2f s (%s resident)\n",
+				r.KillReadySeconds, mib(r.RSSAfterKillBytes), r.StopSeconds, stop, r.ReadySeconds, mib(r.RSSAfterRestartBytes))
 		}
 	}
 	for _, run := range runs {
@@ -324,4 +338,16 @@ func grouped(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// mib renders a byte count in MiB.
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func (r *RunReport) setPeakRSS(c *child, logf func(string, ...any)) {
+	peak, _, err := c.memory()
+	if err != nil {
+		logf("warning: %s: peak resident memory not available: %v", c.name, err)
+		return
+	}
+	r.PeakRSSBytes = &peak
 }

@@ -200,6 +200,9 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 	if err != nil {
 		return fr, err
 	}
+	if srv != nil {
+		run.setPeakRSS(srv, r.logf)
+	}
 	run.Server = "surge"
 	if r.o.Target != "" {
 		run.Server = r.o.Target
@@ -244,6 +247,7 @@ func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, e
 	if err != nil {
 		return nil, err
 	}
+	run.setPeakRSS(c, r.logf)
 	run.Server = "null"
 	if err := c.stop(); err != nil {
 		r.logf("warning: do-nothing server: %v", err)
@@ -302,6 +306,9 @@ func (r *ticketingRun) restart(ctx context.Context, srv *child, args []string, r
 	}
 	defer recovered.kill()
 	rr.KillReadySeconds = secs
+	if _, rss, err := recovered.memory(); err == nil {
+		rr.RSSAfterKillBytes = rss
+	}
 
 	t1 := time.Now()
 	if err := recovered.stop(); err != nil {
@@ -316,6 +323,9 @@ func (r *ticketingRun) restart(ctx context.Context, srv *child, args []string, r
 	}
 	defer again.kill()
 	rr.ReadySeconds = secs
+	if _, rss, err := again.memory(); err == nil {
+		rr.RSSAfterRestartBytes = rss
+	}
 	if err := again.stop(); err != nil {
 		r.logf("warning: restarted server: %v", err)
 	}
