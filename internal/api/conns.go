@@ -150,6 +150,16 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite lets the HTTP server half-close a connection it answered with
+// Connection: close, as it does on a bare TCP connection, so the client
+// sees the end of the answer before the close.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 // setState is the http.Server's ConnState hook. For one connection the
 // server calls it from one goroutine at a time; the tracker may close the
 // connection concurrently, after which its state no longer matters.

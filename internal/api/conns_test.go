@@ -161,6 +161,30 @@ func TestConnLimit(t *testing.T) {
 	}
 }
 
+// TestTrackedConnHalfCloses: the wrapper keeps the half-close the HTTP
+// server uses before closing a Connection: close connection.
+func TestTrackedConnHalfCloses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := dial(t, ln.Addr().String())
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := newConnTracker(1).admit(nc)
+	defer tc.Close()
+	var cw interface{ CloseWrite() error } = tc
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.closedByServer() {
+		t.Fatal("CloseWrite did not reach the client")
+	}
+}
+
 func TestMaxConnsAboveFileLimitIsRefused(t *testing.T) {
 	nofile, err := fileLimit()
 	if err != nil {
