@@ -244,15 +244,6 @@ func (t *connTracker) openConns() int {
 	return t.open
 }
 
-func (t *connTracker) idleConns() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for c := t.idle.head; c != nil; c = c.next {
-		n++
-	}
-	return n
-}
 
 // refusal is the whole answer to a connection over the cap. It is HTTP/1.1
 // whatever the client speaks: an h2c client with prior knowledge reads it

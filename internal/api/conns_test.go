@@ -85,14 +85,24 @@ func (c *rawConn) get(path string) (*http.Response, string, error) {
 	return c.answer()
 }
 
-// closedByServer waits for the server's FIN (or reset) on an idle
-// connection; it reports false if the connection is still open at the
+// closedByServer reads whatever the server still sends and waits for its
+// FIN (or reset); it reports false if the connection is still open at the
 // deadline.
 func (c *rawConn) closedByServer() bool {
 	c.SetReadDeadline(time.Now().Add(hang))
-	_, err := c.br.ReadByte()
+	_, err := io.Copy(io.Discard, c.br)
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func (t *connTracker) idleConns() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for c := t.idle.head; c != nil; c = c.next {
+		n++
+	}
+	return n
 }
 
 func waitIdle(t *testing.T, s *Server, n int) {
@@ -245,6 +255,13 @@ func TestIdleConnsShedOldestFirstAtFileLimit(t *testing.T) {
 	if os.Getenv(fileLimitChild) != "" {
 		fileLimitServer()
 		return
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if rl.Max < 1024 {
+		t.Skipf("hard open-file limit %d: the test needs 256 in the child and 300 more here", rl.Max)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleConnsShedOldestFirstAtFileLimit$")
 	cmd.Env = append(os.Environ(), fileLimitChild+"=1")
@@ -506,6 +523,42 @@ func TestBusyConnsRefuseNewOne(t *testing.T) {
 	}
 	if got := metric(t, reg, "surge_http_connections_shed_total"); got != 1 {
 		t.Errorf("surge_http_connections_shed_total = %v, want 1", got)
+	}
+}
+
+// TestIdleH2CConnIsShed: an h2c connection whose streams have all ended
+// counts as idle (HTTP/2 reports it through the ConnState hook) and is
+// shed at the cap like an HTTP/1.1 one.
+func TestIdleH2CConnIsShed(t *testing.T) {
+	s, addr := startServer(t, okHandler(), Limits{MaxConns: 2}, nil)
+	h2 := dial(t, addr)
+	if _, err := io.WriteString(h2, h2Preface); err != nil {
+		t.Fatal(err)
+	}
+	writeFrame(t, h2, frameSettings, 0, 0, nil)
+	get := []byte{0x82, 0x86, 0x84, 0x41, 0x05, 's', 'u', 'r', 'g', 'e'} // GET /
+	writeFrame(t, h2, frameHeaders, flagEndStream|flagEndHeaders, 1, get)
+	for {
+		if typ, flags, stream, _ := readFrame(t, h2); stream == 1 && flags&flagEndStream != 0 {
+			break
+		} else if typ == frameSettings && flags&flagAck == 0 {
+			writeFrame(t, h2, frameSettings, flagAck, 0, nil)
+		}
+	}
+	waitIdle(t, s, 1)
+	h1 := dial(t, addr)
+	if r, _, err := h1.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP/1.1 connection below the cap: %v", err)
+	}
+	waitIdle(t, s, 2)
+	if r, _, err := dial(t, addr).get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("new connection at the cap: %v", err)
+	}
+	if !h2.closedByServer() {
+		t.Error("the idle h2c connection, idle longest, was not shed")
+	}
+	if r, _, err := h1.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Errorf("the HTTP/1.1 connection, idle for less long, no longer serves: %v", err)
 	}
 }
 
