@@ -244,7 +244,6 @@ func (t *connTracker) openConns() int {
 	return t.open
 }
 
-
 // refusal is the whole answer to a connection over the cap. It is HTTP/1.1
 // whatever the client speaks: an h2c client with prior knowledge reads it
 // as a malformed frame and fails at once, which is still no hang.

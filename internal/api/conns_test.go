@@ -590,7 +590,7 @@ func TestSilentConnsAreShedAfterGrace(t *testing.T) {
 func TestInflightCap(t *testing.T) {
 	h := newBlockingHandler()
 	reg := prometheus.NewRegistry()
-	_, addr := startServer(t, h, Limits{MaxInflight: 2, Exempt: []string{"/healthz"}}, reg)
+	_, addr := startServer(t, h, Limits{MaxInflight: 2, Exempt: []string{"/healthz", "/debug/"}}, reg)
 	base := "http://" + addr
 	client := &http.Client{Timeout: hang}
 	var wg sync.WaitGroup
@@ -622,14 +622,19 @@ func TestInflightCap(t *testing.T) {
 	}
 	r, body := get("/block")
 	checkRefusal(t, "request past the in-flight cap", r, body, "limit of 2 requests at once")
-	if r, body := get("/healthz"); r.StatusCode != http.StatusOK {
-		t.Fatalf("exempt /healthz at the in-flight cap: %s %q", r.Status, body)
+	for _, path := range []string{"/healthz", "/debug/pprof/heap"} {
+		if r, body := get(path); r.StatusCode != http.StatusOK {
+			t.Fatalf("exempt %s at the in-flight cap: %s %q", path, r.Status, body)
+		}
+	}
+	if r, body := get("/healthz/x"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz/x is not exempt, yet at the in-flight cap: %s %q", r.Status, body)
 	}
 	if got := metric(t, reg, "surge_http_requests_inflight"); got != 2 {
 		t.Errorf("surge_http_requests_inflight = %v, want 2", got)
 	}
-	if got := metric(t, reg, "surge_http_requests_refused_total"); got != 1 {
-		t.Errorf("surge_http_requests_refused_total = %v, want 1", got)
+	if got := metric(t, reg, "surge_http_requests_refused_total"); got != 2 {
+		t.Errorf("surge_http_requests_refused_total = %v, want 2", got)
 	}
 	close(h.release)
 	wg.Wait()

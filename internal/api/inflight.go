@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,25 +14,30 @@ import (
 // is far more work than the server can hold; past the cap a request is
 // answered 503 at once instead of queuing behind the others.
 type inflightLimiter struct {
-	next    http.Handler
-	max     int64
-	exempt  map[string]bool
-	n       atomic.Int64
-	refused atomic.Uint64
-	msg     string
+	next     http.Handler
+	max      int64
+	exempt   map[string]bool
+	prefixes []string
+	n        atomic.Int64
+	refused  atomic.Uint64
+	msg      string
 }
 
 func newInflightLimiter(next http.Handler, max int, exempt []string) *inflightLimiter {
 	l := &inflightLimiter{next: next, max: int64(max), exempt: map[string]bool{}}
 	for _, p := range exempt {
-		l.exempt[p] = true
+		if strings.HasSuffix(p, "/") {
+			l.prefixes = append(l.prefixes, p)
+		} else {
+			l.exempt[p] = true
+		}
 	}
 	l.msg = "the server is handling its limit of " + strconv.Itoa(max) + " requests at once; retry in a second"
 	return l
 }
 
 func (l *inflightLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if l.exempt[r.URL.Path] {
+	if l.isExempt(r.URL.Path) {
 		l.next.ServeHTTP(w, r)
 		return
 	}
@@ -43,6 +49,18 @@ func (l *inflightLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer l.n.Add(-1)
 	l.next.ServeHTTP(w, r)
+}
+
+func (l *inflightLimiter) isExempt(path string) bool {
+	if l.exempt[path] {
+		return true
+	}
+	for _, p := range l.prefixes {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // registerMetrics exports the connection and in-flight counts. They are

@@ -41,8 +41,9 @@ type Limits struct {
 	// MaxInflight caps requests being handled at once over all connections
 	// (0: DefaultMaxInflight); beyond it a request gets 503 at once.
 	MaxInflight int
-	// Exempt lists exact paths the in-flight cap does not apply to, so a
-	// health checker and the metrics scraper still get through overload.
+	// Exempt lists paths the in-flight cap does not apply to, so a health
+	// checker, the metrics scraper and a profiler still get through an
+	// overload. A path ending in "/" exempts every path under it.
 	Exempt []string
 }
 

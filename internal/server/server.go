@@ -193,8 +193,9 @@ func Run(ctx context.Context, cfg Config) error {
 		IdleTimeout: cfg.IdleTimeout,
 		MaxStreams:  cfg.MaxStreams,
 		MaxInflight: cfg.MaxInflight,
-		// Health checks and scrapes must get through an overload.
-		Exempt: []string{"/healthz", "/v1/health_check", "/metrics"},
+		// Health checks, scrapes and profiles must get through an
+		// overload.
+		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/debug/pprof/"},
 	}.Resolve()
 	if err != nil {
 		return err
