@@ -67,6 +67,10 @@ partition is written, and the process exits 0.`,
 	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's count, or 8 for a new one (SURGE_PARTITIONS)")
 	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", envIntOr("SURGE_SNAPSHOT_EVERY", 0), "commands a partition applies between snapshots; 0 means 100000 (SURGE_SNAPSHOT_EVERY)")
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
+	f.IntVar(&cfg.MaxConns, "max-conns", envIntOr("SURGE_MAX_CONNS", 0), "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused (SURGE_MAX_CONNS)")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", envDurationOr("SURGE_IDLE_TIMEOUT", 30*time.Second), "close a keep-alive connection with no request in flight after this long (SURGE_IDLE_TIMEOUT)")
+	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 1024), "concurrent HTTP/2 streams per connection (SURGE_MAX_STREAMS)")
+	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it 503 with Retry-After at once (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd

@@ -4,22 +4,112 @@
 package api
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MaxHeaderBytes bounds request headers; bodies are bounded per route.
 const MaxHeaderBytes = 64 << 10
 
-// NewServer returns an *http.Server that serves h on addr over HTTP/1.1 and
-// h2c. The caller runs ListenAndServe / Serve and Shutdown.
-func NewServer(addr string, h http.Handler) *http.Server {
+// Defaults of the zero Limits.
+const (
+	DefaultIdleTimeout = 30 * time.Second
+	// The bench multiplexes up to 256 streams on one connection; four times
+	// that leaves room without letting one connection take the whole
+	// in-flight budget.
+	DefaultMaxStreams  = 1024
+	DefaultMaxInflight = 4096
+)
+
+// Limits bound what clients can hold. The zero value means the defaults.
+type Limits struct {
+	// MaxConns caps open client connections. 0 derives it from the open-file
+	// limit (RLIMIT_NOFILE) minus a reserve for the log, snapshots and the
+	// listener; see ConnLimit.
+	MaxConns int
+	// IdleTimeout closes a keep-alive connection with no request in flight
+	// after this long (0: DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS an h2c connection is
+	// given (0: DefaultMaxStreams).
+	MaxStreams int
+	// MaxInflight caps requests being handled at once over all connections
+	// (0: DefaultMaxInflight); beyond it a request gets 503 at once.
+	MaxInflight int
+	// Exempt lists paths the in-flight cap does not apply to, so a health
+	// checker, the metrics scraper and a profiler still get through an
+	// overload. A path ending in "/" exempts every path under it.
+	Exempt []string
+}
+
+// Resolve fills in the defaults and checks the limits against the process's
+// open-file limit. Call it after the Go runtime has started: Go raises the
+// soft RLIMIT_NOFILE to the hard one at startup, and that raised value is
+// what connections can use.
+func (l Limits) Resolve() (Limits, error) {
+	switch {
+	case l.MaxConns < 0:
+		return l, fmt.Errorf("--max-conns %d: must be 0 (derive from the open-file limit) or more", l.MaxConns)
+	case l.IdleTimeout < 0:
+		return l, fmt.Errorf("--idle-timeout %v: must be 0 (default %v) or more", l.IdleTimeout, DefaultIdleTimeout)
+	case l.MaxStreams < 0:
+		return l, fmt.Errorf("--max-streams %d: must be 0 (default %d) or more", l.MaxStreams, DefaultMaxStreams)
+	case l.MaxInflight < 0:
+		return l, fmt.Errorf("--max-inflight %d: must be 0 (default %d) or more", l.MaxInflight, DefaultMaxInflight)
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.MaxStreams == 0 {
+		l.MaxStreams = DefaultMaxStreams
+	}
+	if l.MaxInflight == 0 {
+		l.MaxInflight = DefaultMaxInflight
+	}
+	nofile, err := fileLimit()
+	if err != nil {
+		return l, err
+	}
+	l.MaxConns, err = ConnLimit(nofile, l.MaxConns)
+	return l, err
+}
+
+// Server serves one handler on one listener over HTTP/1.1 and h2c, within
+// Limits.
+type Server struct {
+	srv      *http.Server
+	lim      Limits
+	err      error // from Resolve: Serve returns it
+	conns    *connTracker
+	inflight *inflightLimiter
+}
+
+// NewServer returns a Server for h on addr. If the limits do not resolve,
+// Serve returns the error; callers that want it before doing other work
+// call Limits.Resolve first. reg, if not nil, receives the connection and
+// in-flight metrics.
+func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registerer) *Server {
+	lim, err := lim.Resolve()
+	s := &Server{lim: lim, err: err}
+	if err != nil {
+		return s
+	}
+	s.conns = newConnTracker(lim.MaxConns)
+	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt)
+	if reg != nil {
+		registerMetrics(reg, s.conns, s.inflight)
+	}
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	return &http.Server{
+	s.srv = &http.Server{
 		Addr:              addr,
-		Handler:           h,
+		Handler:           s.inflight,
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Whole-request limits, so a client that trickles a body or never
@@ -28,12 +118,45 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		// they apply per stream, so long-lived h2c connections are fine.
 		ReadTimeout:    30 * time.Second,
 		WriteTimeout:   30 * time.Second,
-		IdleTimeout:    120 * time.Second,
+		IdleTimeout:    lim.IdleTimeout,
 		MaxHeaderBytes: MaxHeaderBytes,
+		// HTTP/2 reports StateActive when a connection's first stream opens
+		// and StateIdle when its last one closes, so h2c connections are
+		// tracked (and shed when idle) like HTTP/1.1 ones.
+		ConnState: s.conns.setState,
 		HTTP2: &http.HTTP2Config{
-			// The spike test multiplexes thousands of requests over a few
-			// connections; the default of 250 streams would queue them.
-			MaxConcurrentStreams: 4096,
+			MaxConcurrentStreams: lim.MaxStreams,
 		},
 	}
+	return s
+}
+
+// Limits returns the resolved limits (MaxConns as derived).
+func (s *Server) Limits() Limits { return s.lim }
+
+// Serve accepts connections on ln until Shutdown or Close, which make it
+// return http.ErrServerClosed. It closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.err != nil {
+		ln.Close()
+		return s.err
+	}
+	return s.srv.Serve(&limitListener{Listener: ln, t: s.conns})
+}
+
+// Shutdown stops accepting, closes idle connections and waits for active
+// ones until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Shutdown(ctx)
+}
+
+// Close closes the listener and every connection at once.
+func (s *Server) Close() error {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Close()
 }

@@ -22,7 +22,7 @@ func serve(t *testing.T, h http.Handler) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveUntil(ctx, api.NewServer(ln.Addr().String(), h), ln) }()
+	go func() { done <- serveUntil(ctx, api.NewServer(ln.Addr().String(), h, api.Limits{}, nil), ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -175,7 +175,7 @@ func benchNull(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := api.NewServer(ln.Addr().String(), NullHandler())
+	srv := api.NewServer(ln.Addr().String(), NullHandler(), api.Limits{}, nil)
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()

@@ -54,10 +54,10 @@ func ServeNull(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	return serveUntil(ctx, api.NewServer(addr, NullHandler()), ln)
+	return serveUntil(ctx, api.NewServer(addr, NullHandler(), api.Limits{}, nil), ln)
 }
 
-func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+func serveUntil(ctx context.Context, srv *api.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

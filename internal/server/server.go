@@ -37,6 +37,12 @@ type Config struct {
 	SnapshotEvery   int
 	SyncInterval    time.Duration
 	ShutdownTimeout time.Duration
+	// Connection and request limits (api.Limits; 0 means the default,
+	// for MaxConns derived from the open-file limit).
+	MaxConns    int
+	IdleTimeout time.Duration
+	MaxStreams  int
+	MaxInflight int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof  bool
 	Logger *slog.Logger
@@ -180,6 +186,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	// Checked before recovery, which can take a while, so a bad flag is
+	// reported at once.
+	limits, err := api.Limits{
+		MaxConns:    cfg.MaxConns,
+		IdleTimeout: cfg.IdleTimeout,
+		MaxStreams:  cfg.MaxStreams,
+		MaxInflight: cfg.MaxInflight,
+		// Health checks, scrapes and profiles must get through an
+		// overload.
+		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/debug/pprof/"},
+	}.Resolve()
+	if err != nil {
+		return err
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// State lives in memory and the machine has plenty; collecting
 		// less often takes GC work off the request path.
@@ -271,11 +291,12 @@ func Run(ctx context.Context, cfg Config) error {
 		eng.Close()
 		return err
 	}
-	srv := api.NewServer(cfg.Addr, mux)
+	srv := api.NewServer(cfg.Addr, mux, limits, reg)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	ready.Store(true)
-	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond))
+	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts,
+		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight, "ready_after", time.Since(start).Round(time.Millisecond))
 	if cfg.Ready != nil {
 		cfg.Ready <- ln.Addr().String()
 	}

@@ -1,0 +1,326 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Connection limits.
+//
+// Every client connection is a file descriptor. Past the open-file limit
+// accept fails (EMFILE), the connection waits in the kernel's backlog and
+// the client hangs, while the log and snapshots cannot open files either.
+// So connections are capped below that limit. At the cap a new connection
+// takes the place of the connection that has been idle longest (a kept-alive
+// connection between requests, or one that has sent nothing for
+// newConnGrace); only if every connection is busy is the new one refused,
+// with a short HTTP/1.1 503, so the client hears why at once.
+
+const (
+	// MinReservedFiles is the least number of descriptors kept out of the
+	// connection budget for the log, snapshots, the data dir lock, the
+	// listener, stdio, the poller and refusals being written; 10 % of the
+	// file limit is kept if that is more.
+	MinReservedFiles = 64
+	// maxRefusing bounds refused connections held open while their 503 is
+	// written and the client's request drained; they come out of the
+	// reserve. Past it a refusal is written and closed at once.
+	maxRefusing = 16
+	// newConnGrace is how long a connection may stay silent after accept
+	// before it counts as idle: a client that connects and sends nothing
+	// holds a descriptor like an idle one does.
+	newConnGrace = 5 * time.Second
+	// refuseLinger bounds how long a refused connection is kept to drain the
+	// client's request, so closing it does not reset the connection before
+	// the client has read the 503.
+	refuseLinger = 2 * time.Second
+)
+
+// ConnLimit returns the connection cap for an open-file limit of nofile:
+// requested if it fits, nofile minus the reserve (max(MinReservedFiles,
+// nofile/10)) if requested is 0, or an error naming both numbers if
+// requested does not fit.
+func ConnLimit(nofile uint64, requested int) (int, error) {
+	n := int64(min(nofile, math.MaxInt32))
+	reserve := max(MinReservedFiles, n/10)
+	allowed := n - reserve
+	if allowed < 1 {
+		return 0, fmt.Errorf("the open-file limit (ulimit -n) is %d, and %d descriptors are kept for the log, snapshots and the listener, so no client could connect; raise the limit", n, reserve)
+	}
+	if requested == 0 {
+		return int(allowed), nil
+	}
+	if int64(requested) > allowed {
+		return 0, fmt.Errorf("--max-conns %d is above what the open-file limit allows: the limit (ulimit -n) is %d and %d descriptors are kept for the log, snapshots and the listener, so at most %d; lower --max-conns, use 0 to derive it, or raise the limit",
+			requested, n, reserve, allowed)
+	}
+	return requested, nil
+}
+
+func fileLimit() (uint64, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("reading the open-file limit: %w", err)
+	}
+	return rl.Cur, nil
+}
+
+// connTracker counts open connections and keeps the sheddable ones in two
+// lists, oldest first: idle ones (between requests) and new ones (nothing
+// read yet). Only list heads are ever taken, so every operation is O(1).
+type connTracker struct {
+	max int
+
+	grace time.Duration // newConnGrace; tests shorten it
+	mu    sync.Mutex
+	open  int
+	idle  connList
+	new   connList
+
+	refusing atomic.Int64
+	// Counters for the metrics.
+	shed    atomic.Uint64
+	refused atomic.Uint64
+}
+
+func newConnTracker(max int) *connTracker { return &connTracker{max: max, grace: newConnGrace} }
+
+// trackedConn is a connection the tracker counts; closing it frees its slot.
+type trackedConn struct {
+	net.Conn
+	t *connTracker
+
+	// Guarded by t.mu.
+	closed     bool
+	list       *connList
+	prev, next *trackedConn
+	since      time.Time // accept time, for the new list
+}
+
+type connList struct{ head, tail *trackedConn }
+
+func (l *connList) push(c *trackedConn) {
+	c.list, c.prev, c.next = l, l.tail, nil
+	if l.tail != nil {
+		l.tail.next = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+}
+
+func (c *trackedConn) unlink() {
+	l := c.list
+	if l == nil {
+		return
+	}
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		l.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		l.tail = c.prev
+	}
+	c.list, c.prev, c.next = nil, nil, nil
+}
+
+// Close frees the connection's slot once, whoever closes it first (the
+// HTTP server, or the tracker shedding it).
+func (c *trackedConn) Close() error {
+	t := c.t
+	t.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.unlink()
+		t.open--
+	}
+	t.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// CloseWrite lets the HTTP server half-close a connection it answered with
+// Connection: close, as it does on a bare TCP connection, so the client
+// sees the end of the answer before the close.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// setState is the http.Server's ConnState hook. For one connection the
+// server calls it from one goroutine at a time; the tracker may close the
+// connection concurrently, after which its state no longer matters.
+func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
+	c, ok := nc.(*trackedConn)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.unlink()
+	switch st {
+	case http.StateNew:
+		t.new.push(c)
+	case http.StateIdle:
+		t.idle.push(c)
+	}
+}
+
+// admit takes a slot for a freshly accepted connection, shedding the
+// longest-idle connection if there is no free one. It returns nil if every
+// connection is busy.
+func (t *connTracker) admit(nc net.Conn) *trackedConn {
+	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
+	t.mu.Lock()
+	var victim *trackedConn
+	if t.open >= t.max {
+		victim = t.victimLocked(c.since)
+		if victim == nil {
+			t.mu.Unlock()
+			return nil
+		}
+		victim.closed = true
+		victim.unlink()
+		t.open--
+	}
+	t.open++
+	t.mu.Unlock()
+	if victim != nil {
+		t.shed.Add(1)
+		victim.Conn.Close()
+	}
+	return c
+}
+
+// victimLocked picks the connection to shed: the one idle longest, else the
+// oldest one that has sent nothing for newConnGrace.
+func (t *connTracker) victimLocked(now time.Time) *trackedConn {
+	if c := t.idle.head; c != nil {
+		return c
+	}
+	if c := t.new.head; c != nil && now.Sub(c.since) >= t.grace {
+		return c
+	}
+	return nil
+}
+
+// shedOne closes the longest-idle connection, if any, to free a
+// descriptor when accept ran out of them despite the cap (something else
+// in the process holds more files than the reserve allows for).
+func (t *connTracker) shedOne() {
+	t.mu.Lock()
+	victim := t.victimLocked(time.Now())
+	if victim != nil {
+		victim.closed = true
+		victim.unlink()
+		t.open--
+	}
+	t.mu.Unlock()
+	if victim != nil {
+		t.shed.Add(1)
+		victim.Conn.Close()
+	}
+}
+
+func (t *connTracker) openConns() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.open
+}
+
+// refusal is the whole answer to a connection over the cap. It is HTTP/1.1
+// whatever the client speaks: an h2c client with prior knowledge reads it
+// as a malformed frame and fails at once, which is still no hang.
+func (t *connTracker) refusal() []byte {
+	body := `{"error":"the server is at its connection limit (` + strconv.Itoa(t.max) +
+		` connections, all busy); retry in a second"}` + "\n"
+	return []byte("HTTP/1.1 503 Service Unavailable\r\n" +
+		"Content-Type: application/json\r\n" +
+		"Retry-After: 1\r\n" +
+		"Connection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}
+
+// refuse answers a connection that got no slot and closes it. It waits
+// for the client's first bytes before answering, because an HTTP client
+// drops an answer that comes before its request as unsolicited; then it
+// drains the request for a moment, because closing a socket with unread
+// data resets it and the client could lose the answer. A client that sends
+// nothing gets the answer when the wait ends. Up to maxRefusing refusals
+// wait like this at once; past that a connection is answered and closed
+// at once, which a client may see as a reset but never as a hang.
+func (t *connTracker) refuse(c net.Conn) {
+	t.refused.Add(1)
+	msg := t.refusal()
+	if t.refusing.Add(1) > maxRefusing {
+		t.refusing.Add(-1)
+		// A fresh socket's send buffer is empty, so this write does not
+		// wait; the deadline only guards against the unexpected.
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.Write(msg)
+		c.Close()
+		return
+	}
+	go func() {
+		defer t.refusing.Add(-1)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(refuseLinger))
+		var buf [4096]byte
+		if _, err := c.Read(buf[:]); err != nil && !isTimeout(err) {
+			return
+		}
+		c.SetDeadline(time.Now().Add(refuseLinger))
+		if _, err := c.Write(msg); err != nil {
+			return
+		}
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// limitListener admits connections through the tracker.
+type limitListener struct {
+	net.Listener
+	t *connTracker
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// The server retries after a pause; make sure there is
+				// then a descriptor to accept with.
+				l.t.shedOne()
+			}
+			return nil, err
+		}
+		if c := l.t.admit(nc); c != nil {
+			return c, nil
+		}
+		l.t.refuse(nc)
+	}
+}
