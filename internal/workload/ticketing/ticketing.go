@@ -573,6 +573,8 @@ func (m *Machine) Query(q any) any {
 			return AreaInfo{Found: true, Def: a.def, Available: a.free, Taken: a.countTaken()}
 		}
 		return AreaInfo{}
+	case GetUsage:
+		return m.usage()
 	}
 	return nil
 }
