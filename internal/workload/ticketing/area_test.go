@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -176,6 +177,17 @@ func TestUntouchedSeatsCostNothing(t *testing.T) {
 	}
 	if info := m.Query(GetArea{EventID: "ev", AreaID: areas[3].AreaID}).(AreaInfo); info.Available != 100_000 || info.Taken != 0 {
 		t.Fatalf("untouched area: %+v", info)
+	}
+	// Restoring it allocates no seat state either (the bitsets would be
+	// 12.5 MB, even if dropped at once).
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := NewMachine().Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Fatalf("restoring 1,000 untouched areas allocated %d bytes", alloc)
 	}
 	r := apply(m, &Reserve{ID: id(1), EventID: "ev", AreaID: areas[3].AreaID, Type: TypeRandom, NumOfSeats: 4})
 	if r.Res.State != StateReserved {

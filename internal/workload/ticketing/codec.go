@@ -365,13 +365,14 @@ func appendAreaSeats(w *wire.Writer, taken []uint64) {
 // nothing taken stays untouched.
 func (a *area) readSeats(r *wire.Reader, dense bool) error {
 	n := a.def.RowCount * a.def.ColCount
-	words := make([]uint64, (n+63)/64)
+	var words []uint64
 	if dense {
+		words = make([]uint64, (n+63)/64)
 		for i := range words {
 			words[i] = r.U64()
 		}
-	} else {
-		k := r.Count(9)
+	} else if k := r.Count(9); k > 0 {
+		words = make([]uint64, (n+63)/64)
 		for i := -1; k > 0 && r.Err == nil; k-- {
 			gap := r.Uvarint()
 			if gap >= uint64(len(words)-i-1) {
@@ -385,6 +386,9 @@ func (a *area) readSeats(r *wire.Reader, dense bool) error {
 	}
 	if r.Err != nil {
 		return fmt.Errorf("ticketing: snapshot: %w", r.Err)
+	}
+	if words == nil {
+		return nil
 	}
 	if extra := n % 64; extra != 0 && words[len(words)-1]>>extra != 0 {
 		return fmt.Errorf("ticketing: snapshot marks seats past the end of area %q/%q", a.eventID, a.def.AreaID)
