@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/surge-run/surge/internal/server"
+	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
 // envOr lets every flag be set from the environment, NATS-style: the flag
@@ -43,8 +46,33 @@ func envDurationOr(name string, def time.Duration) time.Duration {
 	return def
 }
 
+// parseBytes reads a size such as 256MiB, 1GiB, 300MB or 268435456; "off"
+// is -1 (no limit).
+func parseBytes(s string) (int64, error) {
+	if strings.EqualFold(s, "off") {
+		return -1, nil
+	}
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mult := s, int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a size such as 256MiB, 1GiB, 300MB or a number of bytes (or \"off\")", s)
+	}
+	return n * mult, nil
+}
+
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
+	var memLimit string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Surge server (embedded log in --data-dir)",
@@ -52,10 +80,20 @@ func newServeCmd() *cobra.Command {
 the ticketing APIs, /healthz and /metrics. Every flag can also be set by the
 environment variable named in its help. SIGTERM or SIGINT shuts down
 gracefully: in-flight requests finish, the log is synced, a snapshot of every
-partition is written, and the process exits 0.`,
+partition is written, and the process exits 0.
+
+Resources: --max-events, --max-areas and --max-seats bound what the server
+holds (seats nobody has reserved cost almost nothing, but every area can be
+touched); past them event creation is refused with 409 and a message naming
+the flag. --memory-limit is a soft limit for the Go runtime (GOGC stays 400,
+so small states are collected rarely; the limit makes the GC work harder as
+the heap nears it instead of growing the process).`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			if cfg.MemoryLimit, err = parseBytes(memLimit); err != nil {
+				return fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -72,6 +110,10 @@ partition is written, and the process exits 0.`,
 	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 1024), "concurrent HTTP/2 streams per connection (SURGE_MAX_STREAMS)")
 	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it 503 with Retry-After at once (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
+	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
+	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")
+	f.IntVar(&cfg.MaxSeats, "max-seats", envIntOr("SURGE_MAX_SEATS", ticketing.DefaultMaxSeats), "seats over all areas this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_SEATS)")
+	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. Raise it for a live state near the limit. GOMEMLIMIT, if set, wins (SURGE_MEMORY_LIMIT)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -44,11 +45,41 @@ type Config struct {
 	MaxStreams  int
 	MaxInflight int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
-	Pprof  bool
-	Logger *slog.Logger
+	Pprof bool
+	// MaxEvents, MaxAreas and MaxSeats bound what the server holds over
+	// all events; 0 means the ticketing package's default.
+	MaxEvents, MaxAreas, MaxSeats int
+	// MemoryLimit is the Go runtime's soft memory limit in bytes: 0 means
+	// DefaultMemoryLimit, negative means none. GOMEMLIMIT, if set, wins.
+	MemoryLimit int64
+	Logger      *slog.Logger
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
+}
+
+// DefaultMemoryLimit keeps the heap of a server with about 100 MB of live
+// state well under 300 MB resident, while GOGC=400 still spaces collections
+// out for smaller states (the limit only bites when heap growth would pass
+// it). A server whose live state nears the limit collects ever more often,
+// so it must be raised for such data sets.
+const DefaultMemoryLimit = 256 << 20
+
+// memoryLimit applies the soft memory limit unless GOMEMLIMIT is set, and
+// returns the one in force (math.MaxInt64: none).
+func memoryLimit(cfg Config) int64 {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
+		return debug.SetMemoryLimit(-1)
+	}
+	limit := cfg.MemoryLimit
+	switch {
+	case limit == 0:
+		limit = DefaultMemoryLimit
+	case limit < 0:
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
+	return limit
 }
 
 // meta is stored in the data directory for operators and tools. The
@@ -205,6 +236,15 @@ func Run(ctx context.Context, cfg Config) error {
 		// less often takes GC work off the request path.
 		debug.SetGCPercent(400)
 	}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--max-events", cfg.MaxEvents}, {"--max-areas", cfg.MaxAreas}, {"--max-seats", cfg.MaxSeats}} {
+		if l.v < 0 {
+			return fmt.Errorf("%s %d: must be positive (or 0 for the default)", l.flag, l.v)
+		}
+	}
+	memLimit := memoryLimit(cfg)
 	if err := vfs.OS.MkdirAll(cfg.DataDir); err != nil {
 		return err
 	}
@@ -278,7 +318,23 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Handle(mux, "GET /healthz", health)
 	m.Handle(mux, "GET /v1/health_check", health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ticketing.NewAPI(eng).Register(mux, m)
+	tapi := ticketing.NewAPI(eng)
+	stateLimits := ticketing.Limits{Events: cfg.MaxEvents, Areas: cfg.MaxAreas, Seats: cfg.MaxSeats}
+	if stateLimits.Events == 0 {
+		stateLimits.Events = ticketing.DefaultMaxEvents
+	}
+	if stateLimits.Areas == 0 {
+		stateLimits.Areas = ticketing.DefaultMaxAreas
+	}
+	if stateLimits.Seats == 0 {
+		stateLimits.Seats = ticketing.DefaultMaxSeats
+	}
+	used, err := tapi.SetLimits(ctx, stateLimits)
+	if err != nil {
+		// Counted again at the first event creation.
+		logger.Warn("could not count the events this server holds", "err", err)
+	}
+	tapi.Register(mux, m)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -295,8 +351,10 @@ func Run(ctx context.Context, cfg Config) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	ready.Store(true)
-	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts,
-		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight, "ready_after", time.Since(start).Round(time.Millisecond))
+	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
+		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight,
+		"events", fmt.Sprintf("%d/%d", used.Events, stateLimits.Events), "areas", fmt.Sprintf("%d/%d", used.Areas, stateLimits.Areas),
+		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)
 	if cfg.Ready != nil {
 		cfg.Ready <- ln.Addr().String()
 	}

@@ -29,6 +29,7 @@ const (
 type API struct {
 	eng    *engine.Engine
 	failed failedCache
+	lim    *limiter // nil: no limits
 }
 
 // NewAPI returns the ticketing HTTP API over eng.
@@ -126,7 +127,12 @@ func (a *API) createEvent(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, msg)
 	}
 	ctx := r.Context()
+	admitted, st := a.admitEvent(ctx, w, &def)
+	if st != 0 {
+		return st
+	}
 	res, err := a.eng.Do(ctx, a.eventPartition(def.EventName), WorkloadID, &CreateEvent{Def: def})
+	admitted(res, err)
 	if err != nil {
 		return engineError(w, err)
 	}

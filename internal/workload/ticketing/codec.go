@@ -200,9 +200,14 @@ func internType(s string) string {
 	return s
 }
 
-// Snapshot encoding, version 1. Everything is written in sorted order so
-// the same state always encodes to the same bytes.
-const snapshotVersion = 1
+// Snapshot encoding. Everything is written in sorted order so the same
+// state always encodes to the same bytes. Version 2 writes an area's seats
+// sparsely (see appendAreaSeats); version 1, which wrote every area's whole
+// bitset, is still read.
+const (
+	snapshotVersion   = 2
+	snapshotVersionV1 = 1
+)
 
 // AppendSnapshot implements engine.Machine.
 func (m *Machine) AppendSnapshot(dst []byte) []byte { return m.ForkSnapshot()(dst) }
@@ -252,9 +257,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 			a := &areas[i]
 			w.Str(a.eventID)
 			appendAreaDef(&w, &a.def)
-			for _, word := range a.taken {
-				w.U64(word)
-			}
+			appendAreaSeats(&w, a.taken)
 		}
 		w.Uvarint(uint64(len(order)))
 		for _, r := range order {
@@ -274,7 +277,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 func (m *Machine) SnapshotSizeHint() int {
 	n := 64 + 256*len(m.events)
 	for _, a := range m.areas {
-		n += 64 + 8*len(a.taken)
+		n += 64 + 9*len(a.taken)
 	}
 	return n + m.recordBytes
 }
@@ -283,8 +286,9 @@ func (m *Machine) SnapshotSizeHint() int {
 func (m *Machine) Restore(data []byte) error {
 	*m = *NewMachine()
 	r := wire.Reader{B: data}
-	if v := r.U32(); r.Err == nil && v != snapshotVersion {
-		return fmt.Errorf("ticketing: snapshot version %d; this binary reads version %d", v, snapshotVersion)
+	v := r.U32()
+	if r.Err == nil && v != snapshotVersion && v != snapshotVersionV1 {
+		return fmt.Errorf("ticketing: snapshot version %d; this binary reads versions %d and %d", v, snapshotVersionV1, snapshotVersion)
 	}
 	for n := r.Count(8); n > 0 && r.Err == nil; n-- {
 		d := readEventDef(&r)
@@ -297,10 +301,9 @@ func (m *Machine) Restore(data []byte) error {
 			return fmt.Errorf("ticketing: snapshot holds an invalid area: %s", msg)
 		}
 		a := newArea(ev, def)
-		for i := range a.taken {
-			a.taken[i] = r.U64()
+		if err := a.readSeats(&r, v == snapshotVersionV1); err != nil {
+			return err
 		}
-		a.recount()
 		m.areas[areaKey{ev, def.AreaID}] = a
 	}
 	n := r.Count(38)
@@ -336,17 +339,75 @@ func (m *Machine) Restore(data []byte) error {
 	return nil
 }
 
-// recount rebuilds the free counters from the bitset.
-func (a *area) recount() {
+// appendAreaSeats writes an area's taken seats as the number of non-zero
+// bitset words, then each as the gap since the previous one and the word.
+// An untouched area is one byte, a sold-out one about its bitset's size.
+func appendAreaSeats(w *wire.Writer, taken []uint64) {
+	nonzero := 0
+	for _, word := range taken {
+		if word != 0 {
+			nonzero++
+		}
+	}
+	w.Uvarint(uint64(nonzero))
+	prev := -1
+	for i, word := range taken {
+		if word != 0 {
+			w.Uvarint(uint64(i - prev - 1))
+			w.U64(word)
+			prev = i
+		}
+	}
+}
+
+// readSeats reads what appendAreaSeats wrote (or, from a version 1
+// snapshot, the whole bitset) and rebuilds the free counters. An area with
+// nothing taken stays untouched.
+func (a *area) readSeats(r *wire.Reader, dense bool) error {
+	n := a.def.RowCount * a.def.ColCount
+	var words []uint64
+	if dense {
+		words = make([]uint64, (n+63)/64)
+		for i := range words {
+			words[i] = r.U64()
+		}
+	} else if k := r.Count(9); k > 0 {
+		words = make([]uint64, (n+63)/64)
+		for i := -1; k > 0 && r.Err == nil; k-- {
+			gap := r.Uvarint()
+			if gap >= uint64(len(words)-i-1) {
+				return fmt.Errorf("ticketing: snapshot marks seats past the end of area %q/%q", a.eventID, a.def.AreaID)
+			}
+			i += int(gap) + 1
+			if words[i] = r.U64(); words[i] == 0 && r.Err == nil {
+				return fmt.Errorf("ticketing: snapshot lists an empty seat word in area %q/%q", a.eventID, a.def.AreaID)
+			}
+		}
+	}
+	if r.Err != nil {
+		return fmt.Errorf("ticketing: snapshot: %w", r.Err)
+	}
+	if words == nil {
+		return nil
+	}
+	if extra := n % 64; extra != 0 && words[len(words)-1]>>extra != 0 {
+		return fmt.Errorf("ticketing: snapshot marks seats past the end of area %q/%q", a.eventID, a.def.AreaID)
+	}
+	if !slices.ContainsFunc(words, func(w uint64) bool { return w != 0 }) {
+		return nil
+	}
+	a.taken = words
+	a.rowFree = make([]uint16, a.def.RowCount)
 	a.free = 0
-	for r := 0; r < a.def.RowCount; r++ {
-		f := int32(0)
-		for c := 0; c < a.def.ColCount; c++ {
-			if !a.isTaken(r, c) {
+	for row := range a.def.RowCount {
+		f := 0
+		for c := range a.def.ColCount {
+			if !a.isTaken(row, c) {
 				f++
 			}
 		}
-		a.rowFree[r] = f
-		a.free += int(f)
+		a.rowFree[row] = uint16(f)
+		a.free += f
 	}
+	return nil
 }

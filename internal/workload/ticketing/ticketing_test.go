@@ -65,8 +65,8 @@ func checkInvariants(t *testing.T, m *Machine) {
 					rowLive++
 				}
 			}
-			if int(a.rowFree[r]) != a.def.ColCount-rowLive {
-				t.Fatalf("area %v row %d: rowFree=%d want %d", k, r, a.rowFree[r], a.def.ColCount-rowLive)
+			if a.rowFreeAt(r) != a.def.ColCount-rowLive {
+				t.Fatalf("area %v row %d: rowFree=%d want %d", k, r, a.rowFreeAt(r), a.def.ColCount-rowLive)
 			}
 		}
 	}
