@@ -37,6 +37,9 @@ type Config struct {
 	SnapshotEvery   int
 	SyncInterval    time.Duration
 	ShutdownTimeout time.Duration
+	// Retention is how long FAILED and CANCELLED reservations are kept
+	// before they are purged; 0 keeps them for ever.
+	Retention time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof  bool
 	Logger *slog.Logger
@@ -180,6 +183,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	if cfg.Retention < 0 {
+		return fmt.Errorf("--retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.Retention)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// State lives in memory and the machine has plenty; collecting
 		// less often takes GC work off the request path.
@@ -258,7 +264,7 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Handle(mux, "GET /healthz", health)
 	m.Handle(mux, "GET /v1/health_check", health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ticketing.NewAPI(eng).Register(mux, m)
+	ticketing.NewAPI(eng).SetRetention(cfg.Retention).Register(mux, m)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
