@@ -466,6 +466,14 @@ func (m *Machine) restoreRecord(res *Reservation, fp uint64) error {
 	if len(res.UserID) > MaxNameLen {
 		return fmt.Errorf("ticketing: snapshot has a user id of %d bytes", len(res.UserID))
 	}
+	if res.Type == TypeRandom && len(res.Seats) > 0 {
+		// Stored as one run in one row (records.go).
+		for i, st := range res.Seats {
+			if len(res.Seats) != int(res.NumOfSeats) || st != (Seat{Row: res.Seats[0].Row, Col: res.Seats[0].Col + int32(i)}) {
+				return fmt.Errorf("ticketing: snapshot has a RANDOM reservation whose seats are not %d adjacent seats in one row", res.NumOfSeats)
+			}
+		}
+	}
 	if res.State == StateReserved {
 		a := m.areas[areaKey{res.EventID, res.AreaID}]
 		if a == nil {

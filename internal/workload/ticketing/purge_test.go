@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire"
 )
 
 // loggedInput is what the engine would log and replay.
@@ -274,4 +276,106 @@ func TestForkedSnapshotDuringPurges(t *testing.T) {
 		t.Fatal("no compaction happened; the test does not cover it")
 	}
 	t.Logf("%d compactions", compactions)
+}
+
+// appendV1Snapshot writes a state in snapshot version 1, the format before
+// records were compact (its records part, as that binary wrote it).
+func appendV1Snapshot(events []EventDef, areas []AreaDef, taken [][]uint64, recs []Reservation) []byte {
+	w := wire.Writer{}
+	w.U32(1)
+	w.Uvarint(uint64(len(events)))
+	for i := range events {
+		appendEventDef(&w, &events[i])
+	}
+	w.Uvarint(uint64(len(areas)))
+	for i := range areas {
+		w.Str(events[0].EventName)
+		appendAreaDef(&w, &areas[i])
+		for _, word := range taken[i] {
+			w.U64(word)
+		}
+	}
+	w.Uvarint(uint64(len(recs)))
+	for _, r := range recs {
+		appendRequest(&w, &r.ID, r.UserID, r.EventID, r.AreaID, r.Type, r.NumOfSeats, r.Seats)
+		w.U8(uint8(r.State))
+		w.U8(uint8(r.Reason))
+		w.I32(r.ReasonA)
+		w.I32(r.ReasonB)
+		w.Str(r.IdemKey)
+		w.U64(0)
+	}
+	return w.B
+}
+
+// TestRestoresVersion1Snapshot: a snapshot written before this version is
+// read, its records are all there (kept for ever: they carry no
+// retention), and a RANDOM record that is not one run in a row, which the
+// compact form could not hold, is refused with a clear error.
+func TestRestoresVersion1Snapshot(t *testing.T) {
+	ev := EventDef{EventName: "ev", Areas: []AreaDef{{AreaID: "a", RowCount: 2, ColCount: 4}}}
+	recs := []Reservation{
+		{ID: id(1), UserID: "u", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 2, Seats: []Seat{{1, 1}, {1, 2}}, State: StateReserved},
+		{ID: id(2), UserID: "v", EventID: "ev", AreaID: "a", Type: TypeSelfPick, NumOfSeats: 1, Seats: []Seat{{0, 3}}, State: StateCancelled, IdemKey: "k"},
+		{ID: id(3), UserID: "w", EventID: "ev", AreaID: "zz", Type: "BEST", State: StateFailed, Reason: ReasonInvalidType},
+		{ID: id(4), UserID: "w", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 9, State: StateFailed, Reason: ReasonNoContinuous, ReasonA: 9},
+	}
+	taken := [][]uint64{{1<<5 | 1<<6}}
+	m := NewMachine()
+	if err := m.Restore(appendV1Snapshot([]EventDef{ev}, ev.Areas, taken, recs)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range recs {
+		got := m.Query(GetReservation{ID: want.ID}).(*Result)
+		if got.Outcome != OK || fmt.Sprint(got.Res) != fmt.Sprint(want) {
+			t.Fatalf("restored %+v, want %+v", got.Res, want)
+		}
+	}
+	checkInvariants(t, m)
+	if m.recs.head != m.recs.queue.n {
+		t.Fatal("version 1 records were queued for purging")
+	}
+	bad := append([]Reservation(nil), recs...)
+	bad[0].Seats = []Seat{{1, 1}, {1, 3}}
+	taken[0][0] = 1<<5 | 1<<7
+	err := NewMachine().Restore(appendV1Snapshot([]EventDef{ev}, ev.Areas, taken, bad))
+	if err == nil || !strings.Contains(err.Error(), "adjacent") {
+		t.Fatalf("non-adjacent RANDOM seats: %v", err)
+	}
+}
+
+// TestCommandsLoggedWithoutRetentionDecode: Reserve and Cancel records
+// logged before the retention field existed decode, with retention 0
+// (kept for ever), and the field round-trips.
+func TestCommandsLoggedWithoutRetentionDecode(t *testing.T) {
+	m := NewMachine()
+	for _, c := range []engine.Command{
+		&Reserve{ID: id(1), UserID: "u", EventID: "e", AreaID: "a", Type: TypeRandom, NumOfSeats: 2, IdemKey: "k", Strict: true, Retention: 900e9},
+		&Cancel{ID: id(2), Retention: 5},
+	} {
+		b, _ := c.AppendBinary(nil)
+		got, err := m.Decode(b)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c) {
+			t.Fatalf("round trip of %+v: %+v %v", c, got, err)
+		}
+		old, _ := c.AppendBinary(nil)
+		switch c := c.(type) {
+		case *Reserve:
+			old = old[:len(old)-len(binaryUvarint(uint64(c.Retention)))]
+			c.Retention = 0
+		case *Cancel:
+			old = old[:17]
+			c.Retention = 0
+		}
+		got, err = m.Decode(old)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c) {
+			t.Fatalf("old record: %+v %v, want %+v", got, err, c)
+		}
+	}
+}
+
+func binaryUvarint(v uint64) []byte {
+	w := wire.Writer{}
+	w.Uvarint(v)
+	return w.B
 }
