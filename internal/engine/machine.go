@@ -193,3 +193,14 @@ func ReplyOf(fx *Effects) any { return fx.reply }
 
 // IsUnchanged reports whether Apply called Unchanged; for workload tests.
 func IsUnchanged(fx *Effects) bool { return fx.unchanged }
+
+// TimerOf returns the time of the last SetTimer of id in fx; for workload
+// tests that call Apply.
+func TimerOf(fx *Effects, id string) (atNs int64, set bool) {
+	for _, t := range fx.timers {
+		if t.id == id {
+			atNs, set = t.atNs, !t.cancel
+		}
+	}
+	return atNs, set
+}

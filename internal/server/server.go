@@ -44,6 +44,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	MaxStreams  int
 	MaxInflight int
+	// Retention is how long FAILED and CANCELLED reservations are kept
+	// before they are purged; 0 keeps them for ever.
+	Retention time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
 	// MaxEvents, MaxAreas and MaxSeats bound what the server holds over
@@ -231,6 +234,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Retention < 0 {
+		return fmt.Errorf("--retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.Retention)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// State lives in memory and the machine has plenty; collecting
 		// less often takes GC work off the request path.
@@ -318,7 +324,7 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Handle(mux, "GET /healthz", health)
 	m.Handle(mux, "GET /v1/health_check", health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	tapi := ticketing.NewAPI(eng)
+	tapi := ticketing.NewAPI(eng).SetRetention(cfg.Retention)
 	stateLimits := ticketing.Limits{Events: cfg.MaxEvents, Areas: cfg.MaxAreas, Seats: cfg.MaxSeats}
 	if stateLimits.Events == 0 {
 		stateLimits.Events = ticketing.DefaultMaxEvents

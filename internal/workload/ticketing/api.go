@@ -27,13 +27,26 @@ const (
 // API serves the compatibility routes of the ticket-master system and
 // Surge's native routes beside them.
 type API struct {
-	eng    *engine.Engine
-	failed failedCache
-	lim    *limiter // nil: no limits
+	eng       *engine.Engine
+	failed    failedCache
+	lim       *limiter // nil: no limits
+	retention time.Duration
 }
 
-// NewAPI returns the ticketing HTTP API over eng.
-func NewAPI(eng *engine.Engine) *API { return &API{eng: eng} }
+// DefaultRetention is how long a FAILED or CANCELLED reservation is kept
+// (readable by id, its Idempotency-Key remembered) before it is purged.
+const DefaultRetention = 15 * time.Minute
+
+// NewAPI returns the ticketing HTTP API over eng, with DefaultRetention.
+func NewAPI(eng *engine.Engine) *API { return &API{eng: eng, retention: DefaultRetention} }
+
+// SetRetention sets how long terminal reservations made from now on are
+// kept; 0 keeps them for ever. Each command carries the retention it was
+// made with, so changing it never changes what replay does.
+func (a *API) SetRetention(d time.Duration) *API {
+	a.retention = max(d, 0)
+	return a
+}
 
 // Register adds the routes to mux.
 func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
@@ -313,6 +326,7 @@ func (a *API) newReserve(b *reserveBody) (*Reserve, int) {
 	if len(b.Seats) > 0 {
 		c.Seats = append([]Seat(nil), b.Seats...)
 	}
+	c.Retention = int64(a.retention)
 	return c, part
 }
 
@@ -336,7 +350,7 @@ func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusInternalServerError, "reservation not recorded: "+rr.Msg)
 	}
 	if rr.Res.State == StateFailed {
-		a.failed.put(rr.Res.ID, appendReservation(nil, &rr.Res))
+		a.failed.put(rr.Res.ID, appendReservation(nil, &rr.Res), rr.PurgeAt)
 	}
 	var idb [36]byte
 	api.Write(w, http.StatusOK, false, formatID(idb[:0], rr.Res.ID))
@@ -412,7 +426,7 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 // id is handed out, so it never has to wait.
 func (a *API) compatGet(w http.ResponseWriter, r *http.Request) int {
 	if id, ok := parseID(r.PathValue("id")); ok {
-		if body, ok := a.failed.get(id); ok {
+		if body, ok := a.failed.get(id, time.Now().UnixNano()); ok {
 			api.Write(w, http.StatusOK, true, body)
 			return http.StatusOK
 		}
@@ -434,7 +448,7 @@ func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
 	if !ok || part >= a.eng.Partitions() {
 		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
 	}
-	res, err := a.eng.Do(r.Context(), part, WorkloadID, &Cancel{ID: id})
+	res, err := a.eng.Do(r.Context(), part, WorkloadID, &Cancel{ID: id, Retention: int64(a.retention)})
 	if err != nil {
 		return engineError(w, err)
 	}

@@ -264,12 +264,12 @@ func TestRestoreRefusesSeatsOutsideTheArea(t *testing.T) {
 	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 1, ColCount: 3})
 	good := m.AppendSnapshot(nil)
 	// The area's seats are the byte after its definition: 0 words.
-	i := bytes.LastIndex(good, []byte{3, 0, 0}) // colCount 3, no words, no records
+	i := bytes.LastIndex(good, []byte{3, 0, 0, 0, 0}) // colCount 3, no words, an empty records part
 	if i < 0 {
 		t.Fatal("layout changed; update the test")
 	}
 	with := func(tail ...byte) []byte {
-		return append(append(append([]byte(nil), good[:i]...), tail...), 0) // 0: no records
+		return append(append(append([]byte(nil), good[:i]...), tail...), 0, 0, 0) // no record names, records or purge queue
 	}
 	// Seat 2 taken is well formed, so what the bad cases change is all
 	// that makes them fail.

@@ -17,6 +17,7 @@ const (
 	tagCreateArea  = 2
 	tagReserve     = 3
 	tagCancel      = 4
+	tagPurge       = 5
 )
 
 // CreateEvent records an event's definition under the event's own key.
@@ -40,10 +41,22 @@ type Reserve struct {
 	Seats      []Seat
 	IdemKey    string
 	Strict     bool
+	// Retention is how long the record is kept once it is FAILED, in ns;
+	// 0 keeps it for ever (see Machine.retire for why it is logged).
+	// Records logged before it existed decode with 0.
+	Retention int64
 }
 
-// Cancel frees a RESERVED reservation's seats.
-type Cancel struct{ ID [16]byte }
+// Cancel frees a RESERVED reservation's seats; the record is then kept
+// for Retention (ns; 0: for ever).
+type Cancel struct {
+	ID        [16]byte
+	Retention int64
+}
+
+// Purge is the command of the purge timer: it removes the terminal
+// records whose retention has passed.
+type Purge struct{}
 
 func appendAreaDef(w *wire.Writer, a *AreaDef) {
 	w.Str(a.AreaID)
@@ -101,6 +114,7 @@ func (c *Reserve) AppendBinary(b []byte) ([]byte, error) {
 	} else {
 		w.U8(0)
 	}
+	w.Uvarint(uint64(c.Retention))
 	return w.B, nil
 }
 
@@ -133,7 +147,20 @@ func readRequest(r *wire.Reader, id *[16]byte, user, event, area, typ *string, n
 }
 
 func (c *Cancel) AppendBinary(b []byte) ([]byte, error) {
-	return append(append(b, tagCancel), c.ID[:]...), nil
+	w := wire.Writer{B: append(append(b, tagCancel), c.ID[:]...)}
+	w.Uvarint(uint64(c.Retention))
+	return w.B, nil
+}
+
+func (c *Purge) AppendBinary(b []byte) ([]byte, error) { return append(b, tagPurge), nil }
+
+// optRetention reads a retention that records logged before it existed
+// lack.
+func optRetention(r *wire.Reader) int64 {
+	if len(r.B) == 0 {
+		return 0
+	}
+	return int64(r.Uvarint())
 }
 
 // fingerprint identifies what a request asked for, so a reused
@@ -174,11 +201,15 @@ func (m *Machine) Decode(data []byte) (engine.Command, error) {
 		readRequest(&r, &c.ID, &c.UserID, &c.EventID, &c.AreaID, &c.Type, &c.NumOfSeats, &c.Seats)
 		c.IdemKey = r.Str()
 		c.Strict = r.U8() == 1
+		c.Retention = optRetention(&r)
 		cmd = c
 	case tagCancel:
 		c := &Cancel{}
 		copy(c.ID[:], r.Next(16))
+		c.Retention = optRetention(&r)
 		cmd = c
+	case tagPurge:
+		cmd = &Purge{}
 	default:
 		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
 	}
@@ -202,8 +233,9 @@ func internType(s string) string {
 
 // Snapshot encoding. Everything is written in sorted order so the same
 // state always encodes to the same bytes. Version 2 writes an area's seats
-// sparsely (see appendAreaSeats); version 1, which wrote every area's whole
-// bitset, is still read.
+// sparsely (see appendAreaSeats) and the records compactly (records.go);
+// version 1, which wrote every area's whole bitset and full records, is
+// still read.
 const (
 	snapshotVersion   = 2
 	snapshotVersionV1 = 1
@@ -212,11 +244,11 @@ const (
 // AppendSnapshot implements engine.Machine.
 func (m *Machine) AppendSnapshot(dst []byte) []byte { return m.ForkSnapshot()(dst) }
 
-// ForkSnapshot implements engine.SnapshotForker. Event definitions and
-// reservation records are never modified after they are stored (a cancel
-// replaces its record), so the view is: the sorted events, copies of the
-// areas' seat bitsets (small), and a copy of the record pointers in
-// creation order. Encoding it needs nothing else from the live state.
+// ForkSnapshot implements engine.SnapshotForker. Event definitions are
+// never modified after they are stored, so the view is: the sorted events,
+// copies of the areas' seat bitsets (small), and the records' view (a copy
+// of their chunk pointers; records.go says why that is safe). Encoding it
+// needs nothing else from the live state.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	names := make([]string, 0, len(m.events))
 	for n := range m.events {
@@ -243,7 +275,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 		a := m.areas[k]
 		areas[i] = area{eventID: a.eventID, def: a.def, taken: slices.Clone(a.taken)}
 	}
-	order := slices.Clone(m.order)
+	recs := m.recs.fork()
 
 	return func(dst []byte) []byte {
 		w := wire.Writer{B: dst}
@@ -259,16 +291,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 			appendAreaDef(&w, &a.def)
 			appendAreaSeats(&w, a.taken)
 		}
-		w.Uvarint(uint64(len(order)))
-		for _, r := range order {
-			appendRequest(&w, &r.ID, r.UserID, r.EventID, r.AreaID, r.Type, r.NumOfSeats, r.Seats)
-			w.U8(uint8(r.State))
-			w.U8(uint8(r.Reason))
-			w.I32(r.ReasonA)
-			w.I32(r.ReasonB)
-			w.Str(r.IdemKey)
-			w.U64(r.idemFP)
-		}
+		recs.appendTo(&w)
 		return w.B
 	}
 }
@@ -279,7 +302,7 @@ func (m *Machine) SnapshotSizeHint() int {
 	for _, a := range m.areas {
 		n += 64 + 9*len(a.taken)
 	}
-	return n + m.recordBytes
+	return n + m.recs.bytes
 }
 
 // Restore implements engine.Machine.
@@ -306,32 +329,14 @@ func (m *Machine) Restore(data []byte) error {
 		}
 		m.areas[areaKey{ev, def.AreaID}] = a
 	}
-	n := r.Count(38)
-	m.order = make([]*Reservation, 0, n)
-	for ; n > 0 && r.Err == nil; n-- {
-		res := &Reservation{}
-		readRequest(&r, &res.ID, &res.UserID, &res.EventID, &res.AreaID, &res.Type, &res.NumOfSeats, &res.Seats)
-		res.State, res.Reason = State(r.U8()), Reason(r.U8())
-		res.ReasonA, res.ReasonB = r.I32(), r.I32()
-		res.IdemKey, res.idemFP = r.Str(), r.U64()
-		if a := m.areas[areaKey{res.EventID, res.AreaID}]; a != nil {
-			res.EventID, res.AreaID = a.eventID, a.def.AreaID
-		}
-		if res.State == StateReserved && r.Err == nil {
-			a := m.areas[areaKey{res.EventID, res.AreaID}]
-			if a == nil {
-				return fmt.Errorf("ticketing: snapshot has a reservation in unknown area %q/%q", res.EventID, res.AreaID)
-			}
-			for _, st := range res.Seats {
-				if st.Row < 0 || int(st.Row) >= a.def.RowCount || st.Col < 0 || int(st.Col) >= a.def.ColCount || !a.isTaken(int(st.Row), int(st.Col)) {
-					return fmt.Errorf("ticketing: snapshot has a reservation holding seat %d,%d that its area does not mark taken", st.Row, st.Col)
-				}
-			}
-		}
-		m.add(res)
-		if res.IdemKey != "" {
-			m.idem[idemKey{res.UserID, res.IdemKey}] = res
-		}
+	var err error
+	if v == snapshotVersionV1 {
+		err = m.readRecordsV1(&r)
+	} else {
+		err = m.readRecords(&r)
+	}
+	if err != nil {
+		return err
 	}
 	if r.Err != nil {
 		return fmt.Errorf("ticketing: snapshot: %w", r.Err)
@@ -409,5 +414,137 @@ func (a *area) readSeats(r *wire.Reader, dense bool) error {
 		a.rowFree[row] = uint16(f)
 		a.free += f
 	}
+	return nil
+}
+
+// readRecordsV1 reads the records part of a version 1 snapshot. Its
+// records carry no retention, so they are kept for ever, as the binary
+// that wrote them promised.
+func (m *Machine) readRecordsV1(r *wire.Reader) error {
+	for n := r.Count(38); n > 0 && r.Err == nil; n-- {
+		res := &Reservation{}
+		readRequest(r, &res.ID, &res.UserID, &res.EventID, &res.AreaID, &res.Type, &res.NumOfSeats, &res.Seats)
+		res.State, res.Reason = State(r.U8()), Reason(r.U8())
+		res.ReasonA, res.ReasonB = r.I32(), r.I32()
+		res.IdemKey = r.Str()
+		fp := r.U64()
+		if r.Err != nil {
+			break
+		}
+		if err := m.restoreRecord(res, fp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRecords reads the records part written by storeView.appendTo.
+func (m *Machine) readRecords(r *wire.Reader) error {
+	nn := r.Count(2)
+	names := make([]areaKey, 0, nn)
+	for ; nn > 0 && r.Err == nil; nn-- {
+		names = append(names, areaKey{r.Str(), r.Str()})
+	}
+	for n := r.Count(25); n > 0 && r.Err == nil; n-- {
+		res := &Reservation{}
+		copy(res.ID[:], r.Next(16))
+		if k := r.Uvarint(); k < uint64(len(names)) {
+			res.EventID, res.AreaID = names[k].event, names[k].area
+		} else if r.Err == nil {
+			return fmt.Errorf("ticketing: snapshot record names area %d of %d", k, len(names))
+		}
+		res.UserID = r.Str()
+		typ := r.U8()
+		res.State, res.Reason = State(r.U8()), Reason(r.U8())
+		res.NumOfSeats = int32(uint32(r.Uvarint()))
+		a, b := int32(uint32(r.Uvarint())), int32(uint32(r.Uvarint()))
+		switch typ {
+		case typRandom:
+			res.Type = TypeRandom
+			if res.State != StateFailed && res.NumOfSeats > 0 && res.NumOfSeats <= MaxSeatsPerRequest {
+				res.Seats = make([]Seat, res.NumOfSeats)
+				for i := range res.Seats {
+					res.Seats[i] = Seat{Row: a, Col: b + int32(i)}
+				}
+			}
+		case typSelfPick:
+			res.Type = TypeSelfPick
+			if k := r.Count(2); k > 0 {
+				res.Seats = make([]Seat, k)
+				for i := range res.Seats {
+					res.Seats[i] = Seat{Row: int32(uint32(r.Uvarint())), Col: int32(uint32(r.Uvarint()))}
+				}
+			}
+		case typOther:
+			res.Type = r.Str()
+		default:
+			if r.Err == nil {
+				return fmt.Errorf("ticketing: snapshot record of unknown type %d", typ)
+			}
+		}
+		if res.State == StateFailed {
+			res.ReasonA, res.ReasonB = a, b
+		}
+		var fp uint64
+		if res.IdemKey = r.Str(); res.IdemKey != "" {
+			fp = r.U64()
+		}
+		if r.Err != nil {
+			break
+		}
+		if err := m.restoreRecord(res, fp); err != nil {
+			return err
+		}
+	}
+	for n := r.Count(9); n > 0 && r.Err == nil; n-- {
+		k, at := r.Uvarint(), int64(r.U64())
+		if r.Err != nil {
+			break
+		}
+		// Restored records fill slots 0, 1, ... in order, so a record's
+		// position in the snapshot is its slot.
+		if k >= uint64(m.recs.recs.n) {
+			return fmt.Errorf("ticketing: snapshot purge queue names record %d of %d", k, m.recs.recs.n)
+		}
+		if st := m.recs.recs.at(uint32(k)).state; st == StateReserved {
+			return fmt.Errorf("ticketing: snapshot purge queue holds a RESERVED record")
+		}
+		m.recs.retire(uint32(k), at)
+	}
+	return nil
+}
+
+// restoreRecord checks a record read from a snapshot against the areas
+// and stores it.
+func (m *Machine) restoreRecord(res *Reservation, fp uint64) error {
+	if res.State < StateReserved || res.State > StateCancelled {
+		return fmt.Errorf("ticketing: snapshot has a reservation in unknown state %d", res.State)
+	}
+	if _, dup := m.recs.lookup(res.ID); dup {
+		return fmt.Errorf("ticketing: snapshot has reservation %x twice", res.ID)
+	}
+	if len(res.UserID) > MaxNameLen {
+		return fmt.Errorf("ticketing: snapshot has a user id of %d bytes", len(res.UserID))
+	}
+	if res.Type == TypeRandom && len(res.Seats) > 0 {
+		// Stored as one run in one row (records.go).
+		for i, st := range res.Seats {
+			if len(res.Seats) != int(res.NumOfSeats) || st != (Seat{Row: res.Seats[0].Row, Col: res.Seats[0].Col + int32(i)}) {
+				return fmt.Errorf("ticketing: snapshot has a RANDOM reservation whose seats are not %d adjacent seats in one row", res.NumOfSeats)
+			}
+		}
+	}
+	if res.State == StateReserved {
+		a := m.areas[areaKey{res.EventID, res.AreaID}]
+		if a == nil {
+			return fmt.Errorf("ticketing: snapshot has a reservation in unknown area %q/%q", res.EventID, res.AreaID)
+		}
+		for _, st := range res.Seats {
+			if st.Row < 0 || int(st.Row) >= a.def.RowCount || st.Col < 0 || int(st.Col) >= a.def.ColCount || !a.isTaken(int(st.Row), int(st.Col)) {
+				return fmt.Errorf("ticketing: snapshot has a reservation holding seat %d,%d that its area does not mark taken", st.Row, st.Col)
+			}
+		}
+	}
+	m.recs.add(res, fp)
 	return nil
 }

@@ -7,7 +7,9 @@ import "sync"
 // POST is answered without a trip through the partition. Only FAILED ones
 // qualify: that state is final and can never change (a RESERVED one can be
 // cancelled), and it is durable before the POST returns the id, so serving
-// it from here is exactly what the partition would answer. Bounded: each
+// it from here is exactly what the partition would answer, until the
+// record is purged: an entry expires at the record's purge time, after
+// which it is a miss and the partition answers (404). Bounded: each
 // shard forgets its oldest entry when full; a miss falls back to the
 // partition.
 type failedCache struct {
@@ -21,9 +23,14 @@ const (
 
 type failedShard struct {
 	mu   sync.Mutex
-	m    map[[16]byte][]byte
+	m    map[[16]byte]failedEntry
 	ring [][16]byte
 	next int
+}
+
+type failedEntry struct {
+	body    []byte
+	expires int64 // Unix ns, the engine's clock; 0: never
 }
 
 func (c *failedCache) shard(id [16]byte) *failedShard {
@@ -31,11 +38,12 @@ func (c *failedCache) shard(id [16]byte) *failedShard {
 	return &c.shards[id[0]%failedCacheShards]
 }
 
-func (c *failedCache) put(id [16]byte, body []byte) {
+// put remembers body until expires (Unix ns; 0: until evicted).
+func (c *failedCache) put(id [16]byte, body []byte, expires int64) {
 	s := c.shard(id)
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = make(map[[16]byte][]byte, failedCachePerShard)
+		s.m = make(map[[16]byte]failedEntry, failedCachePerShard)
 		s.ring = make([][16]byte, failedCachePerShard)
 	}
 	if old := s.ring[s.next]; old != ([16]byte{}) {
@@ -43,14 +51,18 @@ func (c *failedCache) put(id [16]byte, body []byte) {
 	}
 	s.ring[s.next] = id
 	s.next = (s.next + 1) % failedCachePerShard
-	s.m[id] = body
+	s.m[id] = failedEntry{body: body, expires: expires}
 	s.mu.Unlock()
 }
 
-func (c *failedCache) get(id [16]byte) ([]byte, bool) {
+// get returns the body of id unless it has expired by now (Unix ns).
+func (c *failedCache) get(id [16]byte, now int64) ([]byte, bool) {
 	s := c.shard(id)
 	s.mu.Lock()
-	b, ok := s.m[id]
+	e, ok := s.m[id]
 	s.mu.Unlock()
-	return b, ok
+	if !ok || (e.expires != 0 && now >= e.expires) {
+		return nil, false
+	}
+	return e.body, true
 }

@@ -23,6 +23,7 @@ package ticketing
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -138,8 +139,6 @@ type Reservation struct {
 	ReasonA    int32 // reason arguments, e.g. N, or a seat's row and col
 	ReasonB    int32
 	IdemKey    string // the Idempotency-Key it was created with, if any
-	idemFP     uint64 // fingerprint of the request that created it
-	idx        int    // position in Machine.order
 }
 
 // FailedReason renders the reason; empty unless FAILED.
@@ -274,25 +273,19 @@ type idemKey struct{ user, key string }
 
 // Machine is the ticketing state of one partition.
 type Machine struct {
-	events       map[string]*EventDef
-	areas        map[areaKey]*area
-	reservations map[[16]byte]*Reservation
-	// order holds every reservation in creation order, which replay
-	// reproduces exactly, so a snapshot needs no sort.
-	order []*Reservation
-	idem  map[idemKey]*Reservation
-	// recordBytes estimates the snapshot size of the records, kept as they
-	// are added so the estimate costs nothing to read.
-	recordBytes int
+	events map[string]*EventDef
+	areas  map[areaKey]*area
+	// recs holds the reservation records (records.go) in creation order,
+	// which replay reproduces exactly, so a snapshot needs no sort.
+	recs store
 }
 
 // NewMachine returns an empty state.
 func NewMachine() *Machine {
 	return &Machine{
-		events:       make(map[string]*EventDef),
-		areas:        make(map[areaKey]*area),
-		reservations: make(map[[16]byte]*Reservation),
-		idem:         make(map[idemKey]*Reservation),
+		events: make(map[string]*EventDef),
+		areas:  make(map[areaKey]*area),
+		recs:   newStore(),
 	}
 }
 
@@ -314,6 +307,9 @@ type Result struct {
 	Outcome Outcome
 	Res     Reservation // copy, safe to read on another goroutine
 	Msg     string
+	// PurgeAt is when the record will be purged (engine clock, Unix ns),
+	// set when this command made it terminal with a retention; else 0.
+	PurgeAt int64
 }
 
 // Apply implements engine.Machine.
@@ -325,9 +321,15 @@ func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 	case *CreateArea:
 		res = m.createArea(c)
 	case *Reserve:
-		res = m.reserve(c)
+		res = m.reserve(c, in.TimeNs, fx)
 	case *Cancel:
-		res = m.cancel(c)
+		res = m.cancel(c, in.TimeNs, fx)
+	case *Purge:
+		if in.Kind != engine.FromTimer {
+			res = &Result{Outcome: Invalid, Msg: "ticketing: purge is applied by its timer only"}
+			break
+		}
+		res = m.purge(in.TimeNs, fx)
 	default:
 		res = &Result{Outcome: Invalid, Msg: fmt.Sprintf("ticketing: unknown command %T", in.Cmd)}
 	}
@@ -382,25 +384,21 @@ func ValidateArea(a *AreaDef) string {
 	return ""
 }
 
-func (m *Machine) reserve(c *Reserve) *Result {
+func (m *Machine) reserve(c *Reserve, now int64, fx *engine.Effects) *Result {
 	if c.IdemKey != "" {
-		if r := m.idem[idemKey{c.UserID, c.IdemKey}]; r != nil {
-			if r.idemFP != c.fingerprint() {
+		if rid, ok := m.recs.idem[idemKey{c.UserID, c.IdemKey}]; ok {
+			slot, _ := m.recs.lookup(rid)
+			if m.recs.idemFP(slot) != c.fingerprint() {
 				return &Result{Outcome: Conflict, Msg: "Idempotency-Key was already used for a different reservation request"}
 			}
-			return &Result{Outcome: Replayed, Res: *r}
+			return &Result{Outcome: Replayed, Res: m.recs.reservation(slot)}
 		}
 	}
-	if _, dup := m.reservations[c.ID]; dup {
+	if _, dup := m.recs.lookup(c.ID); dup {
 		return &Result{Outcome: Conflict, Msg: "reservation id already exists"}
 	}
 	r := &Reservation{ID: c.ID, UserID: c.UserID, EventID: c.EventID, AreaID: c.AreaID, Type: c.Type, NumOfSeats: c.NumOfSeats}
 	a := m.areas[areaKey{c.EventID, c.AreaID}]
-	if a != nil {
-		// Share the area's copies: a million records should not each keep
-		// the request's own strings alive.
-		r.EventID, r.AreaID = a.eventID, a.def.AreaID
-	}
 	switch {
 	case a == nil:
 		if c.Strict {
@@ -421,19 +419,73 @@ func (m *Machine) reserve(c *Reserve) *Result {
 		r.ID = [16]byte{}
 		return &Result{Outcome: Rejected, Res: *r}
 	}
+	var fp uint64
 	if c.IdemKey != "" {
-		r.IdemKey, r.idemFP = c.IdemKey, c.fingerprint()
-		m.idem[idemKey{r.UserID, r.IdemKey}] = r
+		r.IdemKey, fp = c.IdemKey, c.fingerprint()
 	}
-	m.add(r)
-	return &Result{Outcome: OK, Res: *r}
+	slot := m.recs.add(r, fp)
+	res := &Result{Outcome: OK, Res: *r}
+	if r.State == StateFailed {
+		res.PurgeAt = m.retire(slot, now, c.Retention, fx)
+	}
+	return res
 }
 
-func (m *Machine) add(r *Reservation) {
-	r.idx = len(m.order)
-	m.reservations[r.ID] = r
-	m.order = append(m.order, r)
-	m.recordBytes += 48 + len(r.UserID) + len(r.EventID) + len(r.AreaID) + len(r.Type) + len(r.IdemKey) + 8*len(r.Seats)
+// Retention. A terminal record (a FAILED compat reservation, a cancelled
+// one) is purged once its retention has passed; a RESERVED one is kept.
+// The retention is carried in the logged Reserve or Cancel command (the
+// API fills it in from --retention) and the purge time computed from it
+// and the command's logged time, never from a setting of the process
+// applying it: replay must purge exactly what the live run purged, even
+// if the flag changed in between, and the engine's timer table, which
+// replay rebuilds by re-running SetTimer, then gets the same deadlines.
+//
+// A timer per record would cost more than the record, so each partition
+// keeps one queue of terminal records in the order they became terminal
+// and one engine timer (purgeTimerID) armed for the head's time. When it
+// fires (a logged FromTimer input), every due record is purged, at most
+// maxPurgePerFiring at a time so a partition never stalls long, and the
+// timer is re-armed for the new head (at once if more are due). If the
+// retention is lowered, records made under the longer one hold back the
+// ones queued behind them until they are due: a record is purged at or
+// after its time, never before.
+const (
+	purgeTimerID      = "ticketing/purge"
+	maxPurgePerFiring = 4096
+)
+
+// retire queues the record in slot for purging after retention (zero:
+// kept for ever) and arms the purge timer if the queue was empty. It
+// returns the purge time, or 0.
+func (m *Machine) retire(slot uint32, now int64, retention int64, fx *engine.Effects) int64 {
+	if retention <= 0 {
+		return 0
+	}
+	at := now + retention
+	if at < now {
+		at = math.MaxInt64
+	}
+	if m.recs.retire(slot, at) {
+		m.armPurge(at, fx)
+	}
+	return at
+}
+
+func (m *Machine) armPurge(at int64, fx *engine.Effects) {
+	// Purge has no fields, so it always decodes and the id is short:
+	// SetTimer cannot refuse it.
+	if err := fx.SetTimer(purgeTimerID, at, &Purge{}); err != nil {
+		panic(err)
+	}
+}
+
+func (m *Machine) purge(now int64, fx *engine.Effects) *Result {
+	n := m.recs.purge(now, maxPurgePerFiring)
+	if at, ok := m.recs.next(); ok {
+		// Due already only if the limit stopped this firing: then at once.
+		m.armPurge(max(at, now), fx)
+	}
+	return &Result{Outcome: OK, Msg: fmt.Sprintf("purged %d records", n)}
 }
 
 func (r *Reservation) fail(why Reason, a, b int32) {
@@ -507,31 +559,25 @@ func (m *Machine) reserveSelfPick(c *Reserve, a *area, r *Reservation) {
 	r.State = StateReserved
 }
 
-func (m *Machine) cancel(c *Cancel) *Result {
-	r := m.reservations[c.ID]
-	if r == nil {
+func (m *Machine) cancel(c *Cancel, now int64, fx *engine.Effects) *Result {
+	slot, ok := m.recs.lookup(c.ID)
+	if !ok {
 		return &Result{Outcome: NotFound, Msg: "no such reservation"}
 	}
+	r := m.recs.reservation(slot)
 	switch r.State {
 	case StateCancelled:
-		return &Result{Outcome: Same, Res: *r}
+		return &Result{Outcome: Same, Res: r}
 	case StateFailed:
-		return &Result{Outcome: Conflict, Res: *r, Msg: "a FAILED reservation holds no seats and cannot be cancelled"}
+		return &Result{Outcome: Conflict, Res: r, Msg: "a FAILED reservation holds no seats and cannot be cancelled"}
 	}
 	a := m.areas[areaKey{r.EventID, r.AreaID}]
 	for _, s := range r.Seats {
 		a.set(int(s.Row), int(s.Col), false)
 	}
-	// Records are never changed in place, so a snapshot being encoded on
-	// another goroutine can read them: cancelling replaces the record.
-	nr := *r
-	nr.State = StateCancelled
-	m.reservations[nr.ID] = &nr
-	m.order[nr.idx] = &nr
-	if nr.IdemKey != "" {
-		m.idem[idemKey{nr.UserID, nr.IdemKey}] = &nr
-	}
-	return &Result{Outcome: OK, Res: nr}
+	m.recs.setState(slot, StateCancelled)
+	r.State = StateCancelled
+	return &Result{Outcome: OK, Res: r, PurgeAt: m.retire(slot, now, c.Retention, fx)}
 }
 
 // Queries.
@@ -557,8 +603,8 @@ type AreaInfo struct {
 func (m *Machine) Query(q any) any {
 	switch q := q.(type) {
 	case GetReservation:
-		if r := m.reservations[q.ID]; r != nil {
-			return &Result{Outcome: OK, Res: *r}
+		if slot, ok := m.recs.lookup(q.ID); ok {
+			return &Result{Outcome: OK, Res: m.recs.reservation(slot)}
 		}
 		return &Result{Outcome: NotFound}
 	case GetEvent:

@@ -29,11 +29,8 @@ func id(n int) [16]byte {
 // the free counters equal the grid minus the live seats.
 func checkInvariants(t *testing.T, m *Machine) {
 	t.Helper()
-	if len(m.order) != len(m.reservations) {
-		t.Fatalf("order has %d reservations, index %d", len(m.order), len(m.reservations))
-	}
 	owner := map[areaKey]map[Seat][16]byte{}
-	for _, r := range m.reservations {
+	for _, r := range liveRecords(t, m) {
 		if r.State != StateReserved {
 			continue
 		}
@@ -70,6 +67,37 @@ func checkInvariants(t *testing.T, m *Machine) {
 			}
 		}
 	}
+}
+
+// liveRecords returns every stored record, checking the store's index,
+// live count and idempotency map against the slab.
+func liveRecords(t *testing.T, m *Machine) []Reservation {
+	t.Helper()
+	var out []Reservation
+	s := &m.recs
+	for i := range s.recs.n {
+		rec := s.recs.at(i)
+		if rec.flags&dead != 0 {
+			if _, ok := s.index[rec.id]; ok {
+				t.Fatalf("purged record %x is still in the index", rec.id)
+			}
+			continue
+		}
+		if slot, ok := s.index[rec.id]; !ok || slot != i {
+			t.Fatalf("record %x in slot %d, index says %d %v", rec.id, i, slot, ok)
+		}
+		out = append(out, s.reservation(i))
+	}
+	if len(out) != s.live || len(out) != len(s.index) {
+		t.Fatalf("%d live records, count %d, index %d", len(out), s.live, len(s.index))
+	}
+	for k, rid := range s.idem {
+		slot, ok := s.index[rid]
+		if !ok || s.reservation(slot).IdemKey != k.key || s.reservation(slot).UserID != k.user {
+			t.Fatalf("idempotency key %q of %q names record %x, which does not carry it", k.key, k.user, rid)
+		}
+	}
+	return out
 }
 
 func newTestMachine(areas ...AreaDef) *Machine {
