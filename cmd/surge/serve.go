@@ -67,6 +67,7 @@ partition is written, and the process exits 0.`,
 	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's count, or 8 for a new one (SURGE_PARTITIONS)")
 	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", envIntOr("SURGE_SNAPSHOT_EVERY", 0), "commands a partition applies between snapshots; 0 means 100000 (SURGE_SNAPSHOT_EVERY)")
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
+	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
