@@ -66,6 +66,9 @@ type Options struct {
 	// (and one after another on Close) instead of on the snapshotter.
 	now             func() int64
 	inlineSnapshots bool
+	// shedMinQueue: see defaultShedMinQueue; tests lower it to shed with
+	// few submitters.
+	shedMinQueue int
 }
 
 // Engine owns the partitions. Create with Open, stop with Close.
@@ -128,6 +131,9 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	}
 	if opts.SnapshotEvery <= 0 {
 		opts.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if opts.shedMinQueue <= 0 {
+		opts.shedMinQueue = defaultShedMinQueue
 	}
 	if opts.MaxQueueDelay == 0 {
 		opts.MaxQueueDelay = DefaultMaxQueueDelay

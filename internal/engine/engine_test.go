@@ -755,6 +755,7 @@ func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 	const maxDelay = 50 * time.Millisecond
 	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
 		o.Partitions, o.InboxLen, o.MaxBatch, o.MaxQueueDelay = 1, 100_000, 4, maxDelay
+		engine.SetShedMinQueue(o, 8)
 	})
 	defer e.Close()
 	ctx := context.Background()
@@ -882,4 +883,28 @@ func TestGoneClientsCommandIsNotApplied(t *testing.T) {
 	if _, _, n := settle(t, e); n != 1 {
 		t.Fatalf("%d transfers applied, want 1: commands of gone clients were applied", n)
 	}
+}
+
+// TestShortQueueIsNotShed: a few requests that wait long because the
+// partition is slow are served, not refused: shedding some of them would
+// make no one faster, only fail a moderate caller on a busy machine.
+func TestShortQueueIsNotShed(t *testing.T) {
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
+		o.Partitions, o.MaxBatch, o.MaxQueueDelay = 1, 4, 5*time.Millisecond
+	})
+	defer e.Close()
+	// 64 at once wait up to ~64 ms, far past the limit, in a queue far
+	// shorter than the one shedding starts at.
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 5 {
+				if _, err := e.Do(context.Background(), 0, 7, &slow{ID: uint64(i*5 + j + 1)}); err != nil {
+					t.Errorf("request %d of submitter %d: %v", j, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -294,7 +294,7 @@ func (p *partition) run() {
 //     back-pressure, CPU shared with the HTTP layer). The decision uses
 //     the current queue length, so it ends the moment the queue drains:
 //     no state is left "overloaded" when load stops; and a request that
-//     finds the queue empty is always admitted, so the estimate keeps
+//     finds a short queue is always admitted, so the estimate keeps
 //     being corrected by fresh measurements.
 //  2. At the head, a command that waited longer than MaxQueueDelay (the
 //     estimate was wrong: a burst, a stall) is answered ErrOverloaded
@@ -302,8 +302,18 @@ func (p *partition) run() {
 //     A request whose client has gone (context done) is answered with the
 //     context's error and not applied either.
 //
+// Both rules apply only behind a queue of at least 256 requests.
+// Shedding helps by shortening a queue; when few requests wait and they
+// still wait long, the partition itself is stalled (a process starved of
+// CPU, a slow disk) and refusing a handful would make no one faster, only
+// fail callers that sent a moderate load to a busy machine.
+//
 // Cost: one clock read and a queue-length read at submission, one clock
 // read per request taken; the estimate is published once per batch.
+
+// defaultShedMinQueue is the queue length below which nothing is shed by
+// delay (Options.shedMinQueue).
+const defaultShedMinQueue = 256
 
 // errExpired is ErrOverloaded for a command that waited too long.
 var errExpired = fmt.Errorf("%w: the request waited in the queue longer than the limit and was not applied", ErrOverloaded)
@@ -312,7 +322,7 @@ var errExpired = fmt.Errorf("%w: the request waited in the queue longer than the
 // wait longer than the admission target.
 func (p *partition) tooBusy(ahead int) bool {
 	a := p.e.admitNs
-	return a > 0 && ahead > 0 && int64(ahead)*p.slotNs.Load() > a
+	return a > 0 && ahead >= p.e.opts.shedMinQueue && int64(ahead)*p.slotNs.Load() > a
 }
 
 // waitSample sums one batch's measured waits for the slotNs estimate.
@@ -331,7 +341,7 @@ func (p *partition) admit(r *Request, s *waitSample) bool {
 	switch {
 	case r.ctx.Err() != nil:
 		r.err, reason = r.ctx.Err(), shedCancelled
-	case r.cmd != nil && p.e.maxWaitNs > 0 && waited > p.e.maxWaitNs:
+	case r.cmd != nil && p.e.maxWaitNs > 0 && waited > p.e.maxWaitNs && r.ahead >= p.e.opts.shedMinQueue:
 		r.err, reason = errExpired, shedExpired
 	default:
 		return true
