@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Run load generators that reproduce peers' published tests",
 	}
-	cmd.AddCommand(benchTicketingCmd(), benchNullServerCmd())
+	cmd.AddCommand(benchTicketingCmd(), benchOverloadCmd(), benchNullServerCmd())
 	return cmd
 }
 
@@ -68,6 +69,57 @@ finally stops it with SIGTERM (it must exit 0) and times a restart after that.`,
 	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
+	return cmd
+}
+
+func benchOverloadCmd() *cobra.Command {
+	o := bench.OverloadOptions{}
+	cmd := &cobra.Command{
+		Use:   "overload",
+		Short: "Offer a multiple of one partition's capacity and report what accepted requests waited",
+		Long: `Creates events whose areas all live in one partition, so that partition is the
+bottleneck, and sends native 1-seat reservations (POST /v2/reservations).
+First a closed loop with --concurrency requests in flight measures the
+partition's capacity (accepted answers per second: 201, or 409 once seats run
+out). Then an open loop offers --multiple times that rate for --seconds:
+requests are sent on a fixed schedule whether or not earlier ones were
+answered, each with --client-timeout, at most --max-inflight waiting at once.
+It reports the offered and accepted rates, the share of 429 (and whether each
+had Retry-After), p50/p99/max latency of accepted requests measured from when
+each was due, timeouts, server CPU and peak resident memory.
+
+The generator shares the machine with the server: if it cannot send the rate
+asked, the report says what it did offer.`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Exe = exe
+			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.RunOverload(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics)")
+	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
+	f.StringVar(&o.MaxQueueDelay, "max-queue-delay", "", "--max-queue-delay for the started server (empty: its default)")
+	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started server's data dir (default: a temp dir, removed after)")
+	f.IntVarP(&o.Areas, "areas", "a", 16, "areas of 1,000 x 100 seats per event, all in one partition")
+	f.Float64Var(&o.Multiple, "multiple", 10, "offered rate as a multiple of the measured capacity")
+	f.Float64Var(&o.Rate, "rate", 0, "offered requests/s; replaces --multiple x capacity when > 0")
+	f.Float64Var(&o.CapacitySeconds, "capacity-seconds", 3, "length of the closed-loop capacity phase")
+	f.Float64Var(&o.Seconds, "seconds", 10, "length of the open-loop overload phase")
+	f.IntVar(&o.Concurrency, "concurrency", 512, "requests in flight in the capacity phase")
+	f.IntVar(&o.MaxInflight, "max-inflight", 4096, "most requests waiting at once in the overload phase")
+	f.IntVarP(&o.Clients, "clients", "c", 8, "HTTP clients, each with its own connections")
+	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1")
+	f.DurationVar(&o.ClientTimeout, "client-timeout", 10*time.Second, "a request not answered by then counts as a timeout")
+	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	return cmd
 }
 

@@ -110,6 +110,7 @@ the heap nears it instead of growing the process).`,
 	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 1024), "concurrent HTTP/2 streams per connection (SURGE_MAX_STREAMS)")
 	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it 503 with Retry-After at once (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
 	f.DurationVar(&cfg.Retention, "retention", envDurationOr("SURGE_RETENTION", ticketing.DefaultRetention), "how long a FAILED or CANCELLED reservation stays readable (and its Idempotency-Key remembered) before it is purged; 0 keeps them for ever (SURGE_RETENTION)")
+	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")

@@ -31,6 +31,7 @@ const (
 	DefaultInboxLen      = 4096
 	DefaultMaxBatch      = 1024
 	DefaultSnapshotEvery = 100_000
+	DefaultMaxQueueDelay = 250 * time.Millisecond
 	maxInflightBatches   = 4 // per partition, between apply and durable
 	snapshotQueueLen     = 64
 	maxPartitions        = 1 << 12
@@ -51,6 +52,11 @@ type Options struct {
 	InboxLen      int
 	MaxBatch      int
 	SnapshotEvery int // commands applied in a partition between snapshots
+	// MaxQueueDelay bounds how long a client command waits in its
+	// partition's inbox before the processor starts it (see admission in
+	// partition.go). 0 means DefaultMaxQueueDelay; negative turns the
+	// limit off, leaving only the full inbox to refuse work.
+	MaxQueueDelay time.Duration
 	Metrics       *Metrics
 	Logger        *slog.Logger
 
@@ -60,6 +66,9 @@ type Options struct {
 	// (and one after another on Close) instead of on the snapshotter.
 	now             func() int64
 	inlineSnapshots bool
+	// shedMinQueue: see defaultShedMinQueue; tests lower it to shed with
+	// few submitters.
+	shedMinQueue int
 }
 
 // Engine owns the partitions. Create with Open, stop with Close.
@@ -74,6 +83,14 @@ type Engine struct {
 	// doneEnd is the end of the newest batch whose done callback has
 	// finished; every partition's lastEnd is up to date below it.
 	doneEnd atomic.Uint64
+
+	// mono is a monotonic clock in nanoseconds for queue delays (the
+	// workload's clock, opts.now, may be simulated). maxWaitNs is the
+	// longest a command may wait in an inbox and admitNs the estimated
+	// wait above which new commands are refused; both 0 when off.
+	mono      func() int64
+	maxWaitNs int64
+	admitNs   int64
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -115,6 +132,12 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	if opts.SnapshotEvery <= 0 {
 		opts.SnapshotEvery = DefaultSnapshotEvery
 	}
+	if opts.shedMinQueue <= 0 {
+		opts.shedMinQueue = defaultShedMinQueue
+	}
+	if opts.MaxQueueDelay == 0 {
+		opts.MaxQueueDelay = DefaultMaxQueueDelay
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -127,6 +150,14 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 		stop:      make(chan struct{}),
 		snapCh:    make(chan snapJob, snapshotQueueLen),
 		log:       opts.Logger,
+	}
+	epoch := time.Now()
+	e.mono = func() int64 { return int64(time.Since(epoch)) }
+	if opts.MaxQueueDelay > 0 {
+		e.maxWaitNs = int64(opts.MaxQueueDelay)
+		// Admit against half the limit: the estimate is an average, and
+		// what is admitted should start well before it would be shed.
+		e.admitNs = e.maxWaitNs / 2
 	}
 	e.reqPool.New = func() any { return &Request{done: make(chan struct{}, 1)} }
 	for _, w := range workloads {
@@ -202,6 +233,9 @@ type Request struct {
 	result   any
 	err      error
 	done     chan struct{}
+	ctx      context.Context
+	enq      int64 // e.mono() when it entered the inbox
+	ahead    int   // requests in the inbox when it entered
 }
 
 // Do submits cmd to the workload's machine in partition part and waits for
@@ -229,12 +263,19 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 	if e.failed.Load() {
 		return nil, ErrFailed
 	}
-	r := e.reqPool.Get().(*Request)
-	r.workload, r.cmd, r.query = wl, cmd, q
 	p := e.parts[part]
+	ahead := len(p.inbox)
+	if cmd != nil && p.tooBusy(ahead) {
+		p.shed(shedQueueDelay)
+		return nil, ErrOverloaded
+	}
+	r := e.reqPool.Get().(*Request)
+	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
+	r.enq = e.mono()
 	e.mu.RLock()
 	if e.closed {
 		e.mu.RUnlock()
+		r.ctx = nil
 		e.reqPool.Put(r)
 		return nil, ErrClosed
 	}
@@ -242,7 +283,9 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 	case p.inbox <- r:
 	default:
 		e.mu.RUnlock()
+		r.ctx = nil
 		e.reqPool.Put(r)
+		p.shed(shedInboxFull)
 		return nil, ErrOverloaded
 	}
 	e.mu.RUnlock()
@@ -253,7 +296,7 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 		return nil, ctx.Err()
 	}
 	res, err := r.result, r.err
-	r.cmd, r.query, r.result, r.err = nil, nil, nil, nil
+	r.cmd, r.query, r.result, r.err, r.ctx = nil, nil, nil, nil, nil
 	e.reqPool.Put(r)
 	return res, err
 }

@@ -78,9 +78,24 @@ type block struct{}
 
 var blockUntil = make(chan struct{})
 
+// blockStarted receives a value (if there is room) when a block starts.
+var blockStarted = make(chan struct{}, 1)
+
 func (c *block) AppendBinary(b []byte) ([]byte, error) { return append(b, 6), nil }
 
 type cancelAlarm struct{ ID string }
+
+// slow takes slowApply to apply and tallies its ID as debited, so a test
+// can tell exactly which were applied.
+type slow struct{ ID uint64 }
+
+const slowApply = time.Millisecond
+
+func (c *slow) AppendBinary(b []byte) ([]byte, error) {
+	w := wire.Writer{B: append(b, 7)}
+	w.U64(c.ID)
+	return w.B, nil
+}
 
 func (c *transfer) AppendBinary(b []byte) ([]byte, error) {
 	w := wire.Writer{B: append(b, 1)}
@@ -146,7 +161,14 @@ func (l *ledger) Apply(in *engine.Input, fx *engine.Effects) {
 	case *cancelAlarm:
 		fx.CancelTimer(c.ID)
 	case *block:
+		select {
+		case blockStarted <- struct{}{}:
+		default:
+		}
 		<-blockUntil
+	case *slow:
+		time.Sleep(slowApply)
+		l.debited[c.ID] = tally{To: "slow", N: l.debited[c.ID].N + 1}
 	case *ring:
 		if in.Kind != engine.FromTimer || in.TimerID != c.ID {
 			panic("ring must come from its timer")
@@ -197,6 +219,8 @@ func (l *ledger) Decode(b []byte) (engine.Command, error) {
 		c = &cancelAlarm{ID: r.Str()}
 	case 6:
 		c = &block{}
+	case 7:
+		c = &slow{ID: r.U64()}
 	default:
 		return nil, fmt.Errorf("tag %d", b[0])
 	}
@@ -676,7 +700,11 @@ var quiet = slog.New(slog.DiscardHandler)
 // is accepted again and nothing accepted was lost.
 func TestFullInboxIsOverloadNotAQueue(t *testing.T) {
 	blockUntil = make(chan struct{})
-	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) { o.Partitions, o.InboxLen = 1, 8 })
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
+		// Only the full inbox refuses here: the queued requests wait
+		// for as long as the test holds the partition.
+		o.Partitions, o.InboxLen, o.MaxQueueDelay = 1, 8, -1
+	})
 	defer e.Close()
 	ctx := context.Background()
 	blocked := make(chan error, 1)
@@ -721,4 +749,177 @@ func TestFullInboxIsOverloadNotAQueue(t *testing.T) {
 	if _, err := e.Do(ctx, 0, 7, &transfer{From: "a", To: "a", N: 1}); err != nil {
 		t.Fatalf("after draining: %v", err)
 	}
+}
+
+// TestQueueDelayBoundsWaitingAndSheds: a partition whose commands are slow
+// (1 ms each) gets many more than it can serve within MaxQueueDelay, with
+// an inbox so large that it never fills. The excess must be refused with
+// ErrOverloaded, most of it at once; what is accepted must not have waited
+// much longer than the limit; nothing refused may have been applied, and
+// everything accepted must have been; once the load stops, requests are
+// accepted again.
+func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
+	const maxDelay = 50 * time.Millisecond
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
+		o.Partitions, o.InboxLen, o.MaxBatch, o.MaxQueueDelay = 1, 100_000, 4, maxDelay
+		engine.SetShedMinQueue(o, 8)
+	})
+	defer e.Close()
+	ctx := context.Background()
+
+	// 400 submitters against ~1,000 commands/s: a queue of 400 ms
+	// without admission, 8 times the limit.
+	const submitters = 400
+	stop := time.Now().Add(1500 * time.Millisecond)
+	var nextID atomic.Uint64
+	var mu sync.Mutex
+	accepted := map[uint64]bool{}
+	refused := map[uint64]bool{}
+	var slowestAccepted, slowestRefused time.Duration
+	var fastRefusals int
+	var wg sync.WaitGroup
+	for range submitters {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				id := nextID.Add(1)
+				t0 := time.Now()
+				_, err := e.Do(ctx, 0, 7, &slow{ID: id})
+				took := time.Since(t0)
+				mu.Lock()
+				switch {
+				case err == nil:
+					accepted[id] = true
+					slowestAccepted = max(slowestAccepted, took)
+				case errors.Is(err, engine.ErrOverloaded):
+					refused[id] = true
+					slowestRefused = max(slowestRefused, took)
+					if took < maxDelay {
+						fastRefusals++
+					}
+				default:
+					t.Errorf("request %d: %v", id, err)
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(time.Millisecond) // a client's pause before retrying
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("accepted %d, refused %d (%d of them at once); slowest accepted %s, slowest refusal %s",
+		len(accepted), len(refused), fastRefusals, slowestAccepted, slowestRefused)
+	if len(refused) == 0 {
+		t.Fatal("no request was refused: the queue grew without limit")
+	}
+	if fastRefusals*2 < len(refused) {
+		t.Errorf("only %d of %d refusals came at once; the rest waited for the limit first", fastRefusals, len(refused))
+	}
+	// Generous bounds (the point is bounded, not fast): an accepted
+	// command waits at most maxDelay in the queue, then for its batch
+	// (4 × 1 ms) and an fsync; a refused one at most maxDelay.
+	if bound := maxDelay + 2*time.Second; slowestAccepted > bound || slowestRefused > bound {
+		t.Errorf("slowest accepted %s, slowest refusal %s; want both under %s", slowestAccepted, slowestRefused, bound)
+	}
+	if len(accepted) == 0 {
+		t.Fatal("nothing was accepted")
+	}
+
+	res, err := e.Query(ctx, 0, 7, getTallies{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := res.(tallies).debited
+	for id := range refused {
+		if _, ok := applied[id]; ok {
+			t.Fatalf("request %d was answered ErrOverloaded but applied", id)
+		}
+	}
+	for id := range accepted {
+		if applied[id].N != 1 {
+			t.Fatalf("request %d was acknowledged but applied %d times", id, applied[id].N)
+		}
+	}
+	if len(applied) != len(accepted) {
+		t.Fatalf("%d commands applied, %d acknowledged", len(applied), len(accepted))
+	}
+
+	// The load has stopped: no overloaded state may linger.
+	for i := range 20 {
+		if _, err := e.Do(ctx, 0, 7, &slow{ID: nextID.Add(1)}); err != nil {
+			t.Fatalf("request %d after the load stopped: %v", i, err)
+		}
+	}
+}
+
+// TestGoneClientsCommandIsNotApplied: a command still queued when its
+// client gives up is answered with the context's error when the processor
+// reaches it, and not applied.
+func TestGoneClientsCommandIsNotApplied(t *testing.T) {
+	blockUntil = make(chan struct{})
+	select {
+	case <-blockStarted:
+	default:
+	}
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) { o.Partitions, o.MaxQueueDelay = 1, -1 })
+	defer e.Close()
+	blocked := make(chan error, 1)
+	go func() { _, err := e.Do(context.Background(), 0, 7, &block{}); blocked <- err }()
+	select {
+	case <-blockStarted: // the processor is now inside Apply
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocking command did not start")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 10)
+	for range 10 {
+		go func() {
+			_, err := e.Do(ctx, 0, 7, &transfer{From: "a", To: "a", N: 1})
+			errs <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // they are queued
+	cancel()
+	for range 10 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("queued request of a gone client: %v, want context.Canceled", err)
+		}
+	}
+	close(blockUntil)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	// This one is applied after the ten: once it is acknowledged, they
+	// have been taken from the queue too.
+	if _, err := e.Do(context.Background(), 0, 7, &transfer{From: "a", To: "a", N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, n := settle(t, e); n != 1 {
+		t.Fatalf("%d transfers applied, want 1: commands of gone clients were applied", n)
+	}
+}
+
+// TestShortQueueIsNotShed: a few requests that wait long because the
+// partition is slow are served, not refused: shedding some of them would
+// make no one faster, only fail a moderate caller on a busy machine.
+func TestShortQueueIsNotShed(t *testing.T) {
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
+		o.Partitions, o.MaxBatch, o.MaxQueueDelay = 1, 4, 5*time.Millisecond
+	})
+	defer e.Close()
+	// 64 at once wait up to ~64 ms, far past the limit, in a queue far
+	// shorter than the one shedding starts at.
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 5 {
+				if _, err := e.Do(context.Background(), 0, 7, &slow{ID: uint64(i*5 + j + 1)}); err != nil {
+					t.Errorf("request %d of submitter %d: %v", j, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

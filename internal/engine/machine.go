@@ -172,8 +172,10 @@ func (fx *Effects) reset() {
 }
 
 var (
-	// ErrOverloaded means the partition's inbox is full: retry later.
-	ErrOverloaded = errors.New("engine: partition inbox is full")
+	// ErrOverloaded means the partition has more work queued than it can
+	// start within Options.MaxQueueDelay (or its inbox is full): the
+	// command was not applied; retry later.
+	ErrOverloaded = errors.New("engine: partition overloaded")
 	// ErrClosed means the engine is shutting down or has stopped.
 	ErrClosed = errors.New("engine: closed")
 	// ErrUndecodable means a command did not decode from the bytes it

@@ -21,7 +21,21 @@ type Metrics struct {
 	// Dropped counts inputs that could not be applied (a logged command
 	// that does not decode); live and replay drop the same ones.
 	Dropped prometheus.Counter
+	// Shed counts client requests answered without being applied, by
+	// reason (see shedReasons).
+	Shed *prometheus.CounterVec
+	shed [len(shedReasons)]prometheus.Counter
 }
+
+// Reasons a request is shed, indexes into shedReasons.
+const (
+	shedQueueDelay = iota // refused at submission: the estimated wait is too long
+	shedInboxFull         // refused at submission: the inbox is full
+	shedExpired           // taken after waiting longer than MaxQueueDelay
+	shedCancelled         // taken after its client had gone
+)
+
+var shedReasons = [...]string{"queue_delay", "inbox_full", "expired", "cancelled"}
 
 // NewMetrics registers the engine metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -56,7 +70,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "surge_engine_dropped_inputs_total",
 		Help: "Logged inputs that could not be applied (their command does not decode) and were dropped, identically live and in replay.",
 	})
-	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped)
+	m.Shed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "surge_engine_shed_total",
+		Help: "Client requests answered without being applied: refused at submission (queue_delay: the partition's estimated wait is above half of --max-queue-delay; inbox_full), or taken from the queue too late (expired: waited longer than --max-queue-delay; cancelled: the client had gone).",
+	}, []string{"reason"})
+	for i, r := range shedReasons {
+		m.shed[i] = m.Shed.WithLabelValues(r)
+	}
+	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
 	return m
 }
 
@@ -65,8 +86,41 @@ func (m *Metrics) observeBatch(n int, ns int64) {
 	m.ApplySeconds.Observe(float64(ns) / 1e9)
 }
 
+// delayCollector exposes the partitions' inbox-wait counts as one
+// histogram, summed at scrape time: counting per partition keeps the
+// per-request cost to two uncontended atomic adds.
+type delayCollector struct {
+	desc  *prometheus.Desc
+	parts []*partition
+}
+
+func (c *delayCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *delayCollector) Collect(ch chan<- prometheus.Metric) {
+	var counts [delayBuckets + 1]uint64
+	var sumNs int64
+	for _, p := range c.parts {
+		for i := range counts {
+			counts[i] += p.delays.counts[i].Load()
+		}
+		sumNs += p.delays.sumNs.Load()
+	}
+	buckets := make(map[float64]uint64, delayBuckets)
+	var cum uint64
+	for i := range delayBuckets {
+		cum += counts[i]
+		buckets[delayBound(i)] = cum
+	}
+	ch <- prometheus.MustNewConstHistogram(c.desc, cum+counts[delayBuckets], float64(sumNs)/1e9, buckets)
+}
+
 // watch adds gauges that read the engine's queues at scrape time.
 func (m *Metrics) watch(e *Engine) {
+	m.reg.MustRegister(&delayCollector{
+		desc: prometheus.NewDesc("surge_engine_queue_delay_seconds",
+			"Time client requests waited in a partition's inbox before the processor took them (all partitions).", nil, nil),
+		parts: e.parts,
+	})
 	for _, p := range e.parts {
 		p := p
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -263,6 +263,8 @@ func (r *simRun) options(lg cmdlog.Log, snaps SnapshotStore) Options {
 	return Options{
 		Partitions: simParts, Log: lg, Snapshots: snaps, SnapshotEvery: r.snapEvery,
 		MaxBatch: 64, Logger: simQuiet, now: r.clock.Load, inlineSnapshots: true,
+		// Shedding reads the real clock; the simulation must replay exactly.
+		MaxQueueDelay: -1,
 	}
 }
 

@@ -32,11 +32,14 @@ import (
 
 // Config is what `surge serve` takes.
 type Config struct {
-	Addr            string
-	DataDir         string
-	Partitions      int
-	SnapshotEvery   int
-	SyncInterval    time.Duration
+	Addr          string
+	DataDir       string
+	Partitions    int
+	SnapshotEvery int
+	SyncInterval  time.Duration
+	// MaxQueueDelay is engine.Options.MaxQueueDelay: 0 for the default,
+	// negative for no limit.
+	MaxQueueDelay   time.Duration
 	ShutdownTimeout time.Duration
 	// Connection and request limits (api.Limits; 0 means the default,
 	// for MaxConns derived from the open-file limit).
@@ -300,6 +303,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Log:           lg,
 		Snapshots:     snaps,
 		SnapshotEvery: cfg.SnapshotEvery,
+		MaxQueueDelay: cfg.MaxQueueDelay,
 		Metrics:       engine.NewMetrics(reg),
 		Logger:        logger,
 	}, ticketing.Workload{})

@@ -72,7 +72,9 @@ func (a *API) areaPartition(event, area string) int {
 func engineError(w http.ResponseWriter, err error) int {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
-		return api.Error(w, http.StatusTooManyRequests, "server is busy: retry after a short pause")
+		// Nothing was applied: the client can safely retry, after the
+		// Retry-After that api.Error sets for 429.
+		return api.Error(w, http.StatusTooManyRequests, "server is busy: this area has more requests queued than it can start soon; nothing was done, retry after the Retry-After pause")
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
 		return api.Error(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -1,0 +1,630 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// OverloadOptions are the flags of `surge bench overload`.
+type OverloadOptions struct {
+	Target        string // a running server's base URL; empty to spawn one
+	Exe           string // the surge binary, to spawn `serve`
+	Partitions    int    // --partitions for a spawned server (0: its default)
+	MaxQueueDelay string // --max-queue-delay for a spawned server ("": its default)
+	DataDir       string // parent of the spawned server's data dir; empty for a temp dir
+
+	Areas           int           // areas of the event, all in one partition
+	Multiple        float64       // offered rate as a multiple of the measured capacity
+	Rate            float64       // offered rate; if > 0 it replaces Multiple × capacity
+	CapacitySeconds float64       // length of the closed-loop capacity phase
+	Seconds         float64       // length of the open-loop overload phase
+	Concurrency     int           // requests in flight in the capacity phase
+	MaxInflight     int           // cap on requests in flight in the overload phase
+	Clients         int           // HTTP clients (each its own connections)
+	HTTP2           bool          // h2c with prior knowledge; HTTP/1.1 otherwise
+	ClientTimeout   time.Duration // a request not answered by then counts as a timeout
+	JSONPath        string
+
+	Stdout, Stderr io.Writer
+}
+
+// OverloadReport is what `surge bench overload` measured.
+type OverloadReport struct {
+	Benchmark  string  `json:"benchmark"`
+	Target     string  `json:"target,omitempty"`
+	Partitions int     `json:"partitions"`
+	Areas      int     `json:"areas"`
+	HTTP2      bool    `json:"http2"`
+	TimeoutSec float64 `json:"clientTimeoutSeconds"`
+	// Capacity is the closed-loop phase: accepted answers (201 and 409)
+	// per second with Concurrency requests in flight, all on one partition.
+	Capacity *PhaseReport `json:"capacity"`
+	// Overload is the open-loop phase at OfferedTarget requests/s.
+	Overload *PhaseReport `json:"overload"`
+	Problems []string     `json:"problems"`
+}
+
+// PhaseReport is one phase's outcome. Latencies are from the moment a
+// request was due to be sent (open loop: a late send counts against the
+// server, as a real client's wait would), in microseconds.
+type PhaseReport struct {
+	Seconds       float64 `json:"seconds"`
+	OfferedTarget float64 `json:"offeredTargetPerSecond,omitempty"`
+	Sent          int64   `json:"sent"`
+	// NotSent: due while MaxInflight requests were already waiting, so the
+	// generator could not send them; the offered rate is Sent/Seconds.
+	NotSent     int64   `json:"notSent,omitempty"`
+	OfferedRate float64 `json:"offeredPerSecond"`
+	Accepted    int64   `json:"accepted"` // 201 and 409 (seats taken or sold out)
+	Refused     int64   `json:"refused429"`
+	Timeouts    int64   `json:"timeouts"`
+	Errors      int64   `json:"errors"` // any other status or transport error
+	AcceptedPS  float64 `json:"acceptedPerSecond"`
+	RefusedPct  float64 `json:"refusedPercent"`
+	P50Us       int64   `json:"acceptedP50Us"`
+	P99Us       int64   `json:"acceptedP99Us"`
+	MaxUs       int64   `json:"acceptedMaxUs"`
+	RefusedP99  int64   `json:"refusedP99Us"`
+	SendLagP99  int64   `json:"sendLagP99Us,omitempty"` // how late the generator sent
+	// SentP99Us and SentMaxUs: accepted latency from the moment the request
+	// was actually sent, the server's share when the generator lags.
+	SentP99Us int64 `json:"acceptedP99FromSendUs"`
+	SentMaxUs int64 `json:"acceptedMaxFromSendUs"`
+	// RetryAfter is false if any 429 came without a Retry-After header.
+	RetryAfter   bool               `json:"retryAfterOnEvery429"`
+	ServerCPU    *float64           `json:"serverCpuSeconds,omitempty"`
+	GeneratorCPU float64            `json:"generatorCpuSeconds"`
+	PeakRSSBytes *int64             `json:"serverPeakRssBytes,omitempty"`
+	Shed         map[string]float64 `json:"serverShed,omitempty"` // surge_engine_shed_total during the phase
+	// From the server's histograms over the phase, as bucket bounds: time
+	// in the reservation handler (every answer) and in a partition's inbox.
+	ServerHandlerP99Us *int64   `json:"serverHandlerP99Us,omitempty"`
+	ServerQueueP99Us   *int64   `json:"serverQueueDelayP99Us,omitempty"`
+	ErrorSamples       []string `json:"errorSamples,omitempty"`
+}
+
+// RunOverload measures one partition's capacity, then offers a multiple of
+// it open-loop and reports what the accepted requests waited and how much
+// was refused.
+func RunOverload(ctx context.Context, o OverloadOptions) error {
+	if o.Areas < 1 || o.Multiple <= 0 || o.CapacitySeconds <= 0 || o.Seconds <= 0 || o.Concurrency < 1 || o.MaxInflight < 1 || o.Clients < 1 || o.ClientTimeout <= 0 {
+		return errors.New("--areas, --multiple, --capacity-seconds, --seconds, --concurrency, --max-inflight, --clients and --client-timeout must all be positive")
+	}
+	rep := &OverloadReport{Benchmark: "overload", Target: o.Target, Areas: o.Areas, HTTP2: o.HTTP2, TimeoutSec: o.ClientTimeout.Seconds(), Problems: []string{}}
+	logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, format+"\n", args...) }
+
+	base := o.Target
+	var srv *child
+	if base == "" {
+		tmp, err := os.MkdirTemp("", "surge-overload-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir := filepath.Join(tmp, "data")
+		if o.DataDir != "" {
+			dataDir = filepath.Join(o.DataDir, "overload")
+		}
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return err
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
+		if o.Partitions > 0 {
+			args = append(args, "--partitions", strconv.Itoa(o.Partitions))
+		}
+		if o.MaxQueueDelay != "" {
+			args = append(args, "--max-queue-delay", o.MaxQueueDelay)
+		}
+		logf("starting surge %s", strings.Join(args, " "))
+		srv, err = startChild("surge-overload", o.Exe, args, addr, filepath.Join(tmp, "server.log"))
+		if err != nil {
+			return err
+		}
+		defer srv.kill()
+		if _, err := srv.waitReady(ctx); err != nil {
+			return err
+		}
+		base = srv.baseURL()
+	}
+	base = strings.TrimRight(base, "/")
+	parts, err := metricsPartitions(ctx, base)
+	if err != nil {
+		return fmt.Errorf("reading the partition count from %s/metrics: %w", base, err)
+	}
+	rep.Partitions = parts
+
+	clients := make([]*http.Client, o.Clients)
+	for i := range clients {
+		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
+		defer clients[i].CloseIdleConnections()
+	}
+	l := &loader{base: base, clients: clients, timeout: o.ClientTimeout}
+	// Two events, so the overload phase starts on unsold seats; each has
+	// its areas in one partition, the bottleneck.
+	capEv, err := l.createEvent(ctx, o.Areas, parts)
+	if err != nil {
+		return err
+	}
+	ovEv, err := l.createEvent(ctx, o.Areas, parts)
+	if err != nil {
+		return err
+	}
+	cpu := func() (float64, error) {
+		if srv != nil {
+			return srv.cpuSeconds()
+		}
+		return metricsCPUSeconds(ctx, base)
+	}
+
+	logf("capacity: closed loop, %d in flight, %.0f s", o.Concurrency, o.CapacitySeconds)
+	rep.Capacity = l.phase(ctx, capEv, cpu, func(p *phase) { p.closedLoop(ctx, o.Concurrency, secs(o.CapacitySeconds)) })
+	rate := o.Rate
+	if rate <= 0 {
+		rate = o.Multiple * rep.Capacity.AcceptedPS
+	}
+	if rate <= 0 {
+		return errors.New("capacity phase accepted nothing; see the server's log")
+	}
+	logf("capacity %s accepted/s; overload: open loop at %s requests/s for %.0f s (at most %d in flight, client timeout %s)",
+		grouped(int64(rep.Capacity.AcceptedPS)), grouped(int64(rate)), o.Seconds, o.MaxInflight, o.ClientTimeout)
+	rep.Overload = l.phase(ctx, ovEv, cpu, func(p *phase) { p.openLoop(ctx, rate, o.MaxInflight, secs(o.Seconds)) })
+	rep.Overload.OfferedTarget = rate
+	if srv != nil {
+		if peak, _, err := srv.memory(); err == nil {
+			rep.Overload.PeakRSSBytes = &peak
+		}
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted; servers stopped")
+	}
+	if srv != nil {
+		if err := srv.stop(); err != nil {
+			rep.Problems = append(rep.Problems, "server did not exit 0 on SIGTERM: "+err.Error())
+		}
+	}
+	writeOverload(o.Stdout, rep)
+	if o.JSONPath != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(o.JSONPath, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(rep.Problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrFailed, strings.Join(rep.Problems, "; "))
+	}
+	return nil
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+type loader struct {
+	base    string
+	clients []*http.Client
+	next    atomic.Uint64
+	timeout time.Duration
+}
+
+type overloadEvent struct {
+	id     string
+	bodies [][]byte // one reservation body per area
+}
+
+// createEvent creates an event whose areas all live in the partition of
+// its first area, so one partition is the bottleneck; parts is the
+// server's partition count.
+func (l *loader) createEvent(ctx context.Context, areas, parts int) (*overloadEvent, error) {
+	ev := &overloadEvent{id: "overload-" + newUUID()}
+	part := -1
+	type area struct {
+		AreaID   string `json:"areaId"`
+		Price    int    `json:"price"`
+		RowCount int    `json:"rowCount"`
+		ColCount int    `json:"colCount"`
+	}
+	var def struct {
+		EventName string `json:"eventName"`
+		Areas     []area `json:"areas"`
+	}
+	def.EventName = ev.id
+	for i := 0; len(def.Areas) < areas; i++ {
+		id := "a" + strconv.Itoa(i)
+		// The ticketing API's placement of (event, area).
+		p := engine.PartitionOfHash(engine.HashMore(engine.HashMore(engine.Hash(ev.id), "\x00"), id), parts)
+		if part < 0 {
+			part = p
+		}
+		if p != part {
+			continue
+		}
+		def.Areas = append(def.Areas, area{AreaID: id, Price: 100, RowCount: 1000, ColCount: 100})
+		ev.bodies = append(ev.bodies, fmt.Appendf(nil, `{"userId":"overload","eventId":%q,"areaId":%q,"numOfSeats":1,"type":"RANDOM"}`, ev.id, id))
+	}
+	body, _ := json.Marshal(def)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.base+"/v1/event", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := l.clients[0].Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("create event: %w", err)
+	}
+	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("create event: status %d: %s", resp.StatusCode, clip(reply))
+	}
+	return ev, nil
+}
+
+// phase runs one load pattern against ev and collects its outcome.
+func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float64, error), run func(*phase)) *PhaseReport {
+	p := &phase{l: l, ev: ev, acc: newHist(), ref: newHist(), lag: newHist(), fromSend: newHist(), retryAfter: true}
+	shed0, _ := metricsShed(ctx, l.base)
+	h0, _ := metricsHistograms(ctx, l.base)
+	cpu0, cpuErr := cpu()
+	gen0 := selfCPUSeconds()
+	start := time.Now()
+	run(p)
+	elapsed := time.Since(start)
+	r := &PhaseReport{
+		Seconds: elapsed.Seconds(), Sent: p.sent.Load(), NotSent: p.notSent.Load(),
+		Accepted: p.accepted.Load(), Refused: p.refused.Load(), Timeouts: p.timeouts.Load(), Errors: p.errors.Load(),
+		P50Us: p.acc.ValueAtQuantile(50), P99Us: p.acc.ValueAtQuantile(99), MaxUs: p.acc.Max(),
+		SentP99Us: p.fromSend.ValueAtQuantile(99), SentMaxUs: p.fromSend.Max(),
+		RefusedP99: p.ref.ValueAtQuantile(99), RetryAfter: p.retryAfter, GeneratorCPU: selfCPUSeconds() - gen0,
+		ErrorSamples: p.samples,
+	}
+	if p.lag.TotalCount() > 0 {
+		r.SendLagP99 = p.lag.ValueAtQuantile(99)
+	}
+	r.OfferedRate = float64(r.Sent) / r.Seconds
+	r.AcceptedPS = float64(r.Accepted) / r.Seconds
+	if r.Sent > 0 {
+		r.RefusedPct = 100 * float64(r.Refused) / float64(r.Sent)
+	}
+	if cpuErr == nil {
+		if cpu1, err := cpu(); err == nil {
+			v := cpu1 - cpu0
+			r.ServerCPU = &v
+		}
+	}
+	if h1, err := metricsHistograms(ctx, l.base); err == nil && h0 != nil {
+		r.ServerHandlerP99Us = h1.p99Delta(h0, handlerHist)
+		r.ServerQueueP99Us = h1.p99Delta(h0, queueHist)
+	}
+	if shed1, err := metricsShed(ctx, l.base); err == nil && shed0 != nil {
+		r.Shed = map[string]float64{}
+		for k, v := range shed1 {
+			r.Shed[k] = v - shed0[k]
+		}
+	}
+	return r
+}
+
+type phase struct {
+	l  *loader
+	ev *overloadEvent
+
+	sent, notSent, accepted, refused, timeouts, errors atomic.Int64
+
+	mu            sync.Mutex
+	acc, ref      *hdrhistogram.Histogram
+	lag, fromSend *hdrhistogram.Histogram
+	retryAfter    bool
+	samples       []string
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, maxLatencyUs, 3) }
+
+// closedLoop keeps n requests in flight for d; a 429 is retried after a
+// short pause, as a client would.
+func (p *phase) closedLoop(ctx context.Context, n int, d time.Duration) {
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() {
+			for i := w; time.Now().Before(end) && ctx.Err() == nil; i += n {
+				if st := p.one(ctx, i, time.Now()); st == http.StatusTooManyRequests {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// openLoop sends requests at a constant rate for d whether or not earlier
+// ones were answered (a crowd does not wait for each other), with at most
+// maxInflight waiting at once.
+func (p *phase) openLoop(ctx context.Context, rate float64, maxInflight int, d time.Duration) {
+	sem := make(chan struct{}, maxInflight)
+	var wg sync.WaitGroup
+	start := time.Now()
+	var i int64
+	for ctx.Err() == nil {
+		el := time.Since(start)
+		if el >= d {
+			break
+		}
+		for due := int64(el.Seconds() * rate); i < due; i++ {
+			n := int(i)
+			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			select {
+			case sem <- struct{}{}:
+				wg.Go(func() {
+					defer func() { <-sem }()
+					p.one(ctx, n, at)
+				})
+			default:
+				p.notSent.Add(1)
+			}
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	wg.Wait()
+}
+
+// one sends reservation i, due at at, and records its outcome; it returns
+// the status (0 for a transport error or timeout).
+func (p *phase) one(ctx context.Context, i int, at time.Time) int {
+	p.sent.Add(1)
+	sendAt := time.Now()
+	body := p.ev.bodies[i%len(p.ev.bodies)]
+	rctx, cancel := context.WithTimeout(ctx, p.l.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, p.l.base+"/v2/reservations", bytes.NewReader(body))
+	if err != nil {
+		p.fail(err.Error())
+		return 0
+	}
+	req.Header["Content-Type"] = []string{"application/json"}
+	c := p.l.clients[p.l.next.Add(1)%uint64(len(p.l.clients))]
+	resp, err := c.Transport.RoundTrip(req)
+	status := 0
+	if err == nil {
+		_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReplyBytes))
+		resp.Body.Close()
+		status = resp.StatusCode
+	}
+	us := max(time.Since(at).Microseconds(), 1)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil: // the run was interrupted
+		case rctx.Err() != nil:
+			p.timeouts.Add(1)
+		default:
+			p.fail(err.Error())
+		}
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.lag.RecordValue(max(sendAt.Sub(at).Microseconds(), 1))
+	switch status {
+	case http.StatusCreated, http.StatusConflict:
+		p.accepted.Add(1)
+		_ = p.acc.RecordValue(min(us, maxLatencyUs))
+		_ = p.fromSend.RecordValue(min(max(time.Since(sendAt).Microseconds(), 1), maxLatencyUs))
+	case http.StatusTooManyRequests:
+		p.refused.Add(1)
+		_ = p.ref.RecordValue(min(us, maxLatencyUs))
+		if resp.Header.Get("Retry-After") == "" {
+			p.retryAfter = false
+		}
+	default:
+		p.errors.Add(1)
+		if len(p.samples) < maxSamples {
+			p.samples = append(p.samples, "status "+strconv.Itoa(status))
+		}
+	}
+	return status
+}
+
+func (p *phase) fail(msg string) {
+	p.errors.Add(1)
+	p.mu.Lock()
+	if len(p.samples) < maxSamples {
+		p.samples = append(p.samples, msg)
+	}
+	p.mu.Unlock()
+}
+
+func writeOverload(w io.Writer, r *OverloadReport) {
+	proto := "h2c"
+	if !r.HTTP2 {
+		proto = "HTTP/1.1"
+	}
+	fmt.Fprintf(w, "\noverload: native POST /v2/reservations, 1 seat, %d areas of one event in one of %d partitions, %s, client timeout %.0f s\n",
+		r.Areas, r.Partitions, proto, r.TimeoutSec)
+	for _, ph := range []struct {
+		name string
+		p    *PhaseReport
+	}{{"capacity (closed loop)", r.Capacity}, {"overload (open loop)", r.Overload}} {
+		p := ph.p
+		if p == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, %.1f s\n", ph.name, p.Seconds)
+		if p.OfferedTarget > 0 {
+			fmt.Fprintf(w, "  offered          %s/s (target %s/s; %s not sent: generator at its in-flight cap)\n",
+				grouped(int64(p.OfferedRate)), grouped(int64(p.OfferedTarget)), grouped(p.NotSent))
+		} else {
+			fmt.Fprintf(w, "  sent             %s/s\n", grouped(int64(p.OfferedRate)))
+		}
+		fmt.Fprintf(w, "  accepted         %s/s (%s: 201 or 409)\n", grouped(int64(p.AcceptedPS)), grouped(p.Accepted))
+		fmt.Fprintf(w, "  429              %s (%.1f %% of sent; Retry-After on every one: %v), p99 %s\n",
+			grouped(p.Refused), p.RefusedPct, p.RetryAfter, micros(p.RefusedP99))
+		fmt.Fprintf(w, "  timeouts, errors %s, %s\n", grouped(p.Timeouts), grouped(p.Errors))
+		fmt.Fprintf(w, "  accepted latency p50 %s  p99 %s  max %s", micros(p.P50Us), micros(p.P99Us), micros(p.MaxUs))
+		fmt.Fprintf(w, " (from when due)\n  from sending     p99 %s  max %s", micros(p.SentP99Us), micros(p.SentMaxUs))
+		if p.SendLagP99 > 0 {
+			fmt.Fprintf(w, "  (generator send lag p99 %s)", micros(p.SendLagP99))
+		}
+		fmt.Fprintln(w)
+		if p.ServerHandlerP99Us != nil {
+			fmt.Fprintf(w, "  server side      handler p99 ≤ %s", micros(*p.ServerHandlerP99Us))
+			if p.ServerQueueP99Us != nil {
+				fmt.Fprintf(w, ", partition queue delay p99 ≤ %s", micros(*p.ServerQueueP99Us))
+			}
+			fmt.Fprintln(w)
+		}
+		if p.ServerCPU != nil {
+			fmt.Fprintf(w, "  server CPU       %.2f s; generator CPU %.2f s\n", *p.ServerCPU, p.GeneratorCPU)
+		}
+		if p.PeakRSSBytes != nil {
+			fmt.Fprintf(w, "  server peak RSS  %d MB\n", *p.PeakRSSBytes>>20)
+		}
+		if len(p.Shed) > 0 {
+			fmt.Fprintf(w, "  server shed      %v\n", p.Shed)
+		}
+		for _, s := range p.ErrorSamples {
+			fmt.Fprintf(w, "  error sample     %s\n", s)
+		}
+	}
+	for _, pr := range r.Problems {
+		fmt.Fprintf(w, "PROBLEM: %s\n", pr)
+	}
+}
+
+// metricsPartitions counts the surge_engine_inbox_depth gauges, one per
+// partition, so the bench can place areas without being told the count.
+func metricsPartitions(ctx context.Context, base string) (int, error) {
+	n := 0
+	err := scanMetrics(ctx, base, func(line string) {
+		if strings.HasPrefix(line, "surge_engine_inbox_depth{") {
+			n++
+		}
+	})
+	if err == nil && n == 0 {
+		err = errors.New("no surge_engine_inbox_depth gauges")
+	}
+	return n, err
+}
+
+// metricsShed reads surge_engine_shed_total by reason (absent on servers
+// without admission by queue delay).
+func metricsShed(ctx context.Context, base string) (map[string]float64, error) {
+	m := map[string]float64{}
+	err := scanMetrics(ctx, base, func(line string) {
+		rest, ok := strings.CutPrefix(line, `surge_engine_shed_total{reason="`)
+		if !ok {
+			return
+		}
+		reason, val, ok := strings.Cut(rest, `"} `)
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); ok && err == nil {
+			m[reason] = v
+		}
+	})
+	if len(m) == 0 {
+		return nil, err
+	}
+	return m, err
+}
+
+func scanMetrics(ctx context.Context, base string, line func(string)) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/metrics: status %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line(sc.Text())
+	}
+	return sc.Err()
+}
+
+// The server histograms the bench reads: the text of a bucket line up to
+// its le label.
+const (
+	handlerHist = `surge_http_request_seconds_bucket{route="POST /v2/reservations",le="`
+	queueHist   = `surge_engine_queue_delay_seconds_bucket{le="`
+)
+
+// histograms maps a histogram's bucket-line prefix to its cumulative
+// counts by upper bound.
+type histograms map[string]map[float64]float64
+
+func metricsHistograms(ctx context.Context, base string) (histograms, error) {
+	h := histograms{}
+	err := scanMetrics(ctx, base, func(line string) {
+		for _, name := range []string{handlerHist, queueHist} {
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok {
+				continue
+			}
+			le, val, ok := strings.Cut(rest, `"} `)
+			bound, err1 := strconv.ParseFloat(le, 64)
+			n, err2 := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			if ok && err1 == nil && err2 == nil {
+				if h[name] == nil {
+					h[name] = map[float64]float64{}
+				}
+				h[name][bound] = n
+			}
+		}
+	})
+	return h, err
+}
+
+// p99Delta is the upper bound of the bucket holding the 99th percentile of
+// what was observed between before and h, in microseconds; nil if nothing
+// was, or the 99th percentile is past the last finite bucket.
+func (h histograms) p99Delta(before histograms, name string) *int64 {
+	now, was := h[name], before[name]
+	var total float64
+	for b, n := range now {
+		if math.IsInf(b, 1) {
+			total = n - was[b]
+		}
+	}
+	if total <= 0 {
+		return nil
+	}
+	bounds := slices.Sorted(maps.Keys(now))
+	for _, b := range bounds {
+		if math.IsInf(b, 1) {
+			break
+		}
+		if now[b]-was[b] >= 0.99*total {
+			us := int64(b * 1e6)
+			return &us
+		}
+	}
+	return nil
+}
