@@ -108,3 +108,18 @@ func TestCheckBody(t *testing.T) {
 		t.Errorf("a 10 KB Content-Type: %d, %d-byte answer", w.Code, w.Body.Len())
 	}
 }
+
+// TestCheckBodyDoesNotAllocate: it runs on every reservation.
+func TestCheckBodyDoesNotAllocate(t *testing.T) {
+	r := httptest.NewRequest("POST", "/", nil)
+	r.ContentLength = 90
+	r.Header.Set("Content-Type", "application/json; charset=utf-8")
+	w := httptest.NewRecorder()
+	if n := testing.AllocsPerRun(100, func() {
+		if CheckBody(w, r, 100) != 0 {
+			t.Fatal("refused")
+		}
+	}); n != 0 {
+		t.Errorf("CheckBody allocates %v times per call", n)
+	}
+}
