@@ -121,7 +121,7 @@ func IsJSONType(v string) bool {
 	if i := strings.IndexByte(v, ';'); i >= 0 {
 		v = v[:i]
 	}
-	v = strings.TrimRight(strings.TrimLeft(v, " \t"), " \t")
+	v = strings.TrimSpace(v)
 	const app = "application/"
 	if len(v) <= len(app) || !strings.EqualFold(v[:len(app)], app) {
 		return false

@@ -82,15 +82,21 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		return api.BodyError(w, err)
 	}
-	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return api.Error(w, http.StatusBadRequest, jsonProblem(err))
-	}
-	// encoding/json silently turns invalid UTF-8 into U+FFFD, so only the
-	// raw body can tell.
-	if msg := checkStrings(buf.Bytes()); msg != "" {
+	if msg := decodeJSON(buf.Bytes(), v); msg != "" {
 		return api.Error(w, http.StatusBadRequest, msg)
 	}
 	return 0
+}
+
+// decodeJSON decodes b into v and returns what is wrong with it, if
+// anything, in words for the client.
+func decodeJSON(b []byte, v any) string {
+	if err := json.Unmarshal(b, v); err != nil {
+		return jsonProblem(err)
+	}
+	// encoding/json silently turns invalid UTF-8 into U+FFFD, so only the
+	// raw body can tell.
+	return checkStrings(b)
 }
 
 func jsonProblem(err error) string {
@@ -289,12 +295,9 @@ func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pat
 	}
 	if !parseReserveFast(buf.Bytes(), body) {
 		body.reset()
-		if err := json.Unmarshal(buf.Bytes(), body); err != nil {
-			return api.Error(w, http.StatusBadRequest, jsonProblem(err))
-		}
-		// The fast path accepts only printable ASCII strings, so this
-		// check costs nothing on the common request.
-		if msg := checkStrings(buf.Bytes()); msg != "" {
+		// The fast path accepts only printable ASCII strings, so the
+		// check of strings costs nothing on the common request.
+		if msg := decodeJSON(buf.Bytes(), body); msg != "" {
 			return api.Error(w, http.StatusBadRequest, msg)
 		}
 	}
