@@ -1,9 +1,14 @@
 package api
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +18,7 @@ import (
 type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	panics   *prometheus.CounterVec
 }
 
 // NewMetrics registers the HTTP metrics on reg.
@@ -27,8 +33,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "HTTP request handling time by route.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
 		}, []string{"route"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surge_http_panics_total",
+			Help: "Handler panics caught and answered 500, by route (a bug: the log has the first stack per route).",
+		}, []string{"route"}),
 	}
-	reg.MustRegister(m.requests, m.latency)
+	reg.MustRegister(m.requests, m.latency, m.panics)
 	return m
 }
 
@@ -39,6 +49,7 @@ type HandlerFunc func(w http.ResponseWriter, r *http.Request) int
 // Handle registers h under pattern on mux, counting and timing it. The
 // per-code counters are resolved once and cached.
 func (m *Metrics) Handle(mux *http.ServeMux, pattern string, h HandlerFunc) {
+	h = m.recovering(pattern, h)
 	if m == nil {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { h(w, r) })
 		return
@@ -54,5 +65,74 @@ func (m *Metrics) Handle(mux *http.ServeMux, pattern string, h HandlerFunc) {
 			c, _ = codes.LoadOrStore(code, m.requests.WithLabelValues(pattern, strconv.Itoa(code)))
 		}
 		c.(prometheus.Counter).Inc()
+	})
+}
+
+// recovering is a safety net, not error handling: every input is meant to
+// be refused before it can make a handler panic. Without it net/http would
+// recover on its own and drop the connection, so the client would see an
+// empty reply instead of an answer. The stack is logged once per route so
+// a client repeating the request cannot flood the log; the counter keeps
+// the total.
+func (m *Metrics) recovering(pattern string, h HandlerFunc) HandlerFunc {
+	var logged atomic.Bool
+	var count prometheus.Counter
+	if m != nil {
+		count = m.panics.WithLabelValues(pattern)
+	}
+	return func(w http.ResponseWriter, r *http.Request) (code int) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler { // a deliberate abort, not a bug
+				panic(v)
+			}
+			if count != nil {
+				count.Inc()
+			}
+			if !logged.Swap(true) {
+				slog.Error("HTTP handler panicked; answered 500 (later panics on this route are counted in surge_http_panics_total, not logged)",
+					"route", pattern, "method", r.Method, "path", Quote(r.URL.Path), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+			code = Error(w, http.StatusInternalServerError, "internal error: the server failed on this request and logged it; it is not the request's fault")
+		}()
+		return h(w, r)
+	}
+}
+
+// fallbacks records the muxes that have a fallback, so every workload's
+// Register may ask for it and it is installed once (ServeMux panics on a
+// pattern registered twice).
+var fallbacks sync.Map // *http.ServeMux -> struct{}
+
+// probeMethods are the methods a fallback checks to tell 405 from 404.
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// HandleFallback makes every request that matches no route get a JSON
+// error like every other refusal, instead of the router's plain text: 405
+// with Allow if the path exists for other methods, 404 otherwise.
+func (m *Metrics) HandleFallback(mux *http.ServeMux) {
+	if _, done := fallbacks.LoadOrStore(mux, struct{}{}); done {
+		return
+	}
+	m.Handle(mux, "/", func(w http.ResponseWriter, r *http.Request) int {
+		var allow []string
+		for _, method := range probeMethods {
+			if method == r.Method {
+				continue
+			}
+			probe := *r
+			probe.Method = method
+			if _, pat := mux.Handler(&probe); pat != "/" && pat != "" {
+				allow = append(allow, method)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			return Error(w, http.StatusMethodNotAllowed, "method "+Quote(r.Method)+" is not allowed on "+Quote(r.URL.Path)+"; use "+strings.Join(allow, ", "))
+		}
+		return Error(w, http.StatusNotFound, "no route "+Quote(r.URL.Path)+"; see docs/API.md for the routes")
 	})
 }

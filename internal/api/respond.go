@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -61,6 +62,77 @@ func BodyError(w http.ResponseWriter, err error) int {
 		return Error(w, http.StatusRequestEntityTooLarge, "request body is larger than "+strconv.FormatInt(tooBig.Limit, 10)+" bytes")
 	}
 	return Error(w, http.StatusBadRequest, "reading request body: "+err.Error())
+}
+
+// MaxEcho is how many bytes of a client's string an error message repeats:
+// enough to recognise it, and a 60 KB id still gets a small answer.
+const MaxEcho = 64
+
+// Quote renders a client-supplied string for an error message: quoted and
+// escaped like %q, cut after MaxEcho bytes (at a character boundary) with
+// "…" and the full length, so the answer stays small whatever was sent.
+func Quote(s string) string {
+	if len(s) <= MaxEcho {
+		return strconv.Quote(s)
+	}
+	cut := MaxEcho
+	// Back up to the start of a character, but never further than one
+	// character's length: in invalid UTF-8 every byte may be a
+	// continuation byte.
+	for i := 0; i < utf8.UTFMax-1 && !utf8.RuneStart(s[cut]); i++ {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// CheckBody refuses a request before any of its body is read: 413 if the
+// declared Content-Length is over limit, 415 if Content-Type says the body
+// is not JSON. A missing Content-Type is accepted (simple clients send
+// none). It returns the status it answered, or 0.
+//
+// Refusing on the declared length matters: a handler that starts reading
+// makes net/http send "100 Continue" and then waits for bytes the client
+// may trickle until the read timeout; answering first means neither
+// happens.
+func CheckBody(w http.ResponseWriter, r *http.Request, limit int64) int {
+	if r.ContentLength > limit {
+		if r.ProtoMajor == 1 {
+			// Otherwise net/http would try to drain a body of up to 256 KiB
+			// before it sends the answer, waiting on a client that is
+			// waiting for us.
+			w.Header().Set("Connection", "close")
+		}
+		return Error(w, http.StatusRequestEntityTooLarge, "request body is larger than "+strconv.FormatInt(limit, 10)+
+			" bytes (Content-Length: "+strconv.FormatInt(r.ContentLength, 10)+")")
+	}
+	for _, ct := range r.Header["Content-Type"] {
+		if ct != "" && !IsJSONType(ct) {
+			return Error(w, http.StatusUnsupportedMediaType, "Content-Type "+Quote(ct)+
+				" is not JSON: send the body with Content-Type: application/json (or without a Content-Type)")
+		}
+	}
+	return 0
+}
+
+// IsJSONType reports whether a Content-Type value names JSON:
+// application/json or application/<anything>+json, in any case, with any
+// parameters. It does not allocate: it runs on every reservation.
+func IsJSONType(v string) bool {
+	if i := strings.IndexByte(v, ';'); i >= 0 {
+		v = v[:i]
+	}
+	v = strings.TrimSpace(v)
+	const app = "application/"
+	if len(v) <= len(app) || !strings.EqualFold(v[:len(app)], app) {
+		return false
+	}
+	sub := v[len(app):]
+	if strings.EqualFold(sub, "json") {
+		return true
+	}
+	const suffix = "+json"
+	return len(sub) > len(suffix) && strings.EqualFold(sub[len(sub)-len(suffix):], suffix) &&
+		!strings.ContainsAny(sub, "/ \t")
 }
 
 const hexDigits = "0123456789abcdef"

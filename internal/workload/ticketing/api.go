@@ -57,6 +57,7 @@ func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
 	m.Handle(mux, "GET /v2/reservations/{id}", a.nativeGet)
 	m.Handle(mux, "DELETE /v2/reservations/{id}", a.nativeCancel)
 	m.Handle(mux, "GET /v2/events/{id}", a.getEvent)
+	m.HandleFallback(mux)
 }
 
 func (a *API) eventPartition(name string) int {
@@ -88,16 +89,30 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // readJSON reads a size-limited body and decodes it into v. It returns a
 // status other than 0 if it already answered.
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
+	if st := api.CheckBody(w, r, limit); st != 0 {
+		return st
+	}
 	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bodyPool.Put(buf)
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		return api.BodyError(w, err)
 	}
-	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return api.Error(w, http.StatusBadRequest, jsonProblem(err))
+	if msg := decodeJSON(buf.Bytes(), v); msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
 	}
 	return 0
+}
+
+// decodeJSON decodes b into v and returns what is wrong with it, if
+// anything, in words for the client.
+func decodeJSON(b []byte, v any) string {
+	if err := json.Unmarshal(b, v); err != nil {
+		return jsonProblem(err)
+	}
+	// encoding/json silently turns invalid UTF-8 into U+FFFD, so only the
+	// raw body can tell.
+	return checkStrings(b)
 }
 
 func jsonProblem(err error) string {
@@ -108,13 +123,22 @@ func jsonProblem(err error) string {
 		if te.Field == "" {
 			return fmt.Sprintf("request body must be a JSON object, not %s", te.Value)
 		}
-		return fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		return fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), clip(te.Value))
 	case errors.As(err, &se):
 		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "malformed JSON: body ends early"
 	}
 	return "malformed JSON: " + err.Error()
+}
+
+// clip shortens text quoted from a body that is not a string, such as a
+// number literal thousands of digits long.
+func clip(s string) string {
+	if len(s) <= api.MaxEcho {
+		return s
+	}
+	return api.Quote(s)
 }
 
 func jsonKind(k string) string {
@@ -207,7 +231,7 @@ func validateEvent(d *EventDef) string {
 			return msg
 		}
 		if seen[d.Areas[i].AreaID] {
-			return fmt.Sprintf("areaId %q appears twice", d.Areas[i].AreaID)
+			return fmt.Sprintf("areaId %s appears twice", api.Quote(d.Areas[i].AreaID))
 		}
 		seen[d.Areas[i].AreaID] = true
 	}
@@ -219,7 +243,7 @@ func validateEvent(d *EventDef) string {
 			continue
 		}
 		if _, err := time.Parse(time.RFC3339Nano, t.v); err != nil {
-			return fmt.Sprintf("%s must be an RFC 3339 instant such as 2026-01-02T15:04:05Z, got %q", t.name, t.v)
+			return fmt.Sprintf("%s must be an RFC 3339 instant such as 2026-01-02T15:04:05Z, got %s", t.name, api.Quote(t.v))
 		}
 	}
 	return ""
@@ -233,7 +257,7 @@ func (a *API) getEvent(w http.ResponseWriter, r *http.Request) int {
 	}
 	def := res.(*EventDef)
 	if def == nil {
-		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no event %q", name))
+		return api.Error(w, http.StatusNotFound, "no event "+api.Quote(name))
 	}
 	type areaView struct {
 		AreaDef
@@ -281,6 +305,9 @@ var reservePool = sync.Pool{New: func() any { return new(reserveBody) }}
 // APIs; the rules of the compatibility API (a FAILED record for a bad type
 // or count) are left to the state machine.
 func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pathEvent string) int {
+	if st := api.CheckBody(w, r, maxReservationBody); st != 0 {
+		return st
+	}
 	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bodyPool.Put(buf)
@@ -289,13 +316,18 @@ func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pat
 	}
 	if !parseReserveFast(buf.Bytes(), body) {
 		body.reset()
-		if err := json.Unmarshal(buf.Bytes(), body); err != nil {
-			return api.Error(w, http.StatusBadRequest, jsonProblem(err))
+		// The fast path accepts only printable ASCII strings, so the
+		// check of strings costs nothing on the common request.
+		if msg := decodeJSON(buf.Bytes(), body); msg != "" {
+			return api.Error(w, http.StatusBadRequest, msg)
 		}
 	}
-	if body.EventID == "" {
+	if body.EventID == "" && pathEvent != "" {
 		// The peer reads eventId from the body only; fall back to the
 		// path so a client that sets only the path still works.
+		if msg := checkText(pathEvent); msg != "" {
+			return api.Error(w, http.StatusBadRequest, "the event id in the path "+msg)
+		}
 		body.EventID = pathEvent
 	}
 	switch {
@@ -311,6 +343,10 @@ func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pat
 		return api.Error(w, http.StatusBadRequest, "numOfSeats is out of range")
 	case len(body.Seats) > MaxSeatsPerRequest:
 		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("at most %d seats per reservation, got %d", MaxSeatsPerRequest, len(body.Seats)))
+	case len(body.Type) > MaxNameLen:
+		// A compatibility request with an unknown type becomes a FAILED
+		// record that keeps the type; one this long is not a typo.
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("type must be %q or %q, got %s", TypeRandom, TypeSelfPick, api.Quote(body.Type)))
 	}
 	return 0
 }
@@ -360,9 +396,9 @@ func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
 }
 
 func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
-	idem := r.Header.Get("Idempotency-Key")
-	if len(idem) > maxIdemKeyLen {
-		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("Idempotency-Key is longer than %d bytes", maxIdemKeyLen))
+	idem, msg := idempotencyKey(r.Header["Idempotency-Key"])
+	if msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
 	}
 	body := reservePool.Get().(*reserveBody)
 	defer reservePool.Put(body)
@@ -371,7 +407,7 @@ func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
 		return st
 	}
 	if body.Type != TypeRandom && body.Type != TypeSelfPick {
-		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("type must be %q or %q, got %q", TypeRandom, TypeSelfPick, body.Type))
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("type must be %q or %q, got %s", TypeRandom, TypeSelfPick, api.Quote(body.Type)))
 	}
 	cmd, part := a.newReserve(body)
 	cmd.Strict = true
@@ -411,7 +447,7 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 	id, ok := parseID(raw)
 	part := partitionOfID(id)
 	if !ok || part >= a.eng.Partitions() {
-		return nil, api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+		return nil, api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	}
 	res, err := a.eng.Query(r.Context(), part, WorkloadID, GetReservation{ID: id})
 	if err != nil {
@@ -419,7 +455,7 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 	}
 	rr := res.(*Result)
 	if rr.Outcome == NotFound {
-		return nil, api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+		return nil, api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	}
 	return rr, 0
 }
@@ -448,7 +484,7 @@ func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
 	id, ok := parseID(raw)
 	part := partitionOfID(id)
 	if !ok || part >= a.eng.Partitions() {
-		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+		return api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	}
 	res, err := a.eng.Do(r.Context(), part, WorkloadID, &Cancel{ID: id, Retention: int64(a.retention)})
 	if err != nil {
@@ -457,7 +493,7 @@ func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
 	rr := res.(*Result)
 	switch rr.Outcome {
 	case NotFound:
-		return api.Error(w, http.StatusNotFound, fmt.Sprintf("no reservation %q", raw))
+		return api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	case Conflict:
 		return api.Error(w, http.StatusConflict, rr.Msg)
 	}
@@ -536,26 +572,46 @@ func formatID(b []byte, id [16]byte) []byte {
 	return b
 }
 
+// idHexAt is where each byte's two hex digits are in the canonical form.
+// Reading fixed positions (rather than skipping dashes wherever they are)
+// means a misplaced dash is a non-hex digit, never a read past the end.
+var idHexAt = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
+// parseID accepts exactly the canonical form (hex in either case).
 func parseID(s string) (id [16]byte, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return id, false
 	}
-	j := 0
-	for i := 0; i < 36; {
-		if s[i] == '-' {
-			i++
-			continue
-		}
+	for j, i := range idHexAt {
 		hi, ok1 := unhex(s[i])
 		lo, ok2 := unhex(s[i+1])
 		if !ok1 || !ok2 {
-			return id, false
+			return [16]byte{}, false
 		}
 		id[j] = hi<<4 | lo
-		j++
-		i += 2
 	}
 	return id, true
+}
+
+// idempotencyKey reads the Idempotency-Key header (absent or empty: no
+// key). The key is stored with the reservation and compared byte for
+// byte, so it is held to what the header's specification allows:
+// printable ASCII, one value.
+func idempotencyKey(vals []string) (key, problem string) {
+	switch {
+	case len(vals) == 0:
+		return "", ""
+	case len(vals) > 1:
+		return "", fmt.Sprintf("send one Idempotency-Key header, not %d", len(vals))
+	case len(vals[0]) > maxIdemKeyLen:
+		return "", fmt.Sprintf("Idempotency-Key is longer than %d bytes (%d)", maxIdemKeyLen, len(vals[0]))
+	}
+	for i := 0; i < len(vals[0]); i++ {
+		if c := vals[0][i]; c < 0x20 || c > 0x7e {
+			return "", fmt.Sprintf("Idempotency-Key must be printable ASCII (a UUID is a good key); byte %d is 0x%02x", i, c)
+		}
+	}
+	return vals[0], ""
 }
 
 func unhex(c byte) (byte, bool) {

@@ -1,8 +1,11 @@
 package ticketing
 
 import (
+	"fmt"
 	"math"
+	"unicode/utf8"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/jsonscan"
 )
 
@@ -75,8 +78,9 @@ func (p *fastParser) object(field func(key []byte) bool) bool {
 }
 
 // raw reads a string of printable ASCII without escapes and returns its
-// bytes in place; anything else (escapes, control bytes, non-ASCII) is
-// left to the fallback.
+// bytes in place; anything else (escapes, control bytes, DEL, non-ASCII)
+// is left to the fallback, which also runs checkStrings. So a body the
+// fast path accepts needs no further check.
 func (p *fastParser) raw() ([]byte, bool) {
 	if !p.Eat('"') {
 		return nil, false
@@ -88,7 +92,7 @@ func (p *fastParser) raw() ([]byte, bool) {
 		case c == '"':
 			p.I++
 			return p.B[start : p.I-1], true
-		case c == '\\' || c < 0x20 || c >= 0x80:
+		case c == '\\' || c < 0x20 || c >= 0x7f:
 			return nil, false
 		}
 		p.I++
@@ -184,4 +188,138 @@ func (p *fastParser) seats(out *reserveBody) bool {
 		}
 		return p.Eat(']')
 	}
+}
+
+// checkStrings walks the string literals of a JSON body and names the
+// first one that holds invalid UTF-8 (encoding/json would silently turn it
+// into U+FFFD), an escape for half of a surrogate pair (likewise), or a
+// control character U+0000–U+001F or U+007F, raw or escaped. Every string
+// in the body is held to this, names or not: none of the API's fields has
+// a use for control characters, and a stored name must read back as sent.
+// It never panics on any input, but only judges strings; the syntax is
+// encoding/json's to check.
+func checkStrings(b []byte) string {
+	var key []byte // the last object key, to name the field
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		start := i + 1
+		end, problem := scanString(b, start)
+		j := end + 1
+		for j < len(b) && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r') {
+			j++
+		}
+		isKey := j < len(b) && b[j] == ':'
+		if problem != "" {
+			if isKey {
+				return "an object key " + problem
+			}
+			if key == nil {
+				return "a string " + problem
+			}
+			return "field " + api.Quote(string(key)) + " " + problem
+		}
+		if isKey {
+			key = b[start:end]
+		}
+		i = end
+	}
+	return ""
+}
+
+// scanString reads the string literal whose content starts at i and
+// returns the index of its closing quote (or len(b)) and what is wrong
+// with it, if anything.
+func scanString(b []byte, i int) (end int, problem string) {
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i, problem
+		case c == '\\':
+			n, p := scanEscape(b, i)
+			if problem == "" {
+				problem = p
+			}
+			i += n
+		case c < 0x20 || c == 0x7f:
+			if problem == "" {
+				problem = fmt.Sprintf("contains the control character U+%04X; names must be printable text", c)
+			}
+			i++
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 && problem == "" {
+				problem = "is not valid UTF-8; send text as UTF-8"
+			}
+			i += size
+		}
+	}
+	return len(b), problem
+}
+
+// scanEscape reads the escape at b[i] ('\\') and returns its length and
+// what is wrong with what it stands for.
+func scanEscape(b []byte, i int) (int, string) {
+	if i+1 >= len(b) {
+		return 1, ""
+	}
+	switch b[i+1] {
+	case 'b', 'f', 'n', 'r', 't':
+		return 2, fmt.Sprintf("contains a control character (\\%c); names must be printable text", b[i+1])
+	case 'u':
+	default:
+		return 2, "" // \" \\ \/ or a syntax error encoding/json reports
+	}
+	r, ok := hex4(b, i+2)
+	if !ok {
+		return 2, ""
+	}
+	switch {
+	case r < 0x20 || r == 0x7f:
+		return 6, fmt.Sprintf("contains the control character U+%04X; names must be printable text", r)
+	case 0xdc00 <= r && r <= 0xdfff:
+		return 6, "contains half of a UTF-16 surrogate pair, which is not a character; send text as UTF-8"
+	case 0xd800 <= r && r <= 0xdbff:
+		if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+			if lo, ok := hex4(b, i+8); ok && 0xdc00 <= lo && lo <= 0xdfff {
+				return 12, ""
+			}
+		}
+		return 6, "contains half of a UTF-16 surrogate pair, which is not a character; send text as UTF-8"
+	}
+	return 6, ""
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		v, ok := unhex(c)
+		if !ok {
+			return 0, false
+		}
+		r = r<<4 | rune(v)
+	}
+	return r, true
+}
+
+// checkText applies checkStrings' rule to a decoded string (a path value).
+func checkText(s string) string {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return "is not valid UTF-8; send text as UTF-8"
+			}
+		case r < 0x20 || r == 0x7f:
+			return fmt.Sprintf("contains the control character U+%04X; names must be printable text", r)
+		}
+	}
+	return ""
 }

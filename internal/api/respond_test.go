@@ -1,0 +1,125 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestQuoteClipsLongInput(t *testing.T) {
+	if got := Quote("abc\x00"); got != `"abc\x00"` {
+		t.Errorf("short input: %s", got)
+	}
+	exact := strings.Repeat("x", MaxEcho)
+	if got := Quote(exact); got != strconv.Quote(exact) {
+		t.Errorf("input of exactly MaxEcho bytes was cut: %s", got)
+	}
+	for _, s := range []string{
+		strings.Repeat("a", 60<<10),
+		strings.Repeat("é", 40<<10),          // a cut in the middle of a character
+		strings.Repeat("\x80", 60<<10),       // only continuation bytes
+		strings.Repeat("\x00\"\\", 20<<10),   // everything escaped
+		strings.Repeat("a", 63) + "€" + "zz", // the cut falls inside "€"
+	} {
+		got := Quote(s)
+		if len(got) > 8*MaxEcho || !strings.HasSuffix(got, "… ("+strconv.Itoa(len(s))+" bytes)") || !utf8.ValidString(got) {
+			t.Errorf("Quote of %d bytes starting %.10q: %d bytes %q", len(s), s, len(got), got)
+		}
+		q := got[:strings.LastIndex(got, "…")]
+		prefix, err := strconv.Unquote(q)
+		if err != nil || !strings.HasPrefix(s, prefix) || len(prefix) < MaxEcho-utf8.UTFMax {
+			t.Errorf("Quote of %.10q: %q is not a quoted prefix of the input (%v)", s, q, err)
+		}
+	}
+}
+
+func TestIsJSONType(t *testing.T) {
+	for v, want := range map[string]bool{
+		"application/json":                  true,
+		"Application/JSON":                  true,
+		"application/json; charset=utf-8":   true,
+		" application/json ;charset=UTF-8":  true,
+		"application/problem+json":          true,
+		"application/vnd.api+JSON; v=1":     true,
+		"text/plain":                        false,
+		"application/x-www-form-urlencoded": false,
+		"application/jsonx":                 false,
+		"application/+json":                 false,
+		"application/a/b+json":              false,
+		"application/":                      false,
+		"json":                              false,
+		"text/json":                         false,
+		"multipart/form-data; boundary=x":   false,
+	} {
+		if got := IsJSONType(v); got != want {
+			t.Errorf("IsJSONType(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestCheckBody(t *testing.T) {
+	cases := []struct {
+		ct     []string
+		length int64
+		want   int
+	}{
+		{nil, 10, 0},
+		{[]string{""}, 10, 0},
+		{[]string{"application/json"}, 100, 0},
+		{[]string{"application/json"}, -1, 0}, // unknown length: the reader's limit decides
+		{[]string{"application/json"}, 101, 413},
+		{[]string{"text/plain"}, 10, 415},
+		{[]string{"application/json", "text/plain"}, 10, 415},
+		{[]string{"text/plain"}, 1e9, 413}, // size first: nothing about the body is worth reading
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest("POST", "/", nil)
+		r.ContentLength = c.length
+		if c.ct != nil {
+			r.Header["Content-Type"] = c.ct
+		}
+		w := httptest.NewRecorder()
+		if got := CheckBody(w, r, 100); got != c.want || (c.want != 0 && w.Code != c.want) {
+			t.Errorf("Content-Type %q, length %d: returned %d, wrote %d; want %d", c.ct, c.length, got, w.Code, c.want)
+		}
+		if c.want == 0 {
+			continue
+		}
+		var e struct{ Error string }
+		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error == "" || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("Content-Type %q, length %d: body %q is not a JSON error", c.ct, c.length, w.Body)
+		}
+		if c.want == 413 && w.Header().Get("Connection") != "close" {
+			t.Errorf("413 without Connection: close; net/http would then wait for the body before answering")
+		}
+		if c.want == 415 && !strings.Contains(e.Error, "application/json") {
+			t.Errorf("415 does not say what to send: %s", e.Error)
+		}
+	}
+	// An echoed Content-Type is clipped like any client string.
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("Content-Type", "text/"+strings.Repeat("x", 10000))
+	w := httptest.NewRecorder()
+	if CheckBody(w, r, 100) != http.StatusUnsupportedMediaType || w.Body.Len() > 400 {
+		t.Errorf("a 10 KB Content-Type: %d, %d-byte answer", w.Code, w.Body.Len())
+	}
+}
+
+// TestCheckBodyDoesNotAllocate: it runs on every reservation.
+func TestCheckBodyDoesNotAllocate(t *testing.T) {
+	r := httptest.NewRequest("POST", "/", nil)
+	r.ContentLength = 90
+	r.Header.Set("Content-Type", "application/json; charset=utf-8")
+	w := httptest.NewRecorder()
+	if n := testing.AllocsPerRun(100, func() {
+		if CheckBody(w, r, 100) != 0 {
+			t.Fatal("refused")
+		}
+	}); n != 0 {
+		t.Errorf("CheckBody allocates %v times per call", n)
+	}
+}
