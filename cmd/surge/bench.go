@@ -67,6 +67,7 @@ finally stops it with SIGTERM (it must exit 0) and times a restart after that.`,
 	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics; no restart)")
 	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
 	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
+	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	return cmd

@@ -32,6 +32,9 @@ type TicketingOptions struct {
 	Seed         uint64
 
 	Exe         string // the surge binary, to spawn `serve` and `bench nullserver`
+	// ServeExe, if set, is the binary started for `serve` instead of Exe:
+	// two builds of the server measured by one generator.
+	ServeExe string
 	Stdout      io.Writer
 	Stderr      io.Writer
 	ProgressTTY bool
@@ -138,7 +141,11 @@ func (r *ticketingRun) logf(format string, args ...any) {
 }
 
 func (r *ticketingRun) spawn(name string, args []string, addr string) (*child, error) {
-	c, err := startChild(name, r.o.Exe, args, addr, filepath.Join(r.tmp, name+".log"))
+	exe := r.o.Exe
+	if r.o.ServeExe != "" && len(args) > 0 && args[0] == "serve" {
+		exe = r.o.ServeExe
+	}
+	c, err := startChild(name, exe, args, addr, filepath.Join(r.tmp, name+".log"))
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
