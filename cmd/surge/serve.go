@@ -107,7 +107,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
 	f.IntVar(&cfg.MaxConns, "max-conns", envIntOr("SURGE_MAX_CONNS", 0), "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused (SURGE_MAX_CONNS)")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", envDurationOr("SURGE_IDLE_TIMEOUT", 30*time.Second), "close a keep-alive connection with no request in flight after this long (SURGE_IDLE_TIMEOUT)")
-	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 1024), "concurrent HTTP/2 streams per connection (SURGE_MAX_STREAMS)")
+	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 128), "concurrent HTTP/2 streams per connection; a client sends more over more connections (SURGE_MAX_STREAMS)")
 	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it 503 with Retry-After at once (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
 	f.DurationVar(&cfg.Retention, "retention", envDurationOr("SURGE_RETENTION", ticketing.DefaultRetention), "how long a FAILED or CANCELLED reservation stays readable (and its Idempotency-Key remembered) before it is purged; 0 keeps them for ever (SURGE_RETENTION)")
 	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
@@ -115,7 +115,7 @@ the heap nears it instead of growing the process).`,
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")
 	f.IntVar(&cfg.MaxSeats, "max-seats", envIntOr("SURGE_MAX_SEATS", ticketing.DefaultMaxSeats), "seats over all areas this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_SEATS)")
-	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. Raise it for a live state near the limit. GOMEMLIMIT, if set, wins (SURGE_MEMORY_LIMIT)")
+	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap doubled, plus stacks), the limit follows, so the GC never works harder than at GOGC=100. GOMEMLIMIT, if set, is fixed and wins (SURGE_MEMORY_LIMIT)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
 }

@@ -234,11 +234,11 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := ConnLimit(nofile, 0)
-	if l.MaxConns != want || l.IdleTimeout != 30*time.Second || l.MaxStreams != 1024 || l.MaxInflight != 4096 {
-		t.Fatalf("defaults %+v; want MaxConns %d, 30s, 1024, 4096", l, want)
+	if l.MaxConns != want || l.IdleTimeout != 30*time.Second || l.MaxStreams != 128 || l.MaxInflight != 4096 {
+		t.Fatalf("defaults %+v; want MaxConns %d, 30s, 128, 4096", l, want)
 	}
 	// The limits are what the HTTP server runs with.
-	if s.srv.IdleTimeout != 30*time.Second || s.srv.HTTP2.MaxConcurrentStreams != 1024 {
+	if s.srv.IdleTimeout != 30*time.Second || s.srv.HTTP2.MaxConcurrentStreams != 128 {
 		t.Fatalf("http.Server idle timeout %v, max streams %d", s.srv.IdleTimeout, s.srv.HTTP2.MaxConcurrentStreams)
 	}
 }

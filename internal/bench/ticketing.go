@@ -31,10 +31,10 @@ type TicketingOptions struct {
 	JSONPath     string
 	Seed         uint64
 
-	Exe         string // the surge binary, to spawn `serve` and `bench nullserver`
+	Exe string // the surge binary, to spawn `serve` and `bench nullserver`
 	// ServeExe, if set, is the binary started for `serve` instead of Exe:
 	// two builds of the server measured by one generator.
-	ServeExe string
+	ServeExe    string
 	Stdout      io.Writer
 	Stderr      io.Writer
 	ProgressTTY bool

@@ -67,8 +67,8 @@ type Config struct {
 // DefaultMemoryLimit keeps the heap of a server with about 100 MB of live
 // state well under 300 MB resident, while GOGC=400 still spaces collections
 // out for smaller states (the limit only bites when heap growth would pass
-// it). A server whose live state nears the limit collects ever more often,
-// so it must be raised for such data sets.
+// it). It is a floor, not a ceiling: when the process needs more (see
+// memgov.go), the limit follows, so the collector never thrashes.
 const DefaultMemoryLimit = 256 << 20
 
 // memoryLimit applies the soft memory limit unless GOMEMLIMIT is set, and
@@ -254,6 +254,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	memLimit := memoryLimit(cfg)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit != math.MaxInt64 {
+		gctx, stopGovernor := context.WithCancel(context.Background())
+		defer stopGovernor()
+		go governMemory(gctx, memLimit)
+	}
 	if err := vfs.OS.MkdirAll(cfg.DataDir); err != nil {
 		return err
 	}

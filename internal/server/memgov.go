@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// A fixed soft memory limit is a trap: once what the process really needs
+// (live heap, goroutine stacks of a connection storm, runtime metadata)
+// comes near it, the collector runs back to back, and a server that
+// needed 12 s of CPU for a load was seen needing 50 s. So the configured
+// limit is a floor: every governorPeriod the limit in force becomes the
+// larger of it and what the process needs with the live heap doubled, so
+// the collector never works harder than it would at GOGC=100, while
+// GOGC=400 still decides whenever the state is small.
+
+const governorPeriod = 250 * time.Millisecond
+
+var governorSamples = []metrics.Sample{
+	{Name: "/memory/classes/total:bytes"},
+	{Name: "/memory/classes/heap/released:bytes"},
+	{Name: "/memory/classes/heap/free:bytes"},
+	{Name: "/memory/classes/heap/objects:bytes"},
+	{Name: "/memory/classes/heap/unused:bytes"},
+	{Name: "/gc/heap/live:bytes"},
+}
+
+// governedLimit is the limit for a process whose runtime holds total bytes
+// (what the soft limit counts), of which heap objects and their free and
+// unused space are heap, and live bytes survived the last collection.
+func governedLimit(floor, total, heap, live int64) int64 {
+	nonHeap := max(total-heap, 0)
+	return max(floor, nonHeap+2*live)
+}
+
+// governMemory adjusts the soft limit until ctx ends. floor is the
+// configured limit; callers skip it when there is none or GOMEMLIMIT rules.
+func governMemory(ctx context.Context, floor int64) {
+	t := time.NewTicker(governorPeriod)
+	defer t.Stop()
+	s := make([]metrics.Sample, len(governorSamples))
+	copy(s, governorSamples)
+	current := floor
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(s)
+		v := func(i int) int64 { return int64(s[i].Value.Uint64()) }
+		total := v(0) - v(1)
+		heap := v(2) + v(3) + v(4)
+		want := governedLimit(floor, total, heap, v(5))
+		// Moves of under 1/16 are noise; not worth a runtime call.
+		if d := want - current; d > current/16 || -d > current/16 || (want == floor && current != floor) {
+			debug.SetMemoryLimit(want)
+			current = want
+		}
+	}
+}
