@@ -120,6 +120,7 @@ asked, the report says what it did offer.`,
 	f.IntVarP(&o.Clients, "clients", "c", 8, "HTTP clients, each with its own connections")
 	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1")
 	f.DurationVar(&o.ClientTimeout, "client-timeout", 10*time.Second, "a request not answered by then counts as a timeout")
+	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	return cmd
 }

@@ -29,6 +29,7 @@ import (
 type OverloadOptions struct {
 	Target        string // a running server's base URL; empty to spawn one
 	Exe           string // the surge binary, to spawn `serve`
+	ServeExe      string // if set, the binary spawned instead of Exe (another build)
 	Partitions    int    // --partitions for a spawned server (0: its default)
 	MaxQueueDelay string // --max-queue-delay for a spawned server ("": its default)
 	DataDir       string // parent of the spawned server's data dir; empty for a temp dir
@@ -140,7 +141,11 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 			args = append(args, "--max-queue-delay", o.MaxQueueDelay)
 		}
 		logf("starting surge %s", strings.Join(args, " "))
-		srv, err = startChild("surge-overload", o.Exe, args, addr, filepath.Join(tmp, "server.log"))
+		exe := o.Exe
+		if o.ServeExe != "" {
+			exe = o.ServeExe
+		}
+		srv, err = startChild("surge-overload", exe, args, addr, filepath.Join(tmp, "server.log"))
 		if err != nil {
 			return err
 		}
