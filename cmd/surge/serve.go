@@ -115,7 +115,7 @@ the heap nears it instead of growing the process).`,
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")
 	f.IntVar(&cfg.MaxSeats, "max-seats", envIntOr("SURGE_MAX_SEATS", ticketing.DefaultMaxSeats), "seats over all areas this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_SEATS)")
-	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap doubled, plus stacks), the limit follows, so the GC never works harder than at GOGC=100. GOMEMLIMIT, if set, is fixed and wins (SURGE_MEMORY_LIMIT)")
+	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap plus half of it, at least 64MiB, plus stacks), the limit follows, so the GC never thrashes. GOMEMLIMIT, if set, is fixed and wins (SURGE_MEMORY_LIMIT)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
 }
