@@ -930,3 +930,32 @@ func TestShortQueueIsNotShed(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestTimersFireUnderAFloodOfClients: client requests that fill every batch
+// must not hold back a timer that is due (a workload's retention purge is
+// one), so timers keep a share of each batch as mail does.
+func TestTimersFireUnderAFloodOfClients(t *testing.T) {
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
+		o.Partitions, o.MaxBatch, o.MaxQueueDelay = 1, 4, -1
+	})
+	defer e.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var id atomic.Uint64
+	for range 64 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e.Do(context.Background(), 0, 7, &slow{ID: id.Add(1)})
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(100 * time.Millisecond) // the inbox is full of slow commands
+	mustDo(t, e, 0, &alarm{ID: "due", AtNs: time.Now().UnixNano()})
+	waitFired(t, e, 0, "due", 1)
+}

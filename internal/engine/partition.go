@@ -228,9 +228,16 @@ func (p *partition) run() {
 		var waits waitSample
 		// One batch holds at most MaxBatch inputs. Client requests leave
 		// room for up to half of it to pending mail, so that neither
-		// starves the other.
+		// starves the other, and an eighth to timers already due: under a
+		// flood of client requests that fills every batch (a full inbox
+		// refuses at submission, so nothing else makes room), timers such
+		// as a workload's retention purge would otherwise never fire.
 		maxBatch := p.e.opts.MaxBatch
-		clientMax := maxBatch - min(p.mail.len(), maxBatch/2)
+		timerShare := 0
+		if at, ok := p.timers.next(); ok && at <= now {
+			timerShare = max(1, maxBatch/8)
+		}
+		clientMax := maxBatch - min(p.mail.len(), maxBatch/2) - timerShare
 		taken := 0
 		if first != nil {
 			taken++
@@ -252,7 +259,7 @@ func (p *partition) run() {
 		}
 		p.learn(&waits)
 		inputs := len(b.reqs)
-		if room := maxBatch - inputs; room > 0 {
+		if room := maxBatch - inputs - timerShare; room > 0 {
 			p.mailBuf = p.mail.take(p.mailBuf[:0], room)
 			for i := range p.mailBuf {
 				p.handleMail(b, &p.mailBuf[i], now)

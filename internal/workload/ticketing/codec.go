@@ -526,6 +526,9 @@ func (m *Machine) restoreRecord(res *Reservation, fp uint64) error {
 	if len(res.UserID) > MaxNameLen {
 		return fmt.Errorf("ticketing: snapshot has a user id of %d bytes", len(res.UserID))
 	}
+	if res.Type == TypeRandom && res.State != StateFailed && len(res.Seats) != int(res.NumOfSeats) {
+		return fmt.Errorf("ticketing: snapshot has a %s RANDOM reservation of %d seats holding %d", res.State, res.NumOfSeats, len(res.Seats))
+	}
 	if res.Type == TypeRandom && len(res.Seats) > 0 {
 		// Stored as one run in one row (records.go).
 		for i, st := range res.Seats {

@@ -83,6 +83,7 @@ const (
 	ReasonNoContinuous
 	ReasonSoldOut
 	ReasonSeatCount // SELF_PICK listing no seats or too many
+	ReasonTooMany   // RANDOM asking for more than MaxSeatsPerRequest
 )
 
 // Seat is one place in an area's grid, both coordinates 0-based.
@@ -162,6 +163,8 @@ func (r *Reservation) FailedReason() string {
 		return fmt.Sprintf("no %d continuous seats are available", r.ReasonA)
 	case ReasonSoldOut:
 		return "the area is sold out"
+	case ReasonTooMany:
+		return fmt.Sprintf("invalid argument: numOfSeats must be at most %d, got %d", MaxSeatsPerRequest, r.ReasonA)
 	case ReasonSeatCount:
 		return fmt.Sprintf("invalid argument: SELF_PICK must list 1 to %d seats, got %d", MaxSeatsPerRequest, r.ReasonA)
 	}
@@ -495,7 +498,7 @@ func (r *Reservation) fail(why Reason, a, b int32) {
 // isInvalid tells a malformed request from one that merely lost the race.
 func (r *Reservation) isInvalid() bool {
 	switch r.Reason {
-	case ReasonInvalidArgument, ReasonInvalidType, ReasonInvalidSeat, ReasonDuplicateSeat, ReasonSeatCount:
+	case ReasonInvalidArgument, ReasonInvalidType, ReasonInvalidSeat, ReasonDuplicateSeat, ReasonSeatCount, ReasonTooMany:
 		return true
 	}
 	return false
@@ -506,6 +509,12 @@ func (m *Machine) reserveRandom(c *Reserve, a *area, r *Reservation) {
 	switch {
 	case n <= 0:
 		r.fail(ReasonInvalidArgument, c.NumOfSeats, 0)
+		return
+	case n > MaxSeatsPerRequest:
+		// The API refuses these before they are logged; the rule is here
+		// too because a record is stored as one run whose length the
+		// snapshot bounds by this limit.
+		r.fail(ReasonTooMany, c.NumOfSeats, 0)
 		return
 	case a.free == 0:
 		r.fail(ReasonSoldOut, 0, 0)

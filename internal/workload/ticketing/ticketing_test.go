@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -338,5 +339,31 @@ func TestForkedSnapshotIsTheStateAtFork(t *testing.T) {
 			t.Fatalf("round %d: forked snapshot differs from the state at the fork", round)
 		}
 		checkInvariants(t, m)
+	}
+}
+
+// TestRandomOverTheLimitFails: the API refuses more than
+// MaxSeatsPerRequest seats before logging, but the rule holds in the
+// machine too, so a record's seat run always fits what a snapshot restores
+// (a 150-seat run used to come back from a snapshot as no seats at (0, 0),
+// and cancelling it then freed a seat someone else held).
+func TestRandomOverTheLimitFails(t *testing.T) {
+	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 1, ColCount: 500})
+	res := apply(m, &Reserve{ID: id(1), UserID: "u", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: MaxSeatsPerRequest + 50})
+	if res.Outcome != OK || res.Res.State != StateFailed || res.Res.Reason != ReasonTooMany || len(res.Res.Seats) != 0 {
+		t.Fatalf("got %+v", res)
+	}
+	if !strings.Contains(res.Res.FailedReason(), "at most 100") {
+		t.Fatalf("reason %q", res.Res.FailedReason())
+	}
+	if a := m.areas[areaKey{"ev", "a"}]; a.free != 500 {
+		t.Fatalf("%d seats free, want 500", a.free)
+	}
+	restored := NewMachine()
+	if err := restored.Restore(m.AppendSnapshot(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(restored.AppendSnapshot(nil), m.AppendSnapshot(nil)) {
+		t.Fatal("snapshot round trip differs")
 	}
 }
