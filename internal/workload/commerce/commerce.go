@@ -314,10 +314,9 @@ func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) { m.ApplyTo(in, fx
 func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
 	now := in.TimeNs
 	var res *Result
-	if msg, ok := in.Cmd.(sagaMessage); ok && in.Kind == engine.FromClient {
+	if _, ok := in.Cmd.(sagaMessage); ok && in.Kind == engine.FromClient {
 		// Saga messages come from partitions, never from a client: one
 		// forged by a client could confirm an order nobody paid for.
-		_ = msg
 		res = invalid("commerce: %T is a saga message, not a client command", in.Cmd)
 	} else {
 		res = m.apply(in, now, fx)
