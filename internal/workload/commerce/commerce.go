@@ -30,6 +30,14 @@
 //     applies the order's ReserveForOrder before its ReleaseForOrder, and
 //     a product that reserved nothing ignores the release. Waiting for the
 //     other answers would only make the compensation later.
+//     Why the engine keeps that order: a partition numbers everything it
+//     sends with one sequence, delivers a durable batch's messages in
+//     order into the receiver's FIFO mailbox (log completions run in
+//     append order), re-sends its outbox after a crash in sequence order
+//     before anything new, and the receiver drops any sequence at or
+//     below its high-water mark for that sender. So per (source, target)
+//     pair a message is applied once, after every earlier one; one that
+//     arrived out of order would be dropped, not applied late.
 //  4. All reserved: ProcessPaymentForOrder to pay/<id>, which captures or
 //     declines (amount over 10000.00, unknown method) and answers
 //     PaymentProcessed or PaymentFailed.
