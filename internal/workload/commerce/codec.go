@@ -1,0 +1,585 @@
+package commerce
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire"
+)
+
+// Command encoding, version 1: a tag byte, then the fields in order. Each
+// type describes its fields once, in code, for both directions (see coder),
+// so encoder and decoder cannot drift apart. Tags are logged: never reuse
+// or renumber one.
+const (
+	tagCreateCustomer = 1 + iota
+	tagUpdateCustomer
+	tagSetCustomerStatus
+	tagCreateProduct
+	tagReserveStock
+	tagReleaseStock
+	tagReplenishStock
+	tagCreateOrder
+	tagConfirmOrder
+	tagCancelOrder
+	tagCreatePayment
+	tagRefundPayment
+	tagReserveForOrder
+	tagReleaseForOrder
+	tagCommitForOrder
+	tagStockReserved
+	tagStockFailed
+	tagProcessPaymentForOrder
+	tagRefundForOrder
+	tagPaymentProcessed
+	tagPaymentFailed
+	tagSagaDeadline
+)
+
+// Client commands.
+type (
+	CreateCustomer struct{ ID, Email, Name, Address, Phone string }
+	UpdateCustomer struct{ ID, Email, Name, Address, Phone string }
+	// SetCustomerStatus: ACTIVE, SUSPENDED or CLOSED (final).
+	SetCustomerStatus struct{ ID, Status, Reason string }
+	CreateProduct     struct {
+		ID, SKU, Name, Description, Category string
+		PriceCents, OnHand                   int64
+	}
+	// ReserveStock is the direct POST /api/products/{id}/stock/reserve.
+	ReserveStock struct {
+		ProductID, OrderID string
+		Quantity           int64
+	}
+	ReleaseStock struct {
+		ProductID, OrderID string
+		Quantity           int64
+		Reason             string
+	}
+	ReplenishStock struct {
+		ProductID string
+		Quantity  int64
+		Reason    string
+	}
+	// CreateOrder starts the saga. The gateway fills missing unit prices
+	// from the product and chooses DeadlineNs (the configured saga
+	// deadline), which is logged so replay arms the same timer.
+	CreateOrder struct {
+		OrderID, CustomerID                          string
+		Items                                        []LineItem
+		ShippingAddress, CustomerName, CustomerEmail string
+		PaymentMethod                                string
+		DeadlineNs                                   int64
+	}
+	ConfirmOrder struct{ OrderID string }
+	CancelOrder  struct{ OrderID, Reason, CancelledBy string }
+	// CreatePayment is the direct POST /api/payments.
+	CreatePayment struct {
+		OrderID, CustomerID string
+		AmountCents         int64
+		Currency, Method    string
+	}
+	RefundPayment struct{ PaymentID, Reason string }
+)
+
+// Saga messages between partitions, and the deadline timer's command.
+// Apply refuses them from a client.
+type (
+	ReserveForOrder struct {
+		OrderID, ProductID string
+		Quantity           int64
+	}
+	ReleaseForOrder        struct{ OrderID, ProductID, Reason string }
+	CommitForOrder         struct{ OrderID, ProductID string }
+	StockReserved          struct{ OrderID, ProductID string }
+	StockFailed            struct{ OrderID, ProductID, Reason string }
+	ProcessPaymentForOrder struct {
+		OrderID, CustomerID string
+		AmountCents         int64
+		Method              string
+	}
+	RefundForOrder   struct{ OrderID, Reason string }
+	PaymentProcessed struct{ OrderID, PaymentID string }
+	PaymentFailed    struct{ OrderID, Reason string }
+	SagaDeadline     struct{ OrderID string }
+)
+
+type sagaMessage interface{ sagaMessage() }
+
+func (*ReserveForOrder) sagaMessage()        {}
+func (*ReleaseForOrder) sagaMessage()        {}
+func (*CommitForOrder) sagaMessage()         {}
+func (*StockReserved) sagaMessage()          {}
+func (*StockFailed) sagaMessage()            {}
+func (*ProcessPaymentForOrder) sagaMessage() {}
+func (*RefundForOrder) sagaMessage()         {}
+func (*PaymentProcessed) sagaMessage()       {}
+func (*PaymentFailed) sagaMessage()          {}
+func (*SagaDeadline) sagaMessage()           {}
+
+// coder writes (w set) or reads (r set) one field at a time.
+type coder struct {
+	w *wire.Writer
+	r *wire.Reader
+}
+
+func (c *coder) str(p ...*string) {
+	for _, s := range p {
+		if c.w != nil {
+			c.w.Str(*s)
+		} else {
+			*s = c.r.Str()
+		}
+	}
+}
+
+// i64 is a zig-zag varint: quantities and cents are small and never
+// negative in valid input, but a decoder must take any value.
+func (c *coder) i64(p ...*int64) {
+	for _, v := range p {
+		if c.w != nil {
+			c.w.B = binary.AppendVarint(c.w.B, *v)
+			continue
+		}
+		if c.r.Err != nil {
+			*v = 0
+			continue
+		}
+		x, n := binary.Varint(c.r.B)
+		if n <= 0 {
+			c.r.Err = wire.ErrTruncated
+			*v = 0
+			continue
+		}
+		c.r.B = c.r.B[n:]
+		*v = x
+	}
+}
+
+func (c *coder) u64(p *uint64) {
+	if c.w != nil {
+		c.w.Uvarint(*p)
+	} else {
+		*p = c.r.Uvarint()
+	}
+}
+
+func (c *coder) bool(p *bool) {
+	if c.w != nil {
+		if *p {
+			c.w.U8(1)
+		} else {
+			c.w.U8(0)
+		}
+		return
+	}
+	switch c.r.U8() {
+	case 0:
+		*p = false
+	case 1:
+		*p = true
+	default:
+		if c.r.Err == nil {
+			c.r.Err = errors.New("commerce: a boolean is neither 0 nor 1")
+		}
+	}
+}
+
+// count codes a list's length; on read it is bounded by what the input
+// could hold (minSize bytes per element).
+func (c *coder) count(n int, minSize int) int {
+	if c.w != nil {
+		c.w.Uvarint(uint64(n))
+		return n
+	}
+	return c.r.Count(minSize)
+}
+
+func (c *coder) items(p *[]LineItem) {
+	n := c.count(len(*p), 5)
+	if c.r != nil {
+		*p = nil
+		if n > 0 {
+			*p = make([]LineItem, n)
+		}
+	}
+	for i := range *p {
+		it := &(*p)[i]
+		c.str(&it.ProductID, &it.ProductName, &it.SKU)
+		c.i64(&it.Quantity, &it.UnitPriceCents)
+	}
+}
+
+// fields of each command, for both directions.
+func (x *CreateCustomer) code(c *coder)    { c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
+func (x *UpdateCustomer) code(c *coder)    { c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
+func (x *SetCustomerStatus) code(c *coder) { c.str(&x.ID, &x.Status, &x.Reason) }
+func (x *CreateProduct) code(c *coder) {
+	c.str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
+	c.i64(&x.PriceCents, &x.OnHand)
+}
+func (x *ReserveStock) code(c *coder) { c.str(&x.ProductID, &x.OrderID); c.i64(&x.Quantity) }
+func (x *ReleaseStock) code(c *coder) {
+	c.str(&x.ProductID, &x.OrderID)
+	c.i64(&x.Quantity)
+	c.str(&x.Reason)
+}
+func (x *ReplenishStock) code(c *coder) { c.str(&x.ProductID); c.i64(&x.Quantity); c.str(&x.Reason) }
+func (x *CreateOrder) code(c *coder) {
+	c.str(&x.OrderID, &x.CustomerID)
+	c.items(&x.Items)
+	c.str(&x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod)
+	c.i64(&x.DeadlineNs)
+}
+func (x *ConfirmOrder) code(c *coder) { c.str(&x.OrderID) }
+func (x *CancelOrder) code(c *coder)  { c.str(&x.OrderID, &x.Reason, &x.CancelledBy) }
+func (x *CreatePayment) code(c *coder) {
+	c.str(&x.OrderID, &x.CustomerID)
+	c.i64(&x.AmountCents)
+	c.str(&x.Currency, &x.Method)
+}
+func (x *RefundPayment) code(c *coder)   { c.str(&x.PaymentID, &x.Reason) }
+func (x *ReserveForOrder) code(c *coder) { c.str(&x.OrderID, &x.ProductID); c.i64(&x.Quantity) }
+func (x *ReleaseForOrder) code(c *coder) { c.str(&x.OrderID, &x.ProductID, &x.Reason) }
+func (x *CommitForOrder) code(c *coder)  { c.str(&x.OrderID, &x.ProductID) }
+func (x *StockReserved) code(c *coder)   { c.str(&x.OrderID, &x.ProductID) }
+func (x *StockFailed) code(c *coder)     { c.str(&x.OrderID, &x.ProductID, &x.Reason) }
+func (x *ProcessPaymentForOrder) code(c *coder) {
+	c.str(&x.OrderID, &x.CustomerID)
+	c.i64(&x.AmountCents)
+	c.str(&x.Method)
+}
+func (x *RefundForOrder) code(c *coder)   { c.str(&x.OrderID, &x.Reason) }
+func (x *PaymentProcessed) code(c *coder) { c.str(&x.OrderID, &x.PaymentID) }
+func (x *PaymentFailed) code(c *coder)    { c.str(&x.OrderID, &x.Reason) }
+func (x *SagaDeadline) code(c *coder)     { c.str(&x.OrderID) }
+
+type coded interface {
+	engine.Command
+	code(c *coder)
+}
+
+func encode(b []byte, tag byte, x coded) ([]byte, error) {
+	w := wire.Writer{B: append(b, tag)}
+	x.code(&coder{w: &w})
+	return w.B, nil
+}
+
+func (x *CreateCustomer) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagCreateCustomer, x)
+}
+func (x *UpdateCustomer) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagUpdateCustomer, x)
+}
+func (x *SetCustomerStatus) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagSetCustomerStatus, x)
+}
+func (x *CreateProduct) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagCreateProduct, x)
+}
+func (x *ReserveStock) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagReserveStock, x) }
+func (x *ReleaseStock) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagReleaseStock, x) }
+func (x *ReplenishStock) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagReplenishStock, x)
+}
+func (x *CreateOrder) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCreateOrder, x) }
+func (x *ConfirmOrder) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagConfirmOrder, x) }
+func (x *CancelOrder) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCancelOrder, x) }
+func (x *CreatePayment) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagCreatePayment, x)
+}
+func (x *RefundPayment) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagRefundPayment, x)
+}
+func (x *ReserveForOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagReserveForOrder, x)
+}
+func (x *ReleaseForOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagReleaseForOrder, x)
+}
+func (x *CommitForOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagCommitForOrder, x)
+}
+func (x *StockReserved) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagStockReserved, x)
+}
+func (x *StockFailed) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagStockFailed, x) }
+func (x *ProcessPaymentForOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagProcessPaymentForOrder, x)
+}
+func (x *RefundForOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagRefundForOrder, x)
+}
+func (x *PaymentProcessed) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagPaymentProcessed, x)
+}
+func (x *PaymentFailed) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagPaymentFailed, x)
+}
+func (x *SagaDeadline) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagSagaDeadline, x) }
+
+var errUnknownCommand = errors.New("commerce: unknown command tag")
+
+func newCommand(tag byte) coded {
+	switch tag {
+	case tagCreateCustomer:
+		return &CreateCustomer{}
+	case tagUpdateCustomer:
+		return &UpdateCustomer{}
+	case tagSetCustomerStatus:
+		return &SetCustomerStatus{}
+	case tagCreateProduct:
+		return &CreateProduct{}
+	case tagReserveStock:
+		return &ReserveStock{}
+	case tagReleaseStock:
+		return &ReleaseStock{}
+	case tagReplenishStock:
+		return &ReplenishStock{}
+	case tagCreateOrder:
+		return &CreateOrder{}
+	case tagConfirmOrder:
+		return &ConfirmOrder{}
+	case tagCancelOrder:
+		return &CancelOrder{}
+	case tagCreatePayment:
+		return &CreatePayment{}
+	case tagRefundPayment:
+		return &RefundPayment{}
+	case tagReserveForOrder:
+		return &ReserveForOrder{}
+	case tagReleaseForOrder:
+		return &ReleaseForOrder{}
+	case tagCommitForOrder:
+		return &CommitForOrder{}
+	case tagStockReserved:
+		return &StockReserved{}
+	case tagStockFailed:
+		return &StockFailed{}
+	case tagProcessPaymentForOrder:
+		return &ProcessPaymentForOrder{}
+	case tagRefundForOrder:
+		return &RefundForOrder{}
+	case tagPaymentProcessed:
+		return &PaymentProcessed{}
+	case tagPaymentFailed:
+		return &PaymentFailed{}
+	case tagSagaDeadline:
+		return &SagaDeadline{}
+	}
+	return nil
+}
+
+// Decode implements engine.Machine. Trailing bytes are an error: a
+// record that decodes from a prefix of itself is not what was written.
+func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(data) }
+
+// Decode is Machine.Decode, which needs no state.
+func Decode(data []byte) (engine.Command, error) {
+	if len(data) == 0 {
+		return nil, errUnknownCommand
+	}
+	cmd := newCommand(data[0])
+	if cmd == nil {
+		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
+	}
+	r := wire.Reader{B: data[1:]}
+	cmd.code(&coder{r: &r})
+	if r.Err == nil && len(r.B) > 0 {
+		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
+	}
+	if r.Err != nil {
+		return nil, fmt.Errorf("commerce: decoding command %d: %w", data[0], r.Err)
+	}
+	return cmd, nil
+}
+
+// Snapshot encoding, version 1. Every map is written in sorted key order,
+// so the same state always encodes to the same bytes.
+const snapshotVersion = 1
+
+func (x *Customer) code(c *coder) {
+	c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone, &x.Status)
+	c.i64(&x.CreatedAt, &x.UpdatedAt)
+}
+
+func (x *Product) code(c *coder) {
+	c.str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
+	c.i64(&x.PriceCents, &x.OnHand, &x.Reserved, &x.CreatedAt, &x.UpdatedAt)
+	var ids []string
+	if c.w != nil {
+		ids = sortedKeys(x.resv)
+	}
+	n := c.count(len(ids), 3)
+	if c.r != nil {
+		x.resv = make(map[string]reservation, n)
+		ids = make([]string, n)
+	}
+	for _, id := range ids {
+		r := x.resv[id]
+		c.str(&id)
+		c.i64(&r.qty)
+		c.bool(&r.saga)
+		x.resv[id] = r
+	}
+}
+
+func (x *Order) code(c *coder) {
+	c.str(&x.ID, &x.CustomerID)
+	c.items(&x.Items)
+	c.i64(&x.Subtotal, &x.Tax, &x.Total)
+	c.str(&x.Status, &x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod, &x.PaymentID, &x.Reason, &x.CancelledBy)
+	c.i64(&x.CreatedAt, &x.UpdatedAt, &x.Deadline)
+}
+
+func (x *Saga) code(c *coder) {
+	c.str(&x.ID, &x.Type, &x.Status)
+	n := c.count(len(x.Steps), 3)
+	if c.r != nil {
+		x.Steps = make([]SagaStep, n)
+	}
+	for i := range x.Steps {
+		c.str(&x.Steps[i].Name, &x.Steps[i].Status)
+		c.i64(&x.Steps[i].At)
+	}
+	c.i64(&x.StartedAt, &x.UpdatedAt)
+	n = c.count(len(x.Products), 1)
+	if c.r != nil {
+		x.Products = make([]string, n)
+	}
+	c.str(ptrs(x.Products)...)
+	w := int64(x.waiting)
+	c.i64(&w)
+	x.waiting = int(w)
+	c.bool(&x.paymentAsked)
+	c.str(&x.FailureReason)
+}
+
+func ptrs(s []string) []*string {
+	p := make([]*string, len(s))
+	for i := range s {
+		p[i] = &s[i]
+	}
+	return p
+}
+
+func (x *Payment) code(c *coder) {
+	c.str(&x.ID, &x.OrderID, &x.CustomerID)
+	c.i64(&x.AmountCents)
+	c.str(&x.Currency, &x.Method, &x.Status, &x.TransactionID, &x.FailureReason)
+	c.bool(&x.Saga)
+	c.i64(&x.CreatedAt, &x.UpdatedAt)
+}
+
+func (x *Event) code(c *coder) {
+	c.u64(&x.Seq)
+	c.str(&x.Type)
+	c.i64(&x.At)
+	n := c.count(len(x.Fields), 2)
+	if c.r != nil {
+		x.Fields = nil
+		if n > 0 {
+			x.Fields = make([]Field, n)
+		}
+	}
+	for i := range x.Fields {
+		c.str(&x.Fields[i].K, &x.Fields[i].V)
+	}
+}
+
+// codeMap writes a map's entries in key order, or reads them back; an
+// entity's key is inside it (id), so only the values are written.
+func codeMap[V any](c *coder, m map[string]*V, key func(*V) string, minSize int) error {
+	if c.w != nil {
+		ks := sortedKeys(m)
+		c.count(len(ks), minSize)
+		for _, k := range ks {
+			any(m[k]).(interface{ code(*coder) }).code(c)
+		}
+		return nil
+	}
+	for n := c.count(0, minSize); n > 0 && c.r.Err == nil; n-- {
+		v := new(V)
+		any(v).(interface{ code(*coder) }).code(c)
+		k := key(v)
+		if _, dup := m[k]; dup && c.r.Err == nil {
+			return fmt.Errorf("commerce: snapshot holds %q twice", k)
+		}
+		m[k] = v
+	}
+	return nil
+}
+
+func (m *Machine) code(c *coder) error {
+	for _, err := range []error{
+		codeMap(c, m.customers, func(x *Customer) string { return x.ID }, 8),
+		codeMap(c, m.products, func(x *Product) string { return x.ID }, 10),
+		codeMap(c, m.orders, func(x *Order) string { return x.ID }, 20),
+		codeMap(c, m.sagas, func(x *Saga) string { return x.ID }, 10),
+		codeMap(c, m.payments, func(x *Payment) string { return x.OrderID }, 10),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	closed := sortedKeys(m.closedOrders)
+	n := c.count(len(closed), 1)
+	if c.r != nil {
+		closed = make([]string, n)
+	}
+	c.str(ptrs(closed)...)
+	for _, o := range closed {
+		m.closedOrders[o] = true
+	}
+	keys := sortedKeys(m.events)
+	n = c.count(len(keys), 2)
+	if c.r != nil {
+		keys = make([]string, n)
+	}
+	for _, k := range keys {
+		c.str(&k)
+		h := m.events[k]
+		hn := c.count(len(h), 4)
+		if c.r != nil {
+			h = make([]Event, hn)
+		}
+		for i := range h {
+			h[i].code(c)
+		}
+		if c.r != nil && c.r.Err == nil {
+			m.events[k] = h
+		}
+	}
+	return nil
+}
+
+// AppendSnapshot implements engine.Machine.
+func (m *Machine) AppendSnapshot(dst []byte) []byte {
+	w := wire.Writer{B: dst}
+	w.U32(snapshotVersion)
+	_ = m.code(&coder{w: &w}) // writing cannot fail
+	return w.B
+}
+
+// Restore implements engine.Machine.
+func (m *Machine) Restore(data []byte) error {
+	*m = *NewMachine()
+	r := wire.Reader{B: data}
+	if v := r.U32(); r.Err == nil && v != snapshotVersion {
+		return fmt.Errorf("commerce: snapshot version %d; this binary reads version %d", v, snapshotVersion)
+	}
+	if err := m.code(&coder{r: &r}); err != nil {
+		*m = *NewMachine()
+		return err
+	}
+	if r.Err == nil && len(r.B) > 0 {
+		r.Err = fmt.Errorf("%d bytes after the state", len(r.B))
+	}
+	if r.Err != nil {
+		*m = *NewMachine()
+		return fmt.Errorf("commerce: restoring snapshot: %w", r.Err)
+	}
+	return nil
+}

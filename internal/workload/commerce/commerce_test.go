@@ -1,0 +1,298 @@
+package commerce
+
+import (
+	"fmt"
+	"testing"
+)
+
+// model is what the test knows independently of the machines: the stock
+// it put in and the direct reservations it made, so the machines' numbers
+// are checked against something they did not compute.
+type model struct {
+	initial    map[string]int64            // product → quantityOnHand at creation
+	replenish  map[string]int64            // product → units added
+	direct     map[string]map[string]int64 // product → order id → live direct reservation
+	orders     map[string]*CreateOrder
+	doomed     map[string]string // order → why it can never be confirmed
+	payments   []string          // direct payments' order ids
+	products   []string
+	stats      *stats
+	sagaOrders []string
+}
+
+type stats struct{ confirmed, cancelled, timedOut, compensated, steps int }
+
+const ms = int64(1e6)
+
+func (h *harness) product(id string) *Product { return h.ms[h.part(ProductKey(id))].products[id] }
+func (h *harness) order(id string) (*Order, *Saga) {
+	m := h.ms[h.part(OrderKey(id))]
+	return m.orders[id], m.sagas[id]
+}
+func (h *harness) payment(orderID string) *Payment {
+	return h.ms[h.part(PaymentKey(orderID))].payments[orderID]
+}
+
+// checkAlways holds after every step, whatever is in flight.
+func checkAlways(h *harness, md *model) {
+	h.t.Helper()
+	for _, id := range md.products {
+		p := h.product(id)
+		if p.Available() < 0 || p.Reserved < 0 {
+			h.t.Fatalf("product %s: onHand %d reserved %d: oversold", id, p.OnHand, p.Reserved)
+		}
+		if s := p.ReservationsSum(); s != p.Reserved {
+			h.t.Fatalf("product %s: reserved %d but its reservations add up to %d", id, p.Reserved, s)
+		}
+		for o, q := range md.direct[id] {
+			if r := p.resv[o]; r.saga || r.qty != q {
+				h.t.Fatalf("product %s: direct reservation %s is %+v, the model says %d", id, o, r, q)
+			}
+		}
+	}
+	for _, id := range md.sagaOrders {
+		o, s := h.order(id)
+		if (o.Status == OrderPending) == s.Terminal() {
+			h.t.Fatalf("order %s is %s but its saga is %s", id, o.Status, s.Status)
+		}
+		if o.Status == OrderConfirmed {
+			pay := h.payment(id)
+			if pay == nil || !pay.Saga || pay.Status != PaymentCaptured || pay.AmountCents != o.Total {
+				h.t.Fatalf("order %s CONFIRMED (total %d) with payment %+v", id, o.Total, pay)
+			}
+		}
+	}
+}
+
+// checkEnd holds once everything has been delivered and fired.
+func checkEnd(h *harness, md *model) {
+	h.t.Helper()
+	var confirmedTotal, captured int64
+	sold := map[string]int64{}
+	for _, id := range md.sagaOrders {
+		o, s := h.order(id)
+		if !s.Terminal() {
+			h.t.Fatalf("saga %s still %s after everything was delivered", id, s.Status)
+		}
+		switch o.Status {
+		case OrderConfirmed:
+			md.stats.confirmed++
+			confirmedTotal += o.Total
+			if why := md.doomed[id]; why != "" {
+				h.t.Fatalf("order %s CONFIRMED though %s", id, why)
+			}
+			if s.Status != SagaCompleted {
+				h.t.Fatalf("order %s CONFIRMED with saga %s", id, s.Status)
+			}
+			for _, it := range md.orders[id].Items {
+				sold[it.ProductID] += it.Quantity
+			}
+		case OrderCancelled:
+			md.stats.cancelled++
+			switch s.Status {
+			case SagaTimedOut:
+				md.stats.timedOut++
+			case SagaCompensated:
+				md.stats.compensated++
+			default:
+				h.t.Fatalf("order %s CANCELLED with saga %s", id, s.Status)
+			}
+			if pay := h.payment(id); pay != nil && pay.Saga && pay.Status == PaymentCaptured {
+				h.t.Fatalf("order %s CANCELLED but its payment is still captured", id)
+			}
+		}
+		if p := h.payment(id); p != nil && p.Saga && p.Status == PaymentCaptured {
+			captured += p.AmountCents
+		}
+	}
+	// Captured minus refunded over saga payments: a refunded one is no
+	// longer CAPTURED, so what remains captured is the difference.
+	if captured != confirmedTotal {
+		h.t.Fatalf("saga payments captured − refunded = %d, confirmed orders total %d", captured, confirmedTotal)
+	}
+	for _, id := range md.products {
+		p := h.product(id)
+		if want := md.initial[id] + md.replenish[id] - sold[id]; p.OnHand != want {
+			h.t.Fatalf("product %s: onHand %d, want %d (initial %d + replenished %d − sold %d)", id, p.OnHand, want, md.initial[id], md.replenish[id], sold[id])
+		}
+		for o, r := range p.resv {
+			if r.saga {
+				h.t.Fatalf("product %s: saga reservation of order %s left behind", id, o)
+			}
+		}
+	}
+	checkAlways(h, md)
+	h.checkReplay()
+}
+
+var methods = []string{"CREDIT_CARD", "DEBIT_CARD", "BANK_TRANSFER", "DIGITAL_WALLET"}
+
+func runSeed(t testing.TB, seed uint64, st *stats) {
+	h := newHarness(t, seed, 4)
+	r := h.rng
+	md := &model{initial: map[string]int64{}, replenish: map[string]int64{}, direct: map[string]map[string]int64{},
+		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: st}
+	prices := map[string]int64{}
+	for i := range 5 {
+		id := fmt.Sprintf("p%d", i)
+		price := 1 + r.Int64N(50_000) // up to 500.00, so big orders pass 10000.00
+		onHand := r.Int64N(25)
+		res := h.client(ProductKey(id), &CreateProduct{ID: id, SKU: "SKU-" + id, Name: "product " + id, PriceCents: price, OnHand: onHand})
+		if res.Outcome != Created {
+			t.Fatalf("create product: %+v", res)
+		}
+		md.products = append(md.products, id)
+		md.initial[id], prices[id] = onHand, price
+		md.direct[id] = map[string]int64{}
+	}
+	pick := func() string { return md.products[r.IntN(len(md.products))] }
+	nOrders, nDirect := 0, 0
+	for step := range 120 {
+		roll := r.IntN(100)
+		switch {
+		case roll < 28:
+			id := fmt.Sprintf("o%d", nOrders)
+			nOrders++
+			c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", r.IntN(3)), PaymentMethod: methods[r.IntN(4)],
+				DeadlineNs: (1 + r.Int64N(150)) * ms}
+			if r.IntN(10) == 0 {
+				c.PaymentMethod = "BITCOIN"
+				md.doomed[id] = "its payment method is unknown"
+			}
+			for range 1 + r.IntN(4) {
+				pid := pick()
+				if r.IntN(25) == 0 {
+					pid = "missing"
+					md.doomed[id] = "it holds an unknown product"
+				}
+				c.Items = append(c.Items, LineItem{ProductID: pid, Quantity: 1 + r.Int64N(4), UnitPriceCents: prices[pid]})
+			}
+			res := h.client(OrderKey(id), c)
+			if res.Outcome != Created || res.Order.Status != OrderPending || res.Saga.Status != SagaInProgress {
+				t.Fatalf("create order: %+v", res)
+			}
+			if res.Order.Total > MaxPaymentCents {
+				md.doomed[id] = "its total is over 10000.00"
+			}
+			md.orders[id], md.sagaOrders = c, append(md.sagaOrders, id)
+		case roll < 38:
+			pid := pick()
+			oid := fmt.Sprintf("perftest-%d", nDirect)
+			if nOrders > 0 && r.IntN(8) == 0 {
+				oid = fmt.Sprintf("o%d", r.IntN(nOrders)) // collides with a saga's reservation
+			}
+			nDirect++
+			q := 1 + r.Int64N(3)
+			before := h.product(pid).Available()
+			res := h.client(ProductKey(pid), &ReserveStock{ProductID: pid, OrderID: oid, Quantity: q})
+			_, held := md.direct[pid][oid]
+			switch {
+			case res.Outcome == OK:
+				md.direct[pid][oid] = q
+			case res.Outcome == Same && held && md.direct[pid][oid] == q:
+				// a retry of a reservation that exists
+			case res.Outcome != Conflict:
+				t.Fatalf("reserve: %+v", res)
+			case before >= q && !held && h.product(pid).resv[oid].qty == 0:
+				t.Fatalf("reserve of %d refused with %d available: %s", q, before, res.Msg)
+			}
+		case roll < 45:
+			pid := pick()
+			for oid, q := range md.direct[pid] { // any one; order does not matter to the model
+				rel := 1 + r.Int64N(q)
+				res := h.client(ProductKey(pid), &ReleaseStock{ProductID: pid, OrderID: oid, Quantity: rel, Reason: "test"})
+				if res.Outcome != OK {
+					t.Fatalf("release: %+v", res)
+				}
+				if md.direct[pid][oid] -= rel; md.direct[pid][oid] == 0 {
+					delete(md.direct[pid], oid)
+				}
+				break
+			}
+		case roll < 50:
+			pid := pick()
+			q := 1 + r.Int64N(5)
+			if res := h.client(ProductKey(pid), &ReplenishStock{ProductID: pid, Quantity: q, Reason: "restock"}); res.Outcome != OK {
+				t.Fatalf("replenish: %+v", res)
+			}
+			md.replenish[pid] += q
+		case roll < 55 && nOrders > 0:
+			id := fmt.Sprintf("o%d", r.IntN(nOrders))
+			before, _ := h.order(id)
+			was := before.Status
+			res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "changed my mind", CancelledBy: "customer"})
+			want := map[string]Outcome{OrderPending: OK, OrderCancelled: Same, OrderConfirmed: Conflict}[was]
+			if res.Outcome != want {
+				t.Fatalf("cancel of a %s order: outcome %d, want %d", was, res.Outcome, want)
+			}
+		case roll < 58 && nOrders > 0:
+			id := fmt.Sprintf("o%d", r.IntN(nOrders))
+			o, _ := h.order(id)
+			want := map[string]Outcome{OrderPending: Unprocessable, OrderCancelled: Conflict, OrderConfirmed: Same}[o.Status]
+			if res := h.client(OrderKey(id), &ConfirmOrder{OrderID: id}); res.Outcome != want {
+				t.Fatalf("confirm of a %s order: outcome %d, want %d", o.Status, res.Outcome, want)
+			}
+		case roll < 62:
+			oid := fmt.Sprintf("direct-%d", len(md.payments))
+			if nOrders > 0 && r.IntN(6) == 0 {
+				oid = fmt.Sprintf("o%d", r.IntN(nOrders)) // takes the order's one payment
+				md.doomed[oid] = "a direct payment took its one payment"
+				if o, _ := h.order(oid); o.Status != OrderPending || h.payment(oid) != nil {
+					delete(md.doomed, oid) // too late to matter
+				} else if _, s := h.order(oid); s.paymentAsked {
+					delete(md.doomed, oid) // its request is already on the way
+				}
+			}
+			res := h.client(PaymentKey(oid), &CreatePayment{OrderID: oid, CustomerID: "c0", AmountCents: 1 + r.Int64N(1_200_000), Currency: "EUR", Method: methods[r.IntN(4)]})
+			if res.Outcome == Created {
+				md.payments = append(md.payments, oid)
+				if (res.Payment.Status == PaymentFailedSt) != (res.Payment.AmountCents > MaxPaymentCents) {
+					t.Fatalf("payment of %d ended %s", res.Payment.AmountCents, res.Payment.Status)
+				}
+			} else if res.Outcome != Conflict {
+				t.Fatalf("create payment: %+v", res)
+			}
+		case roll < 65 && len(md.payments) > 0:
+			oid := md.payments[r.IntN(len(md.payments))]
+			p := h.payment(oid)
+			was := p.Status
+			res := h.client(PaymentKey(oid), &RefundPayment{PaymentID: p.ID, Reason: "returned"})
+			if wantOK := was == PaymentCaptured && !p.Saga; (res.Outcome == OK) != wantOK {
+				t.Fatalf("refund of a %s payment (saga %v): %+v", was, p.Saga, res)
+			}
+		case roll < 88:
+			h.deliver()
+		default:
+			h.advance(r.Int64N(10 * ms))
+		}
+		checkAlways(h, md)
+		if step == 60 {
+			h.checkReplay() // also mid-flight, with messages and timers pending
+		}
+	}
+	h.drain()
+	checkEnd(h, md)
+	st.steps += 120
+}
+
+// TestPropertySagas runs random mixes of orders, direct stock calls,
+// payments, manual confirms and cancels, and deadline expiries in random
+// interleavings over four partitions, and checks the invariants.
+func TestPropertySagas(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 50
+	}
+	st := &stats{}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runSeed(t, seed, st) })
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%+v", *st)
+	// The mix must reach every ending, or the checks above prove little.
+	if st.confirmed == 0 || st.timedOut == 0 || st.compensated == 0 {
+		t.Fatalf("the random mix missed an ending: %+v", *st)
+	}
+}

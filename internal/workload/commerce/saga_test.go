@@ -1,0 +1,269 @@
+package commerce
+
+import (
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+func setup(t *testing.T, stock map[string]int64) *harness {
+	t.Helper()
+	h := newHarness(t, 7, 4)
+	for id, n := range stock {
+		if res := h.client(ProductKey(id), &CreateProduct{ID: id, SKU: id, Name: id, PriceCents: 999, OnHand: n}); res.Outcome != Created {
+			t.Fatalf("%+v", res)
+		}
+	}
+	return h
+}
+
+func order(id string, method string, items ...LineItem) *CreateOrder {
+	return &CreateOrder{OrderID: id, CustomerID: "c1", Items: items, PaymentMethod: method, DeadlineNs: DefaultDeadline}
+}
+
+func TestSagaConfirmsAcrossPartitions(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5, "b": 5})
+	res := h.client(OrderKey("o1"), order("o1", "CREDIT_CARD",
+		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 1000},
+		LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 999},
+		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 1000}))
+	// 29.99 subtotal; 10 % is 2.999, half-up 3.00.
+	if o := res.Order; res.Outcome != Created || o.Subtotal != 2999 || o.Tax != 300 || o.Total != 3299 {
+		t.Fatalf("%+v", res.Order)
+	}
+	if h.part(ProductKey("a")) == h.part(ProductKey("b")) && h.part(ProductKey("a")) == h.part(OrderKey("o1")) {
+		t.Log("all keys in one partition; the saga still crosses keys")
+	}
+	for h.deliver() {
+	}
+	o, s := h.order("o1")
+	if o.Status != OrderConfirmed || s.Status != SagaCompleted || o.PaymentID != "PAY-o1" {
+		t.Fatalf("order %s saga %s payment %q", o.Status, s.Status, o.PaymentID)
+	}
+	if a, b := h.product("a"), h.product("b"); a.OnHand != 3 || a.Reserved != 0 || b.OnHand != 4 || b.Reserved != 0 {
+		t.Fatalf("a %d/%d b %d/%d", a.OnHand, a.Reserved, b.OnHand, b.Reserved)
+	}
+	if p := h.payment("o1"); p.Status != PaymentCaptured || p.AmountCents != 3299 {
+		t.Fatalf("%+v", p)
+	}
+	if h.timersLeft() != 0 {
+		t.Fatal("the deadline timer of a completed saga is still armed")
+	}
+	// The product got one ReserveForOrder for its two lines.
+	evs := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a")}).([]Event)
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	if want := "ProductCreated StockReserved StockCommitted"; join(types) != want {
+		t.Fatalf("events %q, want %q", join(types), want)
+	}
+	if last := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 3 {
+		t.Fatalf("limit 1 gives %+v, want the newest", last)
+	}
+}
+
+func join(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += x
+	}
+	return out
+}
+
+// The deadline passes before any product answered: the order is
+// cancelled at once, and the reservations that are made afterwards are
+// released because the release follows the reserve on the same pair.
+func TestDeadlineCompensatesLateReservations(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5, "b": 5})
+	c := order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100}, LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 100})
+	c.DeadlineNs = 5 * ms
+	h.client(OrderKey("o1"), c)
+	h.advance(5 * ms)
+	o, s := h.order("o1")
+	if o.Status != OrderCancelled || s.Status != SagaTimedOut {
+		t.Fatalf("order %s saga %s", o.Status, s.Status)
+	}
+	h.drain()
+	for _, id := range []string{"a", "b"} {
+		if p := h.product(id); p.Reserved != 0 || p.OnHand != 5 || len(p.resv) != 0 {
+			t.Fatalf("product %s: onHand %d reserved %d %v", id, p.OnHand, p.Reserved, p.resv)
+		}
+	}
+	if h.payment("o1") != nil {
+		t.Fatal("a payment was taken for a timed-out order")
+	}
+}
+
+// The deadline passes while the payment is on its way: it is captured and
+// then refunded, and the order stays cancelled.
+func TestDeadlineRefundsACapturedPayment(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5})
+	c := order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100})
+	c.DeadlineNs = 5 * ms
+	h.client(OrderKey("o1"), c)
+	h.deliver() // ReserveForOrder
+	h.deliver() // StockReserved → ProcessPaymentForOrder sent
+	if _, s := h.order("o1"); !s.paymentAsked {
+		t.Fatal("payment not asked")
+	}
+	h.advance(5 * ms)
+	h.drain()
+	o, s := h.order("o1")
+	if o.Status != OrderCancelled || s.Status != SagaTimedOut {
+		t.Fatalf("order %s saga %s", o.Status, s.Status)
+	}
+	if p := h.payment("o1"); p == nil || p.Status != PaymentRefunded {
+		t.Fatalf("payment %+v, want REFUNDED", p)
+	}
+	if p := h.product("a"); p.OnHand != 5 || p.Reserved != 0 {
+		t.Fatalf("onHand %d reserved %d", p.OnHand, p.Reserved)
+	}
+}
+
+// The last unit: a saga and a direct reservation race; one wins, and the
+// loser's order is cancelled with nothing left reserved.
+func TestNoOversellBetweenSagaAndDirectReserve(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 1})
+	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	if res := h.client(ProductKey("a"), &ReserveStock{ProductID: "a", OrderID: "perftest-x", Quantity: 1}); res.Outcome != OK {
+		t.Fatalf("%+v", res)
+	}
+	h.drain()
+	o, s := h.order("o1")
+	if o.Status != OrderCancelled || s.Status != SagaCompensated {
+		t.Fatalf("order %s saga %s", o.Status, s.Status)
+	}
+	if p := h.product("a"); p.Reserved != 1 || p.Available() != 0 || p.Reservation("perftest-x") != 1 {
+		t.Fatalf("reserved %d available %d", p.Reserved, p.Available())
+	}
+	if res := h.client(ProductKey("a"), &ReserveStock{ProductID: "a", OrderID: "perftest-y", Quantity: 1}); res.Outcome != Conflict {
+		t.Fatalf("reserve past the stock: %+v", res)
+	}
+}
+
+func TestDeclinedPaymentCompensates(t *testing.T) {
+	for _, c := range []*CreateOrder{
+		order("o1", "BITCOIN", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}),
+		order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: MaxPaymentCents}), // + tax: over the limit
+	} {
+		h := setup(t, map[string]int64{"a": 5})
+		h.client(OrderKey("o1"), c)
+		h.drain()
+		o, s := h.order("o1")
+		if o.Status != OrderCancelled || s.Status != SagaCompensated {
+			t.Fatalf("order %s saga %s", o.Status, s.Status)
+		}
+		if p := h.payment("o1"); p == nil || p.Status != PaymentFailedSt || p.FailureReason == "" {
+			t.Fatalf("payment %+v", p)
+		}
+		if p := h.product("a"); p.Reserved != 0 || p.OnHand != 5 {
+			t.Fatalf("reserved %d onHand %d", p.Reserved, p.OnHand)
+		}
+	}
+}
+
+// Saga messages and the deadline cannot come from a client: a forged
+// PaymentProcessed would confirm an order nobody paid for.
+func TestClientCannotForgeSagaMessages(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5})
+	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.deliver()
+	h.deliver()
+	for _, c := range []engine.Command{&PaymentProcessed{OrderID: "o1", PaymentID: "PAY-o1"}, &SagaDeadline{OrderID: "o1"}, &StockFailed{OrderID: "o1", ProductID: "a"}} {
+		logged := len(h.log[h.part(OrderKey("o1"))])
+		if res := h.client(OrderKey("o1"), c); res.Outcome != Invalid {
+			t.Fatalf("%T from a client: %+v", c, res)
+		}
+		if len(h.log[h.part(OrderKey("o1"))]) != logged {
+			t.Fatalf("%T from a client was logged", c)
+		}
+	}
+	if o, _ := h.order("o1"); o.Status != OrderPending {
+		t.Fatalf("order %s", o.Status)
+	}
+}
+
+func TestManualRefund(t *testing.T) {
+	h := setup(t, nil)
+	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "none", Quantity: 1, UnitPriceCents: 100}))
+	pay := func(order string, amount int64) *Result {
+		return h.client(PaymentKey(order), &CreatePayment{OrderID: order, CustomerID: "c1", AmountCents: amount, Currency: "EUR", Method: "CREDIT_CARD"})
+	}
+	if res := pay("d1", 500); res.Outcome != Created || res.Payment.Status != PaymentCaptured || res.Payment.ID != "PAY-d1" {
+		t.Fatalf("%+v", res)
+	}
+	if res := pay("d1", 500); res.Outcome != Conflict {
+		t.Fatalf("second payment for one order: %+v", res)
+	}
+	if res := pay("d2", MaxPaymentCents+1); res.Outcome != Created || res.Payment.Status != PaymentFailedSt {
+		t.Fatalf("%+v", res)
+	}
+	refund := func(id string) Outcome {
+		return h.client(PaymentKey(id[4:]), &RefundPayment{PaymentID: id, Reason: "r"}).Outcome
+	}
+	if got := refund("PAY-d1"); got != OK {
+		t.Fatalf("refund of a captured payment: %d", got)
+	}
+	if got := refund("PAY-d1"); got != Conflict {
+		t.Fatalf("second refund: %d", got)
+	}
+	if got := refund("PAY-d2"); got != Conflict {
+		t.Fatalf("refund of a FAILED payment: %d", got)
+	}
+	if got := refund("PAY-nope"); got != NotFound {
+		t.Fatalf("refund of an unknown payment: %d", got)
+	}
+	if res := h.client(PaymentKey("d3"), &CreatePayment{OrderID: "d3", CustomerID: "c1", AmountCents: 1, Currency: "eur"}); res.Outcome != Invalid {
+		t.Fatalf("lower-case currency: %+v", res)
+	}
+}
+
+func TestQueries(t *testing.T) {
+	h := newHarness(t, 1, 1)
+	m := h.ms[0]
+	h.client("", &CreateCustomer{ID: "c1", Email: "a@b.c", Name: "Ann"})
+	if res := h.client("", &CreateCustomer{ID: "c2", Email: "nope", Name: "Bob"}); res.Outcome != Invalid {
+		t.Fatalf("bad email: %+v", res)
+	}
+	if res := h.client("", &SetCustomerStatus{ID: "c1", Status: CustomerClosed, Reason: "gone"}); res.Outcome != OK {
+		t.Fatalf("%+v", res)
+	}
+	if res := h.client("", &SetCustomerStatus{ID: "c1", Status: CustomerActive}); res.Outcome != Conflict {
+		t.Fatalf("reopening a closed customer: %+v", res)
+	}
+	h.client("", &CreateProduct{ID: "a", SKU: "a", Name: "a", PriceCents: 100, OnHand: 9})
+	h.client("", order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.client("", order("o2", "BITCOIN", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.drain()
+	if got := m.Query(&ListSagas{Status: SagaCompleted}).([]Saga); len(got) != 1 || got[0].ID != "o1" {
+		t.Fatalf("completed sagas %+v", got)
+	}
+	if got := m.Query(&ListSagas{Type: SagaType, Limit: 1}).([]Saga); len(got) != 1 {
+		t.Fatalf("limit: %d sagas", len(got))
+	}
+	if got := m.Query(&OrdersByCustomer{CustomerID: "c1"}).([]Order); len(got) != 2 {
+		t.Fatalf("orders of c1: %d", len(got))
+	}
+	if p := m.Query(&GetPayment{ID: "PAY-o1"}).(*Payment); p == nil || p.OrderID != "o1" {
+		t.Fatalf("%+v", p)
+	}
+	if p := m.Query(&GetPayment{ID: "o1"}).(*Payment); p != nil {
+		t.Fatal("a payment id without its prefix was found")
+	}
+	// Copies: changing an answer must not change the state.
+	o := m.Query(&GetOrder{ID: "o1"}).(*Order)
+	o.Items[0].Quantity = 99
+	if m.orders["o1"].Items[0].Quantity != 1 {
+		t.Fatal("a query answer shares memory with the state")
+	}
+	if c := m.Query(&GetCustomer{ID: "zz"}).(*Customer); c != nil {
+		t.Fatal("unknown customer found")
+	}
+	if got := m.Query(&ListCustomers{Limit: 10}).([]Customer); len(got) != 1 || got[0].Status != CustomerClosed {
+		t.Fatalf("%+v", got)
+	}
+}
