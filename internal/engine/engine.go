@@ -59,6 +59,10 @@ type Options struct {
 	MaxQueueDelay time.Duration
 	Metrics       *Metrics
 	Logger        *slog.Logger
+	// Notify receives what Machines pass to Effects.Notify, in apply order
+	// per partition, once the command that made it is durable. It runs on
+	// the log's completion goroutine, so it must not block.
+	Notify func(partition int, workload uint8, v any)
 
 	// For the crash simulation, which needs every file operation on one
 	// goroutine and time it controls: now replaces the clock, and

@@ -174,6 +174,7 @@ func (l *ledger) Apply(in *engine.Input, fx *engine.Effects) {
 			panic("ring must come from its timer")
 		}
 		l.fired[c.ID]++
+		fx.Notify("rang " + c.ID)
 	}
 	fx.Reply("ok")
 }
@@ -958,4 +959,41 @@ func TestTimersFireUnderAFloodOfClients(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the inbox is full of slow commands
 	mustDo(t, e, 0, &alarm{ID: "due", AtNs: time.Now().UnixNano()})
 	waitFired(t, e, 0, "due", 1)
+}
+
+// TestNotifyReachesObserversOnceDurable: a timer's firing (no client waits
+// for it) notifies the observer, after it is durable, and replay after a
+// restart notifies nothing again.
+func TestNotifyReachesObserversOnceDurable(t *testing.T) {
+	dir := t.TempDir()
+	notes := make(chan string, 16)
+	observe := func(o *engine.Options) {
+		o.Notify = func(part int, wl uint8, v any) { notes <- fmt.Sprintf("%d/%d %v", part, wl, v) }
+	}
+	e := openEngineWith(t, dir, observe)
+	p := e.PartitionOf("x")
+	mustDo(t, e, p, &alarm{ID: "n", AtNs: time.Now().UnixNano()})
+	select {
+	case got := <-notes:
+		if want := fmt.Sprintf("%d/7 rang n", p); got != want {
+			t.Fatalf("note %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no note within 10 s of the timer being due")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopen from the log alone: the firing replays, the note does not.
+	os.RemoveAll(filepath.Join(dir, "snap"))
+	e = openEngineWith(t, dir, observe)
+	defer e.Close()
+	if v, _ := e.Query(context.Background(), p, 7, getFired{ID: "n"}); v.(int) != 1 {
+		t.Fatalf("after replay the timer fired %d times, want 1", v)
+	}
+	select {
+	case got := <-notes:
+		t.Fatalf("replay notified %q", got)
+	case <-time.After(100 * time.Millisecond):
+	}
 }

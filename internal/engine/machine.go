@@ -74,6 +74,7 @@ type Effects struct {
 	reply     any
 	sends     []send
 	timers    []timerOp
+	notes     []any
 	unchanged bool
 	// check decodes a command as its machine will when it is delivered or
 	// fired; set by the engine (nil in workload tests that call Apply).
@@ -157,6 +158,14 @@ func (fx *Effects) encode(wl uint8, cmd Command) ([]byte, error) {
 	return data, nil
 }
 
+// Notify hands v to Options.Notify once this command is durable, for
+// observers outside the engine (a long poll waiting for an order to end, a
+// worker waiting for a job). Notes are not logged and replay does not
+// produce them: an observer that needs the state must query it, and may
+// miss notes from before a restart. A command that notifies is logged
+// even if it declared Unchanged, since the note describes a change.
+func (fx *Effects) Notify(v any) { fx.notes = append(fx.notes, v) }
+
 // CancelTimer removes a pending timer; cancelling an unknown id is a no-op.
 func (fx *Effects) CancelTimer(id string) {
 	fx.timers = append(fx.timers, timerOp{id: id, cancel: true})
@@ -169,6 +178,8 @@ func (fx *Effects) reset() {
 	fx.sends = fx.sends[:0]
 	clear(fx.timers)
 	fx.timers = fx.timers[:0]
+	clear(fx.notes)
+	fx.notes = fx.notes[:0]
 }
 
 var (
@@ -192,6 +203,9 @@ var (
 // ReplyOf returns the reply recorded in fx; for workload tests that call
 // Apply directly.
 func ReplyOf(fx *Effects) any { return fx.reply }
+
+// NotesOf returns what Apply passed to Notify; for workload tests.
+func NotesOf(fx *Effects) []any { return fx.notes }
 
 // IsUnchanged reports whether Apply called Unchanged; for workload tests.
 func IsUnchanged(fx *Effects) bool { return fx.unchanged }

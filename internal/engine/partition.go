@@ -79,6 +79,12 @@ func (m *mailbox) len() int {
 	return len(m.items)
 }
 
+// note is one Effects.Notify value waiting for its batch to be durable.
+type note struct {
+	workload uint8
+	v        any
+}
+
 type ackTo struct {
 	src int
 	seq uint64
@@ -93,6 +99,7 @@ type batch struct {
 	buf      []byte
 	entries  []cmdlog.Entry
 	sends    []*outMsg
+	notes    []note
 	acks     []ackTo
 	snap     func(dst []byte) []byte // encodes the state as of this batch
 	snapSize int                     // a good buffer size for it
@@ -116,6 +123,8 @@ func (b *batch) reset() {
 	b.entries = b.entries[:0]
 	clear(b.sends)
 	b.sends = b.sends[:0]
+	clear(b.notes)
+	b.notes = b.notes[:0]
 	b.acks = b.acks[:0]
 	b.snap = nil
 	b.durable = false
@@ -440,7 +449,7 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 		return
 	}
 	r.result = p.fx.reply
-	if p.fx.unchanged && len(p.fx.sends) == 0 && len(p.fx.timers) == 0 {
+	if p.fx.unchanged && len(p.fx.sends) == 0 && len(p.fx.timers) == 0 && len(p.fx.notes) == 0 {
 		b.buf = b.buf[:start]
 		b.offsets = b.offsets[:len(b.offsets)-1]
 	}
@@ -559,6 +568,11 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 		p.outbox[m.seq] = m
 		if b != nil {
 			b.sends = append(b.sends, m)
+		}
+	}
+	if b != nil {
+		for _, v := range p.fx.notes {
+			b.notes = append(b.notes, note{workload: wl, v: v})
 		}
 	}
 	for _, t := range p.fx.timers {
@@ -740,6 +754,11 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		}
 		p.e.deliverAcks(p.id, b.acks)
 		p.e.deliverAcks(p.id, b.fencedAcks)
+		if fn := p.e.opts.Notify; fn != nil {
+			for _, n := range b.notes {
+				fn(p.id, n.workload, n.v)
+			}
+		}
 		if b.snap != nil {
 			select {
 			case p.e.snapCh <- snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}:
