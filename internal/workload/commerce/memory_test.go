@@ -1,0 +1,68 @@
+package commerce
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// TestBytesPerOrder measures what one order of the peer's load test (one
+// line item) costs once its saga has ended: the order, its saga, its
+// payment and the events of all three and of the product, as held in
+// memory by a partition restored from a snapshot (the live state without
+// the test harness's log), and in the snapshot. It is the figure
+// docs/BENCHMARKS.md quotes; the bound only catches a gross regression.
+func TestBytesPerOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 10,000 orders")
+	}
+	const parts, products, orders = 8, 100, 10_000
+	h := newHarness(t, 3, parts)
+	for i := range products {
+		id := fmt.Sprintf("p%d", i)
+		h.client(ProductKey(id), &CreateProduct{ID: id, SKU: "SKU-" + id, Name: "Product " + id, PriceCents: 999, OnHand: 100_000})
+	}
+	snapshots := func() [][]byte {
+		out := make([][]byte, parts)
+		for i, m := range h.ms {
+			out[i] = m.AppendSnapshot(nil)
+		}
+		return out
+	}
+	measure := func(snaps [][]byte) (heap uint64, size int) {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.HeapAlloc
+		restored := make([]*Machine, parts)
+		for i, s := range snaps {
+			size += len(s)
+			restored[i] = NewMachine()
+			if err := restored[i].Restore(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		runtime.KeepAlive(restored)
+		return ms.HeapAlloc - before, size
+	}
+	heap0, size0 := measure(snapshots())
+	for i := range orders {
+		id := fmt.Sprintf("order-%08d-0000-0000-0000-000000000000", i)
+		c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", i%100), PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline,
+			ShippingAddress: "1 Main Street", Items: []LineItem{{ProductID: fmt.Sprintf("p%d", i%products), Quantity: 1, UnitPriceCents: 1000}}}
+		if res := h.client(OrderKey(id), c); res.Outcome != Created {
+			t.Fatalf("%+v", res)
+		}
+		for h.deliver() {
+		}
+	}
+	heap1, size1 := measure(snapshots())
+	perOrder := float64(heap1-heap0) / orders
+	perSnap := float64(size1-size0) / orders
+	t.Logf("per ended order: %.0f B in memory, %.0f B in a snapshot", perOrder, perSnap)
+	if perOrder > 8<<10 {
+		t.Errorf("an ended order costs %.0f B in memory; more than 8 KiB is a regression", perOrder)
+	}
+}
