@@ -83,6 +83,9 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 		if r.CPUPerIterUs == nil {
 			return "-"
 		}
+		if r.ServerCPU == nil {
+			return fmt.Sprintf("%.1f µs", *r.CPUPerIterUs)
+		}
 		return fmt.Sprintf("%.1f µs (%.2f s)", *r.CPUPerIterUs, *r.ServerCPU)
 	})
 	row("iterations per server CPU-s", func(r *CommerceRunReport) string {
