@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Run load generators that reproduce peers' published tests",
 	}
-	cmd.AddCommand(benchTicketingCmd(), benchOverloadCmd(), benchNullServerCmd())
+	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchNullServerCmd())
 	return cmd
 }
 
@@ -70,6 +70,61 @@ finally stops it with SIGTERM (it must exit 0) and times a restart after that.`,
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
+	return cmd
+}
+
+func benchCommerceCmd() *cobra.Command {
+	o := bench.CommerceOptions{}
+	var levels []float64
+	cmd := &cobra.Command{
+		Use:   "commerce",
+		Short: "Reproduce the commerce peer's k6 load test (order saga timed by polling and by long poll)",
+		Long: `Reproduces the k6 test of the Hazelcast eCommerce peer
+(shared/compat/commerce.md): seeds 100 customers and 100 products, then runs
+an open-loop constant arrival rate of the 60/25/15 mix for --duration at each
+level: iterations are scheduled on a fixed clock whatever earlier ones are
+doing, and latency counts from when each was due. 60 %: create an order of
+one item (unitPrice "10.00", a string, as the peer sends); 6 % of all
+iterations also time the order's saga to CONFIRMED or CANCELLED, alternately
+by polling GET /api/orders/{id} every 200 ms like the peer and by the native
+long poll (?wait=10s), each capped at 10 s. 25 %: reserve 1 unit for order
+perftest-<uuid>. 15 %: create a customer.
+
+Unless --baseline=false each level first runs the same mix against a server
+that does nothing, for the goals' ratios. Unless --target is given it starts
+` + "`surge serve`" + ` on a fresh data dir and reports its CPU per iteration and
+peak resident memory. Products are seeded with quantityOnHand 100,000 like the
+peer, or twice what the whole run could take from one product if that is more.`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Exe = exe
+			o.Levels = levels
+			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			o.ProgressTTY = benchIsTerminal(os.Stderr)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.RunCommerce(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.Float64Var(&o.Rate, "rate", 1000, "iterations/s (when --levels is not given)")
+	f.Float64SliceVar(&levels, "levels", nil, "iterations/s of each level, run in sequence (e.g. 100,500,1000,5000); replaces --rate")
+	f.DurationVar(&o.Duration, "duration", 60*time.Second, "length of each level")
+	f.IntVarP(&o.Clients, "clients", "c", 4, "HTTP clients, each with its own connections")
+	f.IntVar(&o.MaxInflight, "max-inflight", 10000, "iterations in flight at once; one due beyond it is counted as not sent")
+	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1")
+	f.BoolVar(&o.Baseline, "baseline", true, "also run each level against a server that does nothing")
+	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics)")
+	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
+	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started server's data dir (default: a temp dir, removed after)")
+	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one)")
+	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the mix, the customer and product choices and the prices")
 	return cmd
 }
 
@@ -129,7 +184,7 @@ func benchNullServerCmd() *cobra.Command {
 	var addr string
 	cmd := &cobra.Command{
 		Use:          "nullserver",
-		Short:        "Serve the ticketing routes with handlers that do nothing (the bench's baseline)",
+		Short:        "Serve the ticketing and commerce bench routes with handlers that do nothing (the benches' baseline)",
 		Hidden:       true,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,

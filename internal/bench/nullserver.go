@@ -23,7 +23,8 @@ var (
 	nullEvent = []byte(`{"eventName":"event-00000000-0000-4000-8000-000000000000","artist":"go-load-test","areas":[]}`)
 )
 
-// NullHandler serves the ticketing routes and does nothing: it reads and
+// NullHandler serves the ticketing routes and the commerce bench's routes
+// (commerce_null.go) and does nothing: it reads and
 // discards each body and answers with a fixed reply. Run against it, the
 // generator measures the machine's HTTP ceiling.
 func NullHandler() http.Handler {
@@ -44,6 +45,7 @@ func NullHandler() http.Handler {
 	mux.Handle("GET /v1/reservation/{id}", reply(http.StatusOK, "application/json", nullReservation))
 	mux.Handle("POST /v2/reservations", reply(http.StatusCreated, "application/json", nullReservation))
 	mux.Handle("GET /v1/health_check", reply(http.StatusOK, "text/plain", []byte("OK")))
+	registerCommerceNull(mux, reply)
 	return mux
 }
 

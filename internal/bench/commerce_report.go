@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+func writeAnyJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeCommerceLevel prints one level: the server and the do-nothing
+// baseline side by side, the goals and the peer's figures.
+func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
+	c := rep.Config
+	proto := "h2c"
+	if !c.HTTP2 {
+		proto = "HTTP/1.1"
+	}
+	fmt.Fprintf(out, "\ncommerce 60/25/15 mix, open loop at %s iterations/s for %.0f s (%s, %d clients, at most %s in flight, seed %d, stock %s per product)\n",
+		grouped(int64(l.Rate)), c.DurationSeconds, proto, c.Clients, grouped(int64(c.MaxInflight)), c.Seed, grouped(rep.StockPerProduct))
+	runs := []*CommerceRunReport{l.Server}
+	head := "\t" + commerceServerName(l.Server)
+	if l.Baseline != nil {
+		runs = append(runs, l.Baseline)
+		head += "\tdo-nothing server"
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, head)
+	row := func(name string, f func(r *CommerceRunReport) string) {
+		var b strings.Builder
+		b.WriteString("  " + name)
+		for _, r := range runs {
+			b.WriteString("\t" + f(r))
+		}
+		fmt.Fprintln(tw, b.String())
+	}
+	row("achieved rate", func(r *CommerceRunReport) string {
+		ok := "yes"
+		if !r.RateMet {
+			ok = "NO"
+		}
+		return fmt.Sprintf("%s/s, %.1f %% (≥ 99 %%: %s)", grouped(int64(r.AchievedRate+0.5)), r.AchievedPercent, ok)
+	})
+	row("iterations (not sent)", func(r *CommerceRunReport) string {
+		return fmt.Sprintf("%s (%s)", grouped(r.Iterations), grouped(r.NotSent))
+	})
+	row("orders / reserves (409) / customers", func(r *CommerceRunReport) string {
+		return fmt.Sprintf("%s / %s (%s) / %s", grouped(r.Orders), grouped(r.Reserves), grouped(r.Reserve409), grouped(r.Customers))
+	})
+	row("errors", func(r *CommerceRunReport) string { return grouped(r.Errors) })
+	lat := func(x LatencyReport) string {
+		if x.Count == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
+	}
+	fmt.Fprintln(tw, "  HTTP latency p50 / p95 / p99 / max\t\t")
+	for _, t := range commerceReqTypes {
+		row("  "+t, func(r *CommerceRunReport) string { return lat(r.HTTP[t]) })
+	}
+	row("  all requests", func(r *CommerceRunReport) string { return lat(r.HTTPAll) })
+	saga := func(s SagaReport) string {
+		if s.Count == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s / %s (%s sagas, %s timed out)", micros(s.P50Us), micros(s.P95Us), micros(s.P99Us), grouped(s.Count), grouped(s.Timeouts))
+	}
+	fmt.Fprintln(tw, "  saga E2E p50 / p95 / p99\t\t")
+	row("  polling every 200 ms", func(r *CommerceRunReport) string { return saga(r.SagaPoll) })
+	row("  long poll (?wait=)", func(r *CommerceRunReport) string { return saga(r.SagaLongPoll) })
+	row("server CPU per iteration", func(r *CommerceRunReport) string {
+		if r.CPUPerIterUs == nil {
+			return "-"
+		}
+		if r.ServerCPU == nil {
+			return fmt.Sprintf("%.1f µs", *r.CPUPerIterUs)
+		}
+		return fmt.Sprintf("%.1f µs (%.2f s)", *r.CPUPerIterUs, *r.ServerCPU)
+	})
+	row("iterations per server CPU-s", func(r *CommerceRunReport) string {
+		if r.ItersPerCPUSecond == nil {
+			return "-"
+		}
+		return grouped(int64(*r.ItersPerCPUSecond + 0.5))
+	})
+	row("server peak RSS", func(r *CommerceRunReport) string {
+		if r.PeakRSSBytes == nil {
+			return "-"
+		}
+		return mib(*r.PeakRSSBytes)
+	})
+	row("generator CPU, send lag p99", func(r *CommerceRunReport) string {
+		return fmt.Sprintf("%.2f s, %s", r.GeneratorCPU, micros(r.SendLagP99Us))
+	})
+	_ = tw.Flush()
+	for _, r := range runs {
+		for _, k := range slices.Sorted(maps.Keys(r.ErrorsByKind)) {
+			fmt.Fprintf(out, "  %s: %s errors: %s\n", commerceServerName(r), k, grouped(r.ErrorsByKind[k]))
+		}
+		for _, s := range r.ErrorSamples {
+			fmt.Fprintf(out, "  %s: error sample: %s\n", commerceServerName(r), s)
+		}
+	}
+	fmt.Fprintln(out, "\n  goals (issue 7)")
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, g := range l.Goals {
+		v, met := "-", "n/a"
+		if g.Value != nil {
+			v = formatCommerceGoal(*g.Value, g.Unit)
+		}
+		if g.Met != nil {
+			met = "no"
+			if *g.Met {
+				met = "yes"
+			}
+		}
+		line := fmt.Sprintf("  %s\t%s\t%s\t%s", g.Name, g.Target, v, met)
+		if g.Note != "" {
+			line += "\t(" + g.Note + ")"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	_ = tw.Flush()
+	p := rep.Peer
+	fmt.Fprintf(out, "  the peer: ≈ %.0f iterations/s on %d vCPU (≈ %.0f per vCPU-second), HTTP p95 ≈ %.0f ms, saga E2E p95 at the %.0f s timeout from %.0f iterations/s\n",
+		p.MaxRate, p.VCPU, p.ItersPerVCPUSec, p.HTTPP95Ms, p.SagaTimeoutSecond, p.SagaP95TimeoutAt)
+}
+
+func formatCommerceGoal(v float64, unit string) string {
+	if unit == "ms" {
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return formatGoalValue(v, unit)
+}
+
+func commerceServerName(r *CommerceRunReport) string {
+	if r == nil {
+		return "-"
+	}
+	return serverName(&RunReport{Server: r.Server})
+}
