@@ -232,7 +232,7 @@ func TestOrderSagaCancelled(t *testing.T) {
 	if o = waitOrder(t, srv, o["orderId"].(string)); o["status"] != "CANCELLED" {
 		t.Fatalf("%v", o)
 	}
-	// Manual cancel of a running saga: a 1 ms... use the timeout instead.
+	// A cancelled order cannot be confirmed.
 	st, _ := do(t, srv, "PATCH", "/api/orders/"+id+"/confirm", "")
 	if st != 409 {
 		t.Fatalf("confirm cancelled: %d", st)
@@ -373,10 +373,11 @@ func TestLongPollReturnsWhenTerminal(t *testing.T) {
 	if o["status"] != "CONFIRMED" || time.Since(start) > 10*time.Second {
 		t.Fatalf("%v after %v", o, time.Since(start))
 	}
-	// A PENDING order held by hand... cancelled by hand also ends a wait.
-	// Wait on an order that stays PENDING: the wait passes, 200 PENDING.
+	// A wait on an order that fails its saga ends at CANCELLED: 4 of the
+	// 5 units are held directly and the order wants 2.
 	must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/reserve", `{"quantity":4,"orderId":"hold"}`)
-	o = must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
-	id := o["orderId"].(string)
-	waitOrder(t, srv, id)
+	o = must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":2}]}`, cid, pid))
+	if o = waitOrder(t, srv, o["orderId"].(string)); o["status"] != "CANCELLED" {
+		t.Fatalf("%v", o)
+	}
 }
