@@ -77,7 +77,8 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the Surge server (embedded log in --data-dir)",
 		Long: `Runs the Surge server: one listener for HTTP/1.1 and cleartext HTTP/2,
-the ticketing APIs, /healthz and /metrics. Every flag can also be set by the
+the ticketing and commerce APIs, /healthz and /metrics (also as
+/actuator/health and /actuator/prometheus). Every flag can also be set by the
 environment variable named in its help. SIGTERM or SIGINT shuts down
 gracefully: in-flight requests finish, the log is synced, a snapshot of every
 partition is written, and the process exits 0.
@@ -111,6 +112,8 @@ the heap nears it instead of growing the process).`,
 	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it 503 with Retry-After at once (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
 	f.DurationVar(&cfg.Retention, "retention", envDurationOr("SURGE_RETENTION", ticketing.DefaultRetention), "how long a FAILED or CANCELLED reservation stays readable (and its Idempotency-Key remembered) before it is purged; 0 keeps them for ever (SURGE_RETENTION)")
 	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
+	f.DurationVar(&cfg.SagaDeadline, "saga-deadline", envDurationOr("SURGE_SAGA_DEADLINE", 60*time.Second), "how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with (SURGE_SAGA_DEADLINE)")
+	f.IntVar(&cfg.MaxWaiters, "max-waiters", envIntOr("SURGE_MAX_WAITERS", 10000), "order long polls (?wait=) and event streams open at once; beyond it they get 503 with Retry-After (SURGE_MAX_WAITERS)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")

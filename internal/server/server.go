@@ -27,6 +27,7 @@ import (
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/vfs"
 	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/workload/commerce"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -50,6 +51,12 @@ type Config struct {
 	// Retention is how long FAILED and CANCELLED reservations are kept
 	// before they are purged; 0 keeps them for ever.
 	Retention time.Duration
+	// SagaDeadline is how long an order's saga may run before it is
+	// compensated and TIMED_OUT; 0 means 60s. Each order logs its own.
+	SagaDeadline time.Duration
+	// MaxWaiters bounds the order long polls and streams open at once; 0
+	// means commerce.DefaultMaxWaiters.
+	MaxWaiters int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
 	// MaxEvents, MaxAreas and MaxSeats bound what the server holds over
@@ -232,13 +239,16 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxInflight: cfg.MaxInflight,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
-		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/debug/pprof/"},
+		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/prometheus", "/debug/pprof/"},
 	}.Resolve()
 	if err != nil {
 		return err
 	}
 	if cfg.Retention < 0 {
 		return fmt.Errorf("--retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.Retention)
+	}
+	if cfg.SagaDeadline < 0 {
+		return fmt.Errorf("--saga-deadline %v: must be a positive duration such as 60s", cfg.SagaDeadline)
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// State lives in memory and the machine has plenty; collecting
@@ -303,6 +313,9 @@ func Run(ctx context.Context, cfg Config) error {
 		lg.Close()
 		return err
 	}
+	// The hub exists before the engine, whose recovery may already
+	// complete commands that notify.
+	hub := commerce.NewHub(cfg.MaxWaiters)
 	eng, err := engine.Open(engine.Options{
 		Partitions:    parts,
 		Log:           lg,
@@ -311,7 +324,12 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxQueueDelay: cfg.MaxQueueDelay,
 		Metrics:       engine.NewMetrics(reg),
 		Logger:        logger,
-	}, ticketing.Workload{})
+		Notify: func(_ int, wl uint8, v any) {
+			if wl == commerce.WorkloadID {
+				hub.Notify(v)
+			}
+		},
+	}, ticketing.Workload{}, commerce.Workload{})
 	if err != nil {
 		lg.Close()
 		return err
@@ -337,7 +355,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	m.Handle(mux, "GET /healthz", health)
 	m.Handle(mux, "GET /v1/health_check", health)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The Spring Boot actuator's probes, which the commerce peer's tooling uses.
+	m.Handle(mux, "GET /actuator/health", func(w http.ResponseWriter, r *http.Request) int {
+		if !ready.Load() || eng.Failed() {
+			api.Write(w, http.StatusServiceUnavailable, true, []byte(`{"status":"DOWN"}`+"\n"))
+			return http.StatusServiceUnavailable
+		}
+		api.Write(w, http.StatusOK, true, []byte(`{"status":"UP"}`+"\n"))
+		return http.StatusOK
+	})
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	mux.Handle("GET /metrics", metricsHandler)
+	mux.Handle("GET /actuator/prometheus", metricsHandler)
 	tapi := ticketing.NewAPI(eng).SetRetention(cfg.Retention)
 	stateLimits := ticketing.Limits{Events: cfg.MaxEvents, Areas: cfg.MaxAreas, Seats: cfg.MaxSeats}
 	if stateLimits.Events == 0 {
@@ -355,6 +384,8 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Warn("could not count the events this server holds", "err", err)
 	}
 	tapi.Register(mux, m)
+	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline)
+	capi.Register(mux, m)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -387,6 +418,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logger.Info("shutting down: finishing in-flight requests")
 	ready.Store(false)
+	capi.Shutdown() // long polls and streams answer now instead of holding the shutdown
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)

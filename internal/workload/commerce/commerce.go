@@ -313,6 +313,15 @@ type Effects interface {
 	Send(key string, wl uint8, cmd engine.Command) error
 	SetTimer(id string, atNs int64, cmd engine.Command) error
 	CancelTimer(id string)
+	// Notify hands v to observers once the command is durable (not
+	// logged, not replayed): the API's long polls and streams.
+	Notify(v any)
+}
+
+// OrderChanged is notified when an order reaches a terminal status
+// (CONFIRMED or CANCELLED); its saga has then ended too.
+type OrderChanged struct {
+	OrderID, Status, SagaStatus string
 }
 
 // Apply implements engine.Machine.
@@ -824,6 +833,7 @@ func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64,
 	s.FailureReason = reason
 	m.sagaStatus(s, final, now)
 	m.setOrderStatus(o, OrderCancelled, reason, now)
+	fx.Notify(OrderChanged{OrderID: o.ID, Status: o.Status, SagaStatus: s.Status})
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
 
@@ -881,6 +891,7 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 	m.sagaStep(s, "ORDER_CONFIRMATION", "COMPLETED", now)
 	m.sagaStatus(s, SagaCompleted, now)
 	m.setOrderStatus(o, OrderConfirmed, "", now)
+	fx.Notify(OrderChanged{OrderID: o.ID, Status: o.Status, SagaStatus: s.Status})
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
 

@@ -45,7 +45,10 @@ type recorder struct {
 	sends     []message
 	timers    map[string]*timer // nil entry: cancelled
 	order     []string
+	notes     []any
 }
+
+func (r *recorder) Notify(v any) { r.notes = append(r.notes, v) }
 
 func (r *recorder) Reply(v any) { r.reply = v }
 func (r *recorder) Unchanged()  { r.unchanged = true }

@@ -1,0 +1,544 @@
+package commerce
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// Limits of the HTTP API.
+const (
+	maxBody      = 64 << 10
+	maxOrderBody = 512 << 10
+	// MaxListLimit bounds ?limit= of every list and event route.
+	MaxListLimit = 1000
+	// MaxWait bounds the long poll's ?wait=.
+	MaxWait = 60 * time.Second
+	// DefaultMaxWaiters bounds the long polls and streams open at once.
+	DefaultMaxWaiters = 10_000
+	// DefaultPaymentMethod pays a saga whose order names no method.
+	DefaultPaymentMethod = "CREDIT_CARD"
+	// streamPing is how often an idle stream re-reads the order and sends
+	// a comment, so proxies keep it open and a missed note costs little.
+	streamPing = 15 * time.Second
+)
+
+// API serves the commerce routes (shared/compat/commerce.md) over an
+// engine that runs Workload.
+type API struct {
+	eng      *engine.Engine
+	hub      *Hub
+	deadline time.Duration
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// NewAPI returns the commerce API over eng. hub receives the engine's
+// notes (see Hub.Notify); the saga deadline is DefaultDeadline.
+func NewAPI(eng *engine.Engine, hub *Hub) *API {
+	return &API{eng: eng, hub: hub, deadline: time.Duration(DefaultDeadline), done: make(chan struct{})}
+}
+
+// SetSagaDeadline sets the deadline of sagas started from now on; it is
+// logged in each CreateOrder, so replay arms the same timers.
+func (a *API) SetSagaDeadline(d time.Duration) *API {
+	if d > 0 {
+		a.deadline = d
+	}
+	return a
+}
+
+// Shutdown ends every long poll and stream at once (each answers with the
+// order as it is), so a graceful shutdown does not wait for them.
+func (a *API) Shutdown() { a.stopOnce.Do(func() { close(a.done) }) }
+
+// Register adds the routes to mux.
+func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
+	m.Handle(mux, "POST /api/customers", a.createCustomer)
+	m.Handle(mux, "GET /api/customers", a.listCustomers)
+	m.Handle(mux, "GET /api/customers/{id}", a.getCustomer)
+	m.Handle(mux, "PUT /api/customers/{id}", a.updateCustomer)
+	m.Handle(mux, "PATCH /api/customers/{id}/status", a.setCustomerStatus)
+	m.Handle(mux, "GET /api/customers/{id}/events", a.entityEvents("customer", CustomerKey))
+
+	m.Handle(mux, "POST /api/products", a.createProduct)
+	m.Handle(mux, "GET /api/products", a.listProducts)
+	m.Handle(mux, "GET /api/products/{id}", a.getProduct)
+	m.Handle(mux, "GET /api/products/{id}/events", a.entityEvents("product", ProductKey))
+	m.Handle(mux, "POST /api/products/{id}/stock/reserve", a.reserveStock)
+	m.Handle(mux, "POST /api/products/{id}/stock/release", a.releaseStock)
+	m.Handle(mux, "POST /api/products/{id}/stock/replenish", a.replenishStock)
+
+	m.Handle(mux, "POST /api/orders", a.createOrder)
+	m.Handle(mux, "GET /api/orders", a.listOrders)
+	m.Handle(mux, "GET /api/orders/{id}", a.getOrder)
+	// One pattern for customer/{customerId}, {id}/events and {id}/stream:
+	// as separate patterns they would overlap (/api/orders/customer/events).
+	m.Handle(mux, "GET /api/orders/{id}/{sub}", a.orderSub)
+	m.Handle(mux, "PATCH /api/orders/{id}/confirm", a.confirmOrder)
+	m.Handle(mux, "PATCH /api/orders/{id}/cancel", a.cancelOrder)
+
+	m.Handle(mux, "GET /api/sagas", a.listSagas)
+	m.Handle(mux, "GET /api/sagas/{id}", a.getSaga)
+
+	m.Handle(mux, "POST /api/payments", a.createPayment)
+	m.Handle(mux, "GET /api/payments/{id}", a.getPayment)
+	m.Handle(mux, "GET /api/payments/order/{orderId}", a.paymentByOrder)
+	m.Handle(mux, "POST /api/payments/{id}/refund", a.refundPayment)
+	m.HandleFallback(mux)
+}
+
+// --- plumbing ---
+
+func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {
+	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Result), nil
+}
+
+func (a *API) query(ctx context.Context, key string, q any) (any, error) {
+	return a.eng.Query(ctx, a.eng.PartitionOf(key), WorkloadID, q)
+}
+
+// fanout asks every partition q and returns the answers in partition order.
+func (a *API) fanout(ctx context.Context, q any) ([]any, error) {
+	n := a.eng.Partitions()
+	out := make([]any, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for p := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[p], errs[p] = a.eng.Query(ctx, p, WorkloadID, q)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// engineError maps engine failures to statuses a client can act on.
+func engineError(w http.ResponseWriter, err error) int {
+	switch {
+	case errors.Is(err, engine.ErrOverloaded):
+		return api.Error(w, http.StatusTooManyRequests, "server is busy: nothing was done, retry after the Retry-After pause")
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
+		return api.Error(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return api.Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
+	}
+	return api.Error(w, http.StatusInternalServerError, err.Error())
+}
+
+// refused answers a Result that is not a success, or returns 0.
+func refused(w http.ResponseWriter, res *Result) int {
+	switch res.Outcome {
+	case OK, Created, Same:
+		return 0
+	case NotFound:
+		return api.Error(w, http.StatusNotFound, res.Msg)
+	case Invalid:
+		return api.Error(w, http.StatusBadRequest, res.Msg)
+	case Conflict:
+		return api.Error(w, http.StatusConflict, res.Msg)
+	case Unprocessable:
+		return api.Error(w, http.StatusUnprocessableEntity, res.Msg)
+	}
+	return api.Error(w, http.StatusInternalServerError, "unexpected outcome: "+res.Msg)
+}
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readJSON reads a size-limited JSON body into v; it returns the status it
+// answered, or 0.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
+	if st := api.CheckBody(w, r, limit); st != 0 {
+		return st
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer bodyPool.Put(buf)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		return api.BodyError(w, err)
+	}
+	if msg := api.DecodeJSON(buf.Bytes(), v); msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
+	}
+	return 0
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return api.Error(w, http.StatusInternalServerError, err.Error())
+	}
+	api.Write(w, status, true, append(b, '\n'))
+	return status
+}
+
+// pathID reads an id from the path: one that could never have been
+// issued (too long, not printable text) is simply not found.
+func pathID(r *http.Request, name string) (string, bool) {
+	id := r.PathValue(name)
+	return id, id != "" && len(id) <= MaxTextLen && api.CheckText(id) == ""
+}
+
+func notFound(w http.ResponseWriter, what, id string) int {
+	return api.Error(w, http.StatusNotFound, what+" "+api.Quote(id)+" not found")
+}
+
+// parseLimit reads ?limit= (def if absent; at most MaxListLimit).
+func parseLimit(w http.ResponseWriter, r *http.Request, def int) (int, int) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, api.Error(w, http.StatusBadRequest, "limit must be a whole number from 1 to "+strconv.Itoa(MaxListLimit)+", got "+api.Quote(s))
+	}
+	return min(n, MaxListLimit), 0
+}
+
+// moneyField reads an amount sent as a JSON number or a numeric string;
+// set is false if it is absent or null.
+func moneyField(name string, raw json.RawMessage) (cents int64, set bool, problem string) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false, ""
+	}
+	s := string(raw)
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, false, name + " is not a valid string"
+		}
+	}
+	c, err := ParseMoney(s)
+	if err != nil {
+		return 0, false, fmt.Sprintf("%s: %v, got %s", name, err, api.Quote(s))
+	}
+	return c, true, ""
+}
+
+// newID returns a random version-4 UUID. Ids embed nothing: entities are
+// found by the hash of their key.
+func newID() string {
+	var id [16]byte
+	x, y := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		id[i] = byte(x >> (8 * i))
+		id[8+i] = byte(y >> (8 * i))
+	}
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	const hx = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hx[c>>4], hx[c&0xf])
+	}
+	return string(b)
+}
+
+// --- wire forms ---
+
+// Money is cents on the wire as a JSON number with two decimals.
+type Money int64
+
+func (m Money) MarshalJSON() ([]byte, error) { return []byte(FormatMoney(int64(m))), nil }
+
+func stamp(ns int64) string {
+	if ns == 0 {
+		return ""
+	}
+	return time.Unix(0, ns).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+type customerDTO struct {
+	CustomerID string `json:"customerId"`
+	Email      string `json:"email"`
+	Name       string `json:"name"`
+	Address    string `json:"address"`
+	Phone      string `json:"phone"`
+	Status     string `json:"status"`
+	CreatedAt  string `json:"createdAt"`
+	UpdatedAt  string `json:"updatedAt"`
+}
+
+func customerOut(c *Customer) customerDTO {
+	return customerDTO{c.ID, c.Email, c.Name, c.Address, c.Phone, c.Status, stamp(c.CreatedAt), stamp(c.UpdatedAt)}
+}
+
+type productDTO struct {
+	ProductID         string `json:"productId"`
+	SKU               string `json:"sku"`
+	Name              string `json:"name"`
+	Description       string `json:"description"`
+	Price             Money  `json:"price"`
+	QuantityOnHand    int64  `json:"quantityOnHand"`
+	QuantityReserved  int64  `json:"quantityReserved"`
+	AvailableQuantity int64  `json:"availableQuantity"`
+	Category          string `json:"category"`
+	Status            string `json:"status"`
+	CreatedAt         string `json:"createdAt"`
+	UpdatedAt         string `json:"updatedAt"`
+}
+
+func productOut(p *Product) productDTO {
+	return productDTO{p.ID, p.SKU, p.Name, p.Description, Money(p.PriceCents), p.OnHand, p.Reserved, p.Available(),
+		p.Category, p.Status(), stamp(p.CreatedAt), stamp(p.UpdatedAt)}
+}
+
+type lineItemDTO struct {
+	ProductID   string `json:"productId"`
+	ProductName string `json:"productName"`
+	SKU         string `json:"sku"`
+	Quantity    int64  `json:"quantity"`
+	UnitPrice   Money  `json:"unitPrice"`
+	LineTotal   Money  `json:"lineTotal"`
+}
+
+type orderDTO struct {
+	OrderID            string        `json:"orderId"`
+	CustomerID         string        `json:"customerId"`
+	LineItems          []lineItemDTO `json:"lineItems"`
+	Subtotal           Money         `json:"subtotal"`
+	Tax                Money         `json:"tax"`
+	Total              Money         `json:"total"`
+	Status             string        `json:"status"`
+	ShippingAddress    string        `json:"shippingAddress"`
+	CustomerName       string        `json:"customerName"`
+	CustomerEmail      string        `json:"customerEmail"`
+	PaymentMethod      string        `json:"paymentMethod"`
+	PaymentID          string        `json:"paymentId,omitempty"`
+	SagaID             string        `json:"sagaId"`
+	CancellationReason string        `json:"cancellationReason,omitempty"`
+	CancelledBy        string        `json:"cancelledBy,omitempty"`
+	CreatedAt          string        `json:"createdAt"`
+	UpdatedAt          string        `json:"updatedAt"`
+}
+
+func orderOut(o *Order) orderDTO {
+	d := orderDTO{OrderID: o.ID, CustomerID: o.CustomerID, LineItems: make([]lineItemDTO, len(o.Items)),
+		Subtotal: Money(o.Subtotal), Tax: Money(o.Tax), Total: Money(o.Total), Status: o.Status,
+		ShippingAddress: o.ShippingAddress, CustomerName: o.CustomerName, CustomerEmail: o.CustomerEmail,
+		PaymentMethod: o.PaymentMethod, PaymentID: o.PaymentID, SagaID: o.ID, CancelledBy: o.CancelledBy,
+		CreatedAt: stamp(o.CreatedAt), UpdatedAt: stamp(o.UpdatedAt)}
+	if o.Status == OrderCancelled {
+		d.CancellationReason = o.Reason
+	}
+	for i, it := range o.Items {
+		d.LineItems[i] = lineItemDTO{it.ProductID, it.ProductName, it.SKU, it.Quantity, Money(it.UnitPriceCents), Money(it.Quantity * it.UnitPriceCents)}
+	}
+	return d
+}
+
+type sagaStepDTO struct {
+	StepName  string `json:"stepName"`
+	Status    string `json:"status"`
+	Timestamp string `json:"timestamp"`
+}
+
+type sagaDTO struct {
+	SagaID        string        `json:"sagaId"`
+	SagaType      string        `json:"sagaType"`
+	OrderID       string        `json:"orderId"`
+	Status        string        `json:"status"`
+	Steps         []sagaStepDTO `json:"steps"`
+	FailureReason string        `json:"failureReason,omitempty"`
+	StartedAt     string        `json:"startedAt"`
+	UpdatedAt     string        `json:"updatedAt"`
+}
+
+func sagaOut(s *Saga) sagaDTO {
+	d := sagaDTO{SagaID: s.ID, SagaType: s.Type, OrderID: s.ID, Status: s.Status, Steps: make([]sagaStepDTO, len(s.Steps)),
+		FailureReason: s.FailureReason, StartedAt: stamp(s.StartedAt), UpdatedAt: stamp(s.UpdatedAt)}
+	for i, st := range s.Steps {
+		d.Steps[i] = sagaStepDTO{st.Name, st.Status, stamp(st.At)}
+	}
+	return d
+}
+
+type paymentDTO struct {
+	PaymentID     string `json:"paymentId"`
+	OrderID       string `json:"orderId"`
+	CustomerID    string `json:"customerId"`
+	Amount        Money  `json:"amount"`
+	Currency      string `json:"currency"`
+	Method        string `json:"method"`
+	Status        string `json:"status"`
+	TransactionID string `json:"transactionId"`
+	FailureReason string `json:"failureReason"`
+	CreatedAt     string `json:"createdAt"`
+	UpdatedAt     string `json:"updatedAt"`
+}
+
+func paymentOut(p *Payment) paymentDTO {
+	return paymentDTO{p.ID, p.OrderID, p.CustomerID, Money(p.AmountCents), p.Currency, p.Method, p.Status,
+		p.TransactionID, p.FailureReason, stamp(p.CreatedAt), stamp(p.UpdatedAt)}
+}
+
+type eventDTO struct {
+	Sequence    uint64            `json:"sequence"`
+	EventType   string            `json:"eventType"`
+	AggregateID string            `json:"aggregateId"`
+	Timestamp   string            `json:"timestamp"`
+	Data        map[string]string `json:"data"`
+}
+
+// entityEvents serves GET /api/<kind>s/{id}/events?limit=20: the newest
+// events, oldest first. Every entity has its creation event, so no events
+// means no such entity.
+func (a *API) entityEvents(what string, key func(string) string) api.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) int {
+		id, ok := pathID(r, "id")
+		if !ok {
+			return notFound(w, what, id)
+		}
+		return a.events(w, r, what, id, key(id))
+	}
+}
+
+func (a *API) events(w http.ResponseWriter, r *http.Request, what, id, key string) int {
+	limit, st := parseLimit(w, r, 20)
+	if st != 0 {
+		return st
+	}
+	v, err := a.query(r.Context(), key, &Events{Key: key, Limit: limit})
+	if err != nil {
+		return engineError(w, err)
+	}
+	evs := v.([]Event)
+	if len(evs) == 0 {
+		return notFound(w, what, id)
+	}
+	out := make([]eventDTO, len(evs))
+	for i, e := range evs {
+		d := eventDTO{Sequence: e.Seq, EventType: e.Type, AggregateID: id, Timestamp: stamp(e.At), Data: make(map[string]string, len(e.Fields))}
+		for _, f := range e.Fields {
+			d.Data[f.K] = f.V
+		}
+		out[i] = d
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// --- customers ---
+
+type customerBody struct {
+	Email   string `json:"email"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Phone   string `json:"phone"`
+}
+
+func (a *API) createCustomer(w http.ResponseWriter, r *http.Request) int {
+	var b customerBody
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	id := newID()
+	res, err := a.do(r.Context(), CustomerKey(id), &CreateCustomer{ID: id, Email: b.Email, Name: b.Name, Address: b.Address, Phone: b.Phone})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusCreated, customerOut(res.Customer))
+}
+
+func (a *API) getCustomer(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "customer", id)
+	}
+	v, err := a.query(r.Context(), CustomerKey(id), &GetCustomer{ID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	c := v.(*Customer)
+	if c == nil {
+		return notFound(w, "customer", id)
+	}
+	return writeJSON(w, http.StatusOK, customerOut(c))
+}
+
+// updateCustomer replaces the customer's details (PUT: absent address or
+// phone become empty); the status changes only by PATCH .../status.
+func (a *API) updateCustomer(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "customer", id)
+	}
+	var b customerBody
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	res, err := a.do(r.Context(), CustomerKey(id), &UpdateCustomer{ID: id, Email: b.Email, Name: b.Name, Address: b.Address, Phone: b.Phone})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, customerOut(res.Customer))
+}
+
+func (a *API) setCustomerStatus(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "customer", id)
+	}
+	var b struct {
+		Status string `json:"status"`
+		Reason string `json:"reason"`
+	}
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	res, err := a.do(r.Context(), CustomerKey(id), &SetCustomerStatus{ID: id, Status: b.Status, Reason: b.Reason})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, customerOut(res.Customer))
+}
+
+func (a *API) listCustomers(w http.ResponseWriter, r *http.Request) int {
+	limit, st := parseLimit(w, r, 10)
+	if st != 0 {
+		return st
+	}
+	parts, err := a.fanout(r.Context(), &ListCustomers{Limit: limit})
+	if err != nil {
+		return engineError(w, err)
+	}
+	var all []Customer
+	for _, p := range parts {
+		all = append(all, p.([]Customer)...)
+	}
+	slices.SortFunc(all, func(x, y Customer) int { return strings.Compare(x.ID, y.ID) })
+	out := make([]customerDTO, 0, min(limit, len(all)))
+	for i := range all[:min(limit, len(all))] {
+		out = append(out, customerOut(&all[i]))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,479 @@
+package commerce
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/surge-run/surge/internal/api"
+)
+
+// Hub holds the long polls and streams waiting for orders to end, fed by
+// the engine's notes (engine.Options.Notify → Hub.Notify). A waiter is
+// registered before the order is read, so a change between the read and
+// the wait is not missed.
+type Hub struct {
+	mu      sync.Mutex
+	max, n  int
+	waiters map[string]map[*waiter]struct{}
+}
+
+type waiter struct{ ch chan OrderChanged }
+
+// NewHub returns a hub for at most max waiters at once (0: the default).
+func NewHub(max int) *Hub {
+	if max <= 0 {
+		max = DefaultMaxWaiters
+	}
+	return &Hub{max: max, waiters: map[string]map[*waiter]struct{}{}}
+}
+
+// Notify takes a note of the commerce workload; it never blocks (it runs
+// on the log's completion goroutine).
+func (h *Hub) Notify(v any) {
+	oc, ok := v.(OrderChanged)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	for w := range h.waiters[oc.OrderID] {
+		select {
+		case w.ch <- oc:
+		default: // it has a note to act on already
+		}
+	}
+	h.mu.Unlock()
+}
+
+// Waiting is how many waiters are registered.
+func (h *Hub) Waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+func (h *Hub) add(orderID string) *waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n >= h.max {
+		return nil
+	}
+	w := &waiter{ch: make(chan OrderChanged, 1)}
+	set := h.waiters[orderID]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		h.waiters[orderID] = set
+	}
+	set[w] = struct{}{}
+	h.n++
+	return w
+}
+
+func (h *Hub) remove(orderID string, w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.waiters[orderID]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(h.waiters, orderID)
+	}
+	h.n--
+}
+
+func terminalOrder(status string) bool { return status == OrderConfirmed || status == OrderCancelled }
+
+// --- orders ---
+
+type orderBody struct {
+	CustomerID string `json:"customerId"`
+	LineItems  []struct {
+		ProductID   string          `json:"productId"`
+		Quantity    int64           `json:"quantity"`
+		UnitPrice   json.RawMessage `json:"unitPrice"`
+		ProductName string          `json:"productName"`
+		SKU         string          `json:"sku"`
+	} `json:"lineItems"`
+	ShippingAddress string `json:"shippingAddress"`
+	CustomerName    string `json:"customerName"`
+	CustomerEmail   string `json:"customerEmail"`
+	PaymentMethod   string `json:"paymentMethod"`
+}
+
+func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
+	var b orderBody
+	if st := readJSON(w, r, maxOrderBody, &b); st != 0 {
+		return st
+	}
+	switch {
+	case b.CustomerID == "":
+		return api.Error(w, http.StatusBadRequest, "customerId is required")
+	case len(b.LineItems) == 0:
+		return api.Error(w, http.StatusBadRequest, "lineItems is required and must not be empty")
+	case len(b.LineItems) > MaxLineItems:
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("at most %d lineItems, got %d", MaxLineItems, len(b.LineItems)))
+	case len(b.CustomerID) > MaxTextLen:
+		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" not found")
+	}
+	cmd := &CreateOrder{OrderID: newID(), CustomerID: b.CustomerID, ShippingAddress: b.ShippingAddress,
+		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline)}
+	if cmd.PaymentMethod == "" {
+		cmd.PaymentMethod = DefaultPaymentMethod
+	}
+	cmd.Items = make([]LineItem, len(b.LineItems))
+	for i, it := range b.LineItems {
+		if it.ProductID == "" {
+			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].productId is required", i))
+		}
+		if it.Quantity < 1 || it.Quantity > MaxQuantity {
+			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].quantity must be between 1 and %d", i, MaxQuantity))
+		}
+		price, set, msg := moneyField(fmt.Sprintf("lineItems[%d].unitPrice", i), it.UnitPrice)
+		if msg != "" {
+			return api.Error(w, http.StatusBadRequest, msg)
+		}
+		cmd.Items[i] = LineItem{ProductID: it.ProductID, ProductName: it.ProductName, SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: -1}
+		if set {
+			cmd.Items[i].UnitPriceCents = price
+		}
+	}
+	ctx := r.Context()
+	v, err := a.query(ctx, CustomerKey(b.CustomerID), &GetCustomer{ID: b.CustomerID})
+	if err != nil {
+		return engineError(w, err)
+	}
+	cu := v.(*Customer)
+	if cu == nil {
+		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" not found")
+	}
+	if cu.Status != CustomerActive {
+		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" is "+cu.Status+"; only an ACTIVE customer can order")
+	}
+	products := map[string]*Product{}
+	for i := range cmd.Items {
+		it := &cmd.Items[i]
+		p, seen := products[it.ProductID]
+		if !seen {
+			if len(it.ProductID) <= MaxTextLen {
+				v, err := a.query(ctx, ProductKey(it.ProductID), &GetProduct{ID: it.ProductID})
+				if err != nil {
+					return engineError(w, err)
+				}
+				p = v.(*Product)
+			}
+			if p == nil {
+				return api.Error(w, http.StatusUnprocessableEntity, fmt.Sprintf("lineItems[%d]: product %s not found", i, api.Quote(it.ProductID)))
+			}
+			products[it.ProductID] = p
+		}
+		if it.UnitPriceCents < 0 {
+			it.UnitPriceCents = p.PriceCents
+		}
+		if it.ProductName == "" {
+			it.ProductName = p.Name
+		}
+		if it.SKU == "" {
+			it.SKU = p.SKU
+		}
+	}
+	res, err := a.do(ctx, OrderKey(cmd.OrderID), cmd)
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusCreated, orderOut(res.Order))
+}
+
+func (a *API) readOrder(ctx context.Context, id string) (*Order, error) {
+	v, err := a.query(ctx, OrderKey(id), &GetOrder{ID: id})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Order), nil
+}
+
+// parseWait reads ?wait= as a duration ("10s", "500ms") or whole seconds.
+func parseWait(s string) (time.Duration, string) {
+	if s == "" {
+		return 0, ""
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, err2 := strconv.Atoi(s)
+		if err2 != nil {
+			return 0, "wait must be a duration such as 10s or 500ms (or whole seconds), got " + api.Quote(s)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d > MaxWait {
+		return 0, fmt.Sprintf("wait must be between 0s and %v, got %s", MaxWait, api.Quote(s))
+	}
+	return d, ""
+}
+
+// getOrder answers the order; with ?wait= it first waits until the order
+// is CONFIRMED or CANCELLED or the wait has passed, and answers the order
+// as it is then (still PENDING if the wait passed).
+func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "order", id)
+	}
+	wait, msg := parseWait(r.URL.Query().Get("wait"))
+	if msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
+	}
+	ctx := r.Context()
+	var wt *waiter
+	if wait > 0 {
+		if wt = a.hub.add(id); wt == nil {
+			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders; poll without wait, or retry after the Retry-After pause")
+		}
+		defer a.hub.remove(id, wt)
+	}
+	o, err := a.readOrder(ctx, id)
+	if err != nil {
+		return engineError(w, err)
+	}
+	if o == nil {
+		return notFound(w, "order", id)
+	}
+	if wt != nil && !terminalOrder(o.Status) {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-wt.ch:
+		case <-t.C:
+		case <-ctx.Done():
+			return 499 // the client went away; nobody reads an answer
+		case <-a.done:
+		}
+		if o, err = a.readOrder(ctx, id); err != nil {
+			return engineError(w, err)
+		}
+	}
+	return writeJSON(w, http.StatusOK, orderOut(o))
+}
+
+func (a *API) orderSub(w http.ResponseWriter, r *http.Request) int {
+	id, sub := r.PathValue("id"), r.PathValue("sub")
+	switch {
+	case id == "customer":
+		return a.ordersByCustomer(w, r, sub)
+	case sub == "events":
+		if _, ok := pathID(r, "id"); !ok {
+			return notFound(w, "order", id)
+		}
+		return a.events(w, r, "order", id, OrderKey(id))
+	case sub == "stream":
+		return a.streamOrder(w, r)
+	}
+	return api.Error(w, http.StatusNotFound, "no route "+api.Quote(r.URL.Path)+"; see docs/API.md for the routes")
+}
+
+// streamOrder sends the order as a server-sent event now and at every
+// status change, and ends once the order is CONFIRMED or CANCELLED.
+func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "order", id)
+	}
+	ctx := r.Context()
+	wt := a.hub.add(id)
+	if wt == nil {
+		return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders; poll instead, or retry after the Retry-After pause")
+	}
+	defer a.hub.remove(id, wt)
+	o, err := a.readOrder(ctx, id)
+	if err != nil {
+		return engineError(w, err)
+	}
+	if o == nil {
+		return notFound(w, "order", id)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(o *Order) bool {
+		b, _ := json.Marshal(orderOut(o))
+		if _, err := fmt.Fprintf(w, "event: status\nid: %s\ndata: %s\n\n", o.Status, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	last := o.Status
+	if !send(o) {
+		return http.StatusOK
+	}
+	ping := time.NewTicker(streamPing)
+	defer ping.Stop()
+	for !terminalOrder(last) {
+		select {
+		case <-wt.ch:
+		case <-ping.C:
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil || rc.Flush() != nil {
+				return http.StatusOK
+			}
+		case <-ctx.Done():
+			return http.StatusOK
+		case <-a.done:
+			return http.StatusOK
+		}
+		if o, err = a.readOrder(ctx, id); err != nil || o == nil {
+			return http.StatusOK
+		}
+		if o.Status != last {
+			last = o.Status
+			if !send(o) {
+				return http.StatusOK
+			}
+		}
+	}
+	return http.StatusOK
+}
+
+func (a *API) ordersByCustomer(w http.ResponseWriter, r *http.Request, cid string) int {
+	if cid == "" || len(cid) > MaxTextLen || api.CheckText(cid) != "" {
+		return notFound(w, "customer", cid)
+	}
+	limit, st := parseLimit(w, r, 100)
+	if st != 0 {
+		return st
+	}
+	v, err := a.query(r.Context(), CustomerKey(cid), &GetCustomer{ID: cid})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if v.(*Customer) == nil {
+		return notFound(w, "customer", cid)
+	}
+	parts, err := a.fanout(r.Context(), &OrdersByCustomer{CustomerID: cid, Limit: limit})
+	if err != nil {
+		return engineError(w, err)
+	}
+	return a.writeOrders(w, parts, limit)
+}
+
+func (a *API) listOrders(w http.ResponseWriter, r *http.Request) int {
+	limit, st := parseLimit(w, r, 100)
+	if st != 0 {
+		return st
+	}
+	parts, err := a.fanout(r.Context(), &ListOrders{Limit: limit})
+	if err != nil {
+		return engineError(w, err)
+	}
+	return a.writeOrders(w, parts, limit)
+}
+
+func (a *API) writeOrders(w http.ResponseWriter, parts []any, limit int) int {
+	var all []Order
+	for _, p := range parts {
+		all = append(all, p.([]Order)...)
+	}
+	slices.SortFunc(all, func(x, y Order) int { return strings.Compare(x.ID, y.ID) })
+	out := make([]orderDTO, 0, min(limit, len(all)))
+	for i := range all[:min(limit, len(all))] {
+		out = append(out, orderOut(&all[i]))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) confirmOrder(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "order", id)
+	}
+	res, err := a.do(r.Context(), OrderKey(id), &ConfirmOrder{OrderID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, orderOut(res.Order))
+}
+
+func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "order", id)
+	}
+	var b struct {
+		Reason      string `json:"reason"`
+		CancelledBy string `json:"cancelledBy"`
+	}
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	res, err := a.do(r.Context(), OrderKey(id), &CancelOrder{OrderID: id, Reason: b.Reason, CancelledBy: b.CancelledBy})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, orderOut(res.Order))
+}
+
+// --- sagas ---
+
+func (a *API) getSaga(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "saga", id)
+	}
+	v, err := a.query(r.Context(), OrderKey(id), &GetSaga{ID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	s := v.(*Saga)
+	if s == nil {
+		return notFound(w, "saga", id)
+	}
+	return writeJSON(w, http.StatusOK, sagaOut(s))
+}
+
+var sagaStatuses = []string{SagaStarted, SagaInProgress, SagaCompleted, SagaCompensating, SagaCompensated, SagaFailed, SagaTimedOut}
+
+func (a *API) listSagas(w http.ResponseWriter, r *http.Request) int {
+	limit, st := parseLimit(w, r, 100)
+	if st != 0 {
+		return st
+	}
+	q := r.URL.Query()
+	status, typ := q.Get("status"), q.Get("type")
+	if status != "" && !slices.Contains(sagaStatuses, status) {
+		return api.Error(w, http.StatusBadRequest, "status must be one of "+strings.Join(sagaStatuses, ", ")+", got "+api.Quote(status))
+	}
+	if typ != "" && typ != SagaType {
+		return api.Error(w, http.StatusBadRequest, "type must be "+SagaType+", got "+api.Quote(typ))
+	}
+	parts, err := a.fanout(r.Context(), &ListSagas{Status: status, Type: typ, Limit: limit})
+	if err != nil {
+		return engineError(w, err)
+	}
+	var all []Saga
+	for _, p := range parts {
+		all = append(all, p.([]Saga)...)
+	}
+	slices.SortFunc(all, func(x, y Saga) int { return strings.Compare(x.ID, y.ID) })
+	out := make([]sagaDTO, 0, min(limit, len(all)))
+	for i := range all[:min(limit, len(all))] {
+		out = append(out, sagaOut(&all[i]))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,223 @@
+package commerce
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// --- products and stock ---
+
+func (a *API) createProduct(w http.ResponseWriter, r *http.Request) int {
+	var b struct {
+		SKU            string          `json:"sku"`
+		Name           string          `json:"name"`
+		Description    string          `json:"description"`
+		Price          json.RawMessage `json:"price"`
+		QuantityOnHand int64           `json:"quantityOnHand"`
+		Category       string          `json:"category"`
+	}
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	price, set, msg := moneyField("price", b.Price)
+	if msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
+	}
+	if !set {
+		return api.Error(w, http.StatusBadRequest, "price is required (at least 0.01)")
+	}
+	id := newID()
+	res, err := a.do(r.Context(), ProductKey(id), &CreateProduct{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
+		Category: b.Category, PriceCents: price, OnHand: b.QuantityOnHand})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusCreated, productOut(res.Product))
+}
+
+func (a *API) getProduct(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "product", id)
+	}
+	v, err := a.query(r.Context(), ProductKey(id), &GetProduct{ID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	p := v.(*Product)
+	if p == nil {
+		return notFound(w, "product", id)
+	}
+	return writeJSON(w, http.StatusOK, productOut(p))
+}
+
+func (a *API) listProducts(w http.ResponseWriter, r *http.Request) int {
+	limit, st := parseLimit(w, r, 100)
+	if st != 0 {
+		return st
+	}
+	parts, err := a.fanout(r.Context(), &ListProducts{Limit: limit})
+	if err != nil {
+		return engineError(w, err)
+	}
+	var all []Product
+	for _, p := range parts {
+		all = append(all, p.([]Product)...)
+	}
+	slices.SortFunc(all, func(x, y Product) int { return strings.Compare(x.ID, y.ID) })
+	out := make([]productDTO, 0, min(limit, len(all)))
+	for i := range all[:min(limit, len(all))] {
+		out = append(out, productOut(&all[i]))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+type stockBody struct {
+	Quantity int64  `json:"quantity"`
+	OrderID  string `json:"orderId"`
+	Reason   string `json:"reason"`
+}
+
+func (a *API) stock(w http.ResponseWriter, r *http.Request, cmd func(id string, b *stockBody) (string, engine.Command)) int {
+	id, ok := pathID(r, "id")
+	if !ok {
+		return notFound(w, "product", id)
+	}
+	var b stockBody
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	problem, c := cmd(id, &b)
+	if problem != "" {
+		return api.Error(w, http.StatusBadRequest, problem)
+	}
+	res, err := a.do(r.Context(), ProductKey(id), c)
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, productOut(res.Product))
+}
+
+func (a *API) reserveStock(w http.ResponseWriter, r *http.Request) int {
+	return a.stock(w, r, func(id string, b *stockBody) (string, engine.Command) {
+		if b.OrderID == "" {
+			return "orderId is required", nil
+		}
+		return "", &ReserveStock{ProductID: id, OrderID: b.OrderID, Quantity: b.Quantity}
+	})
+}
+
+func (a *API) releaseStock(w http.ResponseWriter, r *http.Request) int {
+	return a.stock(w, r, func(id string, b *stockBody) (string, engine.Command) {
+		if b.OrderID == "" {
+			return "orderId is required", nil
+		}
+		return "", &ReleaseStock{ProductID: id, OrderID: b.OrderID, Quantity: b.Quantity, Reason: b.Reason}
+	})
+}
+
+func (a *API) replenishStock(w http.ResponseWriter, r *http.Request) int {
+	return a.stock(w, r, func(id string, b *stockBody) (string, engine.Command) {
+		return "", &ReplenishStock{ProductID: id, Quantity: b.Quantity, Reason: b.Reason}
+	})
+}
+
+// --- payments ---
+
+func (a *API) createPayment(w http.ResponseWriter, r *http.Request) int {
+	var b struct {
+		OrderID    string          `json:"orderId"`
+		CustomerID string          `json:"customerId"`
+		Amount     json.RawMessage `json:"amount"`
+		Currency   string          `json:"currency"`
+		Method     string          `json:"method"`
+	}
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	amount, set, msg := moneyField("amount", b.Amount)
+	switch {
+	case msg != "":
+		return api.Error(w, http.StatusBadRequest, msg)
+	case !set:
+		return api.Error(w, http.StatusBadRequest, "amount is required (at least 0.01)")
+	case b.OrderID == "":
+		return api.Error(w, http.StatusBadRequest, "orderId is required")
+	}
+	res, err := a.do(r.Context(), PaymentKey(b.OrderID), &CreatePayment{OrderID: b.OrderID, CustomerID: b.CustomerID,
+		AmountCents: amount, Currency: b.Currency, Method: b.Method})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	// A declined payment is still made: 201 with status FAILED.
+	return writeJSON(w, http.StatusCreated, paymentOut(res.Payment))
+}
+
+func (a *API) getPayment(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	orderID, ok2 := OrderOfPaymentID(id)
+	if !ok || !ok2 {
+		return notFound(w, "payment", id)
+	}
+	v, err := a.query(r.Context(), PaymentKey(orderID), &GetPayment{ID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	p := v.(*Payment)
+	if p == nil {
+		return notFound(w, "payment", id)
+	}
+	return writeJSON(w, http.StatusOK, paymentOut(p))
+}
+
+func (a *API) paymentByOrder(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "orderId")
+	if !ok {
+		return notFound(w, "payment of order", id)
+	}
+	v, err := a.query(r.Context(), PaymentKey(id), &PaymentByOrder{OrderID: id})
+	if err != nil {
+		return engineError(w, err)
+	}
+	p := v.(*Payment)
+	if p == nil {
+		return notFound(w, "payment of order", id)
+	}
+	return writeJSON(w, http.StatusOK, paymentOut(p))
+}
+
+func (a *API) refundPayment(w http.ResponseWriter, r *http.Request) int {
+	id, ok := pathID(r, "id")
+	orderID, ok2 := OrderOfPaymentID(id)
+	if !ok || !ok2 {
+		return notFound(w, "payment", id)
+	}
+	var b struct {
+		Reason string `json:"reason"`
+	}
+	if st := readJSON(w, r, maxBody, &b); st != 0 {
+		return st
+	}
+	res, err := a.do(r.Context(), PaymentKey(orderID), &RefundPayment{PaymentID: id, Reason: b.Reason})
+	if err != nil {
+		return engineError(w, err)
+	}
+	if st := refused(w, res); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, paymentOut(res.Payment))
+}

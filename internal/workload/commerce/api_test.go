@@ -1,0 +1,383 @@
+package commerce_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/workload/commerce"
+)
+
+// newServer runs the commerce API over a real engine and log in a temp
+// dir, with the hub fed by the engine's notes as `surge serve` does.
+func newServer(t *testing.T, deadline time.Duration) *httptest.Server {
+	t.Helper()
+	dir := t.TempDir()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := commerce.NewHub(0)
+	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
+		Logger: slog.New(slog.DiscardHandler),
+		Notify: func(_ int, wl uint8, v any) {
+			if wl == commerce.WorkloadID {
+				hub.Notify(v)
+			}
+		}}, commerce.Workload{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(deadline)
+	capi.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { capi.Shutdown(); srv.Close(); eng.Close() })
+	return srv
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
+}
+
+// must does a request that must answer want, and decodes the JSON answer.
+func must(t *testing.T, srv *httptest.Server, want int, method, path, body string) map[string]any {
+	t.Helper()
+	st, b := do(t, srv, method, path, body)
+	if st != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, st, b, want)
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(b), &v); err != nil {
+		t.Fatalf("%s %s: %v in %s", method, path, err, b)
+	}
+	return v
+}
+
+func mustList(t *testing.T, srv *httptest.Server, path string) []map[string]any {
+	t.Helper()
+	st, b := do(t, srv, "GET", path, "")
+	if st != 200 {
+		t.Fatalf("GET %s: %d %s", path, st, b)
+	}
+	var v []map[string]any
+	if err := json.Unmarshal([]byte(b), &v); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, b)
+	}
+	return v
+}
+
+func hasFields(t *testing.T, v map[string]any, fields ...string) {
+	t.Helper()
+	for _, f := range fields {
+		if _, ok := v[f]; !ok {
+			t.Fatalf("field %q missing in %v", f, v)
+		}
+	}
+}
+
+func seed(t *testing.T, srv *httptest.Server, price string, onHand int) (customer, product string) {
+	t.Helper()
+	c := must(t, srv, 201, "POST", "/api/customers", `{"email":"a@b.c","name":"Ann","address":"1 Road","phone":"123"}`)
+	p := must(t, srv, 201, "POST", "/api/products", fmt.Sprintf(`{"sku":"SKU-1","name":"Lamp","description":"d","price":%s,"quantityOnHand":%d,"category":"home"}`, price, onHand))
+	return c["customerId"].(string), p["productId"].(string)
+}
+
+func TestCustomersAndProducts(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "19.99", 10)
+	c := must(t, srv, 200, "GET", "/api/customers/"+cid, "")
+	hasFields(t, c, "customerId", "email", "name", "address", "phone", "status")
+	if c["status"] != "ACTIVE" || c["name"] != "Ann" {
+		t.Fatalf("%v", c)
+	}
+	c = must(t, srv, 200, "PUT", "/api/customers/"+cid, `{"email":"x@y.z","name":"Bob"}`)
+	if c["name"] != "Bob" || c["address"] != "" {
+		t.Fatalf("PUT: %v", c)
+	}
+	c = must(t, srv, 200, "PATCH", "/api/customers/"+cid+"/status", `{"status":"SUSPENDED","reason":"test"}`)
+	if c["status"] != "SUSPENDED" {
+		t.Fatalf("PATCH: %v", c)
+	}
+	if l := mustList(t, srv, "/api/customers?limit=10"); len(l) != 1 || l[0]["customerId"] != cid {
+		t.Fatalf("list: %v", l)
+	}
+	evs := mustList(t, srv, "/api/customers/"+cid+"/events?limit=20")
+	if len(evs) != 3 || evs[0]["eventType"] != "CustomerCreated" || evs[2]["eventType"] != "CustomerStatusChanged" {
+		t.Fatalf("events: %v", evs)
+	}
+	if evs := mustList(t, srv, "/api/customers/"+cid+"/events?limit=1"); len(evs) != 1 || evs[0]["sequence"] != 3.0 {
+		t.Fatalf("events limit 1: %v", evs)
+	}
+
+	st, b := do(t, srv, "GET", "/api/products/"+pid, "")
+	if st != 200 || !strings.Contains(b, `"price":19.99`) {
+		t.Fatalf("product: %d %s", st, b)
+	}
+	p := must(t, srv, 200, "GET", "/api/products/"+pid, "")
+	hasFields(t, p, "productId", "sku", "name", "description", "price", "quantityOnHand", "quantityReserved", "availableQuantity", "category", "status")
+	p = must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/reserve", `{"quantity":4,"orderId":"perftest-1"}`)
+	if p["quantityReserved"] != 4.0 || p["availableQuantity"] != 6.0 {
+		t.Fatalf("reserve: %v", p)
+	}
+	must(t, srv, 409, "POST", "/api/products/"+pid+"/stock/reserve", `{"quantity":7,"orderId":"perftest-2"}`)
+	p = must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/release", `{"quantity":4,"orderId":"perftest-1","reason":"r"}`)
+	if p["quantityReserved"] != 0.0 {
+		t.Fatalf("release: %v", p)
+	}
+	p = must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/replenish", `{"quantity":5,"reason":"r"}`)
+	if p["quantityOnHand"] != 15.0 || p["status"] != "ACTIVE" {
+		t.Fatalf("replenish: %v", p)
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 1 {
+		t.Fatalf("products: %v", l)
+	}
+	if evs := mustList(t, srv, "/api/products/"+pid+"/events"); len(evs) != 4 {
+		t.Fatalf("product events: %v", evs)
+	}
+	// A string price is accepted too.
+	p = must(t, srv, 201, "POST", "/api/products", `{"sku":"S2","name":"N","price":"5.5","quantityOnHand":1}`)
+	if p["price"] != 5.5 {
+		t.Fatalf("%v", p)
+	}
+}
+
+func waitOrder(t *testing.T, srv *httptest.Server, id string) map[string]any {
+	t.Helper()
+	o := must(t, srv, 200, "GET", "/api/orders/"+id+"?wait=10s", "")
+	if o["status"] == "PENDING" {
+		t.Fatalf("still PENDING after the long poll: %v", o)
+	}
+	return o
+}
+
+func TestOrderSagaConfirmed(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "10.00", 100)
+	// unitPrice as a string (the peer's k6) and as a number, and missing.
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1,"unitPrice":"10.00"},{"productId":%q,"quantity":2,"unitPrice":2.5},{"productId":%q,"quantity":1}],"shippingAddress":"x"}`, cid, pid, pid, pid))
+	hasFields(t, o, "orderId", "customerId", "lineItems", "subtotal", "tax", "total", "status", "shippingAddress", "createdAt", "updatedAt")
+	if o["status"] != "PENDING" || o["subtotal"] != 25.0 || o["tax"] != 2.5 || o["total"] != 27.5 {
+		t.Fatalf("created: %v", o)
+	}
+	id := o["orderId"].(string)
+	if o = waitOrder(t, srv, id); o["status"] != "CONFIRMED" {
+		t.Fatalf("%v", o)
+	}
+	s := must(t, srv, 200, "GET", "/api/sagas/"+id, "")
+	if s["status"] != "COMPLETED" || len(s["steps"].([]any)) == 0 {
+		t.Fatalf("saga: %v", s)
+	}
+	if l := mustList(t, srv, "/api/sagas?status=COMPLETED&type=ORDER_FULFILLMENT&limit=5"); len(l) != 1 {
+		t.Fatalf("sagas: %v", l)
+	}
+	pay := must(t, srv, 200, "GET", "/api/payments/order/"+id, "")
+	hasFields(t, pay, "paymentId", "orderId", "customerId", "amount", "currency", "method", "status", "transactionId", "failureReason")
+	if pay["status"] != "CAPTURED" || pay["amount"] != 27.5 {
+		t.Fatalf("payment: %v", pay)
+	}
+	must(t, srv, 200, "GET", "/api/payments/"+pay["paymentId"].(string), "")
+	must(t, srv, 409, "POST", "/api/payments/"+pay["paymentId"].(string)+"/refund", `{"reason":"r"}`)
+	must(t, srv, 200, "PATCH", "/api/orders/"+id+"/confirm", "")
+	must(t, srv, 409, "PATCH", "/api/orders/"+id+"/cancel", `{"reason":"r","cancelledBy":"me"}`)
+	if l := mustList(t, srv, "/api/orders/customer/"+cid); len(l) != 1 {
+		t.Fatalf("by customer: %v", l)
+	}
+	if l := mustList(t, srv, "/api/orders"); len(l) != 1 {
+		t.Fatalf("orders: %v", l)
+	}
+	if evs := mustList(t, srv, "/api/orders/"+id+"/events?limit=100"); len(evs) < 3 || evs[0]["eventType"] != "OrderCreated" {
+		t.Fatalf("order events: %v", evs)
+	}
+}
+
+func TestOrderSagaCancelled(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	// Over 10000.00: the processor declines, the saga compensates.
+	cid, pid := seed(t, srv, "20000.00", 5)
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	id := o["orderId"].(string)
+	if o = waitOrder(t, srv, id); o["status"] != "CANCELLED" {
+		t.Fatalf("%v", o)
+	}
+	if s := must(t, srv, 200, "GET", "/api/sagas/"+id, ""); s["status"] != "COMPENSATED" {
+		t.Fatalf("saga: %v", s)
+	}
+	// Not enough stock.
+	o = must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":6,"unitPrice":1}]}`, cid, pid))
+	if o = waitOrder(t, srv, o["orderId"].(string)); o["status"] != "CANCELLED" {
+		t.Fatalf("%v", o)
+	}
+	// A cancelled order cannot be confirmed.
+	st, _ := do(t, srv, "PATCH", "/api/orders/"+id+"/confirm", "")
+	if st != 409 {
+		t.Fatalf("confirm cancelled: %d", st)
+	}
+}
+
+func TestSagaDeadline(t *testing.T) {
+	srv := newServer(t, time.Nanosecond)
+	cid, pid := seed(t, srv, "1.00", 5)
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	id := o["orderId"].(string)
+	waitOrder(t, srv, id)
+	s := must(t, srv, 200, "GET", "/api/sagas/"+id, "")
+	if s["status"] != "TIMED_OUT" && s["status"] != "COMPLETED" {
+		t.Fatalf("saga: %v", s)
+	}
+}
+
+func TestStreamDeliversTerminalStatus(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "3.00", 5)
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	resp, err := http.Get(srv.URL + "/api/orders/" + o["orderId"].(string) + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	var statuses []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var v map[string]any
+			json.Unmarshal([]byte(d), &v)
+			statuses = append(statuses, v["status"].(string))
+		}
+	}
+	if len(statuses) == 0 || statuses[len(statuses)-1] != "CONFIRMED" {
+		t.Fatalf("stream statuses %v", statuses)
+	}
+}
+
+func TestPayments(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	p := must(t, srv, 201, "POST", "/api/payments", `{"orderId":"o-1","customerId":"c","amount":"12.50","currency":"USD","method":"CREDIT_CARD"}`)
+	if p["status"] != "CAPTURED" || p["amount"] != 12.5 {
+		t.Fatalf("%v", p)
+	}
+	id := p["paymentId"].(string)
+	must(t, srv, 200, "GET", "/api/payments/"+id, "")
+	if r := must(t, srv, 200, "POST", "/api/payments/"+id+"/refund", `{"reason":"r"}`); r["status"] != "REFUNDED" {
+		t.Fatalf("%v", r)
+	}
+	must(t, srv, 409, "POST", "/api/payments/"+id+"/refund", `{"reason":"r"}`)
+	// A decline is 201 with FAILED.
+	if p := must(t, srv, 201, "POST", "/api/payments", `{"orderId":"o-2","customerId":"c","amount":10000.01,"currency":"USD","method":"CREDIT_CARD"}`); p["status"] != "FAILED" || p["failureReason"] == "" {
+		t.Fatalf("%v", p)
+	}
+	must(t, srv, 404, "GET", "/api/payments/nope", "")
+}
+
+func TestBadInput(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "1.00", 5)
+	for _, c := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/api/customers", `{"email":"bad","name":"Ann"}`, 400},
+		{"POST", "/api/customers", `{"email":"a@b.c","name":"A"}`, 400},
+		{"POST", "/api/customers", `{"email":"a@b.c","name":"A\u0001nn"}`, 400},
+		{"POST", "/api/customers", "{\"email\":\"a@b.c\",\"name\":\"A\xffnn\"}", 400},
+		{"POST", "/api/customers", `{"email":`, 400},
+		{"GET", "/api/customers/nope", "", 404},
+		{"GET", "/api/customers/nope/events", "", 404},
+		{"PATCH", "/api/customers/" + cid + "/status", `{"status":"GONE"}`, 400},
+		{"POST", "/api/products", `{"sku":"s","name":"n","price":0,"quantityOnHand":1}`, 400},
+		{"POST", "/api/products", `{"sku":"s","name":"n","price":"1.234","quantityOnHand":1}`, 400},
+		{"POST", "/api/products", `{"sku":"s","name":"n","quantityOnHand":1}`, 400},
+		{"POST", "/api/products/" + pid + "/stock/reserve", `{"quantity":0,"orderId":"x"}`, 400},
+		{"POST", "/api/products/" + pid + "/stock/reserve", `{"quantity":1}`, 400},
+		{"POST", "/api/products/nope/stock/reserve", `{"quantity":1,"orderId":"x"}`, 404},
+		{"POST", "/api/orders", `{"customerId":"nope","lineItems":[{"productId":"` + pid + `","quantity":1}]}`, 422},
+		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"nope","quantity":1}]}`, 422},
+		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[]}`, 400},
+		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"` + pid + `","quantity":1,"unitPrice":"ten"}]}`, 400},
+		{"GET", "/api/orders/nope", "", 404},
+		{"GET", "/api/orders/nope?wait=1s", "", 404},
+		{"GET", "/api/orders/nope?wait=forever", "", 400},
+		{"GET", "/api/orders/nope?wait=2m", "", 400},
+		{"GET", "/api/orders/nope/events", "", 404},
+		{"GET", "/api/orders/nope/stream", "", 404},
+		{"GET", "/api/orders/customer/nope", "", 404},
+		{"PATCH", "/api/orders/nope/confirm", "", 404},
+		{"PATCH", "/api/orders/nope/cancel", `{"reason":"r","cancelledBy":"me"}`, 404},
+		{"GET", "/api/sagas/nope", "", 404},
+		{"GET", "/api/sagas?status=DONE", "", 400},
+		{"GET", "/api/customers?limit=x", "", 400},
+		{"POST", "/api/payments", `{"orderId":"o","customerId":"c","amount":1,"currency":"usd"}`, 400},
+		{"POST", "/api/payments/PAY-nope/refund", `{"reason":"r"}`, 404},
+	} {
+		st, b := do(t, srv, c.method, c.path, c.body)
+		if st != c.want || !strings.Contains(b, `"error"`) {
+			t.Errorf("%s %s %s: %d %s, want %d", c.method, c.path, c.body, st, b, c.want)
+		}
+	}
+	// Content-Type that is not JSON.
+	req, _ := http.NewRequest("POST", srv.URL+"/api/customers", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 415 {
+		t.Fatalf("text/plain: %d", resp.StatusCode)
+	}
+	// Nothing above changed state.
+	if l := mustList(t, srv, "/api/customers"); len(l) != 1 {
+		t.Fatalf("customers: %v", l)
+	}
+	if l := mustList(t, srv, "/api/orders"); len(l) != 0 {
+		t.Fatalf("orders: %v", l)
+	}
+	// A suspended customer cannot order.
+	must(t, srv, 200, "PATCH", "/api/customers/"+cid+"/status", `{"status":"SUSPENDED"}`)
+	must(t, srv, 422, "POST", "/api/orders", `{"customerId":"`+cid+`","lineItems":[{"productId":"`+pid+`","quantity":1}]}`)
+}
+
+func TestLongPollReturnsWhenTerminal(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "1.00", 5)
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	start := time.Now()
+	o = must(t, srv, 200, "GET", "/api/orders/"+o["orderId"].(string)+"?wait=30s", "")
+	if o["status"] != "CONFIRMED" || time.Since(start) > 10*time.Second {
+		t.Fatalf("%v after %v", o, time.Since(start))
+	}
+	// A wait on an order that fails its saga ends at CANCELLED: 4 of the
+	// 5 units are held directly and the order wants 2.
+	must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/reserve", `{"quantity":4,"orderId":"hold"}`)
+	o = must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":2}]}`, cid, pid))
+	if o = waitOrder(t, srv, o["orderId"].(string)); o["status"] != "CANCELLED" {
+		t.Fatalf("%v", o)
+	}
+}
