@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// money reads an amount the API writes as a JSON number or a string.
+type money float64
+
+func (m *money) UnmarshalJSON(b []byte) error {
+	f, err := strconv.ParseFloat(strings.Trim(string(b), `"`), 64)
+	*m = money(f)
+	return err
+}
+
+func (m money) cents() int64 { return int64(float64(m)*100 + 0.5) }
+
+type crashOrder struct {
+	OrderID   string `json:"orderId"`
+	Status    string `json:"status"`
+	Total     money  `json:"total"`
+	LineItems []struct {
+		ProductID string `json:"productId"`
+		Quantity  int64  `json:"quantity"`
+	} `json:"lineItems"`
+}
+
+type crashProduct struct {
+	ProductID         string `json:"productId"`
+	QuantityOnHand    int64  `json:"quantityOnHand"`
+	QuantityReserved  int64  `json:"quantityReserved"`
+	AvailableQuantity int64  `json:"availableQuantity"`
+}
+
+type crashPayment struct {
+	Status string `json:"status"`
+	Amount money  `json:"amount"`
+}
+
+// postJSON sends body and decodes a 2xx answer into out; it returns the
+// status, or 0 if the request got no answer (the server was killed).
+func postJSON(client *http.Client, method, url, body string, out any) int {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	r, err := client.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer r.Body.Close()
+	if r.StatusCode/100 == 2 && out != nil {
+		if err := json.NewDecoder(r.Body).Decode(out); err != nil {
+			return 0
+		}
+	}
+	return r.StatusCode
+}
+
+func getJSON(t *testing.T, client *http.Client, url string, out any) int {
+	t.Helper()
+	r, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer r.Body.Close()
+	if r.StatusCode == 200 {
+		if err := json.NewDecoder(r.Body).Decode(out); err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+	}
+	return r.StatusCode
+}
+
+// TestKill9MidSagas starts `surge serve` as a real process, runs hundreds
+// of order sagas (several line items over products with scarce stock, some
+// totals the processor declines) beside direct stock reservations from
+// many clients, kills the server with SIGKILL while sagas are in flight,
+// restarts it on the same data directory and checks: every order a client
+// saw created still exists and its saga ends (CONFIRMED or CANCELLED, the
+// saga terminal); stock never goes negative; what each product has sold
+// is exactly what the CONFIRMED orders bought; what stays reserved is
+// exactly the direct reservations; every CONFIRMED order has one captured
+// payment for its total and no CANCELLED order keeps a captured one.
+func TestKill9MidSagas(t *testing.T) {
+	bin, dataDir, addr, srv := startFresh(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+
+	const customers, products, stock = 8, 12, 40
+	custIDs := make([]string, customers)
+	for i := range custIDs {
+		var c struct {
+			CustomerID string `json:"customerId"`
+		}
+		body := fmt.Sprintf(`{"email":"c%d@example.com","name":"Customer %d"}`, i, i)
+		if st := postJSON(client, "POST", srv.base+"/api/customers", body, &c); st != 201 {
+			t.Fatalf("create customer: %d", st)
+		}
+		custIDs[i] = c.CustomerID
+	}
+	prodIDs := make([]string, products)
+	for i := range prodIDs {
+		var p crashProduct
+		// Product 0 is dear, so orders that take 5 of it pass the
+		// processor's 10000.00 limit and are declined.
+		price := "19.99"
+		if i == 0 {
+			price = "2999.99"
+		}
+		body := fmt.Sprintf(`{"sku":"SKU-%d","name":"Product %d","price":%s,"quantityOnHand":%d,"category":"test"}`, i, i, price, stock)
+		if st := postJSON(client, "POST", srv.base+"/api/products", body, &p); st != 201 {
+			t.Fatalf("create product: %d", st)
+		}
+		prodIDs[i] = p.ProductID
+	}
+
+	var (
+		mu           sync.Mutex
+		orders       []string             // creation acknowledged (201)
+		unsure       int                  // order POSTs that got no answer
+		unsureBought = map[string]int64{} // product -> units in them
+		direct       = map[string]int64{} // product -> units of acknowledged direct reservations
+		unsureRes    = map[string]int64{} // product -> units of unanswered ones
+	)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	// Enough clients that hundreds of sagas are in flight at the kill.
+	for g := range 200 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 11))
+			for n := 0; ctx.Err() == nil; n++ {
+				if rng.IntN(5) == 0 {
+					p := prodIDs[rng.IntN(products)]
+					body := fmt.Sprintf(`{"quantity":1,"orderId":"direct-%d-%d"}`, g, n)
+					st := postJSON(client, "POST", srv.base+"/api/products/"+p+"/stock/reserve", body, nil)
+					mu.Lock()
+					switch st {
+					case 200:
+						direct[p]++
+					case 0:
+						unsureRes[p]++
+					case 409: // not enough stock
+					default:
+						t.Errorf("direct reserve: %d", st)
+					}
+					mu.Unlock()
+					continue
+				}
+				var items []string
+				qty := map[string]int64{}
+				for range 1 + rng.IntN(3) {
+					p, q := prodIDs[rng.IntN(products)], 1+rng.IntN(5)
+					qty[p] += int64(q)
+					items = append(items, fmt.Sprintf(`{"productId":%q,"quantity":%d}`, p, q))
+				}
+				body := fmt.Sprintf(`{"customerId":%q,"lineItems":[%s],"shippingAddress":"1 Main St"}`, custIDs[rng.IntN(customers)], strings.Join(items, ","))
+				var o crashOrder
+				st := postJSON(client, "POST", srv.base+"/api/orders", body, &o)
+				mu.Lock()
+				switch st {
+				case 201:
+					orders = append(orders, o.OrderID)
+				case 0:
+					unsure++
+					for p, q := range qty {
+						unsureBought[p] += q
+					}
+				default:
+					t.Errorf("create order: %d", st)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// Kill once hundreds of orders are in, while the clients keep going.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		mu.Lock()
+		n := len(orders)
+		mu.Unlock()
+		if n >= 1000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d orders created in 30 s", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	srv.cmd.Wait()
+	stop()
+	wg.Wait()
+	t.Logf("killed after %d acknowledged orders (%d unanswered)", len(orders), unsure)
+
+	srv = startServer(t, bin, dataDir, addr)
+	defer func() {
+		srv.cmd.Process.Signal(syscall.SIGTERM)
+		srv.cmd.Wait()
+	}()
+
+	// Every acknowledged order ends, well before the 60 s saga deadline:
+	// the messages in flight at the kill are re-sent from the outboxes, so
+	// no saga should need its deadline to end.
+	bought := map[string]int64{}
+	var confirmed, cancelled int
+	for _, id := range orders {
+		var o crashOrder
+		end := time.Now().Add(20 * time.Second)
+		for {
+			if st := getJSON(t, client, srv.base+"/api/orders/"+id, &o); st != 200 {
+				t.Fatalf("acknowledged order %s: %d after the restart", id, st)
+			}
+			if o.Status != "PENDING" || time.Now().After(end) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var saga struct {
+			Status string `json:"status"`
+		}
+		if st := getJSON(t, client, srv.base+"/api/sagas/"+id, &saga); st != 200 {
+			t.Fatalf("saga of %s: %d", id, st)
+		}
+		var pay crashPayment
+		payst := getJSON(t, client, srv.base+"/api/payments/order/"+id, &pay)
+		switch o.Status {
+		case "CONFIRMED":
+			confirmed++
+			if saga.Status != "COMPLETED" {
+				t.Errorf("CONFIRMED order %s has saga %s", id, saga.Status)
+			}
+			if payst != 200 || pay.Status != "CAPTURED" || pay.Amount.cents() != o.Total.cents() {
+				t.Errorf("CONFIRMED order %s (total %.2f): payment %d %+v", id, float64(o.Total), payst, pay)
+			}
+			for _, li := range o.LineItems {
+				bought[li.ProductID] += li.Quantity
+			}
+		case "CANCELLED":
+			cancelled++
+			switch saga.Status {
+			case "COMPENSATED", "FAILED":
+			default: // TIMED_OUT too: the deadline is a minute away
+				t.Errorf("CANCELLED order %s has saga %s", id, saga.Status)
+			}
+			if payst == 200 && pay.Status == "CAPTURED" {
+				t.Errorf("CANCELLED order %s keeps a captured payment", id)
+			}
+		default:
+			t.Fatalf("order %s still %s 20 s after the restart: its saga did not resume", id, o.Status)
+		}
+	}
+	if confirmed == 0 || cancelled == 0 {
+		t.Errorf("%d confirmed, %d cancelled: the mix should give both", confirmed, cancelled)
+	}
+
+	for _, p := range prodIDs {
+		var pr crashProduct
+		if st := getJSON(t, client, srv.base+"/api/products/"+p, &pr); st != 200 {
+			t.Fatalf("product %s: %d", p, st)
+		}
+		if pr.AvailableQuantity < 0 || pr.AvailableQuantity != pr.QuantityOnHand-pr.QuantityReserved {
+			t.Errorf("product %s: %+v", p, pr)
+		}
+		sold := stock - pr.QuantityOnHand
+		// An order whose creation was never answered may exist and have
+		// bought too.
+		if sold < bought[p] || sold > bought[p]+unsureBought[p] {
+			t.Errorf("product %s sold %d, acknowledged CONFIRMED orders bought %d", p, sold, bought[p])
+		}
+		if pr.QuantityReserved < direct[p] || pr.QuantityReserved > direct[p]+unsureRes[p] {
+			t.Errorf("product %s holds %d reserved; acknowledged direct reservations %d (+%d unanswered)", p, pr.QuantityReserved, direct[p], unsureRes[p])
+		}
+	}
+	t.Logf("%d orders confirmed, %d cancelled after the restart", confirmed, cancelled)
+}
