@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surge-run/surge/internal/server"
+	"github.com/surge-run/surge/internal/workload/commerce"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -113,6 +114,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Retention, "retention", envDurationOr("SURGE_RETENTION", ticketing.DefaultRetention), "how long a FAILED or CANCELLED reservation stays readable (and its Idempotency-Key remembered) before it is purged; 0 keeps them for ever (SURGE_RETENTION)")
 	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
 	f.DurationVar(&cfg.SagaDeadline, "saga-deadline", envDurationOr("SURGE_SAGA_DEADLINE", 60*time.Second), "how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with (SURGE_SAGA_DEADLINE)")
+	f.DurationVar(&cfg.SagaRetention, "saga-retention", envDurationOr("SURGE_SAGA_RETENTION", commerce.DefaultSagaRetention), "how long an ended order saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT) stays readable at /api/sagas before it and its bookkeeping are purged; orders, payments and events are kept. 0 keeps them for ever; each order logs the retention it was created with (SURGE_SAGA_RETENTION)")
 	f.IntVar(&cfg.MaxWaiters, "max-waiters", envIntOr("SURGE_MAX_WAITERS", 10000), "order long polls (?wait=) and event streams open at once; beyond it they get 503 with Retry-After (SURGE_MAX_WAITERS)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")

@@ -54,6 +54,10 @@ type Config struct {
 	// SagaDeadline is how long an order's saga may run before it is
 	// compensated and TIMED_OUT; 0 means 60s. Each order logs its own.
 	SagaDeadline time.Duration
+	// SagaRetention is how long an ended saga (and its bookkeeping) is
+	// kept before it is purged; 0 keeps them for ever. Each order logs
+	// its own.
+	SagaRetention time.Duration
 	// MaxWaiters bounds the order long polls and streams open at once; 0
 	// means commerce.DefaultMaxWaiters.
 	MaxWaiters int
@@ -250,6 +254,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.SagaDeadline < 0 {
 		return fmt.Errorf("--saga-deadline %v: must be a positive duration such as 60s", cfg.SagaDeadline)
 	}
+	if cfg.SagaRetention < 0 {
+		return fmt.Errorf("--saga-retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.SagaRetention)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// State lives in memory and the machine has plenty; collecting
 		// less often takes GC work off the request path.
@@ -384,7 +391,7 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Warn("could not count the events this server holds", "err", err)
 	}
 	tapi.Register(mux, m)
-	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline)
+	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
 	capi.Register(mux, m)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

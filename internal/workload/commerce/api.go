@@ -38,17 +38,32 @@ const (
 // API serves the commerce routes (shared/compat/commerce.md) over an
 // engine that runs Workload.
 type API struct {
-	eng      *engine.Engine
-	hub      *Hub
-	deadline time.Duration
-	done     chan struct{}
-	stopOnce sync.Once
+	eng       *engine.Engine
+	hub       *Hub
+	deadline  time.Duration
+	retention time.Duration
+	done      chan struct{}
+	stopOnce  sync.Once
 }
 
+// DefaultSagaRetention is how long an ended saga stays readable (GET
+// /api/sagas/{id}) before it is purged.
+const DefaultSagaRetention = 15 * time.Minute
+
 // NewAPI returns the commerce API over eng. hub receives the engine's
-// notes (see Hub.Notify); the saga deadline is DefaultDeadline.
+// notes (see Hub.Notify); the saga deadline is DefaultDeadline and the
+// saga retention DefaultSagaRetention.
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
-	return &API{eng: eng, hub: hub, deadline: time.Duration(DefaultDeadline), done: make(chan struct{})}
+	return &API{eng: eng, hub: hub, deadline: time.Duration(DefaultDeadline), retention: DefaultSagaRetention, done: make(chan struct{})}
+}
+
+// SetSagaRetention sets how long sagas started from now on are kept once
+// they have ended; 0 keeps them for ever. Each CreateOrder logs the
+// retention it was made with, so replay purges what the live run purged
+// whatever the setting is then.
+func (a *API) SetSagaRetention(d time.Duration) *API {
+	a.retention = max(d, 0)
+	return a
 }
 
 // SetSagaDeadline sets the deadline of sagas started from now on; it is

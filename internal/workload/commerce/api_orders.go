@@ -124,7 +124,7 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" not found")
 	}
 	cmd := &CreateOrder{OrderID: newID(), CustomerID: b.CustomerID, ShippingAddress: b.ShippingAddress,
-		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline)}
+		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline), RetentionNs: int64(a.retention)}
 	if cmd.PaymentMethod == "" {
 		cmd.PaymentMethod = DefaultPaymentMethod
 	}

@@ -25,6 +25,12 @@ import (
 // dir, with the hub fed by the engine's notes as `surge serve` does.
 func newServer(t *testing.T, deadline time.Duration) *httptest.Server {
 	t.Helper()
+	return newServerRetention(t, deadline, commerce.DefaultSagaRetention)
+}
+
+// newServerRetention is newServer with the given saga retention.
+func newServerRetention(t *testing.T, deadline, retention time.Duration) *httptest.Server {
+	t.Helper()
 	dir := t.TempDir()
 	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
 	if err != nil {
@@ -42,7 +48,7 @@ func newServer(t *testing.T, deadline time.Duration) *httptest.Server {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(deadline)
+	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(deadline).SetSagaRetention(retention)
 	capi.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { capi.Shutdown(); srv.Close(); eng.Close() })
@@ -379,5 +385,52 @@ func TestLongPollReturnsWhenTerminal(t *testing.T) {
 	o = must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":2}]}`, cid, pid))
 	if o = waitOrder(t, srv, o["orderId"].(string)); o["status"] != "CANCELLED" {
 		t.Fatalf("%v", o)
+	}
+}
+
+// TestSagaPurgedAfterRetention: with a short saga retention, an ended
+// saga answers 200, then 404 and leaves the saga list, while its order,
+// payment and events still answer.
+func TestSagaPurgedAfterRetention(t *testing.T) {
+	const retention = time.Second
+	srv := newServerRetention(t, time.Minute, retention)
+	cid, pid := seed(t, srv, "10.00", 100)
+	// The saga ends after start, so it is purged after start+retention.
+	start := time.Now()
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	id := o["orderId"].(string)
+	if o = waitOrder(t, srv, id); o["status"] != "CONFIRMED" {
+		t.Fatalf("%v", o)
+	}
+	// On a loaded machine the 200 is only checked if it came in time.
+	st, b := do(t, srv, "GET", "/api/sagas/"+id, "")
+	if time.Since(start) < retention/2 && (st != 200 || !strings.Contains(b, `"COMPLETED"`)) {
+		t.Fatalf("saga right after it ended: %d %s", st, b)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, b = do(t, srv, "GET", "/api/sagas/"+id, "")
+		if st == 404 {
+			break
+		}
+		if st != 200 || time.Now().After(deadline) {
+			t.Fatalf("saga not purged 20 s after a retention of %v: %d %s", retention, st, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if time.Since(start) < retention {
+		t.Fatalf("saga purged %v after the order was created, before its retention of %v", time.Since(start), retention)
+	}
+	for _, s := range mustList(t, srv, "/api/sagas?limit=100") {
+		if s["sagaId"] == id {
+			t.Fatalf("a purged saga is still listed: %v", s)
+		}
+	}
+	if o := must(t, srv, 200, "GET", "/api/orders/"+id, ""); o["status"] != "CONFIRMED" {
+		t.Fatalf("order after the saga's purge: %v", o)
+	}
+	must(t, srv, 200, "GET", "/api/payments/"+o["paymentId"].(string), "")
+	if evs := mustList(t, srv, "/api/orders/"+id+"/events?limit=100"); len(evs) == 0 {
+		t.Fatal("the order's events went with its saga")
 	}
 }

@@ -36,6 +36,7 @@ const (
 	tagPaymentProcessed
 	tagPaymentFailed
 	tagSagaDeadline
+	tagPurgeSagas
 )
 
 // Client commands.
@@ -65,13 +66,16 @@ type (
 	}
 	// CreateOrder starts the saga. The gateway fills missing unit prices
 	// from the product and chooses DeadlineNs (the configured saga
-	// deadline), which is logged so replay arms the same timer.
+	// deadline) and RetentionNs (how long the saga is kept once it has
+	// ended; 0: for ever), which are logged so replay arms the same
+	// timers and purges the same sagas whatever the flags say then.
 	CreateOrder struct {
 		OrderID, CustomerID                          string
 		Items                                        []LineItem
 		ShippingAddress, CustomerName, CustomerEmail string
 		PaymentMethod                                string
 		DeadlineNs                                   int64
+		RetentionNs                                  int64
 	}
 	ConfirmOrder struct{ OrderID string }
 	CancelOrder  struct{ OrderID, Reason, CancelledBy string }
@@ -100,10 +104,18 @@ type (
 		AmountCents         int64
 		Method              string
 	}
-	RefundForOrder   struct{ OrderID, Reason string }
+	// RefundForOrder carries the saga's retention: a closed-order marker
+	// it leaves is purged after it, like the saga.
+	RefundForOrder struct {
+		OrderID, Reason string
+		RetentionNs     int64
+	}
 	PaymentProcessed struct{ OrderID, PaymentID string }
 	PaymentFailed    struct{ OrderID, Reason string }
 	SagaDeadline     struct{ OrderID string }
+	// PurgeSagas is the command of a partition's purge timer: it removes
+	// the ended sagas and closed-order markers whose retention has passed.
+	PurgeSagas struct{}
 )
 
 type sagaMessage interface{ sagaMessage() }
@@ -118,6 +130,7 @@ func (*RefundForOrder) sagaMessage()         {}
 func (*PaymentProcessed) sagaMessage()       {}
 func (*PaymentFailed) sagaMessage()          {}
 func (*SagaDeadline) sagaMessage()           {}
+func (*PurgeSagas) sagaMessage()             {}
 
 // coder writes (w set) or reads (r set) one field at a time.
 type coder struct {
@@ -231,7 +244,7 @@ func (x *CreateOrder) code(c *coder) {
 	c.str(&x.OrderID, &x.CustomerID)
 	c.items(&x.Items)
 	c.str(&x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod)
-	c.i64(&x.DeadlineNs)
+	c.i64(&x.DeadlineNs, &x.RetentionNs)
 }
 func (x *ConfirmOrder) code(c *coder) { c.str(&x.OrderID) }
 func (x *CancelOrder) code(c *coder)  { c.str(&x.OrderID, &x.Reason, &x.CancelledBy) }
@@ -251,10 +264,11 @@ func (x *ProcessPaymentForOrder) code(c *coder) {
 	c.i64(&x.AmountCents)
 	c.str(&x.Method)
 }
-func (x *RefundForOrder) code(c *coder)   { c.str(&x.OrderID, &x.Reason) }
+func (x *RefundForOrder) code(c *coder)   { c.str(&x.OrderID, &x.Reason); c.i64(&x.RetentionNs) }
 func (x *PaymentProcessed) code(c *coder) { c.str(&x.OrderID, &x.PaymentID) }
 func (x *PaymentFailed) code(c *coder)    { c.str(&x.OrderID, &x.Reason) }
 func (x *SagaDeadline) code(c *coder)     { c.str(&x.OrderID) }
+func (x *PurgeSagas) code(c *coder)       {}
 
 type coded interface {
 	engine.Command
@@ -319,6 +333,7 @@ func (x *PaymentFailed) AppendBinary(b []byte) ([]byte, error) {
 	return encode(b, tagPaymentFailed, x)
 }
 func (x *SagaDeadline) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagSagaDeadline, x) }
+func (x *PurgeSagas) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagPurgeSagas, x) }
 
 var errUnknownCommand = errors.New("commerce: unknown command tag")
 
@@ -368,6 +383,8 @@ func newCommand(tag byte) coded {
 		return &PaymentFailed{}
 	case tagSagaDeadline:
 		return &SagaDeadline{}
+	case tagPurgeSagas:
+		return &PurgeSagas{}
 	}
 	return nil
 }
@@ -396,9 +413,10 @@ func Decode(data []byte) (engine.Command, error) {
 	return cmd, nil
 }
 
-// Snapshot encoding, version 1. Every map is written in sorted key order,
-// so the same state always encodes to the same bytes.
-const snapshotVersion = 1
+// Snapshot encoding, version 2 (2 added the saga retention and the purge
+// queue). Every map is written in sorted key order, and the purge queue
+// in queue order, so the same state always encodes to the same bytes.
+const snapshotVersion = 2
 
 func (x *Customer) code(c *coder) {
 	c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone, &x.Status)
@@ -455,6 +473,7 @@ func (x *Saga) code(c *coder) {
 	x.waiting = int(w)
 	c.bool(&x.paymentAsked)
 	c.str(&x.FailureReason)
+	c.i64(&x.RetentionNs)
 }
 
 func ptrs(s []string) []*string {
@@ -552,6 +571,41 @@ func (m *Machine) code(c *coder) error {
 			m.events[k] = h
 		}
 	}
+	return m.codePurgeQueue(c)
+}
+
+// codePurgeQueue writes the live part of the purge queue in queue order,
+// or reads it back and checks that every entry names an ended saga or a
+// marker of this partition: a queue that purged something else, or
+// nothing, would not be the state that was written.
+func (m *Machine) codePurgeQueue(c *coder) error {
+	q := m.purgeQ[m.purgeHead:]
+	n := c.count(len(q), 3)
+	if c.r != nil {
+		q = nil
+		if n > 0 {
+			q = make([]purgeEntry, n)
+		}
+	}
+	for i := range q {
+		c.str(&q[i].OrderID)
+		c.i64(&q[i].At)
+		c.bool(&q[i].Marker)
+	}
+	if c.r == nil || c.r.Err != nil {
+		return nil
+	}
+	// Times are not checked to rise: a lowered retention queues earlier
+	// times behind later ones.
+	for _, e := range q {
+		if e.Marker && !m.closedOrders[e.OrderID] {
+			return fmt.Errorf("commerce: snapshot purge queue names closed order %q, which is not closed", e.OrderID)
+		}
+		if s := m.sagas[e.OrderID]; !e.Marker && (s == nil || !s.Terminal()) {
+			return fmt.Errorf("commerce: snapshot purge queue names saga %q, which has not ended", e.OrderID)
+		}
+	}
+	m.purgeQ, m.purgeHead = q, 0
 	return nil
 }
 

@@ -49,6 +49,11 @@
 //     RefundForOrder to the payment, which by the same FIFO argument
 //     arrives after the request and refunds what it captured.
 //
+// Retention: an ended saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT)
+// and its bookkeeping are purged once the retention logged in its
+// CreateOrder has passed (see purgeTimerID); its order, payment and
+// events stay, because users query them.
+//
 // Manual cancel of a PENDING order compensates like the deadline, with
 // saga status COMPENSATED and the given reason; a CONFIRMED order cannot
 // be cancelled (409), a CANCELLED one is already cancelled (no change).
@@ -65,6 +70,7 @@ package commerce
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -229,6 +235,9 @@ type Saga struct {
 	waiting       int
 	paymentAsked  bool
 	FailureReason string
+	// RetentionNs is how long the saga is kept once it has ended (0: for
+	// ever), from its logged CreateOrder.
+	RetentionNs int64
 }
 
 // Terminal reports whether the saga has ended.
@@ -264,6 +273,19 @@ type Machine struct {
 	closedOrders map[string]bool
 	// events by entity key (c/…, p/…, o/…, pay/…), append-only.
 	events map[string][]Event
+	// purgeQ holds what is to be purged, in the order it ended: ended
+	// sagas and closed-order markers with a retention. purgeHead is its
+	// first live entry. See purgeTimerID.
+	purgeQ    []purgeEntry
+	purgeHead int
+}
+
+// purgeEntry is one queued purge: the saga (or, marker set, the
+// closedOrders marker) of OrderID goes at At.
+type purgeEntry struct {
+	OrderID string
+	At      int64
+	Marker  bool
 }
 
 // NewMachine returns an empty partition.
@@ -383,7 +405,7 @@ func (m *Machine) apply(in *engine.Input, now int64, fx Effects) *Result {
 	case *ProcessPaymentForOrder:
 		return m.processPayment(c, now, fx)
 	case *RefundForOrder:
-		return m.refundForOrder(c, now)
+		return m.refundForOrder(c, now, fx)
 	case *PaymentProcessed:
 		return m.paymentAnswer(c.OrderID, c.PaymentID, "", now, fx)
 	case *PaymentFailed:
@@ -393,6 +415,11 @@ func (m *Machine) apply(in *engine.Input, now int64, fx Effects) *Result {
 			return invalid("commerce: a saga deadline is applied by its timer only")
 		}
 		return m.deadline(c, now, fx)
+	case *PurgeSagas:
+		if in.Kind != engine.FromTimer {
+			return invalid("commerce: a purge is applied by its timer only")
+		}
+		return m.purge(now, fx)
 	}
 	return invalid("commerce: unknown command %T", in.Cmd)
 }
@@ -741,6 +768,9 @@ func (m *Machine) createOrder(c *CreateOrder, now int64, fx Effects) *Result {
 	if c.DeadlineNs < 1 {
 		return invalid("the saga deadline must be positive")
 	}
+	if c.RetentionNs < 0 {
+		return invalid("the saga retention must not be negative")
+	}
 	perProduct := map[string]int64{}
 	var subtotal int64
 	for i, it := range c.Items {
@@ -784,7 +814,7 @@ func (m *Machine) createOrder(c *CreateOrder, now int64, fx Effects) *Result {
 	if err := fx.SetTimer(deadlineTimer(c.OrderID), o.Deadline, &SagaDeadline{OrderID: c.OrderID}); err != nil {
 		return invalid("%v", err)
 	}
-	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: len(products)}
+	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: len(products), RetentionNs: c.RetentionNs}
 	m.orders[c.OrderID] = o
 	m.sagas[c.OrderID] = s
 	key := OrderKey(c.OrderID)
@@ -821,7 +851,9 @@ func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64,
 		}
 	}
 	if s.paymentAsked {
-		if err := fx.Send(PaymentKey(o.ID), WorkloadID, &RefundForOrder{OrderID: o.ID, Reason: reason}); err != nil {
+		// The retention goes along so the payment partition can retire a
+		// closed-order marker as this partition retires the saga.
+		if err := fx.Send(PaymentKey(o.ID), WorkloadID, &RefundForOrder{OrderID: o.ID, Reason: reason, RetentionNs: s.RetentionNs}); err != nil {
 			return invalid("%v", err)
 		}
 	}
@@ -833,6 +865,7 @@ func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64,
 	s.FailureReason = reason
 	m.sagaStatus(s, final, now)
 	m.setOrderStatus(o, OrderCancelled, reason, now)
+	m.retire(o.ID, false, now, s.RetentionNs, fx)
 	fx.Notify(OrderChanged{OrderID: o.ID, Status: o.Status, SagaStatus: s.Status})
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
@@ -891,6 +924,7 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 	m.sagaStep(s, "ORDER_CONFIRMATION", "COMPLETED", now)
 	m.sagaStatus(s, SagaCompleted, now)
 	m.setOrderStatus(o, OrderConfirmed, "", now)
+	m.retire(o.ID, false, now, s.RetentionNs, fx)
 	fx.Notify(OrderChanged{OrderID: o.ID, Status: o.Status, SagaStatus: s.Status})
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
@@ -1050,13 +1084,14 @@ func (m *Machine) processPayment(c *ProcessPaymentForOrder, now int64, fx Effect
 	return answer(p.ID, "")
 }
 
-func (m *Machine) refundForOrder(c *RefundForOrder, now int64) *Result {
+func (m *Machine) refundForOrder(c *RefundForOrder, now int64, fx Effects) *Result {
 	p := m.payments[c.OrderID]
 	if p == nil {
 		if m.closedOrders[c.OrderID] {
 			return &Result{Outcome: Ignored}
 		}
 		m.closedOrders[c.OrderID] = true
+		m.retire(c.OrderID, true, now, c.RetentionNs, fx)
 		m.event(PaymentKey(c.OrderID), "PaymentRefusedForCancelledOrder", now, "reason", c.Reason)
 		return &Result{Outcome: OK}
 	}
@@ -1065,6 +1100,101 @@ func (m *Machine) refundForOrder(c *RefundForOrder, now int64) *Result {
 	}
 	m.refund(p, c.Reason, now)
 	return &Result{Outcome: OK}
+}
+
+// --- retention ---
+
+// Retention works as in the ticketing workload (docs/ARCHITECTURE.md,
+// "Retention of terminal records"). The retention is carried in the
+// logged CreateOrder (the API fills it in from --saga-retention), kept in
+// the Saga and passed on in RefundForOrder, and the purge time is the
+// logged time of the input that ended the saga plus it, never a setting
+// of the process applying it: replay must purge exactly what the live
+// run purged, even if the flag changed in between, and the engine's timer
+// table, which replay rebuilds by re-running SetTimer, then gets the same
+// deadlines.
+//
+// A timer per saga would cost more than the purge saves, so each
+// partition keeps one FIFO of ended sagas and closed-order markers in the
+// order they ended, and one engine timer (purgeTimerID) armed for the
+// head's time. When it fires (a logged FromTimer input applying
+// PurgeSagas), every due entry is purged, at most maxPurgePerFiring at a
+// time so a partition never stalls long, and the timer is re-armed for
+// the new head (at once if more are due). If the retention is lowered,
+// entries made under the longer one hold back the ones queued behind
+// them until they are due: an entry is purged at or after its time, never
+// before. The FIFO is part of the snapshot, in queue order.
+//
+// Only the saga record and the marker go: the order, its payment and
+// every event stay (users query them; TestBytesPerOrder measures them).
+// A purged saga's late messages find no running saga and are ignored, as
+// they were once it had ended; a direct payment for an order whose marker
+// was purged is no longer refused.
+const (
+	// purgeTimerID cannot collide with a deadline timer ("saga/<id>").
+	purgeTimerID      = "commerce/purge"
+	maxPurgePerFiring = 4096
+)
+
+// retire queues the saga of orderID (marker: its closed-order marker)
+// for purging after retention (0: kept for ever) and arms the purge
+// timer if the queue was empty.
+func (m *Machine) retire(orderID string, marker bool, now, retention int64, fx Effects) {
+	if retention <= 0 {
+		return
+	}
+	at := now + retention
+	if at < now {
+		at = math.MaxInt64
+	}
+	wasEmpty := m.purgeHead == len(m.purgeQ)
+	m.purgeQ = append(m.purgeQ, purgeEntry{OrderID: orderID, At: at, Marker: marker})
+	if wasEmpty {
+		m.armPurge(at, fx)
+	}
+}
+
+func (m *Machine) armPurge(at int64, fx Effects) {
+	// PurgeSagas has no fields, so it always encodes and the id is short:
+	// SetTimer cannot refuse it.
+	if err := fx.SetTimer(purgeTimerID, at, &PurgeSagas{}); err != nil {
+		panic(err)
+	}
+}
+
+// purge removes the due entries at the head of the queue, at most
+// maxPurgePerFiring, and re-arms the timer for the next one.
+func (m *Machine) purge(now int64, fx Effects) *Result {
+	n := 0
+	for ; n < maxPurgePerFiring && m.purgeHead < len(m.purgeQ); n++ {
+		e := m.purgeQ[m.purgeHead]
+		if e.At > now {
+			break
+		}
+		if e.Marker {
+			delete(m.closedOrders, e.OrderID)
+		} else {
+			delete(m.sagas, e.OrderID)
+		}
+		m.purgeQ[m.purgeHead] = purgeEntry{} // let the id go
+		m.purgeHead++
+	}
+	if m.purgeHead == len(m.purgeQ) {
+		m.purgeQ, m.purgeHead = m.purgeQ[:0], 0
+		if cap(m.purgeQ) > 4096 {
+			m.purgeQ = nil // a burst is over: give its memory back
+		}
+	} else if m.purgeHead >= 1024 && m.purgeHead*2 >= len(m.purgeQ) {
+		// Shift the live half down, so the slice follows what is queued
+		// and the cost is amortized per purged entry.
+		m.purgeQ = append(m.purgeQ[:0], m.purgeQ[m.purgeHead:]...)
+		m.purgeHead = 0
+	}
+	if m.purgeHead < len(m.purgeQ) {
+		// Due already only if the limit stopped this firing: then at once.
+		m.armPurge(max(m.purgeQ[m.purgeHead].At, now), fx)
+	}
+	return &Result{Outcome: OK, Msg: fmt.Sprintf("purged %d", n)}
 }
 
 // --- queries ---

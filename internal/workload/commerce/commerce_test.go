@@ -3,6 +3,8 @@ package commerce
 import (
 	"fmt"
 	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
 )
 
 // model is what the test knows independently of the machines: the stock
@@ -18,9 +20,103 @@ type model struct {
 	products   []string
 	stats      *stats
 	sagaOrders []string
+	// What the model saw end, from the machines' notes and replies (not
+	// from their purge queues): each saga's final status and time, and
+	// per partition what it must purge, in the order it ended.
+	ended  map[string]ending
+	queued [][]queuedPurge
+	ghosts []string // orders that never existed, sent a RefundForOrder
 }
 
-type stats struct{ confirmed, cancelled, timedOut, compensated, steps int }
+type ending struct {
+	status string
+	at     int64
+}
+
+// queuedPurge: the saga (marker: the closed-order marker) of id is due at at.
+type queuedPurge struct {
+	id     string
+	marker bool
+	at     int64
+}
+
+type stats struct {
+	confirmed, cancelled, timedOut, compensated, steps int
+	sagasPurged, sagasKept, markersPurged, heldBack    int
+}
+
+// watch has the model note every saga ending (OrderChanged) and every
+// closed-order marker set (a RefundForOrder applied with no payment), and
+// queue their purges when they have a retention.
+func (md *model) watch(h *harness) {
+	md.ended = map[string]ending{}
+	md.queued = make([][]queuedPurge, h.n)
+	h.onApply = func(p int, cmd engine.Command, res *Result, notes []any) {
+		for _, n := range notes {
+			oc, ok := n.(OrderChanged)
+			if !ok {
+				continue
+			}
+			if _, dup := md.ended[oc.OrderID]; dup {
+				h.t.Fatalf("saga %s ended twice", oc.OrderID)
+			}
+			md.ended[oc.OrderID] = ending{status: oc.SagaStatus, at: h.now}
+			if ret := md.orders[oc.OrderID].RetentionNs; ret > 0 {
+				md.queued[p] = append(md.queued[p], queuedPurge{id: oc.OrderID, at: h.now + ret})
+			}
+		}
+		if c, ok := cmd.(*RefundForOrder); ok && res.Outcome == OK && h.ms[p].payments[c.OrderID] == nil && c.RetentionNs > 0 {
+			md.queued[p] = append(md.queued[p], queuedPurge{id: c.OrderID, marker: true, at: h.now + c.RetentionNs})
+		}
+	}
+}
+
+// checkPurges: per partition, the entries of the model's queue up to the
+// first one not yet due are gone, and that one and all behind it remain.
+// A saga is thus never purged before its time, and one whose time has
+// passed remains only while an entry queued before it (made under a
+// longer retention) is not due yet. Sagas kept for ever remain.
+func checkPurges(h *harness, md *model, end bool) {
+	h.t.Helper()
+	for p, q := range md.queued {
+		m := h.ms[p]
+		blocked := false
+		for _, e := range q {
+			due := !blocked && e.at <= h.now
+			blocked = blocked || !due
+			var present bool
+			if e.marker {
+				present = m.closedOrders[e.id]
+			} else {
+				present = m.sagas[e.id] != nil
+			}
+			switch {
+			case present && due:
+				h.t.Fatalf("partition %d: %+v is due at %d but not purged", p, e, h.now)
+			case !present && !due:
+				h.t.Fatalf("partition %d: %+v purged before its time (now %d)", p, e, h.now)
+			case end && present:
+				h.t.Fatalf("partition %d: %+v still there after everything fired", p, e)
+			case end && e.marker:
+				md.stats.markersPurged++
+			case end:
+				md.stats.sagasPurged++
+			case present && e.at <= h.now:
+				md.stats.heldBack++
+			}
+		}
+	}
+	for id, e := range md.ended {
+		if md.orders[id].RetentionNs == 0 {
+			if _, s := h.order(id); s == nil || s.Status != e.status {
+				h.t.Fatalf("saga %s (kept for ever, ended %s) is now %+v", id, e.status, s)
+			}
+			if end {
+				md.stats.sagasKept++
+			}
+		}
+	}
+}
 
 const ms = int64(1e6)
 
@@ -52,8 +148,14 @@ func checkAlways(h *harness, md *model) {
 	}
 	for _, id := range md.sagaOrders {
 		o, s := h.order(id)
-		if (o.Status == OrderPending) == s.Terminal() {
+		e, ended := md.ended[id]
+		switch {
+		case s == nil && (!ended || o.Status == OrderPending):
+			h.t.Fatalf("order %s is %s but its saga is gone", id, o.Status)
+		case s != nil && (o.Status == OrderPending) == s.Terminal():
 			h.t.Fatalf("order %s is %s but its saga is %s", id, o.Status, s.Status)
+		case s != nil && ended != s.Terminal(), s != nil && ended && e.status != s.Status:
+			h.t.Fatalf("saga %s is %s; the model saw it end %+v", id, s.Status, e)
 		}
 		if o.Status == OrderConfirmed {
 			pay := h.payment(id)
@@ -70,10 +172,12 @@ func checkEnd(h *harness, md *model) {
 	var confirmedTotal, captured int64
 	sold := map[string]int64{}
 	for _, id := range md.sagaOrders {
-		o, s := h.order(id)
-		if !s.Terminal() {
-			h.t.Fatalf("saga %s still %s after everything was delivered", id, s.Status)
+		o, _ := h.order(id)
+		e, ok := md.ended[id]
+		if !ok {
+			h.t.Fatalf("saga %s never ended", id)
 		}
+		s := &Saga{Status: e.status} // it may have been purged
 		switch o.Status {
 		case OrderConfirmed:
 			md.stats.confirmed++
@@ -122,6 +226,7 @@ func checkEnd(h *harness, md *model) {
 		}
 	}
 	checkAlways(h, md)
+	checkPurges(h, md, true)
 	h.checkReplay()
 }
 
@@ -132,6 +237,15 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 	r := h.rng
 	md := &model{initial: map[string]int64{}, replenish: map[string]int64{}, direct: map[string]map[string]int64{},
 		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: st}
+	md.watch(h)
+	// retention: a quarter of the orders keep their saga for ever, the
+	// others for up to 60 ms, so the clock passes many purge times.
+	retention := func() int64 {
+		if r.IntN(4) == 0 {
+			return 0
+		}
+		return 1 + r.Int64N(60*ms)
+	}
 	prices := map[string]int64{}
 	for i := range 5 {
 		id := fmt.Sprintf("p%d", i)
@@ -154,7 +268,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			id := fmt.Sprintf("o%d", nOrders)
 			nOrders++
 			c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", r.IntN(3)), PaymentMethod: methods[r.IntN(4)],
-				DeadlineNs: (1 + r.Int64N(150)) * ms}
+				DeadlineNs: (1 + r.Int64N(150)) * ms, RetentionNs: retention()}
 			if r.IntN(10) == 0 {
 				c.PaymentMethod = "BITCOIN"
 				md.doomed[id] = "its payment method is unknown"
@@ -234,7 +348,13 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			}
 		case roll < 62:
 			oid := fmt.Sprintf("direct-%d", len(md.payments))
-			if nOrders > 0 && r.IntN(6) == 0 {
+			closed := false
+			if len(md.ghosts) > 0 && r.IntN(4) == 0 {
+				// A cancelled order's marker refuses a direct payment
+				// until it is purged.
+				oid = md.ghosts[r.IntN(len(md.ghosts))]
+				closed = h.ms[h.part(PaymentKey(oid))].closedOrders[oid]
+			} else if nOrders > 0 && r.IntN(6) == 0 {
 				oid = fmt.Sprintf("o%d", r.IntN(nOrders)) // takes the order's one payment
 				md.doomed[oid] = "a direct payment took its one payment"
 				if o, _ := h.order(oid); o.Status != OrderPending || h.payment(oid) != nil {
@@ -244,6 +364,9 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 				}
 			}
 			res := h.client(PaymentKey(oid), &CreatePayment{OrderID: oid, CustomerID: "c0", AmountCents: 1 + r.Int64N(1_200_000), Currency: "EUR", Method: methods[r.IntN(4)]})
+			if closed && res.Outcome != Conflict {
+				t.Fatalf("direct payment for closed order %s: %+v", oid, res)
+			}
 			if res.Outcome == Created {
 				md.payments = append(md.payments, oid)
 				if (res.Payment.Status == PaymentFailedSt) != (res.Payment.AmountCents > MaxPaymentCents) {
@@ -260,12 +383,27 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			if wantOK := was == PaymentCaptured && !p.Saga; (res.Outcome == OK) != wantOK {
 				t.Fatalf("refund of a %s payment (saga %v): %+v", was, p.Saga, res)
 			}
+		case roll < 67:
+			// A RefundForOrder for an order without payment leaves a
+			// closed-order marker, purged after the retention it carries.
+			// The saga never sends one (its payment request always comes
+			// first), so the test sends it as that partition's message.
+			id := fmt.Sprintf("ghost-%d", len(md.ghosts))
+			md.ghosts = append(md.ghosts, id)
+			data, err := (&RefundForOrder{OrderID: id, Reason: "cancelled", RetentionNs: retention()}).AppendBinary(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := h.apply(h.part(PaymentKey(id)), engine.FromMessage, "", data); res.Outcome != OK {
+				t.Fatalf("refund for order %s: %+v", id, res)
+			}
 		case roll < 88:
 			h.deliver()
 		default:
 			h.advance(r.Int64N(10 * ms))
 		}
 		checkAlways(h, md)
+		checkPurges(h, md, false)
 		if step == 60 {
 			h.checkReplay() // also mid-flight, with messages and timers pending
 		}
@@ -292,7 +430,7 @@ func TestPropertySagas(t *testing.T) {
 	}
 	t.Logf("%+v", *st)
 	// The mix must reach every ending, or the checks above prove little.
-	if st.confirmed == 0 || st.timedOut == 0 || st.compensated == 0 {
+	if st.confirmed == 0 || st.timedOut == 0 || st.compensated == 0 || st.sagasPurged == 0 || st.sagasKept == 0 || st.markersPurged == 0 || st.heldBack == 0 {
 		t.Fatalf("the random mix missed an ending: %+v", *st)
 	}
 }

@@ -98,6 +98,9 @@ type harness struct {
 	queues map[[2]int][]message
 	timers []map[string]*timer
 	log    [][]loggedInput
+	// onApply, if set, sees every input applied (not the replays of
+	// checkReplay) with its result and notes, after its effects.
+	onApply func(p int, cmd engine.Command, res *Result, notes []any)
 }
 
 func newHarness(t testing.TB, seed uint64, n int) *harness {
@@ -143,6 +146,9 @@ func (h *harness) apply(p int, kind engine.InputKind, timerID string, data []byt
 		} else {
 			delete(h.timers[p], id)
 		}
+	}
+	if h.onApply != nil {
+		h.onApply(p, cmd, res, fx.notes)
 	}
 	return res
 }
