@@ -428,11 +428,25 @@ func invalid(format string, a ...any) *Result {
 	return &Result{Outcome: Invalid, Msg: fmt.Sprintf(format, a...)}
 }
 
+// MaxEventsPerEntity bounds an entity's event history: a product that
+// every order touches gains two events per order, which in a long run
+// would grow without limit. Once a history holds twice this many, the
+// oldest are dropped down to this many (in one copy, so the cost per event
+// stays constant); sequence numbers continue, so a reader can tell.
+const MaxEventsPerEntity = 1000
+
 func (m *Machine) event(key, typ string, now int64, kv ...string) {
 	h := m.events[key]
-	e := Event{Seq: uint64(len(h)) + 1, Type: typ, At: now}
+	seq := uint64(1)
+	if len(h) > 0 {
+		seq = h[len(h)-1].Seq + 1
+	}
+	e := Event{Seq: seq, Type: typ, At: now}
 	for i := 0; i+1 < len(kv); i += 2 {
 		e.Fields = append(e.Fields, Field{kv[i], kv[i+1]})
+	}
+	if len(h) >= 2*MaxEventsPerEntity {
+		h = append(make([]Event, 0, 2*MaxEventsPerEntity), h[len(h)-MaxEventsPerEntity:]...)
 	}
 	m.events[key] = append(h, e)
 }

@@ -1,6 +1,7 @@
 package commerce
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -266,4 +267,28 @@ func TestQueries(t *testing.T) {
 	if got := m.Query(&ListCustomers{Limit: 10}).([]Customer); len(got) != 1 || got[0].Status != CustomerClosed {
 		t.Fatalf("%+v", got)
 	}
+}
+
+// TestEventHistoryIsBounded: a product that every order touches keeps at
+// most 2 × MaxEventsPerEntity events, the newest, with sequence numbers
+// that go on counting; replay and snapshot agree.
+func TestEventHistoryIsBounded(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 1 << 30})
+	const orders = 1500 // two product events each: 3,001 with the creation
+	for i := range orders {
+		id := fmt.Sprintf("o%d", i)
+		h.client(OrderKey(id), order(id, "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+		for h.deliver() {
+		}
+	}
+	evs := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1 << 20}).([]Event)
+	if len(evs) < MaxEventsPerEntity || len(evs) > 2*MaxEventsPerEntity {
+		t.Fatalf("%d events kept, want %d to %d", len(evs), MaxEventsPerEntity, 2*MaxEventsPerEntity)
+	}
+	for i, e := range evs {
+		if want := uint64(1+2*orders) - uint64(len(evs)-1-i); e.Seq != want {
+			t.Fatalf("event %d has sequence %d, want %d", i, e.Seq, want)
+		}
+	}
+	h.checkReplay()
 }
