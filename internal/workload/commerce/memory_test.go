@@ -50,7 +50,7 @@ func TestBytesPerOrder(t *testing.T) {
 	heap0, size0 := measure(snapshots())
 	for i := range orders {
 		id := fmt.Sprintf("order-%08d-0000-0000-0000-000000000000", i)
-		c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", i%100), PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline,
+		c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", i%100), PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline, RetentionNs: 1e9,
 			ShippingAddress: "1 Main Street", Items: []LineItem{{ProductID: fmt.Sprintf("p%d", i%products), Quantity: 1, UnitPriceCents: 1000}}}
 		if res := h.client(OrderKey(id), c); res.Outcome != Created {
 			t.Fatalf("%+v", res)
@@ -61,8 +61,19 @@ func TestBytesPerOrder(t *testing.T) {
 	heap1, size1 := measure(snapshots())
 	perOrder := float64(heap1-heap0) / orders
 	perSnap := float64(size1-size0) / orders
-	t.Logf("per ended order: %.0f B in memory, %.0f B in a snapshot", perOrder, perSnap)
+	// Past the saga retention: the sagas are purged, the orders, payments
+	// and events stay.
+	h.drain()
+	h.advance(2e9)
+	h.drain()
+	heap2, size2 := measure(snapshots())
+	perKept := float64(heap2-heap0) / orders
+	perKeptSnap := float64(size2-size0) / orders
+	t.Logf("per ended order: %.0f B in memory, %.0f B in a snapshot; after its saga's retention %.0f B and %.0f B", perOrder, perSnap, perKept, perKeptSnap)
 	if perOrder > 8<<10 {
 		t.Errorf("an ended order costs %.0f B in memory; more than 8 KiB is a regression", perOrder)
+	}
+	if perKept >= perOrder {
+		t.Errorf("purging the sagas freed nothing: %.0f B per order before, %.0f B after", perOrder, perKept)
 	}
 }
