@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -104,56 +103,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
 	return 0
 }
 
-// decodeJSON decodes b into v and returns what is wrong with it, if
-// anything, in words for the client.
-func decodeJSON(b []byte, v any) string {
-	if err := json.Unmarshal(b, v); err != nil {
-		return jsonProblem(err)
-	}
-	// encoding/json silently turns invalid UTF-8 into U+FFFD, so only the
-	// raw body can tell.
-	return checkStrings(b)
-}
-
-func jsonProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &te):
-		if te.Field == "" {
-			return fmt.Sprintf("request body must be a JSON object, not %s", te.Value)
-		}
-		return fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), clip(te.Value))
-	case errors.As(err, &se):
-		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, err)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "malformed JSON: body ends early"
-	}
-	return "malformed JSON: " + err.Error()
-}
-
-// clip shortens text quoted from a body that is not a string, such as a
-// number literal thousands of digits long.
-func clip(s string) string {
-	if len(s) <= api.MaxEcho {
-		return s
-	}
-	return api.Quote(s)
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "int", "int32", "int64", "float64":
-		return "a number"
-	case "string":
-		return "a string"
-	case "slice":
-		return "an array"
-	case "struct":
-		return "an object"
-	}
-	return k
-}
+// The body checks are shared with the other workloads (internal/api).
+var (
+	decodeJSON   = api.DecodeJSON
+	checkStrings = api.CheckStrings
+	checkText    = api.CheckText
+)
 
 // Events.
 
