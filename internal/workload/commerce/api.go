@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -243,9 +244,43 @@ func moneyField(name string, raw json.RawMessage) (cents int64, set bool, proble
 	}
 	c, err := ParseMoney(s)
 	if err != nil {
-		return 0, false, fmt.Sprintf("%s: %v, got %s", name, err, api.Quote(s))
+		var ok bool
+		if c, ok = floatArtifactCents(s); !ok {
+			return 0, false, fmt.Sprintf("%s: %v, got %s", name, err, api.Quote(s))
+		}
 	}
 	return c, true, ""
+}
+
+// floatArtifactCents accepts an amount a client computed in binary floating
+// point and printed in full, such as 19.990000000000002 or 1e3: exactly
+// (no float arithmetic here) it is within a millionth of a cent of a whole
+// number of cents, so it means that amount. A real third decimal (10.005)
+// is still refused, never rounded.
+func floatArtifactCents(s string) (int64, bool) {
+	if len(s) > 64 || strings.ContainsFunc(s, func(r rune) bool {
+		return (r < '0' || r > '9') && r != '.' && r != 'e' && r != 'E' && r != '+' && r != '-'
+	}) || strings.HasPrefix(s, "-") {
+		return 0, false
+	}
+	// big.Rat would expand 1e999999999 in full: only exponents of at most
+	// two digits are amounts anyone means.
+	if i := strings.IndexAny(s, "eE"); i >= 0 && len(strings.TrimLeft(s[i+1:], "+-")) > 2 {
+		return 0, false
+	}
+	var r big.Rat
+	if _, ok := r.SetString(s); !ok {
+		return 0, false
+	}
+	r.Mul(&r, big.NewRat(100, 1))
+	// Nearest whole number of cents, and how far the amount is from it.
+	half := new(big.Rat).Add(&r, big.NewRat(1, 2))
+	n := new(big.Int).Quo(half.Num(), half.Denom())
+	diff := new(big.Rat).Sub(&r, new(big.Rat).SetInt(n))
+	if diff.Abs(diff).Cmp(big.NewRat(1, 1_000_000)) > 0 || !n.IsInt64() || n.Int64() > MaxMoneyCents {
+		return 0, false
+	}
+	return n.Int64(), true
 }
 
 // newID returns a random version-4 UUID. Ids embed nothing: entities are

@@ -136,9 +136,15 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 		if it.Quantity < 1 || it.Quantity > MaxQuantity {
 			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].quantity must be between 1 and %d", i, MaxQuantity))
 		}
-		price, set, msg := moneyField(fmt.Sprintf("lineItems[%d].unitPrice", i), it.UnitPrice)
+		name := fmt.Sprintf("lineItems[%d].unitPrice", i)
+		price, set, msg := moneyField(name, it.UnitPrice)
 		if msg != "" {
 			return api.Error(w, http.StatusBadRequest, msg)
+		}
+		if set && price < 1 {
+			// As for a product's price and a payment's amount: an order of
+			// 0.00 would be "paid" by a payment POST /api/payments refuses.
+			return api.Error(w, http.StatusBadRequest, name+" must be at least 0.01")
 		}
 		cmd.Items[i] = LineItem{ProductID: it.ProductID, ProductName: it.ProductName, SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: -1}
 		if set {
@@ -482,7 +488,9 @@ func (a *API) listSagas(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, "status must be one of "+strings.Join(sagaStatuses, ", ")+", got "+api.Quote(status))
 	}
 	if typ != "" && typ != SagaType {
-		return api.Error(w, http.StatusBadRequest, "type must be "+SagaType+", got "+api.Quote(typ))
+		// The only saga type there is; a filter for another matches none.
+		api.Write(w, http.StatusOK, true, []byte("[]\n"))
+		return http.StatusOK
 	}
 	parts, err := a.fanout(r.Context(), &ListSagas{Status: status, Type: typ, Limit: limit})
 	if err != nil {

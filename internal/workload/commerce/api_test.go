@@ -184,8 +184,10 @@ func waitOrder(t *testing.T, srv *httptest.Server, id string) map[string]any {
 func TestOrderSagaConfirmed(t *testing.T) {
 	srv := newServer(t, time.Minute)
 	cid, pid := seed(t, srv, "10.00", 100)
-	// unitPrice as a string (the peer's k6) and as a number, and missing.
-	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1,"unitPrice":"10.00"},{"productId":%q,"quantity":2,"unitPrice":2.5},{"productId":%q,"quantity":1}],"shippingAddress":"x"}`, cid, pid, pid, pid))
+	// unitPrice as a string (the peer's k6), as a number, as a number a
+	// client computed in floating point (2.4999999999999996 means 2.50),
+	// and missing.
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1,"unitPrice":"10.00"},{"productId":%q,"quantity":2,"unitPrice":2.4999999999999996},{"productId":%q,"quantity":1}],"shippingAddress":"x"}`, cid, pid, pid, pid))
 	hasFields(t, o, "orderId", "customerId", "lineItems", "subtotal", "tax", "total", "status", "shippingAddress", "createdAt", "updatedAt")
 	if o["status"] != "PENDING" || o["subtotal"] != 25.0 || o["tax"] != 2.5 || o["total"] != 27.5 {
 		t.Fatalf("created: %v", o)
@@ -197,6 +199,9 @@ func TestOrderSagaConfirmed(t *testing.T) {
 	s := must(t, srv, 200, "GET", "/api/sagas/"+id, "")
 	if s["status"] != "COMPLETED" || len(s["steps"].([]any)) == 0 {
 		t.Fatalf("saga: %v", s)
+	}
+	if l := mustList(t, srv, "/api/sagas?type=OrderFulfillment"); len(l) != 0 {
+		t.Fatalf("a filter for another saga type matched %d sagas", len(l))
 	}
 	if l := mustList(t, srv, "/api/sagas?status=COMPLETED&type=ORDER_FULFILLMENT&limit=5"); len(l) != 1 {
 		t.Fatalf("sagas: %v", l)
@@ -327,6 +332,8 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"nope","quantity":1}]}`, 422},
 		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[]}`, 400},
 		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"` + pid + `","quantity":1,"unitPrice":"ten"}]}`, 400},
+		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"` + pid + `","quantity":1,"unitPrice":0}]}`, 400},
+		{"POST", "/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"` + pid + `","quantity":1,"unitPrice":10.005}]}`, 400},
 		{"GET", "/api/orders/nope", "", 404},
 		{"GET", "/api/orders/nope?wait=1s", "", 404},
 		{"GET", "/api/orders/nope?wait=forever", "", 400},

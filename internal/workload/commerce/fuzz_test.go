@@ -192,3 +192,38 @@ func sampleCommands() []coded {
 		&SagaDeadline{OrderID: "o1"},
 	}
 }
+
+// TestFloatArtifactCents: amounts a client computed in binary floating
+// point and printed in full mean the nearby whole cents; a real third
+// decimal, a negative amount, a huge exponent or anything else is refused.
+func TestFloatArtifactCents(t *testing.T) {
+	for in, want := range map[string]int64{"19.990000000000002": 1999, "0.30000000000000004": 30, "1e3": 100000, "2.5E1": 2500, "9.989999999999998": 999} {
+		if got, ok := floatArtifactCents(in); !ok || got != want {
+			t.Errorf("%s: %d %v, want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"10.005", "-1.00", "1e999999999", "1/3", "0x10", "", "abc", "1e-3", "100000000.01"} {
+		if got, ok := floatArtifactCents(in); ok {
+			t.Errorf("%s accepted as %d", in, got)
+		}
+	}
+}
+
+func FuzzFloatArtifactCents(f *testing.F) {
+	for _, s := range []string{"19.990000000000002", "1e3", "10.005", "1e99"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, ok := floatArtifactCents(s)
+		if !ok {
+			return
+		}
+		if c < 0 || c > MaxMoneyCents {
+			t.Fatalf("%q gave %d cents", s, c)
+		}
+		// What ParseMoney accepts, this agrees with.
+		if strict, err := ParseMoney(s); err == nil && strict != c {
+			t.Fatalf("%q: strict %d, lenient %d", s, strict, c)
+		}
+	})
+}
