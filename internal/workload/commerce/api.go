@@ -1,7 +1,6 @@
 package commerce
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,12 +117,15 @@ func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
 
 // --- plumbing ---
 
-func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {
+// do applies cmd at key's partition. If the engine failed or the machine
+// refused the command, it has answered and returns that status.
+func (a *API) do(ctx context.Context, w http.ResponseWriter, key string, cmd engine.Command) (*Result, int) {
 	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
 	if err != nil {
-		return nil, err
+		return nil, engineError(w, err)
 	}
-	return v.(*Result), nil
+	res := v.(*Result)
+	return res, refused(w, res)
 }
 
 func (a *API) query(ctx context.Context, key string, q any) (any, error) {
@@ -149,15 +151,7 @@ func (a *API) fanout(ctx context.Context, q any) ([]any, error) {
 
 // engineError maps engine failures to statuses a client can act on.
 func engineError(w http.ResponseWriter, err error) int {
-	switch {
-	case errors.Is(err, engine.ErrOverloaded):
-		return api.Error(w, http.StatusTooManyRequests, "server is busy: nothing was done, retry after the Retry-After pause")
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
-		return api.Error(w, http.StatusServiceUnavailable, err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return api.Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
-	}
-	return api.Error(w, http.StatusInternalServerError, err.Error())
+	return api.EngineError(w, err, "server is busy: nothing was done, retry after the Retry-After pause")
 }
 
 // refused answers a Result that is not a success, or returns 0.
@@ -177,25 +171,9 @@ func refused(w http.ResponseWriter, res *Result) int {
 	return api.Error(w, http.StatusInternalServerError, "unexpected outcome: "+res.Msg)
 }
 
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 // readJSON reads a size-limited JSON body into v; it returns the status it
 // answered, or 0.
-func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
-	if st := api.CheckBody(w, r, limit); st != 0 {
-		return st
-	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer bodyPool.Put(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		return api.BodyError(w, err)
-	}
-	if msg := api.DecodeJSON(buf.Bytes(), v); msg != "" {
-		return api.Error(w, http.StatusBadRequest, msg)
-	}
-	return 0
-}
+var readJSON = api.ReadJSON
 
 func writeJSON(w http.ResponseWriter, status int, v any) int {
 	b, err := json.Marshal(v)
@@ -503,11 +481,8 @@ func (a *API) createCustomer(w http.ResponseWriter, r *http.Request) int {
 		return st
 	}
 	id := newID()
-	res, err := a.do(r.Context(), CustomerKey(id), &CreateCustomer{ID: id, Email: b.Email, Name: b.Name, Address: b.Address, Phone: b.Phone})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, CustomerKey(id), &CreateCustomer{ID: id, Email: b.Email, Name: b.Name, Address: b.Address, Phone: b.Phone})
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusCreated, customerOut(res.Customer))
@@ -540,11 +515,8 @@ func (a *API) updateCustomer(w http.ResponseWriter, r *http.Request) int {
 	if st := readJSON(w, r, maxBody, &b); st != 0 {
 		return st
 	}
-	res, err := a.do(r.Context(), CustomerKey(id), &UpdateCustomer{ID: id, Email: b.Email, Name: b.Name, Address: b.Address, Phone: b.Phone})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, CustomerKey(id), &UpdateCustomer{ID: id, Email: b.Email, Name: b.Name, Address: b.Address, Phone: b.Phone})
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, customerOut(res.Customer))
@@ -562,11 +534,8 @@ func (a *API) setCustomerStatus(w http.ResponseWriter, r *http.Request) int {
 	if st := readJSON(w, r, maxBody, &b); st != 0 {
 		return st
 	}
-	res, err := a.do(r.Context(), CustomerKey(id), &SetCustomerStatus{ID: id, Status: b.Status, Reason: b.Reason})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, CustomerKey(id), &SetCustomerStatus{ID: id, Status: b.Status, Reason: b.Reason})
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, customerOut(res.Customer))

@@ -212,11 +212,8 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 			it.SKU = p.SKU
 		}
 	}
-	res, err := a.do(ctx, OrderKey(cmd.OrderID), cmd)
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(ctx, w, OrderKey(cmd.OrderID), cmd)
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusCreated, orderOut(res.Order))
@@ -425,11 +422,8 @@ func (a *API) confirmOrder(w http.ResponseWriter, r *http.Request) int {
 	if !ok {
 		return notFound(w, "order", id)
 	}
-	res, err := a.do(r.Context(), OrderKey(id), &ConfirmOrder{OrderID: id})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, OrderKey(id), &ConfirmOrder{OrderID: id})
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, orderOut(res.Order))
@@ -447,11 +441,8 @@ func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) int {
 	if st := readJSON(w, r, maxBody, &b); st != 0 {
 		return st
 	}
-	res, err := a.do(r.Context(), OrderKey(id), &CancelOrder{OrderID: id, Reason: b.Reason, CancelledBy: b.CancelledBy})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, OrderKey(id), &CancelOrder{OrderID: id, Reason: b.Reason, CancelledBy: b.CancelledBy})
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, orderOut(res.Order))

@@ -32,12 +32,9 @@ func (a *API) createProduct(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, "price is required (at least 0.01)")
 	}
 	id := newID()
-	res, err := a.do(r.Context(), ProductKey(id), &CreateProduct{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
+	res, st := a.do(r.Context(), w, ProductKey(id), &CreateProduct{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
 		Category: b.Category, PriceCents: price, OnHand: b.QuantityOnHand})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusCreated, productOut(res.Product))
@@ -99,11 +96,8 @@ func (a *API) stock(w http.ResponseWriter, r *http.Request, cmd func(id string, 
 	if problem != "" {
 		return api.Error(w, http.StatusBadRequest, problem)
 	}
-	res, err := a.do(r.Context(), ProductKey(id), c)
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, ProductKey(id), c)
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, productOut(res.Product))
@@ -155,12 +149,9 @@ func (a *API) createPayment(w http.ResponseWriter, r *http.Request) int {
 	case b.OrderID == "":
 		return api.Error(w, http.StatusBadRequest, "orderId is required")
 	}
-	res, err := a.do(r.Context(), PaymentKey(b.OrderID), &CreatePayment{OrderID: b.OrderID, CustomerID: b.CustomerID,
+	res, st := a.do(r.Context(), w, PaymentKey(b.OrderID), &CreatePayment{OrderID: b.OrderID, CustomerID: b.CustomerID,
 		AmountCents: amount, Currency: b.Currency, Method: b.Method})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	if st != 0 {
 		return st
 	}
 	// A declined payment is still made: 201 with status FAILED.
@@ -212,11 +203,8 @@ func (a *API) refundPayment(w http.ResponseWriter, r *http.Request) int {
 	if st := readJSON(w, r, maxBody, &b); st != 0 {
 		return st
 	}
-	res, err := a.do(r.Context(), PaymentKey(orderID), &RefundPayment{PaymentID: id, Reason: b.Reason})
-	if err != nil {
-		return engineError(w, err)
-	}
-	if st := refused(w, res); st != 0 {
+	res, st := a.do(r.Context(), w, PaymentKey(orderID), &RefundPayment{PaymentID: id, Reason: b.Reason})
+	if st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, paymentOut(res.Payment))

@@ -2,9 +2,7 @@ package ticketing
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -70,38 +68,12 @@ func (a *API) areaPartition(event, area string) int {
 
 // engineError maps engine failures to statuses a client can act on.
 func engineError(w http.ResponseWriter, err error) int {
-	switch {
-	case errors.Is(err, engine.ErrOverloaded):
-		// Nothing was applied: the client can safely retry, after the
-		// Retry-After that api.Error sets for 429.
-		return api.Error(w, http.StatusTooManyRequests, "server is busy: this area has more requests queued than it can start soon; nothing was done, retry after the Retry-After pause")
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
-		return api.Error(w, http.StatusServiceUnavailable, err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return api.Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
-	}
-	return api.Error(w, http.StatusInternalServerError, err.Error())
+	return api.EngineError(w, err, "server is busy: this area has more requests queued than it can start soon; nothing was done, retry after the Retry-After pause")
 }
-
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // readJSON reads a size-limited body and decodes it into v. It returns a
 // status other than 0 if it already answered.
-func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
-	if st := api.CheckBody(w, r, limit); st != 0 {
-		return st
-	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer bodyPool.Put(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		return api.BodyError(w, err)
-	}
-	if msg := decodeJSON(buf.Bytes(), v); msg != "" {
-		return api.Error(w, http.StatusBadRequest, msg)
-	}
-	return 0
-}
+var readJSON = api.ReadJSON
 
 // The body checks are shared with the other workloads (internal/api).
 var (
@@ -263,9 +235,9 @@ func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pat
 	if st := api.CheckBody(w, r, maxReservationBody); st != 0 {
 		return st
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
+	buf := api.BodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	defer bodyPool.Put(buf)
+	defer api.BodyPool.Put(buf)
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxReservationBody)); err != nil {
 		return api.BodyError(w, err)
 	}

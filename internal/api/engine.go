@@ -1,0 +1,47 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// EngineError answers an engine failure with a status a client can act on.
+// busy words the 429: the engine refused the command before applying it,
+// so the client can safely retry after the Retry-After that Error sets.
+func EngineError(w http.ResponseWriter, err error, busy string) int {
+	switch {
+	case errors.Is(err, engine.ErrOverloaded):
+		return Error(w, http.StatusTooManyRequests, busy)
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
+		return Error(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
+	}
+	return Error(w, http.StatusInternalServerError, err.Error())
+}
+
+// BodyPool holds the buffers request bodies are read into.
+var BodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// ReadJSON reads a size-limited JSON body into v (CheckBody, then
+// DecodeJSON); it returns the status it answered with, or 0.
+func ReadJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
+	if st := CheckBody(w, r, limit); st != 0 {
+		return st
+	}
+	buf := BodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer BodyPool.Put(buf)
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		return BodyError(w, err)
+	}
+	if msg := DecodeJSON(buf.Bytes(), v); msg != "" {
+		return Error(w, http.StatusBadRequest, msg)
+	}
+	return 0
+}
