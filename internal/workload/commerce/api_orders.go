@@ -238,6 +238,11 @@ func parseWait(s string) (time.Duration, string) {
 		if err2 != nil {
 			return 0, "wait must be a duration such as 10s or 500ms (or whole seconds), got " + api.Quote(s)
 		}
+		if n < 0 || n > int(MaxWait/time.Second) {
+			// Checked before multiplying: a large n would overflow into
+			// some duration the client never asked for.
+			return 0, fmt.Sprintf("wait must be between 0s and %v, got %s", MaxWait, api.Quote(s))
+		}
 		d = time.Duration(n) * time.Second
 	}
 	if d < 0 || d > MaxWait {

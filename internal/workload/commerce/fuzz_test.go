@@ -2,8 +2,10 @@ package commerce
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/surge-run/surge/internal/engine"
 )
@@ -224,6 +226,37 @@ func FuzzFloatArtifactCents(f *testing.F) {
 		// What ParseMoney accepts, this agrees with.
 		if strict, err := ParseMoney(s); err == nil && strict != c {
 			t.Fatalf("%q: strict %d, lenient %d", s, strict, c)
+		}
+	})
+}
+
+// FuzzParseWait: ?wait= is accepted only as what the client wrote: a Go
+// duration or whole seconds, within MaxWait.
+func FuzzParseWait(f *testing.F) {
+	for _, s := range []string{"", "10s", "500ms", "10", "61", "-1", "9223372036854775807", "18446744073", "18446744074", "1h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, problem := parseWait(s)
+		if problem != "" {
+			if d != 0 {
+				t.Fatalf("%q refused but gave %v", s, d)
+			}
+			return
+		}
+		if d < 0 || d > MaxWait {
+			t.Fatalf("%q accepted as %v, outside 0..%v", s, d, MaxWait)
+		}
+		if want, err := time.ParseDuration(s); err == nil && want != d {
+			t.Fatalf("%q accepted as %v, not %v", s, d, want)
+		}
+		if n, err := strconv.Atoi(s); err == nil {
+			if n < 0 || n > int(MaxWait/time.Second) {
+				t.Fatalf("%q seconds accepted (as %v), outside 0..%v", s, d, MaxWait)
+			}
+			if time.Duration(n)*time.Second != d {
+				t.Fatalf("%q accepted as %v, not %d s", s, d, n)
+			}
 		}
 	})
 }
