@@ -559,16 +559,24 @@ func (m *Machine) code(c *coder) error {
 	}
 	for _, k := range keys {
 		c.str(&k)
-		h := m.events[k]
-		hn := c.count(len(h), 4)
-		if c.r != nil {
-			h = make([]Event, hn)
+		if c.w != nil {
+			l := m.events[k]
+			c.count(l.n, 4)
+			c.w.B = append(c.w.B, l.buf...)
+			continue
 		}
-		for i := range h {
-			h[i].code(c)
+		l := &eventLog{}
+		for hn := c.count(0, 4); hn > 0 && c.r.Err == nil; hn-- {
+			var e Event
+			e.code(c)
+			if c.r.Err == nil {
+				if err := l.addDecoded(&e); err != nil {
+					return err
+				}
+			}
 		}
-		if c.r != nil && c.r.Err == nil {
-			m.events[k] = h
+		if c.r.Err == nil {
+			m.events[k] = l
 		}
 	}
 	return m.codePurgeQueue(c)

@@ -272,7 +272,7 @@ type Machine struct {
 	// existed: a later request to pay them is refused.
 	closedOrders map[string]bool
 	// events by entity key (c/…, p/…, o/…, pay/…), append-only.
-	events map[string][]Event
+	events map[string]*eventLog
 	// purgeQ holds what is to be purged, in the order it ended: ended
 	// sagas and closed-order markers with a retention. purgeHead is its
 	// first live entry. See purgeTimerID.
@@ -297,7 +297,7 @@ func NewMachine() *Machine {
 		sagas:        map[string]*Saga{},
 		payments:     map[string]*Payment{},
 		closedOrders: map[string]bool{},
-		events:       map[string][]Event{},
+		events:       map[string]*eventLog{},
 	}
 }
 
@@ -436,19 +436,12 @@ func invalid(format string, a ...any) *Result {
 const MaxEventsPerEntity = 1000
 
 func (m *Machine) event(key, typ string, now int64, kv ...string) {
-	h := m.events[key]
-	seq := uint64(1)
-	if len(h) > 0 {
-		seq = h[len(h)-1].Seq + 1
+	l := m.events[key]
+	if l == nil {
+		l = &eventLog{}
+		m.events[key] = l
 	}
-	e := Event{Seq: seq, Type: typ, At: now}
-	for i := 0; i+1 < len(kv); i += 2 {
-		e.Fields = append(e.Fields, Field{kv[i], kv[i+1]})
-	}
-	if len(h) >= 2*MaxEventsPerEntity {
-		h = append(make([]Event, 0, 2*MaxEventsPerEntity), h[len(h)-MaxEventsPerEntity:]...)
-	}
-	m.events[key] = append(h, e)
+	l.add(typ, now, kv)
 }
 
 func validText(name, s string, min, max int) string {
@@ -1332,14 +1325,11 @@ func (m *Machine) Query(q any) any {
 		}
 		return (*Payment)(nil)
 	case *Events:
-		h := m.events[q.Key]
-		n := limit(q.Limit, len(h))
-		out := make([]Event, n)
-		copy(out, h[len(h)-n:])
-		for i := range out {
-			out[i].Fields = append([]Field(nil), out[i].Fields...)
+		l := m.events[q.Key]
+		if l == nil {
+			return []Event{}
 		}
-		return out
+		return l.newest(limit(q.Limit, l.n))
 	}
 	return nil
 }
