@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"unsafe"
 )
 
 // ErrTruncated means the input ended in the middle of a value.
@@ -35,8 +36,9 @@ func (w *Writer) Str(v string) {
 
 // Reader consumes B.
 type Reader struct {
-	B   []byte
-	Err error
+	B      []byte
+	Err    error
+	shared bool // B is a string's memory: see SharedReader
 }
 
 func (r *Reader) need(n int) bool {
@@ -122,8 +124,26 @@ func (r *Reader) Next(n int) []byte {
 	return v
 }
 
-// Str returns a copy of a length-prefixed string.
-func (r *Reader) Str() string { return string(r.Bytes()) }
+// Str returns a length-prefixed string: a copy, or, for a reader from
+// SharedReader, a substring of its source.
+func (r *Reader) Str() string {
+	b := r.Bytes()
+	if r.shared && len(b) > 0 {
+		return unsafe.String(unsafe.SliceData(b), len(b))
+	}
+	return string(b)
+}
+
+// SharedReader reads s, and its Str returns substrings of s instead of
+// copies. A decoded command whose strings end up in the state then costs
+// one allocation instead of one per string, and the collector has one
+// object to mark instead of ten. The price: any one retained string keeps
+// all of s alive, so it suits short records whose strings mostly stay
+// together (a command), not a snapshot whose entities are purged one by
+// one. r.B aliases s's bytes and must never be written.
+func SharedReader(s string) Reader {
+	return Reader{B: unsafe.Slice(unsafe.StringData(s), len(s)), shared: true}
+}
 
 // Count reads a length prefix for a list whose elements take at least
 // minSize bytes each, so a corrupt count cannot make the caller allocate

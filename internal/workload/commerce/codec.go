@@ -402,7 +402,7 @@ func Decode(data []byte) (engine.Command, error) {
 	if cmd == nil {
 		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
 	}
-	r := wire.Reader{B: data[1:]}
+	r := wire.SharedReader(string(data[1:]))
 	cmd.code(&coder{r: &r})
 	if r.Err == nil && len(r.B) > 0 {
 		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
