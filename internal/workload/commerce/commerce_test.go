@@ -1,6 +1,7 @@
 package commerce
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -238,6 +239,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 	md := &model{initial: map[string]int64{}, replenish: map[string]int64{}, direct: map[string]map[string]int64{},
 		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: st}
 	md.watch(h)
+	forks, atFork := make([]func([]byte) []byte, h.n), make([][]byte, h.n)
 	// retention: a quarter of the orders keep their saga for ever, the
 	// others for up to 60 ms, so the clock passes many purge times.
 	retention := func() int64 {
@@ -407,8 +409,19 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 		if step == 60 {
 			h.checkReplay() // also mid-flight, with messages and timers pending
 		}
+		if step == 40 {
+			for p, m := range h.ms {
+				forks[p], atFork[p] = m.ForkSnapshot(), m.AppendSnapshot(nil)
+			}
+		}
 	}
 	h.drain()
+	// A fork encodes the state at the fork, however much changed since.
+	for p, f := range forks {
+		if !bytes.Equal(f(nil), atFork[p]) {
+			t.Fatalf("partition %d: the forked snapshot is not the state at the fork", p)
+		}
+	}
 	checkEnd(h, md)
 	st.steps += 120
 }
