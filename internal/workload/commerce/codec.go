@@ -138,6 +138,8 @@ func (*PurgeSagas) sagaMessage()             {}
 type coder struct {
 	w *wire.Writer
 	r *wire.Reader
+	// version is the snapshot version being read (snapshots only).
+	version uint32
 }
 
 func (c *coder) str(p ...*string) {
@@ -415,10 +417,14 @@ func Decode(data []byte) (engine.Command, error) {
 	return cmd, nil
 }
 
-// Snapshot encoding, version 2 (2 added the saga retention and the purge
+// Snapshot encoding, version 3 (3 stores event histories as eventLog
+// encodes them; 2 added the saga retention and the purge
 // queue). Every map is written in sorted key order, and the purge queue
 // in queue order, so the same state always encodes to the same bytes.
-const snapshotVersion = 2
+const snapshotVersion = 3
+
+// oldestSnapshotVersion is the oldest version Restore still reads.
+const oldestSnapshotVersion = 2
 
 func (x *Customer) code(c *coder) {
 	c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone, &x.Status)
@@ -561,23 +567,27 @@ func (m *Machine) code(c *coder) error {
 	}
 	for _, k := range keys {
 		c.str(&k)
-		if c.w != nil {
-			l := m.events[k]
-			c.count(l.n, 4)
-			c.w.B = append(c.w.B, l.buf...)
-			continue
+		l := m.events[k]
+		if c.r != nil {
+			l = &eventLog{}
 		}
-		l := &eventLog{}
-		for hn := c.count(0, 4); hn > 0 && c.r.Err == nil; hn-- {
-			var e Event
-			e.code(c)
-			if c.r.Err == nil {
-				if err := l.addDecoded(&e); err != nil {
-					return err
+		if c.r != nil && c.version == 2 {
+			for hn := c.count(0, 4); hn > 0 && c.r.Err == nil; hn-- {
+				var e Event
+				e.code(c)
+				if c.r.Err == nil {
+					if err := l.addDecoded(&e); err != nil {
+						return err
+					}
 				}
 			}
+		} else if err := l.code(c); err != nil {
+			return err
 		}
-		if c.r.Err == nil {
+		if c.r != nil && c.r.Err == nil {
+			if _, dup := m.events[k]; dup {
+				return fmt.Errorf("commerce: snapshot holds the events of %q twice", k)
+			}
 			m.events[k] = l
 		}
 	}
@@ -668,10 +678,11 @@ func forkMap[V any](m map[string]*V, fix func(*V)) map[string]*V {
 func (m *Machine) Restore(data []byte) error {
 	*m = *NewMachine()
 	r := wire.Reader{B: data}
-	if v := r.U32(); r.Err == nil && v != snapshotVersion {
-		return fmt.Errorf("commerce: snapshot version %d; this binary reads version %d", v, snapshotVersion)
+	v := r.U32()
+	if r.Err == nil && (v < oldestSnapshotVersion || v > snapshotVersion) {
+		return fmt.Errorf("commerce: snapshot version %d; this binary reads versions %d to %d", v, oldestSnapshotVersion, snapshotVersion)
 	}
-	if err := m.code(&coder{r: &r}); err != nil {
+	if err := m.code(&coder{r: &r, version: v}); err != nil {
 		*m = *NewMachine()
 		return err
 	}

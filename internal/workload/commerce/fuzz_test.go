@@ -1,6 +1,8 @@
 package commerce
 
 import (
+	"fmt"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -119,6 +121,11 @@ func FuzzRestore(f *testing.F) {
 	h.drain()
 	f.Add(h.ms[0].AppendSnapshot(nil))
 	f.Add(NewMachine().AppendSnapshot(nil))
+	for p := range 2 { // version 2, which Restore still reads
+		if b, err := os.ReadFile(fmt.Sprintf("testdata/v2-snap-%d.bin", p)); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := NewMachine()
 		if err := m.Restore(data); err != nil {
