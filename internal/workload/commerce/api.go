@@ -397,7 +397,7 @@ func sagaOut(s *Saga) sagaDTO {
 	d := sagaDTO{SagaID: s.ID, SagaType: s.Type, OrderID: s.ID, Status: s.Status, Steps: make([]sagaStepDTO, len(s.Steps)),
 		FailureReason: s.FailureReason, StartedAt: stamp(s.StartedAt), UpdatedAt: stamp(s.UpdatedAt)}
 	for i, st := range s.Steps {
-		d.Steps[i] = sagaStepDTO{st.Name, st.Status, stamp(st.At)}
+		d.Steps[i] = sagaStepDTO{st.Name(), st.Status(), stamp(st.At)}
 	}
 	return d
 }

@@ -467,8 +467,19 @@ func (x *Saga) code(c *coder) {
 		x.Steps = make([]SagaStep, n)
 	}
 	for i := range x.Steps {
-		c.str(&x.Steps[i].Name, &x.Steps[i].Status)
-		c.i64(&x.Steps[i].At)
+		st := &x.Steps[i]
+		if c.w != nil {
+			c.w.Str(st.Name())
+			c.w.Str(st.Status())
+		} else {
+			var ok1, ok2 bool
+			st.name, ok1 = indexOf(sagaStepNames[:], c.r.Str())
+			st.status, ok2 = indexOf(sagaStepStatuses[:], c.r.Str())
+			if (!ok1 || !ok2) && c.r.Err == nil {
+				c.r.Err = errors.New("commerce: a saga step of unknown name or status")
+			}
+		}
+		c.i64(&st.At)
 	}
 	c.i64(&x.StartedAt, &x.UpdatedAt)
 	n = c.count(len(x.Products), 1)

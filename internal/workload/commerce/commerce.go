@@ -219,8 +219,39 @@ type Order struct {
 
 // SagaStep is one step of a saga as the saga route shows it.
 type SagaStep struct {
-	Name, Status string
+	// Codes into sagaStepNames and sagaStepStatuses: a saga's steps hold
+	// no pointers, so the collector skips them (six per order, kept while
+	// the saga is).
+	name, status uint8
 	At           int64
+}
+
+var (
+	sagaStepNames    = [...]string{"ORDER_CREATED", "STOCK_RESERVATION", "PAYMENT", "ORDER_CONFIRMATION", "COMPENSATION"}
+	sagaStepStatuses = [...]string{"STARTED", "COMPLETED", "FAILED"}
+)
+
+func (s SagaStep) Name() string   { return sagaStepNames[s.name] }
+func (s SagaStep) Status() string { return sagaStepStatuses[s.status] }
+
+// newSagaStep is the step name, status at now; both must be known (the
+// saga's code names them as constants).
+func newSagaStep(name, status string, now int64) SagaStep {
+	n, ok1 := indexOf(sagaStepNames[:], name)
+	st, ok2 := indexOf(sagaStepStatuses[:], status)
+	if !ok1 || !ok2 {
+		panic("commerce: unknown saga step " + name + " " + status)
+	}
+	return SagaStep{name: n, status: st, At: now}
+}
+
+func indexOf(list []string, s string) (uint8, bool) {
+	for i, x := range list {
+		if x == s {
+			return uint8(i), true
+		}
+	}
+	return 0, false
 }
 
 // Saga of one order; its id is the order id.
@@ -833,7 +864,7 @@ func (m *Machine) createOrder(c *CreateOrder, now int64, fx Effects) *Result {
 }
 
 func (m *Machine) sagaStep(s *Saga, name, status string, now int64) {
-	s.Steps = append(s.Steps, SagaStep{Name: name, Status: status, At: now})
+	s.Steps = append(s.Steps, newSagaStep(name, status, now))
 	s.UpdatedAt = now
 	m.event(OrderKey(s.ID), "SagaStep", now, "step", name, "status", status)
 }
