@@ -441,3 +441,31 @@ func TestSagaPurgedAfterRetention(t *testing.T) {
 		t.Fatal("the order's events went with its saga")
 	}
 }
+
+// TestFractionalQuantity: a quantity sent with a fraction or an exponent
+// is refused with a 400 naming the field, never truncated, and changes
+// nothing; whole numbers still work.
+func TestFractionalQuantity(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "1.00", 5)
+	for _, n := range []string{"1.5", "1.0", "1e3", "1E0", "2.5e1"} {
+		for _, c := range []struct{ path, body, field string }{
+			{"/api/products", `{"sku":"s","name":"nn","price":1,"quantityOnHand":` + n + `}`, "quantityOnHand"},
+			{"/api/products/" + pid + "/stock/replenish", `{"quantity":` + n + `}`, "quantity"},
+			{"/api/products/" + pid + "/stock/reserve", `{"quantity":` + n + `,"orderId":"x"}`, "quantity"},
+			{"/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"` + pid + `","quantity":` + n + `}]}`, "lineItems.quantity"},
+		} {
+			st, b := do(t, srv, "POST", c.path, c.body)
+			if st != 400 || !strings.Contains(b, c.field) || !strings.Contains(b, "whole number") {
+				t.Errorf("POST %s %s: %d %s, want 400 naming %s as a whole number", c.path, c.body, st, b, c.field)
+			}
+		}
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 1 || l[0]["quantityOnHand"] != 5.0 || l[0]["quantityReserved"] != 0.0 {
+		t.Fatalf("products changed: %v", l)
+	}
+	if l := mustList(t, srv, "/api/orders"); len(l) != 0 {
+		t.Fatalf("orders: %v", l)
+	}
+	must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/replenish", `{"quantity":3}`)
+}
