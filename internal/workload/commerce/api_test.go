@@ -469,3 +469,41 @@ func TestFractionalQuantity(t *testing.T) {
 	}
 	must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/replenish", `{"quantity":3}`)
 }
+
+// TestTrailingSlash: a collection route with a trailing slash answers as
+// without it (Spring matches both), and an empty id never reaches a
+// handler: /api/orders/ is the collection, not order "".
+func TestTrailingSlash(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	c := must(t, srv, 201, "POST", "/api/customers/", `{"email":"a@b.c","name":"Ann"}`)
+	p := must(t, srv, 201, "POST", "/api/products/", `{"sku":"s","name":"nn","price":1,"quantityOnHand":5}`)
+	cid, pid := c["customerId"].(string), p["productId"].(string)
+	o := must(t, srv, 201, "POST", "/api/orders/", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	oid := o["orderId"].(string)
+	must(t, srv, 201, "POST", "/api/payments/", `{"orderId":"o-1","customerId":"c","amount":1,"currency":"USD"}`)
+	for _, c := range []struct{ path, field, id string }{
+		{"/api/customers/", "customerId", cid}, {"/api/products/", "productId", pid},
+		{"/api/orders/", "orderId", oid}, {"/api/sagas/", "sagaId", oid},
+	} {
+		if l := mustList(t, srv, c.path); len(l) != 1 || l[0][c.field] != c.id {
+			t.Errorf("GET %s: %v", c.path, l)
+		}
+	}
+	// Item routes are unchanged, and empty ids are not ids.
+	must(t, srv, 200, "GET", "/api/orders/"+oid, "")
+	mustList(t, srv, "/api/orders/"+oid+"/events")
+	for _, c := range []struct{ method, path, body string }{
+		{"PATCH", "/api/orders//confirm", ""},
+		{"PATCH", "/api/orders//cancel", `{"reason":"r","cancelledBy":"me"}`},
+		{"GET", "/api/orders//events", ""},
+		{"GET", "/api/orders/customer/", ""},
+		{"GET", "/api/customers//events", ""},
+		{"POST", "/api/products//stock/reserve", `{"quantity":1,"orderId":"x"}`},
+		{"GET", "/api/payments/", ""},
+	} {
+		st, b := do(t, srv, c.method, c.path, c.body)
+		if st < 400 || st >= 500 || !strings.Contains(b, `"error"`) {
+			t.Errorf("%s %s: %d %s, want a 4xx JSON error", c.method, c.path, st, b)
+		}
+	}
+}
