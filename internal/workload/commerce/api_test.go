@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -504,6 +505,29 @@ func TestTrailingSlash(t *testing.T) {
 		st, b := do(t, srv, c.method, c.path, c.body)
 		if st < 400 || st >= 500 || !strings.Contains(b, `"error"`) {
 			t.Errorf("%s %s: %d %s, want a 4xx JSON error", c.method, c.path, st, b)
+		}
+	}
+}
+
+// TestListOrder pins what docs/API.md promises for lists: the limit
+// smallest ids in ascending order, over every partition, which (ids being
+// random) is not the order of creation that the peer's Spring Data gives.
+func TestListOrder(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	var ids []string
+	for i := range 12 {
+		c := must(t, srv, 201, "POST", "/api/customers", fmt.Sprintf(`{"email":"a%d@b.c","name":"Ann"}`, i))
+		ids = append(ids, c["customerId"].(string))
+	}
+	slices.Sort(ids)
+	for _, n := range []int{1, 5, 12, 20} {
+		l := mustList(t, srv, fmt.Sprintf("/api/customers?limit=%d", n))
+		var got []string
+		for _, c := range l {
+			got = append(got, c["customerId"].(string))
+		}
+		if want := ids[:min(n, len(ids))]; !slices.Equal(got, want) {
+			t.Fatalf("limit %d: %v, want the smallest ids %v", n, got, want)
 		}
 	}
 }
