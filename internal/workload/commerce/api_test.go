@@ -531,3 +531,49 @@ func TestListOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateSKU: a product whose sku another product has is 409 naming
+// both, and changes nothing; creations of one sku at once make one product.
+func TestDuplicateSKU(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	_, pid := seed(t, srv, "1.00", 5)
+	st, b := do(t, srv, "POST", "/api/products", `{"sku":"SKU-1","name":"Other","price":2,"quantityOnHand":1}`)
+	if st != 409 || !strings.Contains(b, `SKU-1`) || !strings.Contains(b, pid) {
+		t.Fatalf("duplicate sku: %d %s, want 409 naming the sku and %s", st, b, pid)
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 1 || l[0]["productId"] != pid {
+		t.Fatalf("products after a refused duplicate: %v", l)
+	}
+	// A refused product still reports its own problem first.
+	if st, b := do(t, srv, "POST", "/api/products", `{"sku":"SKU-1","name":"Other","price":2,"quantityOnHand":-1}`); st != 400 {
+		t.Fatalf("invalid duplicate: %d %s", st, b)
+	}
+	// The product reads back as soon as it is created, and another sku is free.
+	p := must(t, srv, 201, "POST", "/api/products", `{"sku":"SKU-2","name":"Other","price":2,"quantityOnHand":1}`)
+	must(t, srv, 200, "GET", "/api/products/"+p["productId"].(string), "")
+
+	const n = 8
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			st, _ := do(t, srv, "POST", "/api/products", `{"sku":"SKU-RACE","name":"Race","price":1,"quantityOnHand":1}`)
+			codes <- st
+		}()
+	}
+	created := 0
+	for range n {
+		switch st := <-codes; st {
+		case 201:
+			created++
+		case 409:
+		default:
+			t.Errorf("concurrent create: %d", st)
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d of %d concurrent creations of one sku succeeded, want 1", created, n)
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 3 {
+		t.Fatalf("products: %d, want 3", len(l))
+	}
+}
