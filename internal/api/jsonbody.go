@@ -44,7 +44,10 @@ func JSONProblem(err error) string {
 
 func jsonKind(k string) string {
 	switch k {
-	case "int", "int32", "int64", "uint8", "float64":
+	case "int", "int32", "int64", "uint8":
+		// "must be a number, not number 1.5" read as a contradiction.
+		return "a whole number"
+	case "float64":
 		return "a number"
 	case "string":
 		return "a string"

@@ -44,6 +44,14 @@ func TestServeCommerce(t *testing.T) {
 	if st, v, b := req("GET", "/actuator/health", ""); st != 200 || v["status"] != "UP" {
 		t.Fatalf("health: %d %s", st, b)
 	}
+	for _, probe := range []string{"/actuator/health/liveness", "/actuator/health/readiness"} {
+		if st, v, b := req("GET", probe, ""); st != 200 || v["status"] != "UP" {
+			t.Fatalf("%s: %d %s", probe, st, b)
+		}
+	}
+	if st, v, b := req("GET", "/actuator/info", ""); st != 200 || v["app"] == nil {
+		t.Fatalf("info: %d %s", st, b)
+	}
 	if st, _, b := req("GET", "/actuator/prometheus", ""); st != 200 || !strings.Contains(b, "surge_wal_fsync_seconds") {
 		t.Fatalf("prometheus: %d", st)
 	}

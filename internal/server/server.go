@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxInflight: cfg.MaxInflight,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
-		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/prometheus", "/debug/pprof/"},
+		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/"},
 	}.Resolve()
 	if err != nil {
 		return err
@@ -363,12 +363,21 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Handle(mux, "GET /healthz", health)
 	m.Handle(mux, "GET /v1/health_check", health)
 	// The Spring Boot actuator's probes, which the commerce peer's tooling uses.
-	m.Handle(mux, "GET /actuator/health", func(w http.ResponseWriter, r *http.Request) int {
+	actuatorHealth := func(w http.ResponseWriter, r *http.Request) int {
 		if !ready.Load() || eng.Failed() {
 			api.Write(w, http.StatusServiceUnavailable, true, []byte(`{"status":"DOWN"}`+"\n"))
 			return http.StatusServiceUnavailable
 		}
 		api.Write(w, http.StatusOK, true, []byte(`{"status":"UP"}`+"\n"))
+		return http.StatusOK
+	}
+	m.Handle(mux, "GET /actuator/health", actuatorHealth)
+	// Kubernetes probes of Spring Boot apps use these two. A failed log
+	// needs a restart, so liveness goes DOWN with readiness.
+	m.Handle(mux, "GET /actuator/health/liveness", actuatorHealth)
+	m.Handle(mux, "GET /actuator/health/readiness", actuatorHealth)
+	m.Handle(mux, "GET /actuator/info", func(w http.ResponseWriter, r *http.Request) int {
+		api.Write(w, http.StatusOK, true, []byte(`{"app":{"name":"surge"}}`+"\n"))
 		return http.StatusOK
 	})
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -112,6 +112,18 @@ func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
 	m.Handle(mux, "GET /api/payments/{id}", a.getPayment)
 	m.Handle(mux, "GET /api/payments/order/{orderId}", a.paymentByOrder)
 	m.Handle(mux, "POST /api/payments/{id}/refund", a.refundPayment)
+
+	// Spring matches a collection route with a trailing slash too, so the
+	// peer's clients may send one. {$} matches only the bare slash: an
+	// empty id never reaches an item handler.
+	m.Handle(mux, "POST /api/customers/{$}", a.createCustomer)
+	m.Handle(mux, "GET /api/customers/{$}", a.listCustomers)
+	m.Handle(mux, "POST /api/products/{$}", a.createProduct)
+	m.Handle(mux, "GET /api/products/{$}", a.listProducts)
+	m.Handle(mux, "POST /api/orders/{$}", a.createOrder)
+	m.Handle(mux, "GET /api/orders/{$}", a.listOrders)
+	m.Handle(mux, "GET /api/sagas/{$}", a.listSagas)
+	m.Handle(mux, "POST /api/payments/{$}", a.createPayment)
 	m.HandleFallback(mux)
 }
 

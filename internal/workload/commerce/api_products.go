@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
@@ -32,12 +33,37 @@ func (a *API) createProduct(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, "price is required (at least 0.01)")
 	}
 	id := newID()
-	res, st := a.do(r.Context(), w, ProductKey(id), &CreateProduct{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
+	_, st := a.do(r.Context(), w, SKUKey(b.SKU), &ClaimSKU{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
 		Category: b.Category, PriceCents: price, OnHand: b.QuantityOnHand})
 	if st != 0 {
 		return st
 	}
-	return writeJSON(w, http.StatusCreated, productOut(res.Product))
+	// The claim is durable and its CreateProduct on its way, which the
+	// engine delivers even across a crash. Answering only once the product
+	// reads back keeps a client's next request (an order naming it) from
+	// finding no such product.
+	// Mail is never shed, so the bound only catches a CreateProduct the
+	// product's partition refused (an id collision), which would hang.
+	giveUp := time.Now().Add(30 * time.Second)
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		v, err := a.query(r.Context(), ProductKey(id), &GetProduct{ID: id})
+		if err != nil {
+			return engineError(w, err)
+		}
+		if p := v.(*Product); p != nil {
+			return writeJSON(w, http.StatusCreated, productOut(p))
+		}
+		if time.Now().After(giveUp) {
+			return api.Error(w, http.StatusInternalServerError, "sku "+api.Quote(b.SKU)+" was claimed for product "+api.Quote(id)+", which was not created")
+		}
+		select {
+		case <-time.After(wait):
+		case <-r.Context().Done():
+			return 499 // the client went away; the product is still made
+		case <-a.done:
+			return api.Error(w, http.StatusServiceUnavailable, "shutting down; product "+api.Quote(id)+" is being created")
+		}
+	}
 }
 
 func (a *API) getProduct(w http.ResponseWriter, r *http.Request) int {

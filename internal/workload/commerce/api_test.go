@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -439,5 +440,140 @@ func TestSagaPurgedAfterRetention(t *testing.T) {
 	must(t, srv, 200, "GET", "/api/payments/"+o["paymentId"].(string), "")
 	if evs := mustList(t, srv, "/api/orders/"+id+"/events?limit=100"); len(evs) == 0 {
 		t.Fatal("the order's events went with its saga")
+	}
+}
+
+// TestFractionalQuantity: a quantity sent with a fraction or an exponent
+// is refused with a 400 naming the field, never truncated, and changes
+// nothing; whole numbers still work.
+func TestFractionalQuantity(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "1.00", 5)
+	for _, n := range []string{"1.5", "1.0", "1e3", "1E0", "2.5e1"} {
+		for _, c := range []struct{ path, body, field string }{
+			{"/api/products", `{"sku":"s","name":"nn","price":1,"quantityOnHand":` + n + `}`, "quantityOnHand"},
+			{"/api/products/" + pid + "/stock/replenish", `{"quantity":` + n + `}`, "quantity"},
+			{"/api/products/" + pid + "/stock/reserve", `{"quantity":` + n + `,"orderId":"x"}`, "quantity"},
+			{"/api/orders", `{"customerId":"` + cid + `","lineItems":[{"productId":"` + pid + `","quantity":` + n + `}]}`, "lineItems.quantity"},
+		} {
+			st, b := do(t, srv, "POST", c.path, c.body)
+			if st != 400 || !strings.Contains(b, c.field) || !strings.Contains(b, "whole number") {
+				t.Errorf("POST %s %s: %d %s, want 400 naming %s as a whole number", c.path, c.body, st, b, c.field)
+			}
+		}
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 1 || l[0]["quantityOnHand"] != 5.0 || l[0]["quantityReserved"] != 0.0 {
+		t.Fatalf("products changed: %v", l)
+	}
+	if l := mustList(t, srv, "/api/orders"); len(l) != 0 {
+		t.Fatalf("orders: %v", l)
+	}
+	must(t, srv, 200, "POST", "/api/products/"+pid+"/stock/replenish", `{"quantity":3}`)
+}
+
+// TestTrailingSlash: a collection route with a trailing slash answers as
+// without it (Spring matches both), and an empty id never reaches a
+// handler: /api/orders/ is the collection, not order "".
+func TestTrailingSlash(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	c := must(t, srv, 201, "POST", "/api/customers/", `{"email":"a@b.c","name":"Ann"}`)
+	p := must(t, srv, 201, "POST", "/api/products/", `{"sku":"s","name":"nn","price":1,"quantityOnHand":5}`)
+	cid, pid := c["customerId"].(string), p["productId"].(string)
+	o := must(t, srv, 201, "POST", "/api/orders/", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	oid := o["orderId"].(string)
+	must(t, srv, 201, "POST", "/api/payments/", `{"orderId":"o-1","customerId":"c","amount":1,"currency":"USD"}`)
+	for _, c := range []struct{ path, field, id string }{
+		{"/api/customers/", "customerId", cid}, {"/api/products/", "productId", pid},
+		{"/api/orders/", "orderId", oid}, {"/api/sagas/", "sagaId", oid},
+	} {
+		if l := mustList(t, srv, c.path); len(l) != 1 || l[0][c.field] != c.id {
+			t.Errorf("GET %s: %v", c.path, l)
+		}
+	}
+	// Item routes are unchanged, and empty ids are not ids.
+	must(t, srv, 200, "GET", "/api/orders/"+oid, "")
+	mustList(t, srv, "/api/orders/"+oid+"/events")
+	for _, c := range []struct{ method, path, body string }{
+		{"PATCH", "/api/orders//confirm", ""},
+		{"PATCH", "/api/orders//cancel", `{"reason":"r","cancelledBy":"me"}`},
+		{"GET", "/api/orders//events", ""},
+		{"GET", "/api/orders/customer/", ""},
+		{"GET", "/api/customers//events", ""},
+		{"POST", "/api/products//stock/reserve", `{"quantity":1,"orderId":"x"}`},
+		{"GET", "/api/payments/", ""},
+	} {
+		st, b := do(t, srv, c.method, c.path, c.body)
+		if st < 400 || st >= 500 || !strings.Contains(b, `"error"`) {
+			t.Errorf("%s %s: %d %s, want a 4xx JSON error", c.method, c.path, st, b)
+		}
+	}
+}
+
+// TestListOrder pins what docs/API.md promises for lists: the limit
+// smallest ids in ascending order, over every partition, which (ids being
+// random) is not the order of creation that the peer's Spring Data gives.
+func TestListOrder(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	var ids []string
+	for i := range 12 {
+		c := must(t, srv, 201, "POST", "/api/customers", fmt.Sprintf(`{"email":"a%d@b.c","name":"Ann"}`, i))
+		ids = append(ids, c["customerId"].(string))
+	}
+	slices.Sort(ids)
+	for _, n := range []int{1, 5, 12, 20} {
+		l := mustList(t, srv, fmt.Sprintf("/api/customers?limit=%d", n))
+		var got []string
+		for _, c := range l {
+			got = append(got, c["customerId"].(string))
+		}
+		if want := ids[:min(n, len(ids))]; !slices.Equal(got, want) {
+			t.Fatalf("limit %d: %v, want the smallest ids %v", n, got, want)
+		}
+	}
+}
+
+// TestDuplicateSKU: a product whose sku another product has is 409 naming
+// both, and changes nothing; creations of one sku at once make one product.
+func TestDuplicateSKU(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	_, pid := seed(t, srv, "1.00", 5)
+	st, b := do(t, srv, "POST", "/api/products", `{"sku":"SKU-1","name":"Other","price":2,"quantityOnHand":1}`)
+	if st != 409 || !strings.Contains(b, `SKU-1`) || !strings.Contains(b, pid) {
+		t.Fatalf("duplicate sku: %d %s, want 409 naming the sku and %s", st, b, pid)
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 1 || l[0]["productId"] != pid {
+		t.Fatalf("products after a refused duplicate: %v", l)
+	}
+	// A refused product still reports its own problem first.
+	if st, b := do(t, srv, "POST", "/api/products", `{"sku":"SKU-1","name":"Other","price":2,"quantityOnHand":-1}`); st != 400 {
+		t.Fatalf("invalid duplicate: %d %s", st, b)
+	}
+	// The product reads back as soon as it is created, and another sku is free.
+	p := must(t, srv, 201, "POST", "/api/products", `{"sku":"SKU-2","name":"Other","price":2,"quantityOnHand":1}`)
+	must(t, srv, 200, "GET", "/api/products/"+p["productId"].(string), "")
+
+	const n = 8
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			st, _ := do(t, srv, "POST", "/api/products", `{"sku":"SKU-RACE","name":"Race","price":1,"quantityOnHand":1}`)
+			codes <- st
+		}()
+	}
+	created := 0
+	for range n {
+		switch st := <-codes; st {
+		case 201:
+			created++
+		case 409:
+		default:
+			t.Errorf("concurrent create: %d", st)
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d of %d concurrent creations of one sku succeeded, want 1", created, n)
+	}
+	if l := mustList(t, srv, "/api/products"); len(l) != 3 {
+		t.Fatalf("products: %d, want 3", len(l))
 	}
 }

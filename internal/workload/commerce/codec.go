@@ -39,6 +39,7 @@ const (
 	tagPaymentFailed
 	tagSagaDeadline
 	tagPurgeSagas
+	tagClaimSKU
 )
 
 // Client commands.
@@ -88,6 +89,12 @@ type (
 		Currency, Method    string
 	}
 	RefundPayment struct{ PaymentID, Reason string }
+	// ClaimSKU is POST /api/products, applied at SKUKey(SKU): products
+	// are keyed by id, so only the sku's own partition can tell whether
+	// another product has it. It claims the sku and sends CreateProduct
+	// to the product's partition as a message, which the engine delivers
+	// exactly once: no claim without its product.
+	ClaimSKU CreateProduct
 )
 
 // Saga messages between partitions, and the deadline timer's command.
@@ -138,7 +145,7 @@ func (*PurgeSagas) sagaMessage()             {}
 type coder struct {
 	w *wire.Writer
 	r *wire.Reader
-	// version is the snapshot version being read (snapshots only).
+	// version of the snapshot being read; 0 for a command.
 	version uint32
 }
 
@@ -233,6 +240,7 @@ func (c *coder) items(p *[]LineItem) {
 func (x *CreateCustomer) code(c *coder)    { c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
 func (x *UpdateCustomer) code(c *coder)    { c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
 func (x *SetCustomerStatus) code(c *coder) { c.str(&x.ID, &x.Status, &x.Reason) }
+func (x *ClaimSKU) code(c *coder)          { (*CreateProduct)(x).code(c) }
 func (x *CreateProduct) code(c *coder) {
 	c.str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
 	c.i64(&x.PriceCents, &x.OnHand)
@@ -338,6 +346,7 @@ func (x *PaymentFailed) AppendBinary(b []byte) ([]byte, error) {
 }
 func (x *SagaDeadline) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagSagaDeadline, x) }
 func (x *PurgeSagas) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagPurgeSagas, x) }
+func (x *ClaimSKU) AppendBinary(b []byte) ([]byte, error)     { return encode(b, tagClaimSKU, x) }
 
 var errUnknownCommand = errors.New("commerce: unknown command tag")
 
@@ -389,6 +398,8 @@ func newCommand(tag byte) coded {
 		return &SagaDeadline{}
 	case tagPurgeSagas:
 		return &PurgeSagas{}
+	case tagClaimSKU:
+		return &ClaimSKU{}
 	}
 	return nil
 }
@@ -417,10 +428,11 @@ func Decode(data []byte) (engine.Command, error) {
 	return cmd, nil
 }
 
-// Snapshot encoding, version 3 (3 stores event histories as eventLog
-// encodes them; 2 added the saga retention and the purge
-// queue). Every map is written in sorted key order, and the purge queue
-// in queue order, so the same state always encodes to the same bytes.
+// Snapshot encoding, version 3 (2 added the saga retention and the purge
+// queue; 3 the sku index and event histories as eventLog encodes them; 2
+// is still read). Every map is written in sorted key order, and the purge
+// queue in queue order, so the same state always encodes to the same
+// bytes.
 const snapshotVersion = 3
 
 // oldestSnapshotVersion is the oldest version Restore still reads.
@@ -602,7 +614,22 @@ func (m *Machine) code(c *coder) error {
 			m.events[k] = l
 		}
 	}
-	return m.codePurgeQueue(c)
+	if err := m.codePurgeQueue(c); err != nil || (c.r != nil && c.version < 3) {
+		return err
+	}
+	skus := sortedKeys(m.skus)
+	n = c.count(len(skus), 2)
+	if c.r != nil {
+		skus = make([]string, n)
+	}
+	for _, k := range skus {
+		id := m.skus[k]
+		c.str(&k, &id)
+		if c.r != nil && c.r.Err == nil {
+			m.skus[k] = id
+		}
+	}
+	return nil
 }
 
 // codePurgeQueue writes the live part of the purge queue in queue order,
@@ -665,6 +692,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 		closedOrders: maps.Clone(m.closedOrders),
 		events:       forkMap(m.events, nil),
 		purgeQ:       slices.Clone(m.purgeQ[m.purgeHead:]),
+		skus:         maps.Clone(m.skus),
 	}
 	return f.AppendSnapshot
 }

@@ -92,7 +92,10 @@ const (
 // Key prefixes; see the package comment.
 func CustomerKey(id string) string { return "c/" + id }
 func ProductKey(id string) string  { return "p/" + id }
-func OrderKey(id string) string    { return "o/" + id }
+
+// SKUKey is where a sku's claim lives (see ClaimSKU).
+func SKUKey(sku string) string  { return "sku/" + sku }
+func OrderKey(id string) string { return "o/" + id }
 func PaymentKey(orderID string) string {
 	return "pay/" + orderID
 }
@@ -309,6 +312,10 @@ type Machine struct {
 	// first live entry. See purgeTimerID.
 	purgeQ    []purgeEntry
 	purgeHead int
+	// skus maps a sku whose SKUKey is in this partition to the product
+	// that claimed it. Products created before the index (by a client
+	// CreateProduct) are not in it.
+	skus map[string]string
 }
 
 // purgeEntry is one queued purge: the saga (or, marker set, the
@@ -329,6 +336,7 @@ func NewMachine() *Machine {
 		payments:     map[string]*Payment{},
 		closedOrders: map[string]bool{},
 		events:       map[string]*eventLog{},
+		skus:         map[string]string{},
 	}
 }
 
@@ -407,6 +415,8 @@ func (m *Machine) apply(in *engine.Input, now int64, fx Effects) *Result {
 		return m.setCustomerStatus(c, now)
 	case *CreateProduct:
 		return m.createProduct(c, now)
+	case *ClaimSKU:
+		return m.claimSKU(c, fx)
 	case *ReserveStock:
 		return m.reserveStock(c, now)
 	case *ReleaseStock:
@@ -582,6 +592,41 @@ func (m *Machine) createProduct(c *CreateProduct, now int64) *Result {
 	if m.products[c.ID] != nil {
 		return &Result{Outcome: Conflict, Msg: fmt.Sprintf("product %q already exists", c.ID)}
 	}
+	if res := checkProduct(c); res != nil {
+		return res
+	}
+	p := &Product{ID: c.ID, SKU: c.SKU, Name: c.Name, Description: c.Description, Category: c.Category,
+		PriceCents: c.PriceCents, OnHand: c.OnHand, CreatedAt: now, UpdatedAt: now, resv: map[string]reservation{}}
+	m.products[c.ID] = p
+	m.event(ProductKey(c.ID), "ProductCreated", now, "sku", c.SKU, "price", FormatMoney(c.PriceCents), "quantityOnHand", itoa(c.OnHand))
+	return &Result{Outcome: Created, Product: p.copy()}
+}
+
+// claimSKU checks the whole product here, so the CreateProduct it sends
+// cannot be refused at the product's partition and leave a claim that
+// names no product.
+func (m *Machine) claimSKU(c *ClaimSKU, fx Effects) *Result {
+	cp := (*CreateProduct)(c)
+	if c.ID == "" {
+		return invalid("productId must not be empty")
+	}
+	if res := checkProduct(cp); res != nil {
+		return res
+	}
+	switch owner, ok := m.skus[c.SKU]; {
+	case ok && owner == c.ID:
+		return &Result{Outcome: Same}
+	case ok:
+		return &Result{Outcome: Conflict, Msg: fmt.Sprintf("sku %q is already used by product %q", c.SKU, owner)}
+	}
+	if err := fx.Send(ProductKey(c.ID), WorkloadID, cp); err != nil {
+		return invalid("%v", err)
+	}
+	m.skus[c.SKU] = c.ID
+	return &Result{Outcome: Created}
+}
+
+func checkProduct(c *CreateProduct) *Result {
 	for _, t := range [][2]string{{"sku", c.SKU}, {"name", c.Name}} {
 		if msg := validText(t[0], t[1], 1, MaxTextLen); msg != "" {
 			return invalid("%s", msg)
@@ -599,11 +644,7 @@ func (m *Machine) createProduct(c *CreateProduct, now int64) *Result {
 	if c.OnHand < 0 || c.OnHand > maxStockUnits {
 		return invalid("quantityOnHand must be between 0 and %d", maxStockUnits)
 	}
-	p := &Product{ID: c.ID, SKU: c.SKU, Name: c.Name, Description: c.Description, Category: c.Category,
-		PriceCents: c.PriceCents, OnHand: c.OnHand, CreatedAt: now, UpdatedAt: now, resv: map[string]reservation{}}
-	m.products[c.ID] = p
-	m.event(ProductKey(c.ID), "ProductCreated", now, "sku", c.SKU, "price", FormatMoney(c.PriceCents), "quantityOnHand", itoa(c.OnHand))
-	return &Result{Outcome: Created, Product: p.copy()}
+	return nil
 }
 
 func itoa(v int64) string { return fmt.Sprint(v) }
