@@ -2,7 +2,7 @@
 GO    ?= go
 BIN   := bin/surge
 
-.PHONY: build demo test vet fmt-check bench-full clean
+.PHONY: build demo test vet fmt-check bench-full clean proto
 
 build:
 	$(GO) build -o $(BIN) ./cmd/surge
@@ -28,6 +28,27 @@ test: fmt-check vet
 # 5 events x 80 areas x 400 seats (see docs/BENCHMARKS.md).
 bench-full: build
 	./$(BIN) bench ticketing -g 5 -a 80 -n 200000 -c 4 --http2 --flow both
+
+# Regenerates internal/jqpb from proto/jq (the generated code is committed,
+# so building and testing need no protoc). Needs protoc (Debian:
+# protobuf-compiler); the Go plugins are installed at pinned versions into
+# bin/tools: protoc-gen-go matches the google.golang.org/protobuf runtime in
+# go.mod, protoc-gen-connect-go the connectrpc.com/connect one.
+PROTOC_GEN_GO_VERSION         := v1.36.11
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+TOOLS := $(CURDIR)/bin/tools
+MODULE := github.com/surge-run/surge
+
+proto:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	rm -f internal/jqpb/*.pb.go internal/jqpb/jqpbconnect/*.connect.go
+	protoc -I proto \
+		--plugin=protoc-gen-go=$(TOOLS)/protoc-gen-go \
+		--plugin=protoc-gen-connect-go=$(TOOLS)/protoc-gen-connect-go \
+		--go_out=. --go_opt=module=$(MODULE) \
+		--connect-go_out=. --connect-go_opt=module=$(MODULE) \
+		proto/jq/*.proto
 
 clean:
 	rm -rf bin

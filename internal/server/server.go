@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxInflight: cfg.MaxInflight,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
-		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/"},
+		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath},
 	}.Resolve()
 	if err != nil {
 		return err
@@ -402,6 +402,8 @@ func Run(ctx context.Context, cfg Config) error {
 	tapi.Register(mux, m)
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
 	capi.Register(mux, m)
+	// No workload serves gRPC yet; the jobs services will be passed here.
+	mountGRPC(mux, m, func() bool { return ready.Load() && !eng.Failed() }, nil)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/surge-run/surge/internal/api"
+)
+
+// grpcService is one connect service as its generated New...Handler
+// returns it: the path prefix "/pkg.Service/" and the handler, plus the
+// fully qualified service name, which health checks and reflection list.
+type grpcService struct {
+	name    string
+	path    string
+	handler http.Handler
+}
+
+// grpcHealthPath is the health service's prefix: exempt from the in-flight
+// limit like the HTTP health routes, so probes get through an overload.
+const grpcHealthPath = "/" + grpchealth.HealthV1ServiceName + "/"
+
+// mountGRPC serves gRPC (and gRPC-Web and Connect) on the HTTP mux: the
+// given services, grpc.health.v1.Health answering for the server ("") and
+// each of them, and server reflection listing exactly the services served,
+// so grpcurl and ghz work without .proto files. A workload's services are
+// added by passing them here; nothing else changes.
+//
+// Each service's path prefix is registered for every method, so it is more
+// specific than the JSON 404/405 fallback on "/": gRPC calls never reach
+// it. A path under a prefix that names no method gets connect's own answer
+// (HTTP 404, which gRPC clients read as UNIMPLEMENTED).
+func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services []grpcService) {
+	names := []string{grpchealth.HealthV1ServiceName}
+	for _, s := range services {
+		names = append(names, s.name)
+	}
+	// A panic is a bug, and becomes INTERNAL with grpc-status trailers
+	// instead of an HTTP 500 body no gRPC client can read.
+	recoverOpt := connect.WithRecover(func(context.Context, connect.Spec, http.Header, any) error {
+		return connect.NewError(connect.CodeInternal, errors.New("internal error: the server failed on this call and logged it; it is not the call's fault"))
+	})
+	path, h := grpchealth.NewHandler(healthChecker{names: names, healthy: healthy}, recoverOpt)
+	all := append([]grpcService{{name: grpchealth.HealthV1ServiceName, path: path, handler: h}}, services...)
+	reflector := grpcreflect.NewStaticReflector(names...)
+	// v1alpha too: grpcurl and ghz releases still in use ask for it.
+	for _, newHandler := range []func(*grpcreflect.Reflector, ...connect.HandlerOption) (string, http.Handler){
+		grpcreflect.NewHandlerV1, grpcreflect.NewHandlerV1Alpha,
+	} {
+		path, h := newHandler(reflector, recoverOpt)
+		all = append(all, grpcService{path: path, handler: h})
+	}
+	for _, s := range all {
+		h := s.handler
+		// Counted and timed like the HTTP routes. The HTTP status of a
+		// gRPC call is 200 whatever its outcome (that is in grpc-status),
+		// so the route's count is of calls, not of successes.
+		m.Handle(mux, s.path, func(w http.ResponseWriter, r *http.Request) int {
+			h.ServeHTTP(w, r)
+			return http.StatusOK
+		})
+	}
+}
+
+// healthChecker answers the gRPC health protocol as /healthz answers HTTP:
+// SERVING while the server accepts requests and its log works,
+// NOT_SERVING before it is ready, while it shuts down, and once the log has
+// failed (a health checker then takes the node out). Unknown services are
+// NOT_FOUND, as the protocol asks.
+type healthChecker struct {
+	names   []string
+	healthy func() bool
+}
+
+func (c healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	if req.Service != "" && !slices.Contains(c.names, req.Service) {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("this server does not serve "+api.Quote(req.Service)))
+	}
+	if !c.healthy() {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}

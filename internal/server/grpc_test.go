@@ -1,0 +1,143 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// h2cClient speaks HTTP/2 without TLS from the first byte, as gRPC clients
+// do against a plaintext server.
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+func serveForGRPC(t *testing.T) string {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Ready: ready})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case addr := <-ready:
+		return "http://" + addr
+	case err := <-errc:
+		t.Fatal(err)
+	}
+	return ""
+}
+
+// The gRPC health service answers on the HTTP listener over h2c: SERVING
+// for the server and for itself, NOT_FOUND for a service not served.
+// Connect's protocol over HTTP/1.1 reaches the same handler.
+func TestGRPCHealth(t *testing.T) {
+	base := serveForGRPC(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	health := grpchealth.NewClient(h2cClient(), base, connect.WithGRPC())
+	for _, svc := range []string{"", grpchealth.HealthV1ServiceName} {
+		res, err := health.Check(ctx, &grpchealth.CheckRequest{Service: svc})
+		if err != nil {
+			t.Fatalf("Check(%q): %v", svc, err)
+		}
+		if res.Status != grpchealth.StatusServing {
+			t.Errorf("Check(%q) = %v, want serving", svc, res.Status)
+		}
+	}
+	_, err := health.Check(ctx, &grpchealth.CheckRequest{Service: "jq.JobService"})
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("Check(jq.JobService), not served yet: %v, want NOT_FOUND", err)
+	}
+	overH1 := grpchealth.NewClient(http.DefaultClient, base)
+	if res, err := overH1.Check(ctx, &grpchealth.CheckRequest{}); err != nil || res.Status != grpchealth.StatusServing {
+		t.Errorf("Check over the Connect protocol and HTTP/1.1: %v, %v", res, err)
+	}
+}
+
+// A raw gRPC call gets what gRPC requires (HTTP 200, application/grpc,
+// grpc-status in the trailers), i.e. it is routed to the health handler
+// and not to the JSON 404/405 fallback; a service the server does not
+// have gets the fallback's 404, which gRPC clients read as UNIMPLEMENTED.
+func TestGRPCRoutingBypassesFallback(t *testing.T) {
+	base := serveForGRPC(t)
+	client := h2cClient()
+	// An empty HealthCheckRequest: one uncompressed frame of length 0.
+	frame := make([]byte, 5)
+	binary.BigEndian.PutUint32(frame[1:], 0)
+	req, _ := http.NewRequest("POST", base+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body) // trailers arrive after the body
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/grpc" || resp.Trailer.Get("Grpc-Status") != "0" {
+		t.Fatalf("raw Check: HTTP %d, content type %q, grpc-status %q, body %q",
+			resp.StatusCode, resp.Header.Get("Content-Type"), resp.Trailer.Get("Grpc-Status"), body)
+	}
+	// HealthCheckResponse{status: SERVING}: field 1, varint 1.
+	if want := []byte{0, 0, 0, 0, 2, 0x08, 1}; !bytes.Equal(body, want) {
+		t.Errorf("raw Check body %x, want %x", body, want)
+	}
+
+	unknown := connect.NewClient[emptyMsg, emptyMsg](client, base+"/jq.JobService/SubmitJob", connect.WithGRPC(), connect.WithCodec(rawCodec{}))
+	_, err = unknown.CallUnary(context.Background(), connect.NewRequest(&emptyMsg{}))
+	if connect.CodeOf(err) != connect.CodeUnimplemented {
+		t.Errorf("call to a service not served: %v, want UNIMPLEMENTED", err)
+	}
+}
+
+// Reflection lists exactly the services served, and resolves their
+// descriptors, so grpcurl works without .proto files.
+func TestGRPCReflection(t *testing.T) {
+	base := serveForGRPC(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := grpcreflect.NewClient(h2cClient(), base, connect.WithGRPC()).NewStream(ctx)
+	defer stream.Close()
+	names, err := stream.ListServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names, []protoreflect.FullName{grpchealth.HealthV1ServiceName}) {
+		t.Errorf("ListServices = %v, want only %s", names, grpchealth.HealthV1ServiceName)
+	}
+	files, err := stream.FileContainingSymbol(grpchealth.HealthV1ServiceName)
+	if err != nil || len(files) == 0 || files[0].GetPackage() != "grpc.health.v1" {
+		t.Errorf("FileContainingSymbol(%s): %d files, %v", grpchealth.HealthV1ServiceName, len(files), err)
+	}
+}
+
+// emptyMsg and rawCodec let a test call any path with an empty body
+// without generated types for it.
+type emptyMsg struct{}
+
+type rawCodec struct{}
+
+func (rawCodec) Name() string                { return "proto" }
+func (rawCodec) Marshal(any) ([]byte, error) { return nil, nil }
+func (rawCodec) Unmarshal([]byte, any) error { return nil }
+func (rawCodec) IsBinary() bool              { return true }
