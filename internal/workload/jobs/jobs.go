@@ -36,6 +36,7 @@ package jobs
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -408,7 +409,8 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx Effects) *Result {
 	if live := q.jobs - int(q.counts[Done]+q.counts[DeadLettered]); live > 0 && !c.Force {
 		return fail(Conflict, "jobs: queue %q has %d unfinished jobs (use force)", c.Name, live)
 	}
-	for _, j := range q.order {
+	// dropJob compacts q.order as it goes: iterate over a copy.
+	for _, j := range slices.Clone(q.order) {
 		if j != nil {
 			m.dropJob(j, fx)
 		}

@@ -39,7 +39,10 @@ type model struct {
 	seen     map[string]int64  // job → newest event id checked
 	last     map[string]Status // job → status when last seen
 	leasedBy map[string]string // job → worker, from lease replies
+	queueOf  map[string]string // job → queue
 	keys     map[string]string // queue+idempotency key → job
+	// transitions counts what happened, over all seeds.
+	transitions map[[2]Status]int
 }
 
 func TestModel(t *testing.T) {
@@ -47,18 +50,26 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		seeds = 4
 	}
+	seen := map[[2]Status]int{}
 	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 1200) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 1200, seen) })
+	}
+	// Every listed transition happened somewhere: a rule the random mix
+	// never reaches is not tested by it.
+	for tr := range allowed {
+		if seen[tr] == 0 {
+			t.Errorf("transition %s → %s never happened (seen: %v)", tr[0], tr[1], seen)
+		}
 	}
 }
 
-func runModel(t *testing.T, seed uint64, steps int) {
+func runModel(t *testing.T, seed uint64, steps int, transitions map[[2]Status]int) {
 	h := newHarness(t, seed, 3, Limits{MaxJobsPerQueue: 60})
 	var s [32]byte
 	s[0] = byte(seed)
 	md := &model{h: h, queues: []string{DefaultQueue, "q1", "q2"}, workers: []string{"w1", "w2", "w3"},
-		idgen: rand.NewChaCha8(s), seen: map[string]int64{}, last: map[string]Status{},
-		leasedBy: map[string]string{}, keys: map[string]string{}}
+		idgen: rand.NewChaCha8(s), seen: map[string]int64{}, last: map[string]Status{}, transitions: transitions,
+		leasedBy: map[string]string{}, keys: map[string]string{}, queueOf: map[string]string{}}
 	h.onApply = md.observe
 	for _, q := range md.queues[1:] {
 		if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: int32(1 + seed%3)}); r.Outcome != Created {
@@ -126,10 +137,10 @@ func (md *model) step() {
 	case k < 45:
 		h.client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.rng.IntN(4)), LeaseNs: int64(10+h.rng.IntN(30)) * 1e9})
 	case k < 55:
-		id := md.rndJob()
+		id := md.leasedJob()
 		h.client(JobKey(id), &Ack{JobID: id, Worker: md.holder(id, w)})
 	case k < 72:
-		id := md.rndJob()
+		id := md.leasedJob()
 		h.client(JobKey(id), &Report{JobID: id, Worker: md.holder(id, w), Success: h.rng.IntN(3) > 0, Error: "boom"})
 	case k < 76:
 		for p := range h.n {
@@ -142,8 +153,24 @@ func (md *model) step() {
 	case k < 85:
 		id := md.rndJob()
 		h.client(JobKey(id), &Retry{JobID: id})
-	case k < 88:
-		if h.rng.IntN(2) == 0 {
+	case k < 89:
+		if q != DefaultQueue && h.rng.IntN(3) == 0 {
+			force := h.rng.IntN(2) == 0
+			r := h.client(QueueKey(q), &DeleteQueue{Name: q, Force: force})
+			if r.Outcome == OK {
+				// Its jobs went with it, by request.
+				for id := range md.last {
+					if j, ok := md.lookup(id); !ok && md.queueOf[id] == q {
+						delete(md.last, id)
+					} else if ok && j.Queue == q {
+						h.t.Fatalf("job %s outlived its deleted queue", id)
+					}
+				}
+				if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: 2}); r.Outcome != Created {
+					h.t.Fatalf("recreate %s: %+v", q, r)
+				}
+			}
+		} else if h.rng.IntN(2) == 0 {
 			h.client(QueueKey(q), &PauseQueue{Name: q})
 		} else {
 			h.client(QueueKey(q), &ResumeQueue{Name: q})
@@ -151,6 +178,21 @@ func (md *model) step() {
 	default:
 		h.advance(h.rng.Int64N(int64(40e9)))
 	}
+}
+
+// leasedJob is usually a job some worker holds.
+func (md *model) leasedJob() string {
+	var ids []string
+	for id := range md.last {
+		if j, ok := md.lookup(id); ok && (j.Status == Assigned || j.Status == Running) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || md.h.rng.IntN(6) == 0 {
+		return md.rndJob()
+	}
+	sort.Strings(ids)
+	return ids[md.h.rng.IntN(len(ids))]
 }
 
 // holder is usually the worker holding the job, sometimes another.
@@ -175,6 +217,7 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 	}
 	switch r.Outcome {
 	case Created:
+		md.queueOf[sub.JobID] = sub.Queue
 		if sub.IdempotencyKey != "" {
 			md.keys[ik] = sub.JobID
 		}
@@ -301,6 +344,7 @@ func (md *model) checkAll() {
 				}
 				st = e.To
 				md.seen[id] = e.ID
+				md.transitions[[2]Status{e.From, e.To}]++
 			}
 			if st != j.Status {
 				t.Fatalf("job %s is %s, its log ends at %s", id, j.Status, st)
