@@ -108,7 +108,7 @@ func (c *coder) str(p ...*string) {
 		if c.w != nil {
 			c.w.Str(*s)
 		} else {
-			*s = c.r.Str()
+			*s = string(c.r.Next(c.length()))
 		}
 	}
 }
@@ -120,11 +120,36 @@ func (c *coder) bytes(p *[]byte) {
 		c.w.Bytes(*p)
 		return
 	}
-	b := c.r.Bytes()
+	b := c.r.Next(c.length())
 	*p = nil
 	if len(b) > 0 {
 		*p = slices.Clone(b)
 	}
+}
+
+var errNotCanonical = errors.New("jobs: a number in a longer form than it is written in")
+
+// length reads a length prefix. Every varint must be in its shortest
+// form, so that bytes that decode re-encode to themselves: one logged
+// record, one command.
+func (c *coder) length() int {
+	if c.r.Err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(c.r.B)
+	switch {
+	case n <= 0:
+		c.r.Err = wire.ErrTruncated
+		return 0
+	case n != len(binary.AppendUvarint(nil, x)):
+		c.r.Err = errNotCanonical
+		return 0
+	case x > uint64(len(c.r.B)-n):
+		c.r.Err = wire.ErrTruncated
+		return 0
+	}
+	c.r.B = c.r.B[n:]
+	return int(x)
 }
 
 // i64 is a zig-zag varint: a decoder must take any value.
@@ -139,8 +164,11 @@ func (c *coder) i64(p ...*int64) {
 			continue
 		}
 		x, n := binary.Varint(c.r.B)
-		if n <= 0 {
+		if n <= 0 || n != len(binary.AppendVarint(nil, x)) {
 			c.r.Err = wire.ErrTruncated
+			if n > 0 {
+				c.r.Err = errNotCanonical
+			}
 			*v = 0
 			continue
 		}
@@ -165,9 +193,19 @@ func (c *coder) i32(p ...*int32) {
 func (c *coder) u64(p *uint64) {
 	if c.w != nil {
 		c.w.Uvarint(*p)
-	} else {
-		*p = c.r.Uvarint()
+		return
 	}
+	*p = 0
+	if c.r.Err != nil {
+		return
+	}
+	x, n := binary.Uvarint(c.r.B)
+	if n <= 0 || n != len(binary.AppendUvarint(nil, x)) {
+		c.r.Err = errNotCanonical
+		return
+	}
+	c.r.B = c.r.B[n:]
+	*p = x
 }
 
 func (c *coder) bool(p *bool) {
