@@ -385,7 +385,7 @@ func (x *Job) code(c *coder) {
 	c.bytes(&x.Result)
 	c.i64(&x.NotBefore)
 	c.str(&x.Error)
-	c.i64(&x.TTLNs, &x.RetentionNs)
+	c.i64(&x.TTLNs, &x.TTLFrom, &x.RetentionNs)
 	c.str(&x.IdemKey)
 	c.i64(&x.LeaseUntil)
 	c.bool(&x.CancelAsked)

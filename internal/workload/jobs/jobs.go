@@ -178,6 +178,7 @@ type Job struct {
 	NotBefore   int64
 	Error       string
 	TTLNs       int64
+	TTLFrom     int64 // the TTL runs from here: submission, or a manual retry
 	RetentionNs int64
 	IdemKey     string
 	LeaseUntil  int64
@@ -492,7 +493,7 @@ func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
 	}
 	m.seq++
 	j := &Job{ID: c.JobID, Queue: q.Name, Payload: c.Payload, Priority: c.Priority, MaxRetries: mr, Status: Pending,
-		CreatedAt: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
+		CreatedAt: now, TTLFrom: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
 		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1}
 	m.jobs[j.ID] = j
 	q.jobs++
@@ -513,7 +514,7 @@ func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
 // in the ready heap, or behind a timer for its not_before. A job whose
 // TTL has passed goes to the dead letters instead.
 func (m *Machine) makePending(q *Queue, j *Job, now int64, fx Effects) {
-	if j.TTLNs > 0 && now >= addSat(j.CreatedAt, j.TTLNs) {
+	if j.TTLNs > 0 && now >= addSat(j.TTLFrom, j.TTLNs) {
 		m.deadLetter(q, j, "", ReasonTTL, now, fx)
 		return
 	}
@@ -543,6 +544,9 @@ func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
 			j := h.pop()
 			m.move(q, j, Assigned, c.Worker, ReasonLeased, now)
 			j.Worker = c.Worker
+			// jq's workers never ack, so the attempt starts at the lease;
+			// an ack moves it to when the worker really started.
+			j.StartedAt = now
 			j.LeaseUntil = addSat(now, c.LeaseNs)
 			m.addLease(j)
 			m.setTimer(fx, "lease/"+j.ID, j.LeaseUntil, &LeaseExpired{JobID: j.ID})
@@ -643,13 +647,8 @@ func (m *Machine) report(c *Report, now int64, fx Effects) *Result {
 		return res
 	}
 	q := m.queues[j.Queue]
-	start := j.StartedAt
-	if j.Status == Assigned {
-		// jq's workers never ack: the attempt started when it was leased.
-		start = j.Events[len(j.Events)-1].At
-	}
 	q.Processed++
-	q.DurationSum += now - start
+	q.DurationSum += now - j.StartedAt
 	if !c.Success {
 		q.Failures++
 	}
@@ -792,7 +791,7 @@ func (m *Machine) retry(c *Retry, now int64, fx Effects) *Result {
 	j.RetryCount, j.CancelAsked, j.DeadReason, j.purgeAt = 0, false, "", 0
 	// A manual retry starts the TTL afresh: otherwise a job past its TTL
 	// could never be retried.
-	j.CreatedAt = now
+	j.TTLFrom = now
 	if j.TTLNs > 0 {
 		m.setTimer(fx, "ttl/"+j.ID, addSat(now, j.TTLNs), &TTLExpired{JobID: j.ID})
 	}

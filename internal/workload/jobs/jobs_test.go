@@ -337,3 +337,37 @@ func TestDecodeRefusesGarbage(t *testing.T) {
 		t.Fatal("snapshot version 9 restored")
 	}
 }
+
+// TestEventLogBounded: a job sent round the loop many times keeps only
+// its newest events, numbered on, and a fork taken midway still encodes
+// what it saw while the log keeps trimming.
+func TestEventLogBounded(t *testing.T) {
+	h := newHarness(t, 1, 1, Limits{})
+	// A failure with retries left (queue default 3) then a manual retry:
+	// LEASED, FAILED, MANUAL_RETRY per round.
+	h.client("", &Submit{JobID: "j", Queue: DefaultQueue})
+	var fork func([]byte) []byte
+	var want []byte
+	for i := range 60 {
+		h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+		h.client("", &Report{JobID: "j", Worker: "w", Success: false})
+		h.client("", &Retry{JobID: "j"})
+		if i == 40 {
+			want = h.ms[0].AppendSnapshot(nil)
+			fork = h.ms[0].ForkSnapshot()
+		}
+	}
+	ev := h.ms[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
+	if len(ev) != MaxEventsPerJob || ev[len(ev)-1].ID != 1+60*3 {
+		t.Fatalf("%d events, newest #%d", len(ev), ev[len(ev)-1].ID)
+	}
+	for i := 1; i < len(ev); i++ {
+		if ev[i].ID != ev[i-1].ID+1 || ev[i].From != ev[i-1].To {
+			t.Fatalf("events %d and %d do not follow: %+v %+v", i-1, i, ev[i-1], ev[i])
+		}
+	}
+	if got := fork(nil); string(got) != string(want) {
+		t.Fatal("the fork changed with the job's log")
+	}
+	h.checkReplay()
+}

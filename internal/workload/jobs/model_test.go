@@ -320,7 +320,7 @@ func (md *model) checkAll() {
 			if (j.Status == Assigned || j.Status == Running) != (j.Worker != "") {
 				t.Fatalf("job %s %s with worker %q", id, j.Status, j.Worker)
 			}
-			if j.Status == Pending && j.TTLNs > 0 && now >= j.CreatedAt+j.TTLNs {
+			if j.Status == Pending && j.TTLNs > 0 && now >= j.TTLFrom+j.TTLNs {
 				t.Fatalf("job %s pending past its TTL", id)
 			}
 			c := counts[j.Queue]
