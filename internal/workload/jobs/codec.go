@@ -31,6 +31,7 @@ const (
 	tagReadyDue
 	tagTTLExpired
 	tagPurgeJobs
+	tagSubmitBatch
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -78,6 +79,8 @@ type (
 	}
 	Cancel struct{ JobID string }
 	Retry  struct{ JobID string }
+	// SubmitBatch submits jobs of one queue in one command.
+	SubmitBatch struct{ Jobs []Submit }
 )
 
 // Timer commands; Apply refuses them from anywhere but a timer.
@@ -258,6 +261,15 @@ func (x *Report) code(c *coder) {
 	c.bytes(&x.Result)
 	c.str(&x.Error)
 }
+func (x *SubmitBatch) code(c *coder) {
+	n := c.count(len(x.Jobs), 9) // an empty Submit takes 9 bytes
+	if c.r != nil {
+		x.Jobs = make([]Submit, n)
+	}
+	for i := range x.Jobs {
+		x.Jobs[i].code(c)
+	}
+}
 func (x *Cancel) code(c *coder)       { c.str(&x.JobID) }
 func (x *Retry) code(c *coder)        { c.str(&x.JobID) }
 func (x *LeaseExpired) code(c *coder) { c.str(&x.JobID) }
@@ -293,6 +305,7 @@ func (x *RetryDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b,
 func (x *ReadyDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b, tagReadyDue, x) }
 func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagTTLExpired, x) }
 func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
+func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
 
 func newCommand(tag byte) coded {
 	switch tag {
@@ -328,6 +341,8 @@ func newCommand(tag byte) coded {
 		return &TTLExpired{}
 	case tagPurgeJobs:
 		return &PurgeJobs{}
+	case tagSubmitBatch:
+		return &SubmitBatch{}
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ func seedCommands() []engine.Command {
 		&Cancel{JobID: "j1"}, &Retry{JobID: "j1"},
 		&LeaseExpired{JobID: "j1"}, &RetryDue{JobID: "j1"}, &ReadyDue{JobID: "j1"}, &TTLExpired{JobID: "j1"},
 		&PurgeJobs{},
+		&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: "q"}, {JobID: "b", Queue: "q", Priority: 3}}},
 	}
 }
 

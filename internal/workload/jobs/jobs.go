@@ -101,6 +101,7 @@ const (
 	MaxErrorLen         = 4096
 	MaxPayloadBytes     = 1 << 20
 	MaxLeaseBatch       = 1000
+	MaxSubmitBatch      = 1000
 	MaxEventsPerJob     = 100
 	DefaultRetentionNs  = int64(24 * 3600e9)
 	DefaultMaxQueueJobs = 100_000
@@ -273,11 +274,13 @@ const (
 )
 
 // Result is the reply of every command; Jobs and Queue are copies.
+// Each holds the result of every job of a SubmitBatch, in order.
 type Result struct {
 	Outcome Outcome
 	Msg     string
 	Queue   *Queue
 	Jobs    []*Job
+	Each    []*Result
 }
 
 // Notes for observers (Effects.Notify), released once durable.
@@ -335,6 +338,8 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
 		return m.pauseQueue(c.Name, false, now, fx)
 	case *Submit:
 		return m.submit(c, now, fx)
+	case *SubmitBatch:
+		return m.submitBatch(c, now, fx)
 	case *Lease:
 		return m.lease(c, now, fx)
 	case *Ack:
@@ -508,6 +513,32 @@ func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
 	}
 	m.makePending(q, j, now, fx)
 	return &Result{Outcome: Created, Jobs: []*Job{copyJob(j)}}
+}
+
+// submitBatch applies each Submit as if alone: one bad job does not
+// refuse the others, and each has its own result. All name one queue, so
+// the batch is one partition's and costs one log record.
+func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
+	if len(c.Jobs) == 0 || len(c.Jobs) > MaxSubmitBatch {
+		return fail(Invalid, "jobs: a batch holds 1 to %d jobs", MaxSubmitBatch)
+	}
+	for i := range c.Jobs {
+		if c.Jobs[i].Queue != c.Jobs[0].Queue {
+			return fail(Invalid, "jobs: a batch's jobs must share one queue")
+		}
+	}
+	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Jobs))}
+	for i := range c.Jobs {
+		r := m.submit(&c.Jobs[i], now, fx)
+		res.Each[i] = r
+		if r.Outcome == Created {
+			res.Outcome = Created
+		}
+	}
+	if res.Outcome == Same {
+		res.Msg = "jobs: no job of the batch was created"
+	}
+	return res
 }
 
 // makePending puts a job that has just become PENDING where it belongs:

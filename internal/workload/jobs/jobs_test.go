@@ -371,3 +371,28 @@ func TestEventLogBounded(t *testing.T) {
 	}
 	h.checkReplay()
 }
+
+func TestSubmitBatch(t *testing.T) {
+	h := one(t)
+	r := h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
+		{JobID: "c", Queue: DefaultQueue, IdempotencyKey: "k"}, {JobID: "d", Queue: DefaultQueue, IdempotencyKey: "k"}}})
+	want := []Outcome{Created, Invalid, Created, Same}
+	for i, e := range r.Each {
+		if e.Outcome != want[i] {
+			t.Fatalf("job %d: %v %s, want %v", i, e.Outcome, e.Msg, want[i])
+		}
+	}
+	if r.Outcome != Created || r.Each[3].Jobs[0].ID != "c" {
+		t.Fatalf("batch: %+v", r)
+	}
+	for _, b := range []*SubmitBatch{{}, {Jobs: []Submit{{JobID: "x", Queue: DefaultQueue}, {JobID: "y", Queue: "other"}}}} {
+		if r := h.client("", b); r.Outcome != Invalid {
+			t.Fatalf("%+v: %+v", b, r)
+		}
+	}
+	// An empty Submit decodes inside a batch: the count's bound fits it.
+	data, _ := (&SubmitBatch{Jobs: make([]Submit, 3)}).AppendBinary(nil)
+	if _, err := Decode(data); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -132,8 +132,27 @@ func (md *model) step() {
 		if h.part(JobKey(id)) != h.part(QueueKey(q)) {
 			h.t.Fatalf("NewJobID(%q) = %q in partition %d, queue in %d", q, id, h.part(JobKey(id)), h.part(QueueKey(q)))
 		}
-		r := h.client(QueueKey(q), sub)
-		md.checkSubmit(sub, r)
+		if h.rng.IntN(4) > 0 {
+			md.checkSubmit(sub, h.client(QueueKey(q), sub))
+			return
+		}
+		// A batch: the first job and copies with fresh ids.
+		b := &SubmitBatch{Jobs: []Submit{*sub}}
+		for range h.rng.IntN(4) {
+			s2 := *sub
+			if s2.JobID, err = NewJobID(q, h.n, md.idgen); err != nil {
+				h.t.Fatal(err)
+			}
+			s2.Priority = int32(h.rng.IntN(10))
+			b.Jobs = append(b.Jobs, s2)
+		}
+		r := h.client(QueueKey(q), b)
+		if len(r.Each) != len(b.Jobs) {
+			h.t.Fatalf("batch of %d: %+v", len(b.Jobs), r)
+		}
+		for i := range b.Jobs {
+			md.checkSubmit(&b.Jobs[i], r.Each[i])
+		}
 	case k < 45:
 		h.client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.rng.IntN(4)), LeaseNs: int64(10+h.rng.IntN(30)) * 1e9})
 	case k < 55:
@@ -149,6 +168,9 @@ func (md *model) step() {
 		}
 	case k < 81:
 		id := md.rndJob()
+		if h.rng.IntN(2) == 0 {
+			id = md.leasedJob() // running jobs are the rarer case
+		}
 		h.client(JobKey(id), &Cancel{JobID: id})
 	case k < 85:
 		id := md.rndJob()
