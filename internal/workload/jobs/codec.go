@@ -1,0 +1,576 @@
+package jobs
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire"
+)
+
+// Command encoding, version 1: a tag byte, then the fields in order. Each
+// type lists its fields once (code), for both directions, so encoder and
+// decoder cannot drift apart. Tags are logged: never reuse or renumber.
+const (
+	tagCreateQueue = 1 + iota
+	tagDeleteQueue
+	tagPauseQueue
+	tagResumeQueue
+	tagSubmit
+	tagLease
+	tagAck
+	tagHeartbeat
+	tagReport
+	tagCancel
+	tagRetry
+	tagLeaseExpired
+	tagRetryDue
+	tagReadyDue
+	tagTTLExpired
+	tagPurgeJobs
+	tagSubmitBatch
+)
+
+// Client commands. Times are absolute ns (NotBeforeNs) or durations in
+// ns; the API fills in RetentionNs from its flag so that it is logged and
+// replay purges what the live run purged.
+type (
+	CreateQueue struct {
+		Name       string
+		MaxRetries int32 // 0: DefaultMaxRetries
+		TTLNs      int64 // 0: none
+	}
+	DeleteQueue struct {
+		Name  string
+		Force bool
+	}
+	PauseQueue  struct{ Name string }
+	ResumeQueue struct{ Name string }
+	// Submit is applied at QueueKey(Queue); JobID comes from NewJobID.
+	Submit struct {
+		JobID, Queue   string
+		Payload        []byte
+		Priority       int32
+		MaxRetries     int32 // 0: the queue's
+		TTLNs          int64 // 0: the queue's
+		NotBeforeNs    int64
+		IdempotencyKey string
+		RetentionNs    int64 // 0: DefaultRetentionNs
+	}
+	// Lease takes up to Max ready jobs for Worker for LeaseNs.
+	Lease struct {
+		Queue, Worker string
+		Max           int32
+		LeaseNs       int64
+	}
+	Ack       struct{ JobID, Worker string }
+	Heartbeat struct {
+		Worker  string
+		LeaseNs int64
+	}
+	Report struct {
+		JobID, Worker string
+		Success       bool
+		Result        []byte
+		Error         string
+	}
+	Cancel struct{ JobID string }
+	Retry  struct{ JobID string }
+	// SubmitBatch submits jobs of one queue in one command.
+	SubmitBatch struct{ Jobs []Submit }
+)
+
+// Timer commands; Apply refuses them from anywhere but a timer.
+type (
+	LeaseExpired struct{ JobID string }
+	RetryDue     struct{ JobID string }
+	ReadyDue     struct{ JobID string }
+	TTLExpired   struct{ JobID string }
+	PurgeJobs    struct{}
+)
+
+type timerCommand interface{ timerCommand() }
+
+func (*LeaseExpired) timerCommand() {}
+func (*RetryDue) timerCommand()     {}
+func (*ReadyDue) timerCommand()     {}
+func (*TTLExpired) timerCommand()   {}
+func (*PurgeJobs) timerCommand()    {}
+
+// coder writes (w set) or reads (r set) one field at a time.
+type coder struct {
+	w *wire.Writer
+	r *wire.Reader
+}
+
+func (c *coder) str(p ...*string) {
+	for _, s := range p {
+		if c.w != nil {
+			c.w.Str(*s)
+		} else {
+			*s = string(c.r.Next(c.length()))
+		}
+	}
+}
+
+// bytes copies on read: the decoded value outlives the buffer it came
+// from, and a job's payload must not pin a whole log batch.
+func (c *coder) bytes(p *[]byte) {
+	if c.w != nil {
+		c.w.Bytes(*p)
+		return
+	}
+	b := c.r.Next(c.length())
+	*p = nil
+	if len(b) > 0 {
+		*p = slices.Clone(b)
+	}
+}
+
+var errNotCanonical = errors.New("jobs: a number in a longer form than it is written in")
+
+// length reads a length prefix. Every varint must be in its shortest
+// form, so that bytes that decode re-encode to themselves: one logged
+// record, one command.
+func (c *coder) length() int {
+	if c.r.Err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(c.r.B)
+	switch {
+	case n <= 0:
+		c.r.Err = wire.ErrTruncated
+		return 0
+	case n != len(binary.AppendUvarint(nil, x)):
+		c.r.Err = errNotCanonical
+		return 0
+	case x > uint64(len(c.r.B)-n):
+		c.r.Err = wire.ErrTruncated
+		return 0
+	}
+	c.r.B = c.r.B[n:]
+	return int(x)
+}
+
+// i64 is a zig-zag varint: a decoder must take any value.
+func (c *coder) i64(p ...*int64) {
+	for _, v := range p {
+		if c.w != nil {
+			c.w.B = binary.AppendVarint(c.w.B, *v)
+			continue
+		}
+		if c.r.Err != nil {
+			*v = 0
+			continue
+		}
+		x, n := binary.Varint(c.r.B)
+		if n <= 0 || n != len(binary.AppendVarint(nil, x)) {
+			c.r.Err = wire.ErrTruncated
+			if n > 0 {
+				c.r.Err = errNotCanonical
+			}
+			*v = 0
+			continue
+		}
+		c.r.B = c.r.B[n:]
+		*v = x
+	}
+}
+
+func (c *coder) i32(p ...*int32) {
+	for _, v := range p {
+		x := int64(*v)
+		c.i64(&x)
+		if c.r != nil {
+			if x != int64(int32(x)) && c.r.Err == nil {
+				c.r.Err = errors.New("jobs: a 32-bit field out of range")
+			}
+			*v = int32(x)
+		}
+	}
+}
+
+func (c *coder) u64(p *uint64) {
+	if c.w != nil {
+		c.w.Uvarint(*p)
+		return
+	}
+	*p = 0
+	if c.r.Err != nil {
+		return
+	}
+	x, n := binary.Uvarint(c.r.B)
+	if n <= 0 || n != len(binary.AppendUvarint(nil, x)) {
+		c.r.Err = errNotCanonical
+		return
+	}
+	c.r.B = c.r.B[n:]
+	*p = x
+}
+
+func (c *coder) bool(p *bool) {
+	if c.w != nil {
+		b := uint8(0)
+		if *p {
+			b = 1
+		}
+		c.w.U8(b)
+		return
+	}
+	switch c.r.U8() {
+	case 0:
+		*p = false
+	case 1:
+		*p = true
+	default:
+		if c.r.Err == nil {
+			c.r.Err = errors.New("jobs: a boolean is neither 0 nor 1")
+		}
+	}
+}
+
+func (c *coder) count(n, minSize int) int {
+	if c.w != nil {
+		c.w.Uvarint(uint64(n))
+		return n
+	}
+	return c.r.Count(minSize)
+}
+
+func (x *CreateQueue) code(c *coder) { c.str(&x.Name); c.i32(&x.MaxRetries); c.i64(&x.TTLNs) }
+func (x *DeleteQueue) code(c *coder) { c.str(&x.Name); c.bool(&x.Force) }
+func (x *PauseQueue) code(c *coder)  { c.str(&x.Name) }
+func (x *ResumeQueue) code(c *coder) { c.str(&x.Name) }
+func (x *Submit) code(c *coder) {
+	c.str(&x.JobID, &x.Queue)
+	c.bytes(&x.Payload)
+	c.i32(&x.Priority, &x.MaxRetries)
+	c.i64(&x.TTLNs, &x.NotBeforeNs)
+	c.str(&x.IdempotencyKey)
+	c.i64(&x.RetentionNs)
+}
+func (x *Lease) code(c *coder)     { c.str(&x.Queue, &x.Worker); c.i32(&x.Max); c.i64(&x.LeaseNs) }
+func (x *Ack) code(c *coder)       { c.str(&x.JobID, &x.Worker) }
+func (x *Heartbeat) code(c *coder) { c.str(&x.Worker); c.i64(&x.LeaseNs) }
+func (x *Report) code(c *coder) {
+	c.str(&x.JobID, &x.Worker)
+	c.bool(&x.Success)
+	c.bytes(&x.Result)
+	c.str(&x.Error)
+}
+func (x *SubmitBatch) code(c *coder) {
+	n := c.count(len(x.Jobs), 9) // an empty Submit takes 9 bytes
+	if c.r != nil {
+		x.Jobs = make([]Submit, n)
+	}
+	for i := range x.Jobs {
+		x.Jobs[i].code(c)
+	}
+}
+func (x *Cancel) code(c *coder)       { c.str(&x.JobID) }
+func (x *Retry) code(c *coder)        { c.str(&x.JobID) }
+func (x *LeaseExpired) code(c *coder) { c.str(&x.JobID) }
+func (x *RetryDue) code(c *coder)     { c.str(&x.JobID) }
+func (x *ReadyDue) code(c *coder)     { c.str(&x.JobID) }
+func (x *TTLExpired) code(c *coder)   { c.str(&x.JobID) }
+func (x *PurgeJobs) code(c *coder)    {}
+
+type coded interface {
+	engine.Command
+	code(c *coder)
+}
+
+func encode(b []byte, tag byte, x coded) ([]byte, error) {
+	w := wire.Writer{B: append(b, tag)}
+	x.code(&coder{w: &w})
+	return w.B, nil
+}
+
+func (x *CreateQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCreateQueue, x) }
+func (x *DeleteQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagDeleteQueue, x) }
+func (x *PauseQueue) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagPauseQueue, x) }
+func (x *ResumeQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagResumeQueue, x) }
+func (x *Submit) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagSubmit, x) }
+func (x *Lease) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagLease, x) }
+func (x *Ack) AppendBinary(b []byte) ([]byte, error)          { return encode(b, tagAck, x) }
+func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagHeartbeat, x) }
+func (x *Report) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagReport, x) }
+func (x *Cancel) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagCancel, x) }
+func (x *Retry) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagRetry, x) }
+func (x *LeaseExpired) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagLeaseExpired, x) }
+func (x *RetryDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b, tagRetryDue, x) }
+func (x *ReadyDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b, tagReadyDue, x) }
+func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagTTLExpired, x) }
+func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
+func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
+
+func newCommand(tag byte) coded {
+	switch tag {
+	case tagCreateQueue:
+		return &CreateQueue{}
+	case tagDeleteQueue:
+		return &DeleteQueue{}
+	case tagPauseQueue:
+		return &PauseQueue{}
+	case tagResumeQueue:
+		return &ResumeQueue{}
+	case tagSubmit:
+		return &Submit{}
+	case tagLease:
+		return &Lease{}
+	case tagAck:
+		return &Ack{}
+	case tagHeartbeat:
+		return &Heartbeat{}
+	case tagReport:
+		return &Report{}
+	case tagCancel:
+		return &Cancel{}
+	case tagRetry:
+		return &Retry{}
+	case tagLeaseExpired:
+		return &LeaseExpired{}
+	case tagRetryDue:
+		return &RetryDue{}
+	case tagReadyDue:
+		return &ReadyDue{}
+	case tagTTLExpired:
+		return &TTLExpired{}
+	case tagPurgeJobs:
+		return &PurgeJobs{}
+	case tagSubmitBatch:
+		return &SubmitBatch{}
+	}
+	return nil
+}
+
+var errUnknownCommand = errors.New("jobs: unknown command tag")
+
+// Decode implements engine.Machine.
+func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(data) }
+
+// Decode needs no state. Trailing bytes are an error: a record that
+// decodes from a prefix of itself is not what was written.
+func Decode(data []byte) (engine.Command, error) {
+	if len(data) == 0 {
+		return nil, errUnknownCommand
+	}
+	cmd := newCommand(data[0])
+	if cmd == nil {
+		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
+	}
+	r := wire.Reader{B: data[1:]}
+	cmd.code(&coder{r: &r})
+	if r.Err == nil && len(r.B) > 0 {
+		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
+	}
+	if r.Err != nil {
+		return nil, fmt.Errorf("jobs: decoding command %d: %w", data[0], r.Err)
+	}
+	return cmd, nil
+}
+
+// Snapshot encoding, version 1: the sequence counter; the queues by name,
+// each with its jobs in submission order; the purge queue in queue order.
+// Counts, ready heaps, idempotency keys, the submission order and the
+// worker lease index are derived and rebuilt on Restore, so the same
+// state always encodes to the same bytes whatever its history.
+const snapshotVersion = 1
+
+func (x *Queue) code(c *coder) {
+	c.str(&x.Name)
+	c.i32(&x.MaxRetries)
+	c.i64(&x.TTLNs, &x.CreatedAt)
+	c.bool(&x.Paused)
+	c.i64(&x.Processed, &x.Failures, &x.DurationSum)
+}
+
+func (x *Job) code(c *coder) {
+	c.str(&x.ID)
+	c.bytes(&x.Payload)
+	st := int64(x.Status)
+	c.i64(&st)
+	x.Status = Status(st)
+	c.i32(&x.Priority, &x.MaxRetries, &x.RetryCount)
+	c.i64(&x.CreatedAt, &x.StartedAt, &x.CompletedAt)
+	c.str(&x.Worker)
+	c.bytes(&x.Result)
+	c.i64(&x.NotBefore)
+	c.str(&x.Error)
+	c.i64(&x.TTLNs, &x.TTLFrom, &x.RetentionNs)
+	c.str(&x.IdemKey)
+	c.i64(&x.LeaseUntil)
+	c.bool(&x.CancelAsked)
+	c.str(&x.DeadReason)
+	c.u64(&x.Seq)
+	c.i64(&x.nextEvent, &x.purgeAt)
+	inHeap := x.heapIdx >= 0
+	c.bool(&inHeap)
+	if c.r != nil {
+		x.heapIdx = -1
+		if inHeap {
+			x.heapIdx = 0 // Restore pushes it
+		}
+	}
+	n := c.count(len(x.Events), 6)
+	if c.r != nil {
+		x.Events = make([]JobEvent, n)
+	}
+	for i := range x.Events {
+		e := &x.Events[i]
+		from, to := int64(e.From), int64(e.To)
+		c.i64(&e.ID, &from, &to)
+		e.From, e.To = Status(from), Status(to)
+		c.str(&e.Worker, &e.Reason)
+		c.i64(&e.At)
+	}
+}
+
+// AppendSnapshot implements engine.Machine.
+func (m *Machine) AppendSnapshot(dst []byte) []byte {
+	names := make([]string, 0, len(m.queues))
+	for n := range m.queues {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	w := wire.Writer{B: dst}
+	c := &coder{w: &w}
+	w.Uvarint(snapshotVersion)
+	c.u64(&m.seq)
+	c.count(len(names), 1)
+	for _, n := range names {
+		q := m.queues[n]
+		q.code(c)
+		c.count(q.jobs, 1)
+		for _, j := range q.order {
+			if j != nil {
+				j.code(c)
+			}
+		}
+	}
+	live := m.purgeQ[m.purgeHead:]
+	c.count(len(live), 2)
+	for i := range live {
+		c.str(&live[i].JobID)
+		c.i64(&live[i].At)
+	}
+	return w.B
+}
+
+// Restore implements engine.Machine. It checks what Apply relies on, so
+// a damaged snapshot is an error here, not a panic later.
+func (m *Machine) Restore(data []byte) error {
+	m.reset()
+	if err := m.restore(data); err != nil {
+		m.reset()
+		return fmt.Errorf("jobs: restoring snapshot: %w", err)
+	}
+	return nil
+}
+
+func (m *Machine) restore(data []byte) error {
+	r := wire.Reader{B: data}
+	c := &coder{r: &r}
+	if v := r.Uvarint(); r.Err == nil && v != snapshotVersion {
+		return fmt.Errorf("version %d, this build reads %d", v, snapshotVersion)
+	}
+	clear(m.queues)
+	c.u64(&m.seq)
+	for nq := c.count(0, 8); nq > 0 && r.Err == nil; nq-- {
+		q := newQueue("", 0, 0, 0)
+		q.code(c)
+		if r.Err != nil {
+			break
+		}
+		if m.queues[q.Name] != nil {
+			return fmt.Errorf("queue %q twice", q.Name)
+		}
+		m.queues[q.Name] = q
+		var last uint64
+		for nj := c.count(0, 20); nj > 0 && r.Err == nil; nj-- {
+			j := &Job{Queue: q.Name}
+			j.code(c)
+			if r.Err != nil {
+				break
+			}
+			if err := m.checkJob(j, last); err != nil {
+				return err
+			}
+			last = j.Seq
+			m.jobs[j.ID] = j
+			q.jobs++
+			q.order = append(q.order, j)
+			q.counts[j.Status]++
+			if j.IdemKey != "" {
+				if _, dup := q.keys[j.IdemKey]; dup {
+					return fmt.Errorf("idempotency key %q twice", j.IdemKey)
+				}
+				q.keys[j.IdemKey] = j.ID
+			}
+			if j.heapIdx >= 0 {
+				q.ready[j.Priority].push(j)
+			}
+			if j.Status == Assigned || j.Status == Running {
+				m.addLease(j)
+			}
+		}
+	}
+	for n := c.count(0, 2); n > 0 && r.Err == nil; n-- {
+		var e purgeEntry
+		c.str(&e.JobID)
+		c.i64(&e.At)
+		m.purgeQ = append(m.purgeQ, e)
+	}
+	if r.Err == nil && len(r.B) > 0 {
+		return fmt.Errorf("%d bytes after the snapshot", len(r.B))
+	}
+	return r.Err
+}
+
+func (m *Machine) checkJob(j *Job, lastSeq uint64) error {
+	switch {
+	case j.ID == "" || m.jobs[j.ID] != nil:
+		return fmt.Errorf("job id %q empty or twice", j.ID)
+	case j.Status == StatusUnspecified || j.Status >= numStatuses:
+		return fmt.Errorf("job %q has status %d", j.ID, j.Status)
+	case j.Priority < 0 || j.Priority > MaxPriority:
+		return fmt.Errorf("job %q has priority %d", j.ID, j.Priority)
+	case j.Seq <= lastSeq || j.Seq > m.seq:
+		return fmt.Errorf("job %q out of submission order", j.ID)
+	case j.heapIdx >= 0 && j.Status != Pending:
+		return fmt.Errorf("job %q is ready but %s", j.ID, j.Status)
+	case (j.Status == Assigned || j.Status == Running) != (j.Worker != ""):
+		return fmt.Errorf("job %q is %s with worker %q", j.ID, j.Status, j.Worker)
+	case len(j.Events) > MaxEventsPerJob:
+		return fmt.Errorf("job %q has %d events", j.ID, len(j.Events))
+	}
+	return nil
+}
+
+// ForkSnapshot implements engine.SnapshotForker: it copies the queues
+// and jobs (not their payloads, results or events, which the partition
+// never changes in place: it replaces them, and an event log only grows
+// past the length the copy holds) and encodes later, off the partition.
+func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
+	f := &Machine{opts: m.opts, queues: make(map[string]*Queue, len(m.queues)), seq: m.seq,
+		purgeQ: slices.Clone(m.purgeQ[m.purgeHead:])}
+	for n, q := range m.queues {
+		c := *q
+		c.ready = [MaxPriority + 1]jobHeap{}
+		c.keys = nil
+		c.order = make([]*Job, 0, q.jobs)
+		vals := make([]Job, 0, q.jobs)
+		for _, j := range q.order {
+			if j != nil {
+				vals = append(vals, *j)
+				c.order = append(c.order, &vals[len(vals)-1])
+			}
+		}
+		c.holes = 0
+		f.queues[n] = &c
+	}
+	return f.AppendSnapshot
+}

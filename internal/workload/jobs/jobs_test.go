@@ -1,0 +1,398 @@
+package jobs
+
+import (
+	"errors"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+func TestNewJobIDRoutesToTheQueuePartition(t *testing.T) {
+	rnd := rand.NewChaCha8([32]byte{1})
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for _, n := range []int{1, 2, 7, 64} {
+		for _, q := range []string{"default", "emails", "q-17"} {
+			for range 20 {
+				id, err := NewJobID(q, n, rnd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !uuid.MatchString(id) || seen[id] {
+					t.Fatalf("id %q: not a fresh v4 UUID", id)
+				}
+				seen[id] = true
+				if got, want := engine.PartitionOfHash(engine.Hash(JobKey(id)), n), engine.PartitionOfHash(engine.Hash(QueueKey(q)), n); got != want {
+					t.Fatalf("NewJobID(%q, %d) = %s in partition %d, queue in %d", q, n, id, got, want)
+				}
+			}
+		}
+	}
+	if _, err := NewJobID("q", 4, strings.NewReader("short")); err == nil {
+		t.Fatal("a reader that runs dry gave an id")
+	}
+	if _, err := NewJobID("q", 0, rnd); err == nil {
+		t.Fatal("0 partitions gave an id")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for n := range int32(12) {
+		base := min(int64(5e9)<<min(n, 10), int64(300e9))
+		varies := false
+		for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+			b := Backoff(id, n)
+			if b < base || b > base+base/4 {
+				t.Fatalf("Backoff(%q, %d) = %d, want %d to %d", id, n, b, base, base+base/4)
+			}
+			if b != Backoff(id, n) {
+				t.Fatal("Backoff is not a function of its arguments")
+			}
+			varies = varies || b != Backoff("a", n)
+		}
+		if !varies {
+			t.Fatalf("retry %d: no jitter between jobs", n)
+		}
+	}
+}
+
+// one runs a single partition that owns the default queue.
+func one(t *testing.T) *harness { return newHarness(t, 1, 1, Limits{MaxJobsPerQueue: 5, MaxQueues: 3}) }
+
+func (h *harness) notes(cmd engine.Command) (*Result, []any) {
+	var got []any
+	prev := h.onApply
+	h.onApply = func(_ int, _ engine.Command, _ *Result, n []any) { got = n }
+	defer func() { h.onApply = prev }()
+	return h.client("", cmd), got
+}
+
+func TestDefaultQueue(t *testing.T) {
+	w := &Workload{Partitions: 4}
+	owners := 0
+	for p := range 4 {
+		if qs := w.NewMachine(p).Query(ListQueues{}).([]*Queue); len(qs) == 1 && qs[0].Name == DefaultQueue {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("%d partitions hold the default queue", owners)
+	}
+	h := one(t)
+	if r := h.client("", &DeleteQueue{Name: DefaultQueue, Force: true}); r.Outcome != Conflict {
+		t.Fatalf("delete default: %+v", r)
+	}
+	if r := h.client("", &Submit{JobID: "j", Queue: "nope"}); r.Outcome != NotFound {
+		t.Fatalf("submit to an unknown queue: %+v", r)
+	}
+}
+
+func TestRefusalsChangeNothing(t *testing.T) {
+	h := one(t)
+	before := h.ms[0].AppendSnapshot(nil)
+	for _, c := range []struct {
+		cmd  engine.Command
+		want Outcome
+	}{
+		{&Submit{JobID: "j", Queue: DefaultQueue, Priority: 10}, Invalid},
+		{&Submit{JobID: "j", Queue: DefaultQueue, Priority: -1}, Invalid},
+		{&Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: -1}, Invalid},
+		{&Submit{JobID: "", Queue: DefaultQueue}, Invalid},
+		{&Submit{JobID: "j", Queue: DefaultQueue, Payload: make([]byte, MaxPayloadBytes+1)}, Exhausted},
+		{&CreateQueue{Name: ""}, Invalid},
+		{&CreateQueue{Name: "x", MaxRetries: -1}, Invalid},
+		{&Lease{Queue: DefaultQueue, Worker: "w", Max: 0, LeaseNs: 1}, Invalid},
+		{&Lease{Queue: DefaultQueue, Worker: "", Max: 1, LeaseNs: 1}, Invalid},
+		{&Ack{JobID: "nope", Worker: "w"}, NotFound},
+		{&Cancel{JobID: "nope"}, NotFound},
+		{&Retry{JobID: "nope"}, NotFound},
+		{&LeaseExpired{JobID: "nope"}, Invalid}, // a timer command from a client
+		{&PurgeJobs{}, Invalid},
+	} {
+		if r := h.client("", c.cmd); r.Outcome != c.want {
+			t.Errorf("%T%+v: %v %s, want %v", c.cmd, c.cmd, r.Outcome, r.Msg, c.want)
+		}
+	}
+	if len(h.log[0]) != 0 {
+		t.Fatalf("%d refusals were logged", len(h.log[0]))
+	}
+	if after := h.ms[0].AppendSnapshot(nil); string(after) != string(before) {
+		t.Fatal("a refusal changed the state")
+	}
+	// Limits: jobs per queue, queues per partition.
+	for i := range 5 {
+		if r := h.client("", &Submit{JobID: string(rune('a' + i)), Queue: DefaultQueue}); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+	}
+	if r := h.client("", &Submit{JobID: "z", Queue: DefaultQueue}); r.Outcome != Exhausted {
+		t.Fatalf("sixth job of 5: %+v", r)
+	}
+	h.client("", &CreateQueue{Name: "q1"})
+	h.client("", &CreateQueue{Name: "q2"})
+	if r := h.client("", &CreateQueue{Name: "q3"}); r.Outcome != Exhausted {
+		t.Fatalf("fourth queue of 3: %+v", r)
+	}
+	if r := h.client("", &DeleteQueue{Name: DefaultQueue + "x"}); r.Outcome != NotFound {
+		t.Fatalf("delete unknown: %+v", r)
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	h := one(t)
+	r1 := h.client("", &Submit{JobID: "j1", Queue: DefaultQueue, IdempotencyKey: "k"})
+	logged := len(h.log[0])
+	r2 := h.client("", &Submit{JobID: "j2", Queue: DefaultQueue, IdempotencyKey: "k"})
+	if r1.Outcome != Created || r2.Outcome != Same || r2.Jobs[0].ID != "j1" || len(h.log[0]) != logged {
+		t.Fatalf("repeat: %+v then %+v (logged %d → %d)", r1, r2, logged, len(h.log[0]))
+	}
+	// Once the job is purged the key is free again.
+	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e9})
+	h.client("", &Report{JobID: "j1", Worker: "w", Success: true})
+	h.advance(DefaultRetentionNs + 1)
+	if j := h.ms[0].Query(GetJob{ID: "j1"}).(*Job); j != nil {
+		t.Fatalf("finished job kept past its retention: %+v", j)
+	}
+	if r := h.client("", &Submit{JobID: "j3", Queue: DefaultQueue, IdempotencyKey: "k"}); r.Outcome != Created {
+		t.Fatalf("key after purge: %+v", r)
+	}
+}
+
+func TestRetriesThenDeadLetter(t *testing.T) {
+	h := one(t)
+	h.client("", &Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: 2})
+	for i := range 3 {
+		r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+		if len(r.Jobs) != 1 {
+			t.Fatalf("attempt %d: nothing to lease", i)
+		}
+		h.client("", &Report{JobID: "j", Worker: "w", Success: false, Error: "exit 1"})
+		// Not leasable before its backoff.
+		if r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12}); len(r.Jobs) != 0 {
+			t.Fatal("leased during its backoff")
+		}
+		h.advance(Backoff("j", int32(i)))
+	}
+	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
+	if j.Status != DeadLettered || j.DeadReason != ReasonExhausted || j.RetryCount != 2 || j.Error != "exit 1" {
+		t.Fatalf("after 3 failures with 2 retries: %+v", j)
+	}
+	if r := h.client("", &Retry{JobID: "j"}); r.Outcome != OK || r.Jobs[0].Status != Pending || r.Jobs[0].RetryCount != 0 {
+		t.Fatalf("manual retry: %+v", r)
+	}
+	st := h.ms[0].Query(GetStats{Name: DefaultQueue}).(*Stats)
+	if st.Processed != 3 || st.ErrorRate != 1 || st.Pending != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestCancelRunningTellsTheWorker(t *testing.T) {
+	h := one(t)
+	h.client("", &Submit{JobID: "j", Queue: DefaultQueue})
+	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9})
+	h.client("", &Ack{JobID: "j", Worker: "w"})
+	r, notes := h.notes(&Cancel{JobID: "j"})
+	if r.Outcome != OK || len(notes) != 1 || notes[0] != (CancelRequested{JobID: "j", Worker: "w"}) {
+		t.Fatalf("cancel: %+v %v", r, notes)
+	}
+	if r.Jobs[0].Status != Running {
+		t.Fatal("a cancelled running job stops only when its worker says so")
+	}
+	r, notes = h.notes(&Report{JobID: "j", Worker: "w", Success: true})
+	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
+	if j.Status != DeadLettered || j.DeadReason != ReasonCancelled || len(notes) != 1 || notes[0] != (JobEnded{JobID: "j", Queue: DefaultQueue, Status: DeadLettered}) {
+		t.Fatalf("report after cancel: %+v %v", j, notes)
+	}
+	logs := h.ms[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
+	var reasons []string
+	for _, e := range logs {
+		reasons = append(reasons, e.Reason)
+	}
+	if got := strings.Join(reasons, ","); got != "SUBMITTED,LEASED,ACKED,CANCEL_REQUESTED,CANCELLED" {
+		t.Fatalf("log %s", got)
+	}
+}
+
+func TestNotBeforeAndReadyNotes(t *testing.T) {
+	h := one(t)
+	_, notes := h.notes(&Submit{JobID: "later", Queue: DefaultQueue, NotBeforeNs: h.now + 10e9})
+	if len(notes) != 0 {
+		t.Fatalf("a delayed job announced as ready: %v", notes)
+	}
+	_, notes = h.notes(&Submit{JobID: "now", Queue: DefaultQueue})
+	if len(notes) != 1 || notes[0] != (QueueReady{Queue: DefaultQueue, Ready: 1}) {
+		t.Fatalf("submit notes %v", notes)
+	}
+	r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 5, LeaseNs: 1e12})
+	if len(r.Jobs) != 1 || r.Jobs[0].ID != "now" {
+		t.Fatalf("lease took %+v", r.Jobs)
+	}
+	var ready []any
+	h.onApply = func(_ int, _ engine.Command, _ *Result, n []any) { ready = append(ready, n...) }
+	h.advance(10e9)
+	if len(ready) != 1 || ready[0] != (QueueReady{Queue: DefaultQueue, Ready: 1}) {
+		t.Fatalf("not_before reached: %v", ready)
+	}
+	h.onApply = nil
+	// Paused: leases nothing, and resume announces what waits.
+	h.client("", &PauseQueue{Name: DefaultQueue})
+	if r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 5, LeaseNs: 1e12}); len(r.Jobs) != 0 {
+		t.Fatal("a paused queue leased")
+	}
+	if _, notes := h.notes(&ResumeQueue{Name: DefaultQueue}); len(notes) != 1 {
+		t.Fatalf("resume notes %v", notes)
+	}
+}
+
+func TestLeaseExpiryAndHeartbeat(t *testing.T) {
+	h := one(t)
+	h.client("", &Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: 1})
+	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9})
+	h.advance(20e9)
+	if r := h.client("", &Heartbeat{Worker: "w", LeaseNs: 30e9}); r.Outcome != OK {
+		t.Fatalf("heartbeat: %+v", r)
+	}
+	h.advance(20e9) // 40 s after the lease: alive thanks to the beat
+	if j := h.ms[0].Query(GetJob{ID: "j"}).(*Job); j.Status != Assigned {
+		t.Fatalf("after a heartbeat: %s", j.Status)
+	}
+	h.advance(11e9)
+	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
+	if j.Status != Pending || j.RetryCount != 1 || j.Worker != "" {
+		t.Fatalf("after expiry: %+v", j)
+	}
+	if r := h.client("", &Report{JobID: "j", Worker: "w", Success: true}); r.Outcome != Conflict {
+		t.Fatalf("report of an expired lease: %+v", r)
+	}
+	h.client("", &Lease{Queue: DefaultQueue, Worker: "w2", Max: 1, LeaseNs: 30e9})
+	h.advance(31e9)
+	if j := h.ms[0].Query(GetJob{ID: "j"}).(*Job); j.Status != DeadLettered || j.DeadReason != ReasonLeaseExpired {
+		t.Fatalf("second expiry with 1 retry: %+v", j)
+	}
+}
+
+func TestListJobsPages(t *testing.T) {
+	h := newHarness(t, 1, 1, Limits{})
+	for i := range 45 {
+		h.client("", &Submit{JobID: string(rune('A' + i)), Queue: DefaultQueue, Priority: int32(i % 10)})
+	}
+	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 10, LeaseNs: 1e12})
+	h.client("", &Cancel{JobID: "B"}) // a hole in the middle of a page is not a problem
+	var all []string
+	tok := ""
+	for pages := 0; ; pages++ {
+		p := h.ms[0].Query(ListJobs{Queue: DefaultQueue, Status: Pending, Limit: 7, PageToken: tok}).(*JobPage)
+		if !p.Found || pages > 10 {
+			t.Fatalf("page %d: %+v", pages, p)
+		}
+		for _, j := range p.Jobs {
+			if j.Status != Pending {
+				t.Fatalf("filter let %s through", j.Status)
+			}
+			all = append(all, j.ID)
+		}
+		if tok = p.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if len(all) != 34 {
+		t.Fatalf("%d pending jobs listed, want 34", len(all))
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i-1] >= all[i] {
+			t.Fatalf("not in submission order: %v", all)
+		}
+	}
+	if p := h.ms[0].Query(ListJobs{Queue: DefaultQueue, PageToken: "x"}).(*JobPage); p.Found {
+		t.Fatal("a bad token was taken")
+	}
+}
+
+func TestDeleteQueue(t *testing.T) {
+	h := one(t)
+	h.client("", &CreateQueue{Name: "q"})
+	h.client("", &Submit{JobID: "a", Queue: "q"})
+	if r := h.client("", &DeleteQueue{Name: "q"}); r.Outcome != Conflict {
+		t.Fatalf("delete with a pending job: %+v", r)
+	}
+	h.client("", &Lease{Queue: "q", Worker: "w", Max: 1, LeaseNs: 1e9})
+	if r := h.client("", &DeleteQueue{Name: "q", Force: true}); r.Outcome != OK {
+		t.Fatalf("forced: %+v", r)
+	}
+	if h.ms[0].Query(GetJob{ID: "a"}).(*Job) != nil || len(h.ms[0].leases) != 0 || len(h.timers[0]) != 0 {
+		t.Fatalf("the deleted queue's job, lease or timers remain: %v", h.timers[0])
+	}
+}
+
+func TestDecodeRefusesGarbage(t *testing.T) {
+	for _, b := range [][]byte{nil, {0}, {200}, {tagSubmit}, {tagCancel, 5, 'a'}, {tagCancel, 1, 'a', 0}} {
+		if _, err := Decode(b); err == nil {
+			t.Errorf("Decode(%x) took it", b)
+		}
+	}
+	if err := NewMachine(Options{}).Restore([]byte{9}); err == nil || errors.Is(err, nil) {
+		t.Fatal("snapshot version 9 restored")
+	}
+}
+
+// TestEventLogBounded: a job sent round the loop many times keeps only
+// its newest events, numbered on, and a fork taken midway still encodes
+// what it saw while the log keeps trimming.
+func TestEventLogBounded(t *testing.T) {
+	h := newHarness(t, 1, 1, Limits{})
+	// A failure with retries left (queue default 3) then a manual retry:
+	// LEASED, FAILED, MANUAL_RETRY per round.
+	h.client("", &Submit{JobID: "j", Queue: DefaultQueue})
+	var fork func([]byte) []byte
+	var want []byte
+	for i := range 60 {
+		h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+		h.client("", &Report{JobID: "j", Worker: "w", Success: false})
+		h.client("", &Retry{JobID: "j"})
+		if i == 40 {
+			want = h.ms[0].AppendSnapshot(nil)
+			fork = h.ms[0].ForkSnapshot()
+		}
+	}
+	ev := h.ms[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
+	if len(ev) != MaxEventsPerJob || ev[len(ev)-1].ID != 1+60*3 {
+		t.Fatalf("%d events, newest #%d", len(ev), ev[len(ev)-1].ID)
+	}
+	for i := 1; i < len(ev); i++ {
+		if ev[i].ID != ev[i-1].ID+1 || ev[i].From != ev[i-1].To {
+			t.Fatalf("events %d and %d do not follow: %+v %+v", i-1, i, ev[i-1], ev[i])
+		}
+	}
+	if got := fork(nil); string(got) != string(want) {
+		t.Fatal("the fork changed with the job's log")
+	}
+	h.checkReplay()
+}
+
+func TestSubmitBatch(t *testing.T) {
+	h := one(t)
+	r := h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
+		{JobID: "c", Queue: DefaultQueue, IdempotencyKey: "k"}, {JobID: "d", Queue: DefaultQueue, IdempotencyKey: "k"}}})
+	want := []Outcome{Created, Invalid, Created, Same}
+	for i, e := range r.Each {
+		if e.Outcome != want[i] {
+			t.Fatalf("job %d: %v %s, want %v", i, e.Outcome, e.Msg, want[i])
+		}
+	}
+	if r.Outcome != Created || r.Each[3].Jobs[0].ID != "c" {
+		t.Fatalf("batch: %+v", r)
+	}
+	for _, b := range []*SubmitBatch{{}, {Jobs: []Submit{{JobID: "x", Queue: DefaultQueue}, {JobID: "y", Queue: "other"}}}} {
+		if r := h.client("", b); r.Outcome != Invalid {
+			t.Fatalf("%+v: %+v", b, r)
+		}
+	}
+	// An empty Submit decodes inside a batch: the count's bound fits it.
+	data, _ := (&SubmitBatch{Jobs: make([]Submit, 3)}).AppendBinary(nil)
+	if _, err := Decode(data); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,398 @@
+package jobs
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// allowed lists the transitions of the compat doc plus the issue's
+// additions, written out again here rather than taken from Allowed, so a
+// wrong rule in the machine cannot approve itself.
+var allowed = map[[2]Status]bool{
+	{StatusUnspecified, Pending}: true, // submit
+	{Pending, Assigned}:          true,
+	{Assigned, Running}:          true, // ack (issue)
+	{Running, Done}:              true,
+	{Running, Failed}:            true,
+	{Assigned, Done}:             true, // jq workers report without ack (issue)
+	{Assigned, Failed}:           true,
+	{Failed, Pending}:            true, // retry after backoff, or manual
+	{Failed, DeadLettered}:       true, // retries exhausted, or cancel while waiting
+	{Pending, DeadLettered}:      true, // TTL, cancel
+	{Assigned, DeadLettered}:     true, // cancel, lease expired with no retry left
+	{Assigned, Pending}:          true, // lease expired (issue)
+	{Running, Pending}:           true, // lease expired (issue)
+	{Running, DeadLettered}:      true, // cancelled running job ends, or expired with no retry left
+	{Running, Running}:           true, // cancel requested (issue): recorded, status kept
+	{DeadLettered, Pending}:      true, // manual retry
+}
+
+type model struct {
+	h        *harness
+	queues   []string
+	workers  []string
+	idgen    *rand.ChaCha8
+	seen     map[string]int64  // job → newest event id checked
+	last     map[string]Status // job → status when last seen
+	leasedBy map[string]string // job → worker, from lease replies
+	queueOf  map[string]string // job → queue
+	keys     map[string]string // queue+idempotency key → job
+	// transitions counts what happened, over all seeds.
+	transitions map[[2]Status]int
+}
+
+func TestModel(t *testing.T) {
+	seeds := 12
+	if testing.Short() {
+		seeds = 4
+	}
+	seen := map[[2]Status]int{}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 1200, seen) })
+	}
+	// Every listed transition happened somewhere: a rule the random mix
+	// never reaches is not tested by it.
+	for tr := range allowed {
+		if seen[tr] == 0 {
+			t.Errorf("transition %s → %s never happened (seen: %v)", tr[0], tr[1], seen)
+		}
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int, transitions map[[2]Status]int) {
+	h := newHarness(t, seed, 3, Limits{MaxJobsPerQueue: 60})
+	var s [32]byte
+	s[0] = byte(seed)
+	md := &model{h: h, queues: []string{DefaultQueue, "q1", "q2"}, workers: []string{"w1", "w2", "w3"},
+		idgen: rand.NewChaCha8(s), seen: map[string]int64{}, last: map[string]Status{}, transitions: transitions,
+		leasedBy: map[string]string{}, keys: map[string]string{}, queueOf: map[string]string{}}
+	h.onApply = md.observe
+	for _, q := range md.queues[1:] {
+		if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: int32(1 + seed%3)}); r.Outcome != Created {
+			t.Fatalf("create %s: %+v", q, r)
+		}
+	}
+	for i := range steps {
+		md.step()
+		md.checkAll()
+		if i%300 == 299 {
+			h.checkReplay()
+		}
+	}
+	h.checkReplay()
+	// Everything submitted is accounted for, and a long quiet time ends
+	// every job that no worker holds.
+	for range 48 * 6 {
+		h.advance(int64(600e9))
+		md.checkAll()
+	}
+}
+
+func (md *model) rndJob() string {
+	h := md.h
+	var ids []string
+	for id := range md.last {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 || h.rng.IntN(20) == 0 {
+		return "no-such-job"
+	}
+	sort.Strings(ids)
+	return ids[h.rng.IntN(len(ids))]
+}
+
+func (md *model) step() {
+	h := md.h
+	q := md.queues[h.rng.IntN(len(md.queues))]
+	w := md.workers[h.rng.IntN(len(md.workers))]
+	switch k := h.rng.IntN(100); {
+	case k < 28:
+		id, err := NewJobID(q, h.n, md.idgen)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		sub := &Submit{JobID: id, Queue: q, Payload: []byte(id[:4]), Priority: int32(h.rng.IntN(10)),
+			RetentionNs: int64(3600e9)}
+		if h.rng.IntN(4) == 0 {
+			sub.NotBeforeNs = h.now + h.rng.Int64N(int64(60e9))
+		}
+		if h.rng.IntN(5) == 0 {
+			sub.TTLNs = int64(1+h.rng.IntN(120)) * 1e9
+		}
+		if h.rng.IntN(4) == 0 {
+			sub.IdempotencyKey = fmt.Sprint("k", h.rng.IntN(10))
+		}
+		if h.rng.IntN(6) == 0 {
+			sub.MaxRetries = int32(h.rng.IntN(4))
+		}
+		if h.part(JobKey(id)) != h.part(QueueKey(q)) {
+			h.t.Fatalf("NewJobID(%q) = %q in partition %d, queue in %d", q, id, h.part(JobKey(id)), h.part(QueueKey(q)))
+		}
+		if h.rng.IntN(4) > 0 {
+			md.checkSubmit(sub, h.client(QueueKey(q), sub))
+			return
+		}
+		// A batch: the first job and copies with fresh ids.
+		b := &SubmitBatch{Jobs: []Submit{*sub}}
+		for range h.rng.IntN(4) {
+			s2 := *sub
+			if s2.JobID, err = NewJobID(q, h.n, md.idgen); err != nil {
+				h.t.Fatal(err)
+			}
+			s2.Priority = int32(h.rng.IntN(10))
+			b.Jobs = append(b.Jobs, s2)
+		}
+		r := h.client(QueueKey(q), b)
+		if len(r.Each) != len(b.Jobs) {
+			h.t.Fatalf("batch of %d: %+v", len(b.Jobs), r)
+		}
+		for i := range b.Jobs {
+			md.checkSubmit(&b.Jobs[i], r.Each[i])
+		}
+	case k < 45:
+		h.client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.rng.IntN(4)), LeaseNs: int64(10+h.rng.IntN(30)) * 1e9})
+	case k < 55:
+		id := md.leasedJob()
+		h.client(JobKey(id), &Ack{JobID: id, Worker: md.holder(id, w)})
+	case k < 72:
+		id := md.leasedJob()
+		h.client(JobKey(id), &Report{JobID: id, Worker: md.holder(id, w), Success: h.rng.IntN(3) > 0, Error: "boom"})
+	case k < 76:
+		for p := range h.n {
+			data, _ := (&Heartbeat{Worker: w, LeaseNs: 20e9}).AppendBinary(nil)
+			h.apply(p, engine.FromClient, "", data)
+		}
+	case k < 81:
+		id := md.rndJob()
+		if h.rng.IntN(2) == 0 {
+			id = md.leasedJob() // running jobs are the rarer case
+		}
+		h.client(JobKey(id), &Cancel{JobID: id})
+	case k < 85:
+		id := md.rndJob()
+		h.client(JobKey(id), &Retry{JobID: id})
+	case k < 89:
+		if q != DefaultQueue && h.rng.IntN(3) == 0 {
+			force := h.rng.IntN(2) == 0
+			r := h.client(QueueKey(q), &DeleteQueue{Name: q, Force: force})
+			if r.Outcome == OK {
+				// Its jobs went with it, by request.
+				for id := range md.last {
+					if j, ok := md.lookup(id); !ok && md.queueOf[id] == q {
+						delete(md.last, id)
+					} else if ok && j.Queue == q {
+						h.t.Fatalf("job %s outlived its deleted queue", id)
+					}
+				}
+				if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: 2}); r.Outcome != Created {
+					h.t.Fatalf("recreate %s: %+v", q, r)
+				}
+			}
+		} else if h.rng.IntN(2) == 0 {
+			h.client(QueueKey(q), &PauseQueue{Name: q})
+		} else {
+			h.client(QueueKey(q), &ResumeQueue{Name: q})
+		}
+	default:
+		h.advance(h.rng.Int64N(int64(40e9)))
+	}
+}
+
+// leasedJob is usually a job some worker holds.
+func (md *model) leasedJob() string {
+	var ids []string
+	for id := range md.last {
+		if j, ok := md.lookup(id); ok && (j.Status == Assigned || j.Status == Running) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || md.h.rng.IntN(6) == 0 {
+		return md.rndJob()
+	}
+	sort.Strings(ids)
+	return ids[md.h.rng.IntN(len(ids))]
+}
+
+// holder is usually the worker holding the job, sometimes another.
+func (md *model) holder(id, w string) string {
+	if hw, ok := md.leasedBy[id]; ok && md.h.rng.IntN(5) > 0 {
+		return hw
+	}
+	return w
+}
+
+func (md *model) checkSubmit(sub *Submit, r *Result) {
+	t := md.h.t
+	ik := sub.Queue + "\x00" + sub.IdempotencyKey
+	prev, repeat := md.keys[ik]
+	if sub.IdempotencyKey != "" && repeat {
+		if _, alive := md.lookup(prev); alive {
+			if r.Outcome != Same || len(r.Jobs) != 1 || r.Jobs[0].ID != prev {
+				t.Fatalf("repeat of key %q: %+v, want job %s unchanged", sub.IdempotencyKey, r, prev)
+			}
+			return
+		}
+	}
+	switch r.Outcome {
+	case Created:
+		md.queueOf[sub.JobID] = sub.Queue
+		if sub.IdempotencyKey != "" {
+			md.keys[ik] = sub.JobID
+		}
+	case Exhausted:
+		if q := md.h.ms[md.h.part(QueueKey(sub.Queue))].queues[sub.Queue]; q.jobs < 60 {
+			t.Fatalf("submit refused as exhausted with %d jobs: %s", q.jobs, r.Msg)
+		}
+	default:
+		t.Fatalf("submit: %+v", r)
+	}
+}
+
+func (md *model) lookup(id string) (*Job, bool) {
+	for _, m := range md.h.ms {
+		if j := m.jobs[id]; j != nil {
+			return j, true
+		}
+	}
+	return nil, false
+}
+
+// observe checks each applied input's visible effects.
+func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
+	t := md.h.t
+	now := md.h.now
+	m := md.h.ms[p]
+	switch c := cmd.(type) {
+	case *Lease:
+		q := m.queues[c.Queue]
+		if res.Outcome == OK && q.Paused {
+			t.Fatalf("a paused queue leased %d jobs", len(res.Jobs))
+		}
+		for i, j := range res.Jobs {
+			if j.NotBefore > now {
+				t.Fatalf("leased %s before its not_before", j.ID)
+			}
+			if i > 0 && !before(res.Jobs[i-1], j) {
+				t.Fatalf("lease order: %s (p%d #%d) before %s (p%d #%d)", res.Jobs[i-1].ID, res.Jobs[i-1].Priority, res.Jobs[i-1].Seq, j.ID, j.Priority, j.Seq)
+			}
+			md.leasedBy[j.ID] = c.Worker
+		}
+		if q.Paused {
+			return
+		}
+		// Nothing left ready may rank before the last job leased, and a
+		// short lease leaves nothing ready.
+		for _, j := range m.jobs {
+			if j.Queue != c.Queue || !j.Ready(now) {
+				continue
+			}
+			if len(res.Jobs) < int(c.Max) {
+				t.Fatalf("lease of %d gave %d, but %s (ready) was left", c.Max, len(res.Jobs), j.ID)
+			}
+			if lastJ := res.Jobs[len(res.Jobs)-1]; before(j, lastJ) {
+				t.Fatalf("lease took %s but left %s, which ranks before it", lastJ.ID, j.ID)
+			}
+		}
+	case *Report:
+		if res.Outcome == OK && md.leasedBy[c.JobID] != c.Worker {
+			t.Fatalf("report by %s accepted for a job leased to %s", c.Worker, md.leasedBy[c.JobID])
+		}
+	}
+	for _, n := range notes {
+		if qr, ok := n.(QueueReady); ok && (qr.Ready <= 0 || m.queues[qr.Queue] == nil || m.queues[qr.Queue].Paused) {
+			t.Fatalf("QueueReady %+v", qr)
+		}
+	}
+}
+
+// before: a ranks before b in dispatch order.
+func before(a, b *Job) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.Seq < b.Seq
+}
+
+// checkAll checks every job of every partition after a step.
+func (md *model) checkAll() {
+	h := md.h
+	t := h.t
+	now := h.now
+	found := map[string]bool{}
+	for p, m := range h.ms {
+		var counts = map[string]*[numStatuses]int64{}
+		for id, j := range m.jobs {
+			if found[id] {
+				t.Fatalf("job %s in two partitions", id)
+			}
+			found[id] = true
+			if p != h.part(JobKey(id)) {
+				t.Fatalf("job %s held by partition %d, routed to %d", id, p, h.part(JobKey(id)))
+			}
+			if j.RetryCount > j.MaxRetries {
+				t.Fatalf("job %s: %d retries, max %d", id, j.RetryCount, j.MaxRetries)
+			}
+			if (j.heapIdx >= 0) != (j.Status == Pending && j.NotBefore <= now) {
+				t.Fatalf("job %s (%s, not_before in %d ns) ready=%v", id, j.Status, j.NotBefore-now, j.heapIdx >= 0)
+			}
+			if (j.Status == Assigned || j.Status == Running) != (j.Worker != "") {
+				t.Fatalf("job %s %s with worker %q", id, j.Status, j.Worker)
+			}
+			if j.Status == Pending && j.TTLNs > 0 && now >= j.TTLFrom+j.TTLNs {
+				t.Fatalf("job %s pending past its TTL", id)
+			}
+			c := counts[j.Queue]
+			if c == nil {
+				c = new([numStatuses]int64)
+				counts[j.Queue] = c
+			}
+			c[j.Status]++
+			// Transitions since the last check.
+			prev := md.seen[id]
+			st, known := md.last[id]
+			if !known {
+				st = StatusUnspecified
+			}
+			for _, e := range j.Events {
+				if e.ID <= prev {
+					continue
+				}
+				if e.From != st || !allowed[[2]Status{e.From, e.To}] {
+					t.Fatalf("job %s: transition %s → %s (%s), last seen %s", id, e.From, e.To, e.Reason, st)
+				}
+				st = e.To
+				md.seen[id] = e.ID
+				md.transitions[[2]Status{e.From, e.To}]++
+			}
+			if st != j.Status {
+				t.Fatalf("job %s is %s, its log ends at %s", id, j.Status, st)
+			}
+			if len(j.Events) > MaxEventsPerJob {
+				t.Fatalf("job %s holds %d events", id, len(j.Events))
+			}
+			md.last[id] = j.Status
+		}
+		for name, q := range m.queues {
+			c := counts[name]
+			if c == nil {
+				c = new([numStatuses]int64)
+			}
+			if q.counts != *c {
+				t.Fatalf("queue %s counts %v, jobs say %v", name, q.counts, *c)
+			}
+		}
+	}
+	// No job lost: what is gone was finished and past its retention.
+	for id, st := range md.last {
+		if !found[id] {
+			if !st.Finished() {
+				t.Fatalf("job %s vanished while %s", id, st)
+			}
+			delete(md.last, id)
+		}
+	}
+}
