@@ -229,6 +229,8 @@ type Machine struct {
 	// purgeQ: finished jobs in the order they finished; see purge.
 	purgeQ    []purgeEntry
 	purgeHead int
+	// inBatch holds back QueueReady notes while a SubmitBatch applies.
+	inBatch bool
 }
 
 type purgeEntry struct {
@@ -441,7 +443,7 @@ func (m *Machine) pauseQueue(name string, pause bool, now int64, fx Effects) *Re
 }
 
 func (m *Machine) notifyReady(q *Queue, fx Effects) {
-	if q.Paused {
+	if q.Paused || m.inBatch {
 		return
 	}
 	if n := q.readyCount(); n > 0 {
@@ -528,12 +530,17 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
 		}
 	}
 	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Jobs))}
+	m.inBatch = true // one QueueReady for the batch, not one per job
 	for i := range c.Jobs {
 		r := m.submit(&c.Jobs[i], now, fx)
 		res.Each[i] = r
 		if r.Outcome == Created {
 			res.Outcome = Created
 		}
+	}
+	m.inBatch = false
+	if q := m.queues[c.Jobs[0].Queue]; q != nil && res.Outcome == Created {
+		m.notifyReady(q, fx)
 	}
 	if res.Outcome == Same {
 		res.Msg = "jobs: no job of the batch was created"

@@ -374,8 +374,11 @@ func TestEventLogBounded(t *testing.T) {
 
 func TestSubmitBatch(t *testing.T) {
 	h := one(t)
-	r := h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
+	r, notes := h.notes(&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
 		{JobID: "c", Queue: DefaultQueue, IdempotencyKey: "k"}, {JobID: "d", Queue: DefaultQueue, IdempotencyKey: "k"}}})
+	if len(notes) != 1 || notes[0] != (QueueReady{Queue: DefaultQueue, Ready: 2}) {
+		t.Fatalf("batch notes %v", notes)
+	}
 	want := []Outcome{Created, Invalid, Created, Same}
 	for i, e := range r.Each {
 		if e.Outcome != want[i] {
