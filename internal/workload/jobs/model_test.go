@@ -169,6 +169,17 @@ func (md *model) step() {
 	case k < 72:
 		id := md.leasedJob()
 		h.client(JobKey(id), &Report{JobID: id, Worker: md.holder(id, w), Success: h.rng.IntN(3) > 0, Error: "boom"})
+	case k < 74 && h.rng.IntN(3) == 0:
+		// A worker going away gives back one job or all it holds.
+		if h.rng.IntN(2) == 0 {
+			id := md.leasedJob()
+			h.client(JobKey(id), &Release{Worker: md.holder(id, w), JobID: id})
+		} else {
+			for p := range h.n {
+				data, _ := (&Release{Worker: w}).AppendBinary(nil)
+				h.apply(p, engine.FromClient, "", data)
+			}
+		}
 	case k < 76:
 		for p := range h.n {
 			data, _ := (&Heartbeat{Worker: w, LeaseNs: 20e9}).AppendBinary(nil)
