@@ -32,6 +32,16 @@
 //
 // Only a command that changes state is logged: every rejection is
 // declared Unchanged.
+//
+// For the API: CreateQueue, DeleteQueue, Pause/ResumeQueue, Submit,
+// SubmitBatch and Lease go to QueueKey(queue); Ack, Report, Cancel,
+// Retry and Release of one job to JobKey(id); Heartbeat and Release of
+// all of a worker's jobs to every partition (a worker's leases may be on
+// any; a partition where it holds none answers Same and logs nothing).
+// Queries: GetJob, GetJobLogs and ListJobs on the job's or queue's
+// partition; ListQueues on every partition, merged. Notes: QueueReady
+// (push to workers waiting on that queue, then Lease), CancelRequested
+// (tell the worker), JobEnded (wake waiters).
 package jobs
 
 import (
