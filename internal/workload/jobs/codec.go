@@ -32,6 +32,7 @@ const (
 	tagTTLExpired
 	tagPurgeJobs
 	tagSubmitBatch
+	tagRelease
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -79,6 +80,9 @@ type (
 	}
 	Cancel struct{ JobID string }
 	Retry  struct{ JobID string }
+	// Release gives back Worker's lease of JobID, or of all its jobs in
+	// the partition if JobID is empty.
+	Release struct{ Worker, JobID string }
 	// SubmitBatch submits jobs of one queue in one command.
 	SubmitBatch struct{ Jobs []Submit }
 )
@@ -270,6 +274,7 @@ func (x *SubmitBatch) code(c *coder) {
 		x.Jobs[i].code(c)
 	}
 }
+func (x *Release) code(c *coder)      { c.str(&x.Worker, &x.JobID) }
 func (x *Cancel) code(c *coder)       { c.str(&x.JobID) }
 func (x *Retry) code(c *coder)        { c.str(&x.JobID) }
 func (x *LeaseExpired) code(c *coder) { c.str(&x.JobID) }
@@ -306,6 +311,7 @@ func (x *ReadyDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b,
 func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagTTLExpired, x) }
 func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
 func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
+func (x *Release) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagRelease, x) }
 
 func newCommand(tag byte) coded {
 	switch tag {
@@ -343,6 +349,8 @@ func newCommand(tag byte) coded {
 		return &PurgeJobs{}
 	case tagSubmitBatch:
 		return &SubmitBatch{}
+	case tagRelease:
+		return &Release{}
 	}
 	return nil
 }

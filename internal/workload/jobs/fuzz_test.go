@@ -17,7 +17,7 @@ func seedCommands() []engine.Command {
 		&Lease{Queue: "q", Worker: "w", Max: 10, LeaseNs: 30e9},
 		&Ack{JobID: "j1", Worker: "w"}, &Heartbeat{Worker: "w", LeaseNs: 30e9},
 		&Report{JobID: "j1", Worker: "w", Success: true, Result: []byte("ok"), Error: "e"},
-		&Cancel{JobID: "j1"}, &Retry{JobID: "j1"},
+		&Cancel{JobID: "j1"}, &Retry{JobID: "j1"}, &Release{Worker: "w", JobID: "j1"}, &Release{Worker: "w"},
 		&LeaseExpired{JobID: "j1"}, &RetryDue{JobID: "j1"}, &ReadyDue{JobID: "j1"}, &TTLExpired{JobID: "j1"},
 		&PurgeJobs{},
 		&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: "q"}, {JobID: "b", Queue: "q", Priority: 3}}},

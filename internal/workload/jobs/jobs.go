@@ -14,7 +14,8 @@
 //	PENDING  → ASSIGNED        lease
 //	ASSIGNED → RUNNING         ack (jq's own workers never ack)
 //	ASSIGNED | RUNNING → DONE | FAILED          report
-//	ASSIGNED | RUNNING → PENDING                lease expired, a retry left
+//	ASSIGNED | RUNNING → PENDING                lease expired, a retry left;
+//	                           or released by its worker (no retry counted)
 //	FAILED   → PENDING         backoff timer (a retry left)
 //	FAILED   → DEAD_LETTERED   retries exhausted
 //	ASSIGNED | RUNNING → DEAD_LETTERED          lease expired, none left;
@@ -31,6 +32,16 @@
 //
 // Only a command that changes state is logged: every rejection is
 // declared Unchanged.
+//
+// For the API: CreateQueue, DeleteQueue, Pause/ResumeQueue, Submit,
+// SubmitBatch and Lease go to QueueKey(queue); Ack, Report, Cancel,
+// Retry and Release of one job to JobKey(id); Heartbeat and Release of
+// all of a worker's jobs to every partition (a worker's leases may be on
+// any; a partition where it holds none answers Same and logs nothing).
+// Queries: GetJob, GetJobLogs and ListJobs on the job's or queue's
+// partition; ListQueues on every partition, merged. Notes: QueueReady
+// (push to workers waiting on that queue, then Lease), CancelRequested
+// (tell the worker), JobEnded (wake waiters).
 package jobs
 
 import (
@@ -86,6 +97,7 @@ const (
 	ReasonCancelPending = "CANCEL_REQUESTED"
 	ReasonTTL           = "TTL"
 	ReasonManualRetry   = "MANUAL_RETRY"
+	ReasonReleased      = "RELEASED"
 )
 
 // Limits. A limit on everything keeps a partition's memory bounded; the
@@ -229,6 +241,8 @@ type Machine struct {
 	// purgeQ: finished jobs in the order they finished; see purge.
 	purgeQ    []purgeEntry
 	purgeHead int
+	// inBatch holds back QueueReady notes while a SubmitBatch applies.
+	inBatch bool
 }
 
 type purgeEntry struct {
@@ -348,6 +362,8 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
 		return m.heartbeat(c, now, fx)
 	case *Report:
 		return m.report(c, now, fx)
+	case *Release:
+		return m.release(c, now, fx)
 	case *Cancel:
 		return m.cancel(c, now, fx)
 	case *Retry:
@@ -441,7 +457,7 @@ func (m *Machine) pauseQueue(name string, pause bool, now int64, fx Effects) *Re
 }
 
 func (m *Machine) notifyReady(q *Queue, fx Effects) {
-	if q.Paused {
+	if q.Paused || m.inBatch {
 		return
 	}
 	if n := q.readyCount(); n > 0 {
@@ -528,12 +544,17 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
 		}
 	}
 	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Jobs))}
+	m.inBatch = true // one QueueReady for the batch, not one per job
 	for i := range c.Jobs {
 		r := m.submit(&c.Jobs[i], now, fx)
 		res.Each[i] = r
 		if r.Outcome == Created {
 			res.Outcome = Created
 		}
+	}
+	m.inBatch = false
+	if q := m.queues[c.Jobs[0].Queue]; q != nil && res.Outcome == Created {
+		m.notifyReady(q, fx)
 	}
 	if res.Outcome == Same {
 		res.Msg = "jobs: no job of the batch was created"
@@ -696,6 +717,46 @@ func (m *Machine) report(c *Report, now int64, fx Effects) *Result {
 		m.afterFailure(q, j, now, fx)
 	}
 	return &Result{Outcome: OK, Jobs: []*Job{copyJob(j)}}
+}
+
+// release gives a worker's leases back at once (one job, or all it holds
+// in this partition): a worker that deregisters, drains or shuts down
+// says it has stopped them, so nobody waits for the leases to run out.
+// It is not counted as a retry: the worker reports a clean stop, not a
+// crash the job may have caused (an expired lease is counted).
+func (m *Machine) release(c *Release, now int64, fx Effects) *Result {
+	var held []*Job
+	if c.JobID != "" {
+		j, res := m.held(c.JobID, c.Worker)
+		if res != nil {
+			return res
+		}
+		held = []*Job{j}
+	} else {
+		for _, j := range m.leases[c.Worker] {
+			held = append(held, j)
+		}
+		sort.Slice(held, func(a, b int) bool { return held[a].Seq < held[b].Seq })
+	}
+	if len(held) == 0 {
+		return &Result{Outcome: Same}
+	}
+	out := make([]*Job, 0, len(held))
+	for _, j := range held {
+		q := m.queues[j.Queue]
+		m.endLease(j, fx)
+		out = append(out, j)
+		if j.CancelAsked {
+			m.deadLetter(q, j, c.Worker, ReasonCancelled, now, fx)
+			continue
+		}
+		m.move(q, j, Pending, c.Worker, ReasonReleased, now)
+		m.makePending(q, j, now, fx)
+	}
+	for i, j := range out {
+		out[i] = copyJob(j)
+	}
+	return &Result{Outcome: OK, Jobs: out}
 }
 
 // afterFailure schedules the retry of a FAILED job or dead-letters it.

@@ -374,8 +374,11 @@ func TestEventLogBounded(t *testing.T) {
 
 func TestSubmitBatch(t *testing.T) {
 	h := one(t)
-	r := h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
+	r, notes := h.notes(&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
 		{JobID: "c", Queue: DefaultQueue, IdempotencyKey: "k"}, {JobID: "d", Queue: DefaultQueue, IdempotencyKey: "k"}}})
+	if len(notes) != 1 || notes[0] != (QueueReady{Queue: DefaultQueue, Ready: 2}) {
+		t.Fatalf("batch notes %v", notes)
+	}
 	want := []Outcome{Created, Invalid, Created, Same}
 	for i, e := range r.Each {
 		if e.Outcome != want[i] {
@@ -394,5 +397,31 @@ func TestSubmitBatch(t *testing.T) {
 	data, _ := (&SubmitBatch{Jobs: make([]Submit, 3)}).AppendBinary(nil)
 	if _, err := Decode(data); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	h := one(t)
+	for _, id := range []string{"a", "b", "c"} {
+		h.client("", &Submit{JobID: id, Queue: DefaultQueue})
+	}
+	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 3, LeaseNs: 1e12})
+	h.client("", &Ack{JobID: "b", Worker: "w"})
+	h.client("", &Cancel{JobID: "b"})
+	if r := h.client("", &Release{Worker: "x", JobID: "a"}); r.Outcome != Conflict {
+		t.Fatalf("release by another worker: %+v", r)
+	}
+	if r := h.client("", &Release{Worker: "w", JobID: "a"}); r.Outcome != OK || r.Jobs[0].Status != Pending || r.Jobs[0].RetryCount != 0 {
+		t.Fatalf("release of a: %+v", r)
+	}
+	r := h.client("", &Release{Worker: "w"})
+	if r.Outcome != OK || len(r.Jobs) != 2 || r.Jobs[0].ID != "b" || r.Jobs[0].Status != DeadLettered || r.Jobs[1].Status != Pending {
+		t.Fatalf("release of all: %+v", r)
+	}
+	if r := h.client("", &Release{Worker: "w"}); r.Outcome != Same {
+		t.Fatalf("nothing left to release: %+v", r)
+	}
+	if len(h.timers[0]) != 1 { // only the purge timer of b
+		t.Fatalf("timers left: %v", h.timers[0])
 	}
 }

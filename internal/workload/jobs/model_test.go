@@ -3,7 +3,9 @@ package jobs
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -41,18 +43,24 @@ type model struct {
 	leasedBy map[string]string // job → worker, from lease replies
 	queueOf  map[string]string // job → queue
 	keys     map[string]string // queue+idempotency key → job
+	// ended counts JobEnded notes not yet matched by a transition.
+	ended map[string]int
 	// transitions counts what happened, over all seeds.
 	transitions map[[2]Status]int
 }
 
 func TestModel(t *testing.T) {
-	seeds := 12
+	seeds, steps := 12, 1200
 	if testing.Short() {
 		seeds = 4
 	}
+	// JOBS_MODEL_SEEDS=n runs n seeds of 5,000 steps: a soak, by hand.
+	if v, err := strconv.Atoi(os.Getenv("JOBS_MODEL_SEEDS")); err == nil && v > 0 {
+		seeds, steps = v, 5000
+	}
 	seen := map[[2]Status]int{}
 	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 1200, seen) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, steps, seen) })
 	}
 	// Every listed transition happened somewhere: a rule the random mix
 	// never reaches is not tested by it.
@@ -69,7 +77,7 @@ func runModel(t *testing.T, seed uint64, steps int, transitions map[[2]Status]in
 	s[0] = byte(seed)
 	md := &model{h: h, queues: []string{DefaultQueue, "q1", "q2"}, workers: []string{"w1", "w2", "w3"},
 		idgen: rand.NewChaCha8(s), seen: map[string]int64{}, last: map[string]Status{}, transitions: transitions,
-		leasedBy: map[string]string{}, keys: map[string]string{}, queueOf: map[string]string{}}
+		leasedBy: map[string]string{}, keys: map[string]string{}, queueOf: map[string]string{}, ended: map[string]int{}}
 	h.onApply = md.observe
 	for _, q := range md.queues[1:] {
 		if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: int32(1 + seed%3)}); r.Outcome != Created {
@@ -161,6 +169,17 @@ func (md *model) step() {
 	case k < 72:
 		id := md.leasedJob()
 		h.client(JobKey(id), &Report{JobID: id, Worker: md.holder(id, w), Success: h.rng.IntN(3) > 0, Error: "boom"})
+	case k < 74 && h.rng.IntN(3) == 0:
+		// A worker going away gives back one job or all it holds.
+		if h.rng.IntN(2) == 0 {
+			id := md.leasedJob()
+			h.client(JobKey(id), &Release{Worker: md.holder(id, w), JobID: id})
+		} else {
+			for p := range h.n {
+				data, _ := (&Release{Worker: w}).AppendBinary(nil)
+				h.apply(p, engine.FromClient, "", data)
+			}
+		}
 	case k < 76:
 		for p := range h.n {
 			data, _ := (&Heartbeat{Worker: w, LeaseNs: 20e9}).AppendBinary(nil)
@@ -303,6 +322,9 @@ func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
 		}
 	}
 	for _, n := range notes {
+		if e, ok := n.(JobEnded); ok {
+			md.ended[e.JobID]++
+		}
 		if qr, ok := n.(QueueReady); ok && (qr.Ready <= 0 || m.queues[qr.Queue] == nil || m.queues[qr.Queue].Paused) {
 			t.Fatalf("QueueReady %+v", qr)
 		}
@@ -364,6 +386,12 @@ func (md *model) checkAll() {
 				if e.From != st || !allowed[[2]Status{e.From, e.To}] {
 					t.Fatalf("job %s: transition %s → %s (%s), last seen %s", id, e.From, e.To, e.Reason, st)
 				}
+				if e.To.Finished() && e.From != e.To {
+					if md.ended[id] == 0 {
+						t.Fatalf("job %s ended %s without a JobEnded note", id, e.To)
+					}
+					md.ended[id]--
+				}
 				st = e.To
 				md.seen[id] = e.ID
 				md.transitions[[2]Status{e.From, e.To}]++
@@ -384,6 +412,11 @@ func (md *model) checkAll() {
 			if q.counts != *c {
 				t.Fatalf("queue %s counts %v, jobs say %v", name, q.counts, *c)
 			}
+		}
+	}
+	for id, n := range md.ended {
+		if n != 0 {
+			t.Fatalf("job %s: %d JobEnded notes with no end", id, n)
 		}
 	}
 	// No job lost: what is gone was finished and past its retention.

@@ -1,0 +1,65 @@
+package jobs
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// TestBytesPerJob measures what one pending job of the peer's load test
+// (a 38-byte payload, `{"command":["echo","bench"]}`) costs in a
+// partition restored from a snapshot, and in the snapshot; then the same
+// once the jobs are done and again once their retention has passed. The
+// figures are for docs/BENCHMARKS.md; the bounds only catch a gross
+// regression.
+func TestBytesPerJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 20,000 jobs")
+	}
+	const jobs = 20_000
+	h := newHarness(t, 5, 1, Limits{MaxJobsPerQueue: jobs})
+	measure := func() (heap uint64, size int) {
+		snap := h.ms[0].AppendSnapshot(nil)
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.HeapAlloc
+		m := NewMachine(h.opts[0])
+		if err := m.Restore(snap); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		runtime.KeepAlive(m)
+		return ms.HeapAlloc - before, len(snap)
+	}
+	heap0, size0 := measure()
+	payload := []byte(`{"command":["echo","bench"]}`)
+	for i := range jobs {
+		id := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+		if r := h.client("", &Submit{JobID: id, Queue: DefaultQueue, Payload: payload, Priority: int32(i % 10), RetentionNs: 3600e9}); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+	}
+	heap1, size1 := measure()
+	for done := 0; done < jobs; {
+		r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: MaxLeaseBatch, LeaseNs: 60e9})
+		for _, j := range r.Jobs {
+			h.client("", &Report{JobID: j.ID, Worker: "w", Success: true})
+		}
+		done += len(r.Jobs)
+	}
+	heap2, size2 := measure()
+	h.advance(3600e9 + 1)
+	heap3, size3 := measure()
+	per := func(heap uint64, size int) string {
+		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(int64(heap)-int64(heap0))/jobs, float64(size-size0)/jobs)
+	}
+	t.Logf("per pending job: %s; done: %s; after retention: %s", per(heap1, size1), per(heap2, size2), per(heap3, size3))
+	if p := float64(heap1-heap0) / jobs; p > 2048 {
+		t.Errorf("a pending job costs %.0f B; more than 2 KiB is a regression", p)
+	}
+	if n := len(h.ms[0].jobs); n != 0 || int64(heap3)-int64(heap0) > jobs*16 {
+		t.Errorf("after retention %d jobs remain, %d B more than empty", n, int64(heap3)-int64(heap0))
+	}
+}
