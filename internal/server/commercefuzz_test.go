@@ -1,10 +1,8 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -27,30 +25,7 @@ import (
 // order's payment stays captured. A refused request that changed stock or
 // money fails these.
 func TestCommerceHTTPFuzz(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- Run(ctx, Config{
-			Addr: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 4,
-			Logger: slog.New(slog.DiscardHandler), Ready: ready,
-		})
-	}()
-	var base string
-	select {
-	case addr := <-ready:
-		base = "http://" + addr
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server did not start")
-	}
-	defer func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
-	}()
+	base := serveForTest(t, Config{Partitions: 4})
 	f := &fuzzer{
 		t: t, base: base,
 		rng: rand.New(rand.NewPCG(*httpFuzzSeed, 0xc0ffee)),

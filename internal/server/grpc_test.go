@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"testing"
@@ -25,34 +24,11 @@ func h2cClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: &p}}
 }
 
-func serveForGRPC(t *testing.T) string {
-	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- Run(ctx, Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Ready: ready})
-	}()
-	t.Cleanup(func() {
-		stop()
-		if err := <-errc; err != nil {
-			t.Error(err)
-		}
-	})
-	select {
-	case addr := <-ready:
-		return "http://" + addr
-	case err := <-errc:
-		t.Fatal(err)
-	}
-	return ""
-}
-
 // The gRPC health service answers on the HTTP listener over h2c: SERVING
 // for the server and for itself, NOT_FOUND for a service not served.
 // Connect's protocol over HTTP/1.1 reaches the same handler.
 func TestGRPCHealth(t *testing.T) {
-	base := serveForGRPC(t)
+	base := serveForTest(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	health := grpchealth.NewClient(h2cClient(), base, connect.WithGRPC())
@@ -80,7 +56,7 @@ func TestGRPCHealth(t *testing.T) {
 // and not to the JSON 404/405 fallback; a service the server does not
 // have gets the fallback's 404, which gRPC clients read as UNIMPLEMENTED.
 func TestGRPCRoutingBypassesFallback(t *testing.T) {
-	base := serveForGRPC(t)
+	base := serveForTest(t, Config{})
 	client := h2cClient()
 	// An empty HealthCheckRequest: one uncompressed frame of length 0.
 	frame := make([]byte, 5)
@@ -113,7 +89,7 @@ func TestGRPCRoutingBypassesFallback(t *testing.T) {
 // Reflection lists exactly the services served, and resolves their
 // descriptors, so grpcurl works without .proto files.
 func TestGRPCReflection(t *testing.T) {
-	base := serveForGRPC(t)
+	base := serveForTest(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream := grpcreflect.NewClient(h2cClient(), base, connect.WithGRPC()).NewStream(ctx)

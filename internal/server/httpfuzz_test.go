@@ -2,12 +2,10 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -42,33 +40,7 @@ var (
 // that were answered 2xx and not cancelled. So a refused request that
 // changed anything fails the test.
 func TestHTTPFuzz(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- Run(ctx, Config{
-			Addr:       "127.0.0.1:0",
-			DataDir:    t.TempDir(),
-			Partitions: 4,
-			Logger:     slog.New(slog.DiscardHandler),
-			Ready:      ready,
-		})
-	}()
-	var base string
-	select {
-	case addr := <-ready:
-		base = "http://" + addr
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server did not start")
-	}
-	defer func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
-	}()
+	base := serveForTest(t, Config{Partitions: 4})
 
 	f := &fuzzer{
 		t:    t,
