@@ -226,7 +226,7 @@ func ctlJobSubmitCmd(o *ctlOptions) *cobra.Command {
 		command              bool
 	)
 	cmd := &cobra.Command{
-		Use:   "submit QUEUE [PAYLOAD|-] | submit QUEUE --command -- PROG [ARG...]",
+		Use:   "submit QUEUE [PAYLOAD | - | --command -- PROG [ARG...]]",
 		Short: "Submit a job; prints its id",
 		Long: `Submits a job to QUEUE and prints its id once the job is durable.
 PAYLOAD is sent as given ("-" reads it from standard input; none is an empty
