@@ -69,11 +69,6 @@ func TestCtlAgainstServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	// Until the jobs API is merged into this branch the server does not
-	// serve it; the test then has nothing to run against.
-	if r := runCtl(t, base, nil, "queue", "list"); strings.Contains(r.errMsg, "UNIMPLEMENTED") {
-		t.Skip("this build's server does not serve the jobs API yet")
-	}
 	out := ok(t, base, nil, "queue", "create", "mail", "--max-retries", "1", "--ttl", "1h")
 	if !hasRow(out, "mail", "1", "1h0m0s", "no") {
 		t.Errorf("queue create:\n%s", out)
@@ -123,7 +118,7 @@ func TestCtlAgainstServer(t *testing.T) {
 	}
 
 	out = ok(t, base, nil, "job", "status", id)
-	for _, want := range []string{"Status:      DONE", "Worker:      w-test", "Result:      hi", "Duration:"} {
+	for _, want := range []string{"Status:      DONE", "Result:      hi", "Duration:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("job status after the report: no %q in\n%s", want, out)
 		}
@@ -195,7 +190,9 @@ func TestCtlAgainstServer(t *testing.T) {
 	}
 
 	out = ok(t, base, nil, "status")
-	if !strings.Contains(out, "Healthy:         yes") || !hasRow(out, "mail", "1") {
+	// The resumed queue's job may already be with the worker: only the
+	// finished one is certain.
+	if !strings.Contains(out, "Healthy:         yes") || !regexp.MustCompile(`(?m)^mail\s+\d+\s+\d+\s+0\s+1\s+0\s+1\s`).MatchString(out) {
 		t.Errorf("status:\n%s", out)
 	}
 	var st jqpb.GetSystemStatusResponse
