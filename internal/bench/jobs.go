@@ -186,6 +186,7 @@ type jobsRun struct {
 
 	submitted, notSent, inflight atomic.Int64
 	executed, started            atomic.Int64
+	reportRetries                atomic.Int64
 	submitErrs, workerErrs       codeCounts
 	errCount                     atomic.Int64
 
@@ -324,7 +325,7 @@ func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient,
 			}
 		}
 		rep.JobId = a.JobId
-		if _, err := c.ReportResult(ctx, connect.NewRequest(rep)); err != nil {
+		if err := r.report1(ctx, c, rep); err != nil {
 			if ctx.Err() == nil {
 				r.workerErrs.add(err)
 				r.sample("ReportResult", err)
@@ -335,6 +336,28 @@ func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient,
 			r.doneLat.record(idx, time.Since(r.base)-time.Duration(t))
 		}
 		r.executed.Add(1)
+	}
+}
+
+// report1 reports a result, retrying after a short pause while the server
+// says it is overloaded (RESOURCE_EXHAUSTED) or not ready (UNAVAILABLE), as
+// the protocol asks of a worker: a dropped report would leave the job
+// leased until its lease expired.
+func (r *jobsRun) report1(ctx context.Context, c jqpbconnect.WorkerServiceClient, rep *jqpb.ReportResultRequest) error {
+	pause := 5 * time.Millisecond
+	for try := 0; ; try++ {
+		_, err := c.ReportResult(ctx, connect.NewRequest(rep))
+		code := connect.CodeOf(err)
+		if err == nil || try == 20 || (code != connect.CodeResourceExhausted && code != connect.CodeUnavailable) {
+			return err
+		}
+		r.reportRetries.Add(1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 500*time.Millisecond)
 	}
 }
 
@@ -580,6 +603,7 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 		wg.Wait()
 	}
 	rep.WorkerErrorsByCode = r.workerErrs.byName()
+	rep.ReportRetries = r.reportRetries.Load()
 	return rep, ctx.Err()
 }
 
@@ -602,7 +626,10 @@ type JobsRunReport struct {
 	SubmitErrors       map[string]int64 `json:"submitErrorsByCode"`
 	ResourceExhausted  int64            `json:"resourceExhausted"`
 	WorkerErrorsByCode map[string]int64 `json:"workerErrorsByCode"`
-	ErrorSamples       []string         `json:"errorSamples,omitempty"`
+	// ReportRetries counts ReportResult calls retried after
+	// RESOURCE_EXHAUSTED or UNAVAILABLE.
+	ReportRetries int64    `json:"reportRetries"`
+	ErrorSamples  []string `json:"errorSamples,omitempty"`
 
 	// Executed counts jobs the workers reported successfully, during the
 	// window and (e2e) the drain after it; Unfinished is what e2e

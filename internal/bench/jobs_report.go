@@ -76,6 +76,7 @@ func writeJobsPhase(out io.Writer, rep *JobsReport, p *JobsPhase) {
 		}
 		return s
 	})
+	row("ReportResult retries (overloaded)", func(r *JobsRunReport) string { return grouped(r.ReportRetries) })
 	fmt.Fprintln(tw, "  latency p50 / p95 / p99 / max\t\t")
 	row("  submit call", func(r *JobsRunReport) string { return lat(r.SubmitCall) })
 	if p.Phase == JobsPhaseE2E {
