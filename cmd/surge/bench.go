@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Run load generators that reproduce peers' published tests",
 	}
-	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchNullServerCmd())
+	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchJobsCmd(), benchNullServerCmd())
 	return cmd
 }
 
@@ -180,11 +180,72 @@ asked, the report says what it did offer.`,
 	return cmd
 }
 
+func benchJobsCmd() *cobra.Command {
+	o := bench.JobsOptions{}
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "Reproduce the jobs peer's ghz submit test, and time jobs end to end over real worker streams",
+		Long: `Two phases over gRPC (h2c), each run first against a do-nothing gRPC server
+(the transport's ceiling) and then against ` + "`surge serve`" + ` (a fresh process and data
+dir per phase), unless --baseline=false or --target is given.
+
+submit: like the jobs peer's ghz run (shared/compat/jobs.md), --concurrency
+callers each send SubmitJob (queue "default", payload {"command":["echo","bench"]})
+in a closed loop over --connections HTTP/2 connections for --duration. It
+reports the rate, latency percentiles, errors by code (RESOURCE_EXHAUSTED, a
+full queue, apart), server CPU per submit and peak resident memory. Unless
+--submit-workers=false, workers take and report the jobs meanwhile, so the
+queue does not fill up.
+
+e2e: --workers streams (RegisterWorker with --worker-concurrency, then
+StreamJobs) report success for each job as soon as it arrives (AckJob first
+with --ack); a generator submits --rate jobs/s in open loop (SubmitJobs of
+--batch jobs if > 1) for --duration, then waits up to --drain for the rest.
+It reports the true submit→start (submit call start to the job reaching a
+worker) and submit→done (to ReportResult returning) percentiles, jobs executed
+per second, server CPU per job and peak resident memory.`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Exe = exe
+			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			o.ProgressTTY = benchIsTerminal(os.Stderr)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.RunJobs(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Phase, "phase", bench.JobsPhaseBoth, "submit, e2e or both")
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "length of each phase's load")
+	f.IntVarP(&o.Concurrency, "concurrency", "c", 200, "submit phase: concurrent callers (ghz -c)")
+	f.IntVar(&o.Connections, "connections", 1, "HTTP/2 connections the submit calls share (ghz --connections; its default is 1)")
+	f.BoolVar(&o.SubmitWork, "submit-workers", true, "submit phase: run the workers too, so jobs do not pile up PENDING")
+	f.Float64Var(&o.Rate, "rate", 10000, "e2e phase: jobs/s offered")
+	f.IntVar(&o.Batch, "batch", 1, "e2e phase: jobs per submit call; > 1 uses SubmitJobs")
+	f.IntVar(&o.MaxInflight, "max-inflight", 1000, "e2e phase: submit calls in flight at once; one due beyond it is counted as not sent")
+	f.IntVarP(&o.Workers, "workers", "w", 4, "worker streams")
+	f.IntVar(&o.WorkerConc, "worker-concurrency", 64, "jobs each worker holds at once (RegisterWorker concurrency)")
+	f.BoolVar(&o.Ack, "ack", false, "workers acknowledge each job (AckJob) before reporting it")
+	f.DurationVar(&o.Drain, "drain", 10*time.Second, "e2e phase: how long to wait after the load for submitted jobs to be executed")
+	f.BoolVar(&o.Baseline, "baseline", true, "also run each phase against a server that does nothing")
+	f.StringVar(&o.Target, "target", "", "base URL (http://host:port) of a running server to use instead of starting one (CPU from its /metrics)")
+	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
+	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
+	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
+	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	return cmd
+}
+
 func benchNullServerCmd() *cobra.Command {
 	var addr string
 	cmd := &cobra.Command{
 		Use:          "nullserver",
-		Short:        "Serve the ticketing and commerce bench routes with handlers that do nothing (the benches' baseline)",
+		Short:        "Serve the ticketing and commerce bench routes and the jobs gRPC services with handlers that do nothing (the benches' baseline)",
 		Hidden:       true,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,

@@ -23,8 +23,9 @@ var (
 	nullEvent = []byte(`{"eventName":"event-00000000-0000-4000-8000-000000000000","artist":"go-load-test","areas":[]}`)
 )
 
-// NullHandler serves the ticketing routes and the commerce bench's routes
-// (commerce_null.go) and does nothing: it reads and
+// NullHandler serves the ticketing routes, the commerce bench's routes
+// (commerce_null.go) and the jobs gRPC services (jobs_null.go) and does
+// nothing: it reads and
 // discards each body and answers with a fixed reply. Run against it, the
 // generator measures the machine's HTTP ceiling.
 func NullHandler() http.Handler {
@@ -46,6 +47,7 @@ func NullHandler() http.Handler {
 	mux.Handle("POST /v2/reservations", reply(http.StatusCreated, "application/json", nullReservation))
 	mux.Handle("GET /v1/health_check", reply(http.StatusOK, "text/plain", []byte("OK")))
 	registerCommerceNull(mux, reply)
+	registerJobsNull(mux)
 	return mux
 }
 

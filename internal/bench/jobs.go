@@ -1,0 +1,954 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/surge-run/surge/internal/jqpb"
+	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
+)
+
+// Phases of `surge bench jobs --phase`.
+const (
+	JobsPhaseSubmit = "submit"
+	JobsPhaseE2E    = "e2e"
+	JobsPhaseBoth   = "both"
+)
+
+// jobsPayload is the peer's ghz payload (shared/compat/jobs.md).
+var jobsPayload = []byte(`{"command":["echo","bench"]}`)
+
+// jobsQueue is the queue every server has from the start.
+const jobsQueue = "default"
+
+// JobsOptions are the flags of `surge bench jobs`.
+type JobsOptions struct {
+	Phase       string
+	Duration    time.Duration
+	Concurrency int // submit phase: callers, each a closed loop of SubmitJob
+	Connections int // HTTP/2 connections the callers (or the generator) share
+	SubmitWork  bool
+	Rate        float64 // e2e phase: jobs/s offered
+	Batch       int     // e2e phase: jobs per SubmitJobs call; 1 for SubmitJob
+	MaxInflight int     // e2e phase: submit calls in flight at once
+	Workers     int
+	WorkerConc  int
+	Ack         bool
+	Drain       time.Duration // e2e phase: how long to wait for submitted jobs to finish
+	Baseline    bool
+	Target      string
+	Partitions  int
+	DataDir     string
+	JSONPath    string
+
+	Exe         string
+	ServeExe    string
+	Stdout      io.Writer
+	Stderr      io.Writer
+	ProgressTTY bool
+}
+
+func (o JobsOptions) phases() ([]string, error) {
+	switch o.Phase {
+	case JobsPhaseBoth:
+		return []string{JobsPhaseSubmit, JobsPhaseE2E}, nil
+	case JobsPhaseSubmit, JobsPhaseE2E:
+		return []string{o.Phase}, nil
+	}
+	return nil, fmt.Errorf("--phase %q: want submit, e2e or both", o.Phase)
+}
+
+func (o JobsOptions) validate() error {
+	if _, err := o.phases(); err != nil {
+		return err
+	}
+	switch {
+	case o.Duration <= 0:
+		return errors.New("--duration must be positive")
+	case o.Concurrency < 1 || o.Connections < 1 || o.MaxInflight < 1:
+		return errors.New("--concurrency, --connections and --max-inflight must be at least 1")
+	case o.Rate <= 0:
+		return fmt.Errorf("--rate %v: want > 0 jobs/s", o.Rate)
+	case o.Batch < 1 || o.Batch > 1000:
+		return fmt.Errorf("--batch %d: want 1..1000 (SubmitJobs takes at most 1000)", o.Batch)
+	case o.Workers < 1 || o.WorkerConc < 1 || o.WorkerConc > 1000:
+		return errors.New("--workers must be at least 1 and --worker-concurrency 1..1000")
+	case o.Drain < 0:
+		return errors.New("--drain must not be negative")
+	}
+	if o.Target != "" && !strings.HasPrefix(o.Target, "http://") {
+		return fmt.Errorf("--target %q: want http://host:port (h2c)", o.Target)
+	}
+	return nil
+}
+
+// grpcOpts make the bench's clients speak gRPC as ghz and grpc-go do by
+// default: without asking for gzip, which connect clients otherwise do and
+// which makes a connect server compress every reply (its flate set-up cost
+// the server a sixth of its CPU in a profile), a cost ghz's users never see.
+var grpcOpts = []connect.ClientOption{connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil)}
+
+// newH2CClient is one cleartext HTTP/2 connection (more only if the
+// server's stream limit is reached). No response-header timeout: a
+// StreamJobs call may wait for its first job as long as the run lasts.
+func newH2CClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		DialContext:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DisableCompression: true,
+		Protocols:          &p,
+	}}
+}
+
+// shardedHist is a latency histogram written by many goroutines: each
+// writes its own shard (by index), so they rarely meet on one lock, and
+// an HDR histogram per goroutine would cost ~170 KB each.
+type shardedHist struct {
+	shards [8]struct {
+		mu sync.Mutex
+		h  *hdrhistogram.Histogram
+		_  [40]byte
+	}
+}
+
+func newShardedHist() *shardedHist {
+	s := &shardedHist{}
+	for i := range s.shards {
+		s.shards[i].h = newHist()
+	}
+	return s
+}
+
+func (s *shardedHist) record(i int, d time.Duration) {
+	sh := &s.shards[uint(i)%uint(len(s.shards))]
+	us := min(max(d.Microseconds(), 1), maxLatencyUs)
+	sh.mu.Lock()
+	_ = sh.h.RecordValue(us)
+	sh.mu.Unlock()
+}
+
+func (s *shardedHist) latency() LatencyReport {
+	all := newHist()
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		all.Merge(s.shards[i].h)
+		s.shards[i].mu.Unlock()
+	}
+	return latencyOf(all)
+}
+
+// codeCounts counts failed calls by connect code (0..16; anything else is
+// counted as unknown).
+type codeCounts [17]atomic.Int64
+
+func (c *codeCounts) add(err error) connect.Code {
+	code := connect.CodeOf(err)
+	if int(code) >= len(c) {
+		code = connect.CodeUnknown
+	}
+	c[code].Add(1)
+	return code
+}
+
+func (c *codeCounts) byName() map[string]int64 {
+	m := map[string]int64{}
+	for i := range c {
+		if n := c[i].Load(); n > 0 {
+			m[codeName(connect.Code(i))] = n
+		}
+	}
+	return m
+}
+
+func codeName(c connect.Code) string {
+	if c == 0 {
+		return "OK"
+	}
+	return strings.ToUpper(c.String())
+}
+
+// jobsRun is one phase against one server: the callers or the generator,
+// and the workers, with what they measured.
+type jobsRun struct {
+	o     JobsOptions
+	label string
+	base  time.Time // payload times are nanoseconds since base (monotonic)
+
+	submitted, notSent, inflight atomic.Int64
+	executed, started            atomic.Int64
+	reportRetries                atomic.Int64
+	submitErrs, workerErrs       codeCounts
+	errCount                     atomic.Int64
+
+	submitLat, startLat, doneLat *shardedHist
+	lag                          *shardedHist
+
+	mu      sync.Mutex
+	samples []string
+}
+
+func newJobsRun(o JobsOptions, label string) *jobsRun {
+	return &jobsRun{o: o, label: label, base: time.Now(),
+		submitLat: newShardedHist(), startLat: newShardedHist(), doneLat: newShardedHist(), lag: newShardedHist()}
+}
+
+func (r *jobsRun) sample(what string, err error) {
+	r.errCount.Add(1)
+	r.mu.Lock()
+	if len(r.samples) < maxSamples {
+		r.samples = append(r.samples, what+": "+err.Error())
+	}
+	r.mu.Unlock()
+}
+
+// appendTimedPayload is the peer's payload with the submit time added:
+// the worker reads it back to time submit→start without any shared map
+// (and without the race of a job reaching a worker before its submit
+// call has returned the id).
+func appendTimedPayload(b []byte, ns int64) []byte {
+	b = append(b, `{"command":["echo","bench"],"t":`...)
+	b = strconv.AppendInt(b, ns, 10)
+	return append(b, '}')
+}
+
+// payloadTime is the submit time appendTimedPayload put in p, or false.
+func payloadTime(p []byte) (int64, bool) {
+	i := bytes.LastIndex(p, []byte(`"t":`))
+	if i < 0 {
+		return 0, false
+	}
+	p = p[i+4:]
+	j := 0
+	for j < len(p) && p[j] >= '0' && p[j] <= '9' {
+		j++
+	}
+	ns, err := strconv.ParseInt(string(p[:j]), 10, 64)
+	return ns, err == nil
+}
+
+// workers runs the bench's workers until ctx ends: each registers, opens
+// StreamJobs and reports success for every job as soon as it arrives (on
+// up to its concurrency of goroutines), acknowledging it first with --ack.
+// ready is closed once every worker has registered.
+func (r *jobsRun) workers(ctx context.Context, baseURL string, ready chan<- error) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	regs := make(chan error, r.o.Workers)
+	for w := range r.o.Workers {
+		wg.Go(func() { r.worker(ctx, baseURL, w, regs) })
+	}
+	go func() {
+		var first error
+		for range r.o.Workers {
+			if err := <-regs; err != nil && first == nil {
+				first = err
+			}
+		}
+		ready <- first
+	}()
+	return &wg
+}
+
+func (r *jobsRun) worker(ctx context.Context, baseURL string, idx int, registered chan<- error) {
+	hc := newH2CClient()
+	defer hc.CloseIdleConnections()
+	c := jqpbconnect.NewWorkerServiceClient(hc, baseURL, grpcOpts...)
+	reg, err := c.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{
+		Hostname: "surge-bench", Concurrency: int32(r.o.WorkerConc), Queues: []string{jobsQueue}}))
+	if err != nil {
+		registered <- fmt.Errorf("RegisterWorker: %w", err)
+		return
+	}
+	registered <- nil
+	id := reg.Msg.WorkerId
+	defer func() {
+		// The server gives back at once whatever this worker still holds.
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = c.Deregister(dctx, connect.NewRequest(&jqpb.DeregisterRequest{WorkerId: id}))
+	}()
+	jobs := make(chan *jqpb.JobAssignment, r.o.WorkerConc)
+	var hwg sync.WaitGroup
+	for h := range r.o.WorkerConc {
+		hwg.Go(func() { r.handle(ctx, c, id, idx*r.o.WorkerConc+h, jobs) })
+	}
+	defer hwg.Wait()
+	defer close(jobs)
+	for ctx.Err() == nil {
+		stream, err := c.StreamJobs(ctx, connect.NewRequest(&jqpb.StreamJobsRequest{WorkerId: id}))
+		if err == nil {
+			for stream.Receive() {
+				jobs <- stream.Msg()
+			}
+			err = stream.Err()
+			_ = stream.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("the stream ended")
+		}
+		r.workerErrs.add(err)
+		r.sample("StreamJobs", err)
+		// As the stock worker does after UNAVAILABLE: stream again.
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient, workerID string, idx int, jobs <-chan *jqpb.JobAssignment) {
+	rep := &jqpb.ReportResultRequest{WorkerId: workerID, Success: true}
+	ack := &jqpb.AckJobRequest{WorkerId: workerID}
+	for a := range jobs {
+		t, timed := payloadTime(a.Payload)
+		if timed {
+			r.startLat.record(idx, time.Since(r.base)-time.Duration(t))
+		}
+		r.started.Add(1)
+		if r.o.Ack {
+			ack.JobId = a.JobId
+			if _, err := c.AckJob(ctx, connect.NewRequest(ack)); err != nil && ctx.Err() == nil {
+				r.workerErrs.add(err)
+				r.sample("AckJob", err)
+			}
+		}
+		rep.JobId = a.JobId
+		if err := r.report1(ctx, c, rep); err != nil {
+			if ctx.Err() == nil {
+				r.workerErrs.add(err)
+				r.sample("ReportResult", err)
+			}
+			continue
+		}
+		if timed {
+			r.doneLat.record(idx, time.Since(r.base)-time.Duration(t))
+		}
+		r.executed.Add(1)
+	}
+}
+
+// report1 reports a result, retrying after a short pause while the server
+// says it is overloaded (RESOURCE_EXHAUSTED) or not ready (UNAVAILABLE), as
+// the protocol asks of a worker: a dropped report would leave the job
+// leased until its lease expired.
+func (r *jobsRun) report1(ctx context.Context, c jqpbconnect.WorkerServiceClient, rep *jqpb.ReportResultRequest) error {
+	pause := 5 * time.Millisecond
+	for try := 0; ; try++ {
+		_, err := c.ReportResult(ctx, connect.NewRequest(rep))
+		code := connect.CodeOf(err)
+		if err == nil || try == 20 || (code != connect.CodeResourceExhausted && code != connect.CodeUnavailable) {
+			return err
+		}
+		r.reportRetries.Add(1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// submitClients are the JobService clients the callers or the generator
+// spread their calls over: one per --connections, each connection opened
+// (by a health check) before the measured window.
+func (o JobsOptions) submitClients(ctx context.Context, baseURL string) ([]jqpbconnect.JobServiceClient, func(), error) {
+	var hcs []*http.Client
+	var cs []jqpbconnect.JobServiceClient
+	closeAll := func() {
+		for _, hc := range hcs {
+			hc.CloseIdleConnections()
+		}
+	}
+	for range o.Connections {
+		hc := newH2CClient()
+		hcs = append(hcs, hc)
+		cs = append(cs, jqpbconnect.NewJobServiceClient(hc, baseURL, grpcOpts...))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/v1/health_check", nil)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("open a connection: %w", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return cs, closeAll, nil
+}
+
+// closedLoop is the peer's ghz run: Concurrency callers, each sending
+// SubmitJob after SubmitJob until d has passed.
+func (r *jobsRun) closedLoop(ctx context.Context, cs []jqpbconnect.JobServiceClient, d time.Duration) time.Duration {
+	start := time.Now()
+	end := start.Add(d)
+	var wg sync.WaitGroup
+	for i := range r.o.Concurrency {
+		c := cs[i%len(cs)]
+		wg.Go(func() {
+			msg := &jqpb.SubmitJobRequest{QueueName: jobsQueue, Payload: jobsPayload}
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				r.inflight.Add(1)
+				_, err := c.SubmitJob(ctx, connect.NewRequest(msg))
+				r.inflight.Add(-1)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					if r.submitErrs.add(err) != connect.CodeResourceExhausted {
+						r.sample("SubmitJob", err)
+					}
+					continue
+				}
+				r.submitLat.record(i, time.Since(t0))
+				r.submitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// openLoop offers Rate jobs/s for d on a fixed clock, in calls of Batch
+// jobs, whether or not earlier calls were answered. MaxInflight senders
+// take the due calls; a call due while all of them are busy is not sent.
+// Each sender reuses its request and payload buffer, so the generator
+// allocates little beyond what connect does per call.
+func (r *jobsRun) openLoop(ctx context.Context, cs []jqpbconnect.JobServiceClient, d time.Duration) time.Duration {
+	due := make(chan time.Duration, r.o.MaxInflight)
+	var wg sync.WaitGroup
+	for s := range r.o.MaxInflight {
+		c := cs[s%len(cs)]
+		wg.Go(func() { r.sender(ctx, c, s, due) })
+	}
+	rate := r.o.Rate / float64(r.o.Batch) // calls/s
+	start := time.Now()
+	var i int64
+	for ctx.Err() == nil {
+		el := time.Since(start)
+		if el >= d {
+			break
+		}
+		for n := int64(el.Seconds()*rate) + 1; i < n; i++ {
+			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second))).Sub(r.base)
+			select {
+			case due <- at:
+			default:
+				r.notSent.Add(int64(r.o.Batch))
+			}
+		}
+		next := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		time.Sleep(min(max(time.Until(next), 200*time.Microsecond), 10*time.Millisecond))
+	}
+	elapsed := time.Since(start)
+	close(due)
+	wg.Wait()
+	return elapsed
+}
+
+func (r *jobsRun) sender(ctx context.Context, c jqpbconnect.JobServiceClient, idx int, due <-chan time.Duration) {
+	reqs := make([]*jqpb.SubmitJobRequest, r.o.Batch)
+	bufs := make([][]byte, r.o.Batch)
+	for k := range reqs {
+		reqs[k] = &jqpb.SubmitJobRequest{QueueName: jobsQueue}
+		bufs[k] = make([]byte, 0, 64)
+	}
+	batch := &jqpb.SubmitJobsRequest{Jobs: reqs}
+	for at := range due {
+		t0 := time.Since(r.base)
+		r.lag.record(idx, t0-at)
+		for k := range reqs {
+			bufs[k] = appendTimedPayload(bufs[k][:0], int64(t0))
+			reqs[k].Payload = bufs[k]
+		}
+		r.inflight.Add(1)
+		var err error
+		if r.o.Batch == 1 {
+			_, err = c.SubmitJob(ctx, connect.NewRequest(reqs[0]))
+		} else {
+			_, err = c.SubmitJobs(ctx, connect.NewRequest(batch))
+		}
+		r.inflight.Add(-1)
+		if err != nil {
+			if ctx.Err() == nil && r.submitErrs.add(err) != connect.CodeResourceExhausted {
+				r.sample("submit", err)
+			}
+			continue
+		}
+		r.submitLat.record(idx, time.Since(r.base)-t0)
+		r.submitted.Add(int64(r.o.Batch))
+	}
+}
+
+// progress prints a line a second (redrawn in place on a terminal) until
+// stopped.
+func (r *jobsRun) progress(d time.Duration) (stop func()) {
+	if r.o.Stderr == nil {
+		return func() {}
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		start := time.Now()
+		var lastSub, lastExe int64
+		lastAt := start
+		for {
+			select {
+			case <-quit:
+				if r.o.ProgressTTY {
+					fmt.Fprint(r.o.Stderr, "\r\033[K")
+				}
+				return
+			case <-t.C:
+			}
+			now := time.Now()
+			sub, exe := r.submitted.Load(), r.executed.Load()
+			secs := now.Sub(lastAt).Seconds()
+			line := fmt.Sprintf("%s  %.0f/%.0f s  submitted %s (%s/s)  executed %s (%s/s)  in flight %d  not sent %s  errors %d",
+				r.label, min(now.Sub(start), d).Seconds(), d.Seconds(), grouped(sub), grouped(int64(float64(sub-lastSub)/secs)),
+				grouped(exe), grouped(int64(float64(exe-lastExe)/secs)), r.inflight.Load(), grouped(r.notSent.Load()), r.errCount.Load()+r.resourceExhausted())
+			lastSub, lastExe, lastAt = sub, exe, now
+			if r.o.ProgressTTY {
+				fmt.Fprintf(r.o.Stderr, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(r.o.Stderr, line)
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+func (r *jobsRun) resourceExhausted() int64 {
+	return r.submitErrs[connect.CodeResourceExhausted].Load()
+}
+
+// measure runs one phase against baseURL: the workers, then the callers
+// (submit) or the generator (e2e), then for e2e the wait for the submitted
+// jobs to finish; cpu reads the server's CPU seconds.
+func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func() (float64, error)) (*JobsRunReport, error) {
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	var wg *sync.WaitGroup
+	if phase == JobsPhaseE2E || r.o.SubmitWork {
+		ready := make(chan error, 1)
+		wg = r.workers(wctx, baseURL, ready)
+		if err := <-ready; err != nil {
+			stopWorkers()
+			wg.Wait()
+			return nil, err
+		}
+	}
+	cs, closeClients, err := r.o.submitClients(ctx, baseURL)
+	if err != nil {
+		if wg != nil {
+			stopWorkers()
+			wg.Wait()
+		}
+		return nil, err
+	}
+	defer closeClients()
+
+	cpu0, cpuErr := cpu()
+	gen0 := selfCPUSeconds()
+	stop := r.progress(r.o.Duration)
+	var elapsed time.Duration
+	if phase == JobsPhaseSubmit {
+		elapsed = r.closedLoop(ctx, cs, r.o.Duration)
+	} else {
+		elapsed = r.openLoop(ctx, cs, r.o.Duration)
+	}
+	var drained time.Duration
+	if phase == JobsPhaseE2E {
+		t0 := time.Now()
+		for ctx.Err() == nil && r.executed.Load() < r.submitted.Load() && time.Since(t0) < r.o.Drain {
+			time.Sleep(5 * time.Millisecond)
+		}
+		drained = time.Since(t0)
+	}
+	stop()
+	rep := r.report(phase, elapsed, drained)
+	rep.GeneratorCPU = selfCPUSeconds() - gen0
+	if cpuErr == nil {
+		var cpu1 float64
+		if cpu1, cpuErr = cpu(); cpuErr == nil {
+			rep.setCPU(phase, cpu1-cpu0)
+		}
+	}
+	if cpuErr != nil {
+		fmt.Fprintf(r.o.Stderr, "warning: %s: server CPU not available: %v\n", r.label, cpuErr)
+	}
+	if wg != nil {
+		stopWorkers()
+		wg.Wait()
+	}
+	rep.WorkerErrorsByCode = r.workerErrs.byName()
+	rep.ReportRetries = r.reportRetries.Load()
+	return rep, ctx.Err()
+}
+
+// JobsRunReport is one phase against one server.
+type JobsRunReport struct {
+	Server  string  `json:"server"`
+	Phase   string  `json:"phase"`
+	Seconds float64 `json:"seconds"`
+	// Submitted counts jobs whose submit call succeeded; the rate is per
+	// second of the submit window.
+	Submitted  int64   `json:"submitted"`
+	SubmitRate float64 `json:"submittedPerSecond"`
+	// e2e only: the offered rate, and jobs due while every sender was busy.
+	TargetRate float64 `json:"targetPerSecond,omitempty"`
+	NotSent    int64   `json:"notSent"`
+
+	// SubmitErrors counts failed submit calls by code, RESOURCE_EXHAUSTED
+	// (a full queue or an overloaded server: retry later) among them but
+	// also apart, since a run at the queue's limit is expected to meet it.
+	SubmitErrors       map[string]int64 `json:"submitErrorsByCode"`
+	ResourceExhausted  int64            `json:"resourceExhausted"`
+	WorkerErrorsByCode map[string]int64 `json:"workerErrorsByCode"`
+	// ReportRetries counts ReportResult calls retried after
+	// RESOURCE_EXHAUSTED or UNAVAILABLE.
+	ReportRetries int64    `json:"reportRetries"`
+	ErrorSamples  []string `json:"errorSamples,omitempty"`
+
+	// Executed counts jobs the workers reported successfully, during the
+	// window and (e2e) the drain after it; Unfinished is what e2e
+	// submitted and did not see reported by the end of the drain.
+	Executed      int64         `json:"executed"`
+	ExecutedRate  float64       `json:"executedPerSecond"`
+	DrainSeconds  float64       `json:"drainSeconds,omitempty"`
+	Unfinished    int64         `json:"unfinished"`
+	SubmitCall    LatencyReport `json:"submitCall"`
+	SubmitToStart LatencyReport `json:"submitToStart"`
+	SubmitToDone  LatencyReport `json:"submitToDone"`
+	SendLagP99Us  int64         `json:"sendLagP99Us,omitempty"`
+
+	ServerCPU    *float64 `json:"serverCpuSeconds,omitempty"`
+	CPUPerJobUs  *float64 `json:"serverCpuPerJobUs,omitempty"` // per submit (submit phase) or executed job (e2e)
+	JobsPerCPUs  *float64 `json:"jobsPerServerCpuSecond,omitempty"`
+	GeneratorCPU float64  `json:"generatorCpuSeconds"`
+	PeakRSSBytes *int64   `json:"serverPeakRssBytes,omitempty"`
+}
+
+func (r *jobsRun) report(phase string, elapsed, drained time.Duration) *JobsRunReport {
+	rep := &JobsRunReport{Phase: phase, Seconds: elapsed.Seconds(), Submitted: r.submitted.Load(), NotSent: r.notSent.Load(),
+		SubmitErrors: r.submitErrs.byName(), ResourceExhausted: r.resourceExhausted(),
+		Executed: r.executed.Load(), DrainSeconds: drained.Seconds(),
+		SubmitCall: r.submitLat.latency(), SubmitToStart: r.startLat.latency(), SubmitToDone: r.doneLat.latency()}
+	r.mu.Lock()
+	rep.ErrorSamples = append([]string(nil), r.samples...)
+	r.mu.Unlock()
+	if rep.Seconds > 0 {
+		rep.SubmitRate = float64(rep.Submitted) / rep.Seconds
+	}
+	if w := rep.Seconds + rep.DrainSeconds; w > 0 {
+		rep.ExecutedRate = float64(rep.Executed) / w
+	}
+	if phase == JobsPhaseE2E {
+		rep.TargetRate = r.o.Rate
+		rep.Unfinished = max(rep.Submitted-rep.Executed, 0)
+		rep.SendLagP99Us = r.lag.latency().P99Us
+	}
+	return rep
+}
+
+func (r *JobsRunReport) setCPU(phase string, cpu float64) {
+	r.ServerCPU = &cpu
+	n := r.Submitted
+	if phase == JobsPhaseE2E {
+		n = r.Executed
+	}
+	if n > 0 {
+		us := cpu * 1e6 / float64(n)
+		r.CPUPerJobUs = &us
+	}
+	if cpu > 0 {
+		v := float64(n) / cpu
+		r.JobsPerCPUs = &v
+	}
+}
+
+// JobsReport is everything `surge bench jobs` measured; --json writes it.
+type JobsReport struct {
+	Benchmark string       `json:"benchmark"`
+	Config    JobsConfig   `json:"config"`
+	Phases    []*JobsPhase `json:"phases"`
+	Peer      JobsPeer     `json:"peer"`
+	OK        bool         `json:"ok"`
+	Problems  []string     `json:"problems"`
+}
+
+// JobsConfig records the flags a run used.
+type JobsConfig struct {
+	DurationSeconds   float64 `json:"durationSeconds"`
+	Concurrency       int     `json:"concurrency"`
+	Connections       int     `json:"connections"`
+	SubmitWork        bool    `json:"workersDuringSubmit"`
+	Rate              float64 `json:"ratePerSecond"`
+	Batch             int     `json:"batch"`
+	MaxInflight       int     `json:"maxInflight"`
+	Workers           int     `json:"workers"`
+	WorkerConcurrency int     `json:"workerConcurrency"`
+	Ack               bool    `json:"ack"`
+	Baseline          bool    `json:"baseline"`
+	Target            string  `json:"target,omitempty"`
+	Partitions        int     `json:"partitions,omitempty"`
+}
+
+// JobsPeer is the peer's published ghz figures (shared/compat/jobs.md).
+type JobsPeer struct {
+	SubmitRate  float64 `json:"submitPerSecond"`
+	SubmitP50Ms float64 `json:"submitP50Ms"`
+	SubmitP99Ms float64 `json:"submitP99Ms"`
+	VCPU        int     `json:"vcpu"`
+}
+
+var jobsPeer = JobsPeer{SubmitRate: 1044, SubmitP50Ms: 148, SubmitP99Ms: 661, VCPU: 4}
+
+// JobsPhase is one phase against the server and, if run, the do-nothing
+// baseline, with the issue's goals.
+type JobsPhase struct {
+	Phase    string         `json:"phase"`
+	Server   *JobsRunReport `json:"server"`
+	Baseline *JobsRunReport `json:"baseline,omitempty"`
+	Goals    []Goal         `json:"goals"`
+}
+
+// Goals of issue 8, judged in one run against the do-nothing server.
+const (
+	jobsGoalRatePercent = 60
+	jobsGoalP99Ms       = 50
+	jobsGoalCPUMultiple = 2
+	jobsGoalE2ERate     = 10_000
+)
+
+func (p *JobsPhase) judge() {
+	s, b := p.Server, p.Baseline
+	p.Goals = nil
+	if s == nil {
+		return
+	}
+	p99 := func(l LatencyReport) *float64 {
+		if l.Count == 0 {
+			return nil
+		}
+		v := float64(l.P99Us) / 1e3
+		return &v
+	}
+	lt := func(v float64) bool { return v < jobsGoalP99Ms }
+	if p.Phase == JobsPhaseSubmit {
+		var pct, cpux *float64
+		if b != nil && b.SubmitRate > 0 {
+			v := 100 * s.SubmitRate / b.SubmitRate
+			pct = &v
+		}
+		if b != nil && s.CPUPerJobUs != nil && b.CPUPerJobUs != nil && *b.CPUPerJobUs > 0 {
+			v := *s.CPUPerJobUs / *b.CPUPerJobUs
+			cpux = &v
+		}
+		p.Goals = append(p.Goals,
+			goal("submit rate, % of do-nothing's", "≥ 60 %", "%", pct, func(v float64) bool { return v >= jobsGoalRatePercent },
+				fmt.Sprintf("peer %s jobs/s on %d vCPU", grouped(int64(jobsPeer.SubmitRate)), jobsPeer.VCPU)),
+			goal("submit call p99 (ms)", "< 50 ms", "ms", p99(s.SubmitCall), lt, fmt.Sprintf("peer %.0f ms", jobsPeer.SubmitP99Ms)),
+			goal("server CPU per submit ÷ do-nothing's", "≤ 2×", "×", cpux, func(v float64) bool { return v <= jobsGoalCPUMultiple }, ""))
+		return
+	}
+	rate := s.ExecutedRate
+	p.Goals = append(p.Goals,
+		goal("jobs executed per second", "≥ 10,000", "", &rate, func(v float64) bool { return v >= jobsGoalE2ERate },
+			fmt.Sprintf("offered %s/s", grouped(int64(s.TargetRate)))),
+		goal("submit→start p99 (ms)", "< 50 ms", "ms", p99(s.SubmitToStart), lt, "peer timed only the submit call"))
+}
+
+var errJobsFailed = errors.New("jobs bench failed")
+
+// RunJobs runs each phase against the do-nothing server and then surge
+// (each a fresh process, so one phase's leftover jobs cannot reach the
+// next), prints the report and writes the JSON.
+func RunJobs(ctx context.Context, o JobsOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	phases, _ := o.phases()
+	tmp, err := os.MkdirTemp("", "surge-bench-jobs-")
+	if err != nil {
+		return err
+	}
+	t := &ticketingRun{o: TicketingOptions{Exe: o.Exe, ServeExe: o.ServeExe, Stderr: o.Stderr}, tmp: tmp}
+	defer t.cleanup()
+	rep := &JobsReport{Benchmark: "jobs", Peer: jobsPeer, Problems: []string{}, Config: JobsConfig{
+		DurationSeconds: o.Duration.Seconds(), Concurrency: o.Concurrency, Connections: o.Connections, SubmitWork: o.SubmitWork,
+		Rate: o.Rate, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
+		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions}}
+	for _, ph := range phases {
+		p := &JobsPhase{Phase: ph}
+		rep.Phases = append(rep.Phases, p)
+		err := runJobsPhase(ctx, o, t, p)
+		p.judge()
+		if p.Server != nil || p.Baseline != nil {
+			writeJobsPhase(o.Stdout, rep, p)
+		}
+		if err != nil {
+			rep.Problems = append(rep.Problems, ph+": "+err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		if s := p.Server; s != nil {
+			if n := s.errors(); n > 0 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %s errors (not counting RESOURCE_EXHAUSTED)", ph, grouped(n)))
+			}
+			if s.Unfinished > 0 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %s submitted jobs not executed within the %.0f s drain", ph, grouped(s.Unfinished), o.Drain.Seconds()))
+			}
+		}
+	}
+	rep.OK = len(rep.Problems) == 0
+	if o.JSONPath != "" {
+		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
+			rep.OK = false
+			rep.Problems = append(rep.Problems, "write JSON: "+err.Error())
+		}
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted; servers stopped")
+	}
+	if !rep.OK {
+		t.keepTmp = true
+		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
+		return errJobsFailed
+	}
+	fmt.Fprintln(o.Stdout, "\nOK: no errors, every submitted job executed")
+	return nil
+}
+
+// errors counts failed calls other than RESOURCE_EXHAUSTED.
+func (r *JobsRunReport) errors() int64 {
+	var n int64
+	for _, m := range []map[string]int64{r.SubmitErrors, r.WorkerErrorsByCode} {
+		for k, v := range m {
+			if k != codeName(connect.CodeResourceExhausted) {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+func runJobsPhase(ctx context.Context, o JobsOptions, t *ticketingRun, p *JobsPhase) error {
+	label := p.Phase
+	if o.Baseline {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		t.logf("%s: starting the do-nothing server on %s", label, addr)
+		null, err := t.spawn("null-jobs-"+p.Phase, []string{"bench", "nullserver", "--addr", addr}, addr)
+		if err != nil {
+			return err
+		}
+		if _, err := null.waitReady(ctx); err != nil {
+			return err
+		}
+		r := newJobsRun(o, label+" (do-nothing server)")
+		rep, err := r.measure(ctx, p.Phase, null.baseURL(), null.cpuSeconds)
+		if rep != nil {
+			rep.Server = "null"
+			if peak, _, err := null.memory(); err == nil {
+				rep.PeakRSSBytes = &peak
+			}
+			p.Baseline = rep
+			if n := rep.errors(); n > 0 {
+				t.logf("warning: %s: the do-nothing server had %d errors; it is not a clean ceiling", label, n)
+			}
+		}
+		if err := null.stop(); err != nil {
+			t.logf("warning: do-nothing server: %v", err)
+		}
+		if err != nil {
+			return fmt.Errorf("do-nothing server: %w", err)
+		}
+	}
+	base, srv := o.Target, (*child)(nil)
+	if base == "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		dataDir := filepath.Join(t.tmp, "data-"+p.Phase)
+		if o.DataDir != "" {
+			dataDir = filepath.Join(o.DataDir, "jobs-"+p.Phase)
+		}
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return err
+		}
+		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
+		if o.Partitions > 0 {
+			args = append(args, "--partitions", strconv.Itoa(o.Partitions))
+		}
+		t.logf("%s: starting surge serve on %s (data dir %s)", label, addr, dataDir)
+		if srv, err = t.spawn("surge-jobs-"+p.Phase, args, addr); err != nil {
+			return err
+		}
+		if _, err := srv.waitReady(ctx); err != nil {
+			return fmt.Errorf("surge serve failed to start: %w", err)
+		}
+		base = srv.baseURL()
+	}
+	base = strings.TrimRight(base, "/")
+	cpu := func() (float64, error) {
+		if srv != nil {
+			return srv.cpuSeconds()
+		}
+		return metricsCPUSeconds(ctx, base)
+	}
+	r := newJobsRun(o, label)
+	rep, err := r.measure(ctx, p.Phase, base, cpu)
+	if rep != nil {
+		rep.Server = "surge"
+		if o.Target != "" {
+			rep.Server = o.Target
+		}
+		if srv != nil {
+			if peak, _, err := srv.memory(); err == nil {
+				rep.PeakRSSBytes = &peak
+			}
+		}
+		p.Server = rep
+	}
+	if err != nil {
+		return err
+	}
+	if srv != nil {
+		if err := srv.stop(); err != nil {
+			return fmt.Errorf("server did not exit 0 on SIGTERM: %w", err)
+		}
+	}
+	return nil
+}
