@@ -512,6 +512,9 @@ func (m *Machine) restore(data []byte) error {
 			q.jobs++
 			q.order = append(q.order, j)
 			q.counts[j.Status]++
+			if j.Status.Finished() {
+				m.finished++
+			}
 			if j.IdemKey != "" {
 				if _, dup := q.keys[j.IdemKey]; dup {
 					return fmt.Errorf("idempotency key %q twice", j.IdemKey)

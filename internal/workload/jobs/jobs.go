@@ -118,14 +118,20 @@ const (
 	DefaultRetentionNs  = int64(24 * 3600e9)
 	DefaultMaxQueueJobs = 100_000
 	DefaultMaxQueues    = 1_000
+	// About 45 MB of finished jobs per partition (454 B each, measured).
+	DefaultMaxFinished = 100_000
 	backoffBaseNs       = int64(5e9)
 	backoffCapNs        = int64(300e9)
 )
 
 // Limits a partition enforces; zero fields take the defaults.
 type Limits struct {
-	MaxJobsPerQueue int // jobs of a queue held at once, finished ones included
+	MaxJobsPerQueue int // unfinished jobs of a queue (PENDING to FAILED)
 	MaxQueues       int // queues per partition
+	// MaxFinished bounds the finished jobs a partition keeps: past it the
+	// oldest-ended go before their retention. Otherwise a steady 10,000
+	// jobs/s with the default 24 h retention would hold 860 million.
+	MaxFinished int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -134,6 +140,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxQueues <= 0 {
 		l.MaxQueues = DefaultMaxQueues
+	}
+	if l.MaxFinished <= 0 {
+		l.MaxFinished = DefaultMaxFinished
 	}
 	return l
 }
@@ -165,6 +174,9 @@ type Queue struct {
 
 // Count is the number of the queue's jobs in status s.
 func (q *Queue) Count(s Status) int64 { return q.counts[s] }
+
+// unfinished is the number of the queue's jobs that have not ended.
+func (q *Queue) unfinished() int { return q.jobs - int(q.counts[Done]+q.counts[DeadLettered]) }
 
 // JobEvent is one transition of a job. ID counts from 1 per job.
 type JobEvent struct {
@@ -243,6 +255,8 @@ type Machine struct {
 	purgeHead int
 	// inBatch holds back QueueReady notes while a SubmitBatch applies.
 	inBatch bool
+	// finished counts DONE and DEAD_LETTERED jobs (Limits.MaxFinished).
+	finished int
 }
 
 type purgeEntry struct {
@@ -265,6 +279,7 @@ func (m *Machine) reset() {
 	m.leases = map[string]map[string]*Job{}
 	m.seq = 0
 	m.purgeQ, m.purgeHead = nil, 0
+	m.finished = 0
 	if m.opts.OwnsDefault {
 		m.queues[DefaultQueue] = newQueue(DefaultQueue, DefaultMaxRetries, 0, 0)
 	}
@@ -428,7 +443,7 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx Effects) *Result {
 	if c.Name == DefaultQueue {
 		return fail(Conflict, "jobs: the default queue cannot be deleted")
 	}
-	if live := q.jobs - int(q.counts[Done]+q.counts[DeadLettered]); live > 0 && !c.Force {
+	if live := q.unfinished(); live > 0 && !c.Force {
 		return fail(Conflict, "jobs: queue %q has %d unfinished jobs (use force)", c.Name, live)
 	}
 	// dropJob compacts q.order as it goes: iterate over a copy.
@@ -483,8 +498,8 @@ func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
 	if res := m.checkSubmit(q, c); res != nil {
 		return res
 	}
-	if q.jobs >= m.opts.Limits.MaxJobsPerQueue {
-		return fail(Exhausted, "jobs: queue %q holds %d jobs, its limit", q.Name, q.jobs)
+	if q.unfinished() >= m.opts.Limits.MaxJobsPerQueue {
+		return fail(Exhausted, "jobs: queue %q holds %d unfinished jobs, its limit", q.Name, q.unfinished())
 	}
 	return m.addJob(q, c, now, fx)
 }
@@ -590,9 +605,9 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
 		ids[sub.JobID] = true
 		adds++
 	}
-	if q.jobs+adds > m.opts.Limits.MaxJobsPerQueue {
-		return fail(Exhausted, "jobs: queue %q holds %d jobs; %d more would pass its limit of %d (nothing was submitted)",
-			q.Name, q.jobs, adds, m.opts.Limits.MaxJobsPerQueue)
+	if q.unfinished()+adds > m.opts.Limits.MaxJobsPerQueue {
+		return fail(Exhausted, "jobs: queue %q holds %d unfinished jobs; %d more would pass its limit of %d (nothing was submitted)",
+			q.Name, q.unfinished(), adds, m.opts.Limits.MaxJobsPerQueue)
 	}
 	m.inBatch = true // one QueueReady for the batch, not one per job
 	for i := range c.Jobs {
@@ -958,6 +973,12 @@ func (m *Machine) move(q *Queue, j *Job, to Status, worker, reason string, now i
 	}
 	q.counts[from]--
 	q.counts[to]++
+	if from.Finished() {
+		m.finished--
+	}
+	if to.Finished() {
+		m.finished++
+	}
 	j.Status = to
 	if to != Assigned && to != Running {
 		j.Worker = ""
@@ -1021,6 +1042,18 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx Effects) {
 	if wasEmpty {
 		m.setTimer(fx, purgeTimerID, j.purgeAt, &PurgeJobs{})
 	}
+	// Past the cap the oldest-ended job goes now. Entries of jobs that
+	// are gone or live again are skipped, so this ends: j itself is in
+	// the queue. The purge timer may then fire for an entry already
+	// gone, and re-arms for the new head.
+	for m.finished > m.opts.Limits.MaxFinished && m.purgeHead < len(m.purgeQ) {
+		e := m.purgeQ[m.purgeHead]
+		if old := m.jobs[e.JobID]; old != nil && old.Status.Finished() && old.purgeAt == e.At {
+			m.dropJob(old, fx)
+		}
+		m.purgeQ[m.purgeHead] = purgeEntry{}
+		m.purgeHead++
+	}
 }
 
 // dropJob removes a job and everything that points to it.
@@ -1037,6 +1070,9 @@ func (m *Machine) dropJob(j *Job, fx Effects) {
 	}
 	q.counts[j.Status]--
 	q.jobs--
+	if j.Status.Finished() {
+		m.finished--
+	}
 	if j.IdemKey != "" && q.keys[j.IdemKey] == j.ID {
 		delete(q.keys, j.IdemKey)
 	}

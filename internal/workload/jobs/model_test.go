@@ -72,7 +72,7 @@ func TestModel(t *testing.T) {
 }
 
 func runModel(t *testing.T, seed uint64, steps int, transitions map[[2]Status]int) {
-	h := newHarness(t, seed, 3, Limits{MaxJobsPerQueue: 60})
+	h := newHarness(t, seed, 3, Limits{MaxJobsPerQueue: 60, MaxFinished: 20})
 	var s [32]byte
 	s[0] = byte(seed)
 	md := &model{h: h, queues: []string{DefaultQueue, "q1", "q2"}, workers: []string{"w1", "w2", "w3"},
@@ -155,13 +155,13 @@ func (md *model) step() {
 			b.Jobs = append(b.Jobs, s2)
 		}
 		qu := h.ms[h.part(QueueKey(q))].queues[q]
-		before := qu.jobs
+		before, held := qu.unfinished(), qu.jobs
 		r := h.client(QueueKey(q), b)
 		if r.Outcome == Exhausted {
 			// All or nothing: refused whole, and only when the new jobs
 			// would not fit.
-			if len(r.Each) != 0 || qu.jobs != before || before+len(b.Jobs) <= 60 {
-				h.t.Fatalf("batch of %d onto %d jobs refused as %s, now %d jobs", len(b.Jobs), before, r.Msg, qu.jobs)
+			if len(r.Each) != 0 || qu.jobs != held || before+len(b.Jobs) <= 60 {
+				h.t.Fatalf("batch of %d onto %d unfinished jobs refused as %s, now %d jobs", len(b.Jobs), before, r.Msg, qu.jobs)
 			}
 			return
 		}
@@ -273,8 +273,8 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 			md.keys[ik] = sub.JobID
 		}
 	case Exhausted:
-		if q := md.h.ms[md.h.part(QueueKey(sub.Queue))].queues[sub.Queue]; q.jobs < 60 {
-			t.Fatalf("submit refused as exhausted with %d jobs: %s", q.jobs, r.Msg)
+		if q := md.h.ms[md.h.part(QueueKey(sub.Queue))].queues[sub.Queue]; q.unfinished() < 60 {
+			t.Fatalf("submit refused as exhausted with %d unfinished jobs: %s", q.unfinished(), r.Msg)
 		}
 	default:
 		t.Fatalf("submit: %+v", r)
@@ -429,7 +429,21 @@ func (md *model) checkAll() {
 			t.Fatalf("job %s: %d JobEnded notes with no end", id, n)
 		}
 	}
-	// No job lost: what is gone was finished and past its retention.
+	// Finished jobs are counted right and kept under the cap (the oldest
+	// ended go early past it).
+	for p, m := range md.h.ms {
+		n := 0
+		for _, j := range m.jobs {
+			if j.Status.Finished() {
+				n++
+			}
+		}
+		if n != m.finished || n > m.opts.Limits.MaxFinished {
+			t.Fatalf("partition %d holds %d finished jobs, counted %d, cap %d", p, n, m.finished, m.opts.Limits.MaxFinished)
+		}
+	}
+	// No job lost: what is gone was finished (and past its retention, or
+	// the oldest-ended past the cap).
 	for id, st := range md.last {
 		if !found[id] {
 			if !st.Finished() {
