@@ -120,8 +120,8 @@ const (
 	DefaultMaxQueues    = 1_000
 	// About 45 MB of finished jobs per partition (454 B each, measured).
 	DefaultMaxFinished = 100_000
-	backoffBaseNs       = int64(5e9)
-	backoffCapNs        = int64(300e9)
+	backoffBaseNs      = int64(5e9)
+	backoffCapNs       = int64(300e9)
 )
 
 // Limits a partition enforces; zero fields take the defaults.
