@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,8 +176,20 @@ func TestKill9Jobs(t *testing.T) {
 	mu.Unlock()
 	srv = startJobServer(t, bin, dataDir, addr)
 	<-workerKilled
-	// Kill w1 while it runs jobs: its leases run out after 2 s and the
+	// Kill w1 while it holds jobs: its leases run out after 2 s and the
 	// jobs go to w2.
+	admin := jqpbconnect.NewAdminServiceClient(hc, srv.base, connect.WithGRPC())
+	for busy := time.Now().Add(10 * time.Second); ; {
+		res, err := admin.ListWorkers(context.Background(), connect.NewRequest(&jqpb.ListWorkersRequest{}))
+		if err == nil && slices.ContainsFunc(res.Msg.Workers, func(w *jqpb.Worker) bool { return w.WorkerId == "w1" && w.ActiveJobCount > 0 }) {
+			break
+		}
+		if time.Now().After(busy) {
+			dump()
+			t.Fatalf("w1 holds no job to be killed with: %v %v", res, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	w1.Process.Signal(syscall.SIGKILL)
 	w1.Wait()
 	wg.Wait()
@@ -215,8 +228,17 @@ func TestKill9Jobs(t *testing.T) {
 	for line := range bytes.Lines(ran) {
 		runs[strings.TrimSpace(string(line))]++
 	}
-	again := 0
+	again, expired := 0, 0
 	for token, a := range byToken {
+		logs, err := jobsC.GetJobLogs(context.Background(), connect.NewRequest(&jqpb.GetJobLogsRequest{JobId: a.id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range logs.Msg.Events {
+			if e.Reason == "LEASE_EXPIRED" && e.WorkerId == "w1" {
+				expired++
+			}
+		}
 		j := final[token]
 		want := jqpb.JobStatus_DONE
 		if a.fails {
@@ -249,7 +271,11 @@ func TestKill9Jobs(t *testing.T) {
 	if count != total {
 		t.Errorf("the queue holds %d jobs for %d keys", count, total)
 	}
-	t.Logf("%d jobs ended; %d successful jobs ran more than once (at least once, after the kills)", total, again)
+	// The killed worker held jobs: they came back when its leases ran out.
+	if expired == 0 {
+		t.Errorf("no job of the killed worker w1 came back through an expired lease")
+	}
+	t.Logf("%d jobs ended; %d leases of the killed worker expired; %d successful jobs ran more than once (at least once, after the kills)", total, expired, again)
 	if t.Failed() {
 		dump()
 	}
