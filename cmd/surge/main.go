@@ -1,4 +1,4 @@
-// Command surge is the one Surge binary: serve, bench.
+// Command surge is the one Surge binary: serve, bench, worker.
 package main
 
 import (
@@ -14,7 +14,7 @@ func main() {
 		Short:         "Surge: one engine for high-contention transactional workloads",
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newBenchCmd())
+	root.AddCommand(newServeCmd(), newBenchCmd(), newWorkerCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "surge:", err)
 		os.Exit(1)
