@@ -422,8 +422,11 @@ func call(ctx context.Context, h handlerFunc, a *jqpb.JobAssignment) (result []b
 	return h(ctx, a)
 }
 
-// maxErrorLen is the server's limit on error_message.
-const maxErrorLen = 4096
+// The server's limits on what a report carries.
+const (
+	maxErrorLen  = 4096
+	maxResultLen = 1 << 20
+)
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -440,6 +443,10 @@ func truncate(s string, n int) string {
 // It gives up on StopNow, and when the server says the job is no longer
 // this worker's (its lease expired, it was cancelled or purged).
 func (w *Worker) report(jobID string, success bool, result []byte, errMsg string) {
+	if len(result) > maxResultLen {
+		success, errMsg = false, fmt.Sprintf("the handler's result of %d bytes is over the server's limit of %d", len(result), maxResultLen)
+		result = nil
+	}
 	req := &jqpb.ReportResultRequest{WorkerId: w.ID(), JobId: jobID, Success: success, Result: result,
 		ErrorMessage: truncate(errMsg, maxErrorLen)}
 	var bo backoff

@@ -1,6 +1,7 @@
 package jobclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,7 @@ func TestWorkerRunsTypedHandlersAndDrains(t *testing.T) {
 		{&jqpb.JobAssignment{JobId: "j3", QueueName: "greet", Payload: []byte(`not json`)}, false, "does not decode into jobclient.greeting"},
 		{&jqpb.JobAssignment{JobId: "j4", QueueName: "raw", Payload: []byte(`not json`)}, true, "raw:not json"},
 		{&jqpb.JobAssignment{JobId: "j5", QueueName: "other"}, false, `no handler for queue "other"`},
+		{&jqpb.JobAssignment{JobId: "j6", QueueName: "raw", Payload: bytes.Repeat([]byte("x"), maxResultLen)}, false, "over the server's limit"},
 	}
 	for _, tc := range cases {
 		s.send <- tc.a
@@ -59,7 +61,7 @@ func TestWorkerRunsTypedHandlersAndDrains(t *testing.T) {
 			t.Errorf("%s: report %v, want success=%v with %q", tc.a.JobId, r, tc.success, tc.want)
 		}
 	}
-	for _, id := range []string{"j1", "j2", "j3", "j4"} {
+	for _, id := range []string{"j1", "j2", "j3", "j4", "j6"} {
 		if got := recv(t, f.acks, "ack"); got != id {
 			t.Errorf("ack %s, want %s", got, id)
 		}
