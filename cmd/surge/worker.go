@@ -54,10 +54,7 @@ worker deregisters and exits. A second signal kills the running commands and exi
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			cfg.Logger = log
-			w := jobclient.NewWorker(jobclient.New(server), cfg)
-			jobclient.Handle(w, "", func(ctx context.Context, job *jobclient.Job[[]byte]) ([]byte, error) {
-				return runJob(ctx, log, job)
-			})
+			w := newCommandWorker(jobclient.New(server), cfg)
 
 			ctx, drain := context.WithCancel(context.Background())
 			defer drain()
@@ -82,6 +79,20 @@ worker deregisters and exits. A second signal kills the running commands and exi
 	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: the server assigns one (SURGE_WORKER_ID)")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", envDurationOr("SURGE_HEARTBEAT", 5*time.Second), "interval between heartbeats; shorter than the server's --job-lease (SURGE_HEARTBEAT)")
 	return cmd
+}
+
+// newCommandWorker is the worker `surge worker` runs: every queue's jobs
+// are commands.
+func newCommandWorker(c *jobclient.Client, cfg jobclient.WorkerConfig) *jobclient.Worker {
+	w := jobclient.NewWorker(c, cfg)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	jobclient.Handle(w, "", func(ctx context.Context, job *jobclient.Job[[]byte]) ([]byte, error) {
+		return runJob(ctx, log, job)
+	})
+	return w
 }
 
 // commandPayload is the payload the stock worker understands (jq's).
