@@ -15,6 +15,7 @@ import (
 
 	"github.com/surge-run/surge/internal/server"
 	"github.com/surge-run/surge/internal/workload/commerce"
+	"github.com/surge-run/surge/internal/workload/jobs"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -116,6 +117,9 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.SagaDeadline, "saga-deadline", envDurationOr("SURGE_SAGA_DEADLINE", 60*time.Second), "how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with (SURGE_SAGA_DEADLINE)")
 	f.DurationVar(&cfg.SagaRetention, "saga-retention", envDurationOr("SURGE_SAGA_RETENTION", commerce.DefaultSagaRetention), "how long an ended order saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT) stays readable at /api/sagas before it and its bookkeeping are purged; orders, payments and events are kept. 0 keeps them for ever; each order logs the retention it was created with (SURGE_SAGA_RETENTION)")
 	f.IntVar(&cfg.MaxWaiters, "max-waiters", envIntOr("SURGE_MAX_WAITERS", 10000), "order long polls (?wait=) and event streams open at once; beyond it they get 503 with Retry-After (SURGE_MAX_WAITERS)")
+	f.DurationVar(&cfg.JobLease, "job-lease", envDurationOr("SURGE_JOB_LEASE", jobs.DefaultLease), "how long a job pushed to a worker stays leased without a heartbeat; past it the job is retried elsewhere (SURGE_JOB_LEASE)")
+	f.DurationVar(&cfg.JobRetention, "job-retention", envDurationOr("SURGE_JOB_RETENTION", jobs.DefaultRetention), "how long a finished job (DONE or DEAD_LETTERED) and its log stay readable before they are purged; each job logs the retention it was submitted with (SURGE_JOB_RETENTION)")
+	f.IntVar(&cfg.MaxWorkers, "max-workers", envIntOr("SURGE_MAX_WORKERS", jobs.DefaultMaxWorkers), "job workers registered at once; more get RESOURCE_EXHAUSTED (offline ones are forgotten after an hour) (SURGE_MAX_WORKERS)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")

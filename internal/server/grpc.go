@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -41,19 +42,15 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 	for _, s := range services {
 		names = append(names, s.name)
 	}
-	// A panic is a bug, and becomes INTERNAL with grpc-status trailers
-	// instead of an HTTP 500 body no gRPC client can read.
-	recoverOpt := connect.WithRecover(func(context.Context, connect.Spec, http.Header, any) error {
-		return connect.NewError(connect.CodeInternal, errors.New("internal error: the server failed on this call and logged it; it is not the call's fault"))
-	})
-	path, h := grpchealth.NewHandler(healthChecker{names: names, healthy: healthy}, recoverOpt)
+	opts := grpcHandlerOptions()
+	path, h := grpchealth.NewHandler(healthChecker{names: names, healthy: healthy}, opts...)
 	all := append([]grpcService{{name: grpchealth.HealthV1ServiceName, path: path, handler: h}}, services...)
 	reflector := grpcreflect.NewStaticReflector(names...)
 	// v1alpha too: grpcurl and ghz releases still in use ask for it.
 	for _, newHandler := range []func(*grpcreflect.Reflector, ...connect.HandlerOption) (string, http.Handler){
 		grpcreflect.NewHandlerV1, grpcreflect.NewHandlerV1Alpha,
 	} {
-		path, h := newHandler(reflector, recoverOpt)
+		path, h := newHandler(reflector, opts...)
 		all = append(all, grpcService{path: path, handler: h})
 	}
 	for _, s := range all {
@@ -66,6 +63,30 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 			return http.StatusOK
 		})
 	}
+}
+
+// grpcHandlerOptions are the options of every gRPC service the server
+// mounts.
+func grpcHandlerOptions() []connect.HandlerOption {
+	// A panic is a bug, and becomes INTERNAL with grpc-status trailers
+	// instead of an HTTP 500 body no gRPC client can read.
+	return []connect.HandlerOption{connect.WithRecover(func(context.Context, connect.Spec, http.Header, any) error {
+		return connect.NewError(connect.CodeInternal, errors.New("internal error: the server failed on this call and logged it; it is not the call's fault"))
+	})}
+}
+
+// unlimitedStream lifts the server's read and write timeouts (there for
+// requests that should finish in seconds) from the long-lived call at
+// path, which would otherwise be cut after them.
+func unlimitedStream(path string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == path {
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Time{})
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // healthChecker answers the gRPC health protocol as /healthz answers HTTP:

@@ -41,9 +41,14 @@ func TestGRPCHealth(t *testing.T) {
 			t.Errorf("Check(%q) = %v, want serving", svc, res.Status)
 		}
 	}
-	_, err := health.Check(ctx, &grpchealth.CheckRequest{Service: "jq.JobService"})
+	for _, svc := range []string{"jq.JobService", "jq.WorkerService", "jq.AdminService"} {
+		if res, err := health.Check(ctx, &grpchealth.CheckRequest{Service: svc}); err != nil || res.Status != grpchealth.StatusServing {
+			t.Errorf("Check(%s) = %v, %v, want serving", svc, res, err)
+		}
+	}
+	_, err := health.Check(ctx, &grpchealth.CheckRequest{Service: "jq.Nope"})
 	if connect.CodeOf(err) != connect.CodeNotFound {
-		t.Errorf("Check(jq.JobService), not served yet: %v, want NOT_FOUND", err)
+		t.Errorf("Check(jq.Nope), not served: %v, want NOT_FOUND", err)
 	}
 	overH1 := grpchealth.NewClient(http.DefaultClient, base)
 	if res, err := overH1.Check(ctx, &grpchealth.CheckRequest{}); err != nil || res.Status != grpchealth.StatusServing {
@@ -79,7 +84,7 @@ func TestGRPCRoutingBypassesFallback(t *testing.T) {
 		t.Errorf("raw Check body %x, want %x", body, want)
 	}
 
-	unknown := connect.NewClient[emptyMsg, emptyMsg](client, base+"/jq.JobService/SubmitJob", connect.WithGRPC(), connect.WithCodec(rawCodec{}))
+	unknown := connect.NewClient[emptyMsg, emptyMsg](client, base+"/jq.Nope/SubmitJob", connect.WithGRPC(), connect.WithCodec(rawCodec{}))
 	_, err = unknown.CallUnary(context.Background(), connect.NewRequest(&emptyMsg{}))
 	if connect.CodeOf(err) != connect.CodeUnimplemented {
 		t.Errorf("call to a service not served: %v, want UNIMPLEMENTED", err)
@@ -98,12 +103,15 @@ func TestGRPCReflection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(names, []protoreflect.FullName{grpchealth.HealthV1ServiceName}) {
-		t.Errorf("ListServices = %v, want only %s", names, grpchealth.HealthV1ServiceName)
+	want := []protoreflect.FullName{grpchealth.HealthV1ServiceName, "jq.JobService", "jq.WorkerService", "jq.AdminService"}
+	if !slices.Equal(names, want) {
+		t.Errorf("ListServices = %v, want %v", names, want)
 	}
-	files, err := stream.FileContainingSymbol(grpchealth.HealthV1ServiceName)
-	if err != nil || len(files) == 0 || files[0].GetPackage() != "grpc.health.v1" {
-		t.Errorf("FileContainingSymbol(%s): %d files, %v", grpchealth.HealthV1ServiceName, len(files), err)
+	for _, sym := range []protoreflect.FullName{grpchealth.HealthV1ServiceName, "jq.JobService"} {
+		files, err := stream.FileContainingSymbol(sym)
+		if err != nil || len(files) == 0 {
+			t.Errorf("FileContainingSymbol(%s): %d files, %v", sym, len(files), err)
+		}
 	}
 }
 

@@ -25,9 +25,11 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/vfs"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/commerce"
+	"github.com/surge-run/surge/internal/workload/jobs"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -61,6 +63,15 @@ type Config struct {
 	// MaxWaiters bounds the order long polls and streams open at once; 0
 	// means commerce.DefaultMaxWaiters.
 	MaxWaiters int
+	// JobLease is how long a job pushed to a worker stays leased without a
+	// heartbeat; 0 means jobs.DefaultLease.
+	JobLease time.Duration
+	// JobRetention is how long a finished job and its log are kept; 0
+	// means jobs.DefaultRetention. Each job logs its own.
+	JobRetention time.Duration
+	// MaxWorkers bounds the job worker registry; 0 means
+	// jobs.DefaultMaxWorkers.
+	MaxWorkers int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
 	// MaxEvents, MaxAreas and MaxSeats bound what the server holds over
@@ -243,7 +254,10 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxInflight: cfg.MaxInflight,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
-		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath},
+		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath,
+			// A worker's stream lasts as long as the worker; the registry
+			// bounds them (one per worker), not the in-flight cap.
+			jobs.StreamPath},
 	}.Resolve()
 	if err != nil {
 		return err
@@ -253,6 +267,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.SagaDeadline < 0 {
 		return fmt.Errorf("--saga-deadline %v: must be a positive duration such as 60s", cfg.SagaDeadline)
+	}
+	if cfg.JobLease < 0 {
+		return fmt.Errorf("--job-lease %v: must be a positive duration such as 30s", cfg.JobLease)
+	}
+	if cfg.JobRetention < 0 {
+		return fmt.Errorf("--job-retention %v: must be a positive duration such as 24h", cfg.JobRetention)
 	}
 	if cfg.SagaRetention < 0 {
 		return fmt.Errorf("--saga-retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.SagaRetention)
@@ -323,6 +343,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The hub exists before the engine, whose recovery may already
 	// complete commands that notify.
 	hub := commerce.NewHub(cfg.MaxWaiters)
+	jobHub := jobs.NewHub(cfg.MaxWorkers)
 	eng, err := engine.Open(engine.Options{
 		Partitions:    parts,
 		Log:           lg,
@@ -332,11 +353,14 @@ func Run(ctx context.Context, cfg Config) error {
 		Metrics:       engine.NewMetrics(reg),
 		Logger:        logger,
 		Notify: func(_ int, wl uint8, v any) {
-			if wl == commerce.WorkloadID {
+			switch wl {
+			case commerce.WorkloadID:
 				hub.Notify(v)
+			case jobs.WorkloadID:
+				jobHub.Notify(v)
 			}
 		},
-	}, ticketing.Workload{}, commerce.Workload{})
+	}, ticketing.Workload{}, commerce.Workload{}, &jobs.Workload{Partitions: parts})
 	if err != nil {
 		lg.Close()
 		return err
@@ -402,8 +426,17 @@ func Run(ctx context.Context, cfg Config) error {
 	tapi.Register(mux, m)
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
 	capi.Register(mux, m)
-	// No workload serves gRPC yet; the jobs services will be passed here.
-	mountGRPC(mux, m, func() bool { return ready.Load() && !eng.Failed() }, nil)
+	healthy := func() bool { return ready.Load() && !eng.Failed() }
+	japi := jobs.NewAPI(eng, jobHub).SetLease(cfg.JobLease).SetRetention(cfg.JobRetention).SetHealth(healthy)
+	var grpcServices []grpcService
+	for _, s := range japi.Handlers(grpcHandlerOptions()...) {
+		h := s.Handler
+		if s.Name == jqpbconnect.WorkerServiceName {
+			h = unlimitedStream(jobs.StreamPath, h)
+		}
+		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h})
+	}
+	mountGRPC(mux, m, healthy, grpcServices)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -437,6 +470,7 @@ func Run(ctx context.Context, cfg Config) error {
 	logger.Info("shutting down: finishing in-flight requests")
 	ready.Store(false)
 	capi.Shutdown() // long polls and streams answer now instead of holding the shutdown
+	japi.Shutdown() // worker streams end with UNAVAILABLE: workers reconnect
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)

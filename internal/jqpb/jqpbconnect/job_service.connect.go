@@ -63,7 +63,8 @@ type JobServiceClient interface {
 	RetryJob(context.Context, *connect.Request[jqpb.RetryJobRequest]) (*connect.Response[jqpb.RetryJobResponse], error)
 	// Surge extension: submits many jobs in one call and one durable write;
 	// each is checked as SubmitJob checks it, and the call fails whole
-	// (nothing submitted) if any is refused.
+	// (nothing submitted) if any is refused. All of them name one queue
+	// (at most 1,000 jobs).
 	SubmitJobs(context.Context, *connect.Request[jqpb.SubmitJobsRequest]) (*connect.Response[jqpb.SubmitJobsResponse], error)
 }
 
@@ -179,7 +180,8 @@ type JobServiceHandler interface {
 	RetryJob(context.Context, *connect.Request[jqpb.RetryJobRequest]) (*connect.Response[jqpb.RetryJobResponse], error)
 	// Surge extension: submits many jobs in one call and one durable write;
 	// each is checked as SubmitJob checks it, and the call fails whole
-	// (nothing submitted) if any is refused.
+	// (nothing submitted) if any is refused. All of them name one queue
+	// (at most 1,000 jobs).
 	SubmitJobs(context.Context, *connect.Request[jqpb.SubmitJobsRequest]) (*connect.Response[jqpb.SubmitJobsResponse], error)
 }
 

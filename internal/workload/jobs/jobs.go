@@ -480,6 +480,18 @@ func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
 	if q == nil {
 		return fail(NotFound, "jobs: no queue %q", c.Queue)
 	}
+	if res := m.checkSubmit(q, c); res != nil {
+		return res
+	}
+	if q.jobs >= m.opts.Limits.MaxJobsPerQueue {
+		return fail(Exhausted, "jobs: queue %q holds %d jobs, its limit", q.Name, q.jobs)
+	}
+	return m.addJob(q, c, now, fx)
+}
+
+// checkSubmit refuses a submit that may not be applied (nil: it may, or
+// it repeats an idempotency key and gets the same job back).
+func (m *Machine) checkSubmit(q *Queue, c *Submit) *Result {
 	switch {
 	case c.JobID == "" || len(c.JobID) > MaxIDLen:
 		return fail(Invalid, "jobs: job id must be 1 to %d bytes", MaxIDLen)
@@ -502,9 +514,10 @@ func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
 	if m.jobs[c.JobID] != nil {
 		return fail(Conflict, "jobs: job id %q is taken", c.JobID)
 	}
-	if q.jobs >= m.opts.Limits.MaxJobsPerQueue {
-		return fail(Exhausted, "jobs: queue %q holds %d jobs, its limit", q.Name, q.jobs)
-	}
+	return nil
+}
+
+func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx Effects) *Result {
 	mr, ttl := c.MaxRetries, c.TTLNs
 	if mr == 0 {
 		mr = q.MaxRetries
@@ -543,21 +556,59 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
 			return fail(Invalid, "jobs: a batch's jobs must share one queue")
 		}
 	}
+	q := m.queues[c.Jobs[0].Queue]
+	if q == nil {
+		return fail(NotFound, "jobs: no queue %q", c.Jobs[0].Queue)
+	}
+	// All or nothing: every job is checked before any is added, so a
+	// refused batch changes nothing and the client can fix it and resend
+	// the whole. A key or id repeated within the batch counts as taken.
 	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Jobs))}
+	ids := make(map[string]bool, len(c.Jobs))
+	keys := map[string]int{}
+	adds := 0
+	for i := range c.Jobs {
+		sub := &c.Jobs[i]
+		r := m.checkSubmit(q, sub)
+		if r == nil && ids[sub.JobID] {
+			r = fail(Conflict, "jobs: job id %q is taken", sub.JobID)
+		}
+		if r != nil && r.Outcome != Same {
+			return fail(r.Outcome, "%s (job %d of the batch; nothing was submitted)", r.Msg, i)
+		}
+		res.Each[i] = r
+		if r != nil {
+			continue
+		}
+		if sub.IdempotencyKey != "" {
+			if k, ok := keys[sub.IdempotencyKey]; ok {
+				res.Each[i] = &Result{Outcome: Same, Msg: strconv.Itoa(k)}
+				continue
+			}
+			keys[sub.IdempotencyKey] = i
+		}
+		ids[sub.JobID] = true
+		adds++
+	}
+	if q.jobs+adds > m.opts.Limits.MaxJobsPerQueue {
+		return fail(Exhausted, "jobs: queue %q holds %d jobs; %d more would pass its limit of %d (nothing was submitted)",
+			q.Name, q.jobs, adds, m.opts.Limits.MaxJobsPerQueue)
+	}
 	m.inBatch = true // one QueueReady for the batch, not one per job
 	for i := range c.Jobs {
-		r := m.submit(&c.Jobs[i], now, fx)
-		res.Each[i] = r
-		if r.Outcome == Created {
+		switch r := res.Each[i]; {
+		case r == nil:
+			res.Each[i] = m.addJob(q, &c.Jobs[i], now, fx)
 			res.Outcome = Created
+		case r.Jobs == nil:
+			// A key repeated within the batch: the job its first use made.
+			k, _ := strconv.Atoi(r.Msg)
+			res.Each[i] = &Result{Outcome: Same, Jobs: res.Each[k].Jobs}
 		}
 	}
 	m.inBatch = false
-	if q := m.queues[c.Jobs[0].Queue]; q != nil && res.Outcome == Created {
+	if res.Outcome == Created {
 		m.notifyReady(q, fx)
-	}
-	if res.Outcome == Same {
-		res.Msg = "jobs: no job of the batch was created"
 	}
 	return res
 }
@@ -672,17 +723,22 @@ func (m *Machine) heartbeat(c *Heartbeat, now int64, fx Effects) *Result {
 	}
 	sort.Strings(ids) // the timers' order must not follow the map's
 	until := addSat(now, c.LeaseNs)
-	var out []*Job
+	// The reply lists every job the worker holds here, extended or not:
+	// the API counts a worker's unreported jobs from it, so a job whose
+	// lease ran out (and went to someone else) stops taking a slot.
+	out := make([]*Job, 0, len(ids))
+	extended := false
 	for _, id := range ids {
 		j := s[id]
 		if until > j.LeaseUntil {
 			j.LeaseUntil = until
 			m.setTimer(fx, "lease/"+j.ID, until, &LeaseExpired{JobID: j.ID})
-			out = append(out, copyJob(j))
+			extended = true
 		}
+		out = append(out, copyJob(j))
 	}
-	if len(out) == 0 {
-		return &Result{Outcome: Same}
+	if !extended {
+		return &Result{Outcome: Same, Jobs: out}
 	}
 	return &Result{Outcome: OK, Jobs: out}
 }
@@ -1169,6 +1225,9 @@ type (
 	GetJobLogs struct{ ID string }   // → []JobEvent, nil if no such job
 	ListQueues struct{}              // → []*Queue by name
 	GetStats   struct{ Name string } // → *Stats or nil
+	// WorkerJobs lists the ids of the jobs Worker holds a lease on here
+	// (ASSIGNED or RUNNING), sorted.
+	WorkerJobs struct{ Worker string } // → []string
 	// ListJobs pages through a queue's jobs in submission order; Status 0
 	// means any. PageToken is the NextPageToken of the previous page.
 	ListJobs struct {
@@ -1227,6 +1286,13 @@ func (m *Machine) Query(q any) any {
 		return qu.stats()
 	case ListJobs:
 		return m.listJobs(q)
+	case WorkerJobs:
+		ids := make([]string, 0, len(m.leases[q.Worker]))
+		for id := range m.leases[q.Worker] {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		return ids
 	}
 	return nil
 }

@@ -374,12 +374,20 @@ func TestEventLogBounded(t *testing.T) {
 
 func TestSubmitBatch(t *testing.T) {
 	h := one(t)
-	r, notes := h.notes(&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12},
+	// One bad job refuses the whole batch, which changes nothing.
+	r, notes := h.notes(&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 12}}})
+	if r.Outcome != Invalid || len(notes) != 0 || !strings.Contains(r.Msg, "job 1 of the batch") {
+		t.Fatalf("batch with a bad job: %+v, notes %v", r, notes)
+	}
+	if j := h.ms[0].Query(GetJob{ID: "a"}).(*Job); j != nil {
+		t.Fatalf("a refused batch added %+v", j)
+	}
+	r, notes = h.notes(&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 9},
 		{JobID: "c", Queue: DefaultQueue, IdempotencyKey: "k"}, {JobID: "d", Queue: DefaultQueue, IdempotencyKey: "k"}}})
-	if len(notes) != 1 || notes[0] != (QueueReady{Queue: DefaultQueue, Ready: 2}) {
+	if len(notes) != 1 || notes[0] != (QueueReady{Queue: DefaultQueue, Ready: 3}) {
 		t.Fatalf("batch notes %v", notes)
 	}
-	want := []Outcome{Created, Invalid, Created, Same}
+	want := []Outcome{Created, Created, Created, Same}
 	for i, e := range r.Each {
 		if e.Outcome != want[i] {
 			t.Fatalf("job %d: %v %s, want %v", i, e.Outcome, e.Msg, want[i])
@@ -387,6 +395,10 @@ func TestSubmitBatch(t *testing.T) {
 	}
 	if r.Outcome != Created || r.Each[3].Jobs[0].ID != "c" {
 		t.Fatalf("batch: %+v", r)
+	}
+	// The same id twice in one batch is refused whole too.
+	if r := h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "e", Queue: DefaultQueue}, {JobID: "e", Queue: DefaultQueue}}}); r.Outcome != Conflict {
+		t.Fatalf("id repeated in a batch: %+v", r)
 	}
 	for _, b := range []*SubmitBatch{{}, {Jobs: []Submit{{JobID: "x", Queue: DefaultQueue}, {JobID: "y", Queue: "other"}}}} {
 		if r := h.client("", b); r.Outcome != Invalid {

@@ -154,7 +154,17 @@ func (md *model) step() {
 			s2.Priority = int32(h.rng.IntN(10))
 			b.Jobs = append(b.Jobs, s2)
 		}
+		qu := h.ms[h.part(QueueKey(q))].queues[q]
+		before := qu.jobs
 		r := h.client(QueueKey(q), b)
+		if r.Outcome == Exhausted {
+			// All or nothing: refused whole, and only when the new jobs
+			// would not fit.
+			if len(r.Each) != 0 || qu.jobs != before || before+len(b.Jobs) <= 60 {
+				h.t.Fatalf("batch of %d onto %d jobs refused as %s, now %d jobs", len(b.Jobs), before, r.Msg, qu.jobs)
+			}
+			return
+		}
 		if len(r.Each) != len(b.Jobs) {
 			h.t.Fatalf("batch of %d: %+v", len(b.Jobs), r)
 		}

@@ -1,0 +1,586 @@
+package jobs
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/jqpb"
+	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
+)
+
+// Defaults of the API.
+const (
+	// DefaultLease is how long a pushed job stays leased to its worker
+	// without a heartbeat: jq's workers beat every 5 s and are given up
+	// after 30 s of silence.
+	DefaultLease = 30 * time.Second
+	// DefaultRetention is how long a finished job and its log are kept.
+	DefaultRetention = 24 * time.Hour
+	// MaxTTLSeconds bounds ttl_seconds (a year): a larger one is a typo.
+	MaxTTLSeconds = 366 * 24 * 3600
+)
+
+// API serves jq's JobService, WorkerService and AdminService
+// (shared/compat/jobs.md) over an engine that runs Workload. It
+// implements the three generated handler interfaces.
+type API struct {
+	eng         *engine.Engine
+	hub         *Hub
+	parts       int
+	leaseNs     int64
+	retentionNs int64
+	done        chan struct{}
+	stopOnce    sync.Once
+	// healthy says whether the node serves (GetSystemStatus).
+	healthy func() bool
+	// Job ids are drawn from per-goroutine ChaCha8 sources seeded from
+	// crypto/rand: unique with overwhelming probability, without a
+	// getrandom call for every one of the partitions' worth of draws.
+	rngs sync.Pool
+}
+
+var (
+	_ jqpbconnect.JobServiceHandler    = (*API)(nil)
+	_ jqpbconnect.WorkerServiceHandler = (*API)(nil)
+	_ jqpbconnect.AdminServiceHandler  = (*API)(nil)
+)
+
+// NewAPI returns the jobs API over eng, whose notes for this workload
+// must be passed to hub.Notify.
+func NewAPI(eng *engine.Engine, hub *Hub) *API {
+	a := &API{eng: eng, hub: hub, parts: eng.Partitions(), leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention),
+		done: make(chan struct{}), healthy: func() bool { return !eng.Failed() }}
+	a.rngs.New = func() any {
+		var seed [32]byte
+		_, _ = crand.Read(seed[:]) // never fails (Go 1.24+)
+		return rand.NewChaCha8(seed)
+	}
+	hub.lease = time.Duration(a.leaseNs)
+	return a
+}
+
+// SetLease sets how long a pushed job stays leased without a heartbeat.
+func (a *API) SetLease(d time.Duration) *API {
+	if d > 0 {
+		a.leaseNs = int64(d)
+		a.hub.mu.Lock()
+		a.hub.lease = d
+		a.hub.mu.Unlock()
+	}
+	return a
+}
+
+// SetRetention sets how long jobs submitted from now on are kept once
+// finished. Each Submit logs it, so replay purges what the live run did.
+func (a *API) SetRetention(d time.Duration) *API {
+	if d > 0 {
+		a.retentionNs = int64(d)
+	}
+	return a
+}
+
+// SetHealth replaces the health check GetSystemStatus reports.
+func (a *API) SetHealth(f func() bool) *API {
+	a.healthy = f
+	return a
+}
+
+// Shutdown ends every worker stream with UNAVAILABLE, so workers
+// reconnect elsewhere (or to this node when it is back) and a graceful
+// shutdown does not wait for them.
+func (a *API) Shutdown() { a.stopOnce.Do(func() { close(a.done) }) }
+
+// Handlers returns the three services' paths and handlers, built with
+// opts, for the server's mux.
+func (a *API) Handlers(opts ...connect.HandlerOption) []Service {
+	out := make([]Service, 0, 3)
+	for _, s := range []struct {
+		name string
+		mk   func() (string, http.Handler)
+	}{
+		{jqpbconnect.JobServiceName, func() (string, http.Handler) { return jqpbconnect.NewJobServiceHandler(a, opts...) }},
+		{jqpbconnect.WorkerServiceName, func() (string, http.Handler) { return jqpbconnect.NewWorkerServiceHandler(a, opts...) }},
+		{jqpbconnect.AdminServiceName, func() (string, http.Handler) { return jqpbconnect.NewAdminServiceHandler(a, opts...) }},
+	} {
+		path, h := s.mk()
+		out = append(out, Service{Name: s.name, Path: path, Handler: h})
+	}
+	return out
+}
+
+// StreamPath is the one long-lived call: the server must not apply its
+// request timeouts to it.
+const StreamPath = "/" + jqpbconnect.WorkerServiceName + "/StreamJobs"
+
+// Service is one gRPC service for the server's mux.
+type Service struct {
+	Name, Path string
+	Handler    http.Handler
+}
+
+// --- errors ---
+
+func errf(code connect.Code, format string, a ...any) *connect.Error {
+	return connect.NewError(code, fmt.Errorf(format, a...))
+}
+
+// outcomeErr maps a refused command to its gRPC code.
+func outcomeErr(r *Result) error {
+	code := connect.CodeInternal
+	switch r.Outcome {
+	case OK, Created, Same:
+		return nil
+	case NotFound:
+		code = connect.CodeNotFound
+	case Invalid:
+		code = connect.CodeInvalidArgument
+	case Conflict:
+		code = connect.CodeFailedPrecondition
+	case Exhausted:
+		code = connect.CodeResourceExhausted
+	}
+	return connect.NewError(code, errors.New(r.Msg))
+}
+
+// engineErr maps an engine error: overload is RESOURCE_EXHAUSTED (retry
+// after a pause), a failed or closing node UNAVAILABLE (retry elsewhere).
+func engineErr(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrOverloaded):
+		return errf(connect.CodeResourceExhausted, "the server is overloaded; retry after a short pause")
+	case errors.Is(err, engine.ErrFailed):
+		return errf(connect.CodeUnavailable, "the command log failed; this node refuses all requests until it is restarted")
+	case errors.Is(err, engine.ErrClosed):
+		return errf(connect.CodeUnavailable, "the server is shutting down; retry")
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+// do applies cmd at key and returns its result, or the call's error.
+func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {
+	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	r := v.(*Result)
+	return r, outcomeErr(r)
+}
+
+func (a *API) query(ctx context.Context, key string, q any) (any, error) {
+	v, err := a.eng.Query(ctx, a.eng.PartitionOf(key), WorkloadID, q)
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	return v, nil
+}
+
+// all runs f for every partition at once and returns the first error.
+func (a *API) all(f func(p int) error) error {
+	errs := make([]error, a.parts)
+	var wg sync.WaitGroup
+	for p := range a.parts {
+		wg.Go(func() { errs[p] = f(p) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// --- conversions ---
+
+func ts(ns int64) *timestamppb.Timestamp {
+	if ns == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, ns))
+}
+
+func jobPB(j *Job) *jqpb.Job {
+	return &jqpb.Job{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority, Status: jqpb.JobStatus(j.Status),
+		MaxRetries: j.MaxRetries, RetryCount: j.RetryCount, CreatedAt: ts(j.CreatedAt), StartedAt: ts(j.StartedAt),
+		CompletedAt: ts(j.CompletedAt), WorkerId: j.Worker, Result: j.Result, NotBefore: ts(j.NotBefore), ErrorMessage: j.Error}
+}
+
+func queuePB(q *Queue) *jqpb.Queue {
+	return &jqpb.Queue{Name: q.Name, MaxRetries: q.MaxRetries, TtlSeconds: int32(q.TTLNs / 1e9), CreatedAt: ts(q.CreatedAt), Paused: q.Paused}
+}
+
+func statsPB(s *Stats) *jqpb.QueueStats {
+	return &jqpb.QueueStats{QueueName: s.Queue, PendingCount: s.Pending, RunningCount: s.Assigned + s.Running, FailedCount: s.Failed,
+		DoneCount: s.Done, DeadLetterCount: s.DeadLettered, TotalProcessed: s.Processed, AvgDurationMs: s.AvgDurationMs, ErrorRate: s.ErrorRate}
+}
+
+// --- checks done before anything is logged ---
+
+func checkName(what, s string) error {
+	if s == "" || len(s) > MaxNameLen || !utf8.ValidString(s) {
+		return errf(connect.CodeInvalidArgument, "%s must be 1 to %d bytes of UTF-8, got %d bytes", what, MaxNameLen, len(s))
+	}
+	return nil
+}
+
+func checkID(what, s string) error {
+	if s == "" || len(s) > MaxIDLen {
+		return errf(connect.CodeInvalidArgument, "%s must be 1 to %d bytes, got %d", what, MaxIDLen, len(s))
+	}
+	return nil
+}
+
+func checkTTL(ttl int32) error {
+	if ttl < 0 || ttl > MaxTTLSeconds {
+		return errf(connect.CodeInvalidArgument, "ttl_seconds must be 0 (none) to %d, got %d", MaxTTLSeconds, ttl)
+	}
+	return nil
+}
+
+// submitOf checks a SubmitJobRequest and turns it into a Submit (without
+// its job id).
+func (a *API) submitOf(r *jqpb.SubmitJobRequest) (Submit, error) {
+	if err := checkName("queue_name", r.QueueName); err != nil {
+		return Submit{}, err
+	}
+	switch {
+	case r.Priority < 0 || r.Priority > MaxPriority:
+		return Submit{}, errf(connect.CodeInvalidArgument, "priority must be 0 to %d (9 highest), got %d", MaxPriority, r.Priority)
+	case r.MaxRetries < 0 || r.MaxRetries > MaxMaxRetries:
+		return Submit{}, errf(connect.CodeInvalidArgument, "max_retries must be 0 (the queue's) to %d, got %d", MaxMaxRetries, r.MaxRetries)
+	case len(r.Payload) > MaxPayloadBytes:
+		return Submit{}, errf(connect.CodeResourceExhausted, "payload of %d bytes is over the limit of %d", len(r.Payload), MaxPayloadBytes)
+	case len(r.IdempotencyKey) > MaxKeyLen:
+		return Submit{}, errf(connect.CodeInvalidArgument, "idempotency_key must be at most %d bytes, got %d", MaxKeyLen, len(r.IdempotencyKey))
+	}
+	if err := checkTTL(r.TtlSeconds); err != nil {
+		return Submit{}, err
+	}
+	s := Submit{Queue: r.QueueName, Payload: r.Payload, Priority: r.Priority, MaxRetries: r.MaxRetries,
+		TTLNs: int64(r.TtlSeconds) * 1e9, IdempotencyKey: r.IdempotencyKey, RetentionNs: a.retentionNs}
+	if r.NotBefore != nil {
+		if err := r.NotBefore.CheckValid(); err != nil {
+			return Submit{}, errf(connect.CodeInvalidArgument, "not_before: %v", err)
+		}
+		t := r.NotBefore.AsTime()
+		if t.Year() > 2200 || t.Year() < 1970 {
+			return Submit{}, errf(connect.CodeInvalidArgument, "not_before %s is not between 1970 and 2200", t.Format(time.RFC3339))
+		}
+		s.NotBeforeNs = t.UnixNano()
+	}
+	return s, nil
+}
+
+func (a *API) newJobID(queue string) (string, error) {
+	rng := a.rngs.Get().(*rand.ChaCha8)
+	defer a.rngs.Put(rng)
+	id, err := NewJobID(queue, a.parts, rng)
+	if err != nil {
+		return "", connect.NewError(connect.CodeInternal, err)
+	}
+	return id, nil
+}
+
+// --- JobService ---
+
+func (a *API) SubmitJob(ctx context.Context, req *connect.Request[jqpb.SubmitJobRequest]) (*connect.Response[jqpb.SubmitJobResponse], error) {
+	s, err := a.submitOf(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	if s.JobID, err = a.newJobID(s.Queue); err != nil {
+		return nil, err
+	}
+	r, err := a.do(ctx, QueueKey(s.Queue), &s)
+	if err != nil {
+		return nil, err
+	}
+	// Created, or Same for a repeated idempotency key: the job it made.
+	return connect.NewResponse(&jqpb.SubmitJobResponse{JobId: r.Jobs[0].ID}), nil
+}
+
+func (a *API) SubmitJobs(ctx context.Context, req *connect.Request[jqpb.SubmitJobsRequest]) (*connect.Response[jqpb.SubmitJobsResponse], error) {
+	reqs := req.Msg.Jobs
+	if len(reqs) == 0 || len(reqs) > MaxSubmitBatch {
+		return nil, errf(connect.CodeInvalidArgument, "jobs must hold 1 to %d jobs, got %d", MaxSubmitBatch, len(reqs))
+	}
+	b := &SubmitBatch{Jobs: make([]Submit, len(reqs))}
+	for i, r := range reqs {
+		s, err := a.submitOf(r)
+		if err != nil {
+			var ce *connect.Error
+			errors.As(err, &ce)
+			return nil, errf(ce.Code(), "jobs[%d]: %s (nothing was submitted)", i, ce.Message())
+		}
+		if s.Queue != reqs[0].QueueName {
+			return nil, errf(connect.CodeInvalidArgument, "jobs[%d] names queue %q, jobs[0] %q: one SubmitJobs call submits to one queue (nothing was submitted)",
+				i, s.Queue, reqs[0].QueueName)
+		}
+		if s.JobID, err = a.newJobID(s.Queue); err != nil {
+			return nil, err
+		}
+		b.Jobs[i] = s
+	}
+	r, err := a.do(ctx, QueueKey(reqs[0].QueueName), b)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(r.Each))
+	for i, e := range r.Each {
+		ids[i] = e.Jobs[0].ID
+	}
+	return connect.NewResponse(&jqpb.SubmitJobsResponse{JobIds: ids}), nil
+}
+
+func (a *API) CancelJob(ctx context.Context, req *connect.Request[jqpb.CancelJobRequest]) (*connect.Response[jqpb.CancelJobResponse], error) {
+	if err := checkID("job_id", req.Msg.JobId); err != nil {
+		return nil, err
+	}
+	if _, err := a.do(ctx, JobKey(req.Msg.JobId), &Cancel{JobID: req.Msg.JobId}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.CancelJobResponse{}), nil
+}
+
+func (a *API) RetryJob(ctx context.Context, req *connect.Request[jqpb.RetryJobRequest]) (*connect.Response[jqpb.RetryJobResponse], error) {
+	if err := checkID("job_id", req.Msg.JobId); err != nil {
+		return nil, err
+	}
+	if _, err := a.do(ctx, JobKey(req.Msg.JobId), &Retry{JobID: req.Msg.JobId}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.RetryJobResponse{JobId: req.Msg.JobId}), nil
+}
+
+func (a *API) getJob(ctx context.Context, id string) (*Job, error) {
+	if err := checkID("job_id", id); err != nil {
+		return nil, err
+	}
+	v, err := a.query(ctx, JobKey(id), GetJob{ID: id})
+	if err != nil {
+		return nil, err
+	}
+	j := v.(*Job)
+	if j == nil {
+		return nil, errf(connect.CodeNotFound, "no job %q (finished jobs are purged after their retention)", id)
+	}
+	return j, nil
+}
+
+func (a *API) GetJobStatus(ctx context.Context, req *connect.Request[jqpb.GetJobStatusRequest]) (*connect.Response[jqpb.GetJobStatusResponse], error) {
+	j, err := a.getJob(ctx, req.Msg.JobId)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.GetJobStatusResponse{Job: jobPB(j)}), nil
+}
+
+func (a *API) GetJobLogs(ctx context.Context, req *connect.Request[jqpb.GetJobLogsRequest]) (*connect.Response[jqpb.GetJobLogsResponse], error) {
+	id := req.Msg.JobId
+	if err := checkID("job_id", id); err != nil {
+		return nil, err
+	}
+	v, err := a.query(ctx, JobKey(id), GetJobLogs{ID: id})
+	if err != nil {
+		return nil, err
+	}
+	evs := v.([]JobEvent)
+	if evs == nil {
+		return nil, errf(connect.CodeNotFound, "no job %q (finished jobs are purged after their retention)", id)
+	}
+	out := make([]*jqpb.JobEvent, len(evs))
+	for i, e := range evs {
+		out[i] = &jqpb.JobEvent{Id: e.ID, JobId: id, FromStatus: jqpb.JobStatus(e.From), ToStatus: jqpb.JobStatus(e.To),
+			WorkerId: e.Worker, Reason: e.Reason, OccurredAt: ts(e.At)}
+	}
+	return connect.NewResponse(&jqpb.GetJobLogsResponse{Events: out}), nil
+}
+
+func (a *API) ListJobs(ctx context.Context, req *connect.Request[jqpb.ListJobsRequest]) (*connect.Response[jqpb.ListJobsResponse], error) {
+	m := req.Msg
+	if err := checkName("queue_name", m.QueueName); err != nil {
+		return nil, err
+	}
+	if m.Limit < 0 || m.Limit > 100 {
+		return nil, errf(connect.CodeInvalidArgument, "limit must be 0 (20) to 100, got %d", m.Limit)
+	}
+	if m.Status < 0 || m.Status >= jqpb.JobStatus(numStatuses) {
+		return nil, errf(connect.CodeInvalidArgument, "status %d is not a JobStatus", m.Status)
+	}
+	v, err := a.query(ctx, QueueKey(m.QueueName), ListJobs{Queue: m.QueueName, Status: Status(m.Status), Limit: int(m.Limit), PageToken: m.PageToken})
+	if err != nil {
+		return nil, err
+	}
+	p := v.(*JobPage)
+	if !p.Found {
+		if m.PageToken != "" {
+			return nil, errf(connect.CodeInvalidArgument, "%s", p.Msg)
+		}
+		return nil, errf(connect.CodeNotFound, "%s", p.Msg)
+	}
+	out := make([]*jqpb.Job, len(p.Jobs))
+	for i, j := range p.Jobs {
+		out[i] = jobPB(j)
+	}
+	return connect.NewResponse(&jqpb.ListJobsResponse{Jobs: out, NextPageToken: p.NextPageToken}), nil
+}
+
+// --- AdminService: queues ---
+
+func (a *API) CreateQueue(ctx context.Context, req *connect.Request[jqpb.CreateQueueRequest]) (*connect.Response[jqpb.CreateQueueResponse], error) {
+	m := req.Msg
+	if err := checkName("name", m.Name); err != nil {
+		return nil, err
+	}
+	if m.MaxRetries < 0 || m.MaxRetries > MaxMaxRetries {
+		return nil, errf(connect.CodeInvalidArgument, "max_retries must be 0 (default %d) to %d, got %d", DefaultMaxRetries, MaxMaxRetries, m.MaxRetries)
+	}
+	if err := checkTTL(m.TtlSeconds); err != nil {
+		return nil, err
+	}
+	r, err := a.do(ctx, QueueKey(m.Name), &CreateQueue{Name: m.Name, MaxRetries: m.MaxRetries, TTLNs: int64(m.TtlSeconds) * 1e9})
+	if r != nil && r.Outcome == Conflict {
+		// Creating a queue again with its settings is a no-op; with others
+		// it is gRPC's ALREADY_EXISTS.
+		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(r.Msg))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.CreateQueueResponse{Queue: queuePB(r.Queue)}), nil
+}
+
+func (a *API) DeleteQueue(ctx context.Context, req *connect.Request[jqpb.DeleteQueueRequest]) (*connect.Response[jqpb.DeleteQueueResponse], error) {
+	if err := checkName("name", req.Msg.Name); err != nil {
+		return nil, err
+	}
+	if _, err := a.do(ctx, QueueKey(req.Msg.Name), &DeleteQueue{Name: req.Msg.Name, Force: req.Msg.Force}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.DeleteQueueResponse{}), nil
+}
+
+func (a *API) pause(ctx context.Context, name string, pause bool) (*jqpb.Queue, error) {
+	if err := checkName("name", name); err != nil {
+		return nil, err
+	}
+	var cmd engine.Command = &ResumeQueue{Name: name}
+	if pause {
+		cmd = &PauseQueue{Name: name}
+	}
+	r, err := a.do(ctx, QueueKey(name), cmd)
+	if err != nil {
+		return nil, err
+	}
+	return queuePB(r.Queue), nil
+}
+
+func (a *API) PauseQueue(ctx context.Context, req *connect.Request[jqpb.PauseQueueRequest]) (*connect.Response[jqpb.PauseQueueResponse], error) {
+	q, err := a.pause(ctx, req.Msg.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.PauseQueueResponse{Queue: q}), nil
+}
+
+func (a *API) ResumeQueue(ctx context.Context, req *connect.Request[jqpb.ResumeQueueRequest]) (*connect.Response[jqpb.ResumeQueueResponse], error) {
+	q, err := a.pause(ctx, req.Msg.Name, false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.ResumeQueueResponse{Queue: q}), nil
+}
+
+// queues lists every partition's queues, by name.
+func (a *API) queues(ctx context.Context) ([]*Queue, error) {
+	per := make([][]*Queue, a.parts)
+	err := a.all(func(p int) error {
+		v, err := a.eng.Query(ctx, p, WorkloadID, ListQueues{})
+		if err != nil {
+			return engineErr(err)
+		}
+		per[p] = v.([]*Queue)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Concat(per...)
+	slices.SortFunc(out, func(x, y *Queue) int {
+		switch {
+		case x.Name < y.Name:
+			return -1
+		case x.Name > y.Name:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+func (a *API) ListQueues(ctx context.Context, _ *connect.Request[jqpb.ListQueuesRequest]) (*connect.Response[jqpb.ListQueuesResponse], error) {
+	qs, err := a.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*jqpb.Queue, len(qs))
+	for i, q := range qs {
+		out[i] = queuePB(q)
+	}
+	return connect.NewResponse(&jqpb.ListQueuesResponse{Queues: out}), nil
+}
+
+func (a *API) GetQueueStats(ctx context.Context, req *connect.Request[jqpb.GetQueueStatsRequest]) (*connect.Response[jqpb.GetQueueStatsResponse], error) {
+	if err := checkName("name", req.Msg.Name); err != nil {
+		return nil, err
+	}
+	v, err := a.query(ctx, QueueKey(req.Msg.Name), GetStats{Name: req.Msg.Name})
+	if err != nil {
+		return nil, err
+	}
+	s := v.(*Stats)
+	if s == nil {
+		return nil, errf(connect.CodeNotFound, "no queue %q", req.Msg.Name)
+	}
+	return connect.NewResponse(&jqpb.GetQueueStatsResponse{Stats: statsPB(s)}), nil
+}
+
+func (a *API) GetSystemStatus(ctx context.Context, _ *connect.Request[jqpb.GetSystemStatusRequest]) (*connect.Response[jqpb.GetSystemStatusResponse], error) {
+	healthy := a.healthy()
+	res := &jqpb.GetSystemStatusResponse{Healthy: healthy}
+	logMsg := "ok"
+	if !healthy {
+		logMsg = "the command log failed or the node is not ready; it refuses requests until restarted"
+	}
+	res.Components = append(res.Components, &jqpb.ComponentStatus{Name: "log", Healthy: healthy, Message: logMsg})
+	qs, err := a.queues(ctx)
+	if err != nil {
+		res.Healthy = false
+		var ce *connect.Error
+		errors.As(err, &ce)
+		res.Components = append(res.Components, &jqpb.ComponentStatus{Name: "engine", Healthy: false, Message: ce.Message()})
+	} else {
+		res.Components = append(res.Components, &jqpb.ComponentStatus{Name: "engine", Healthy: true,
+			Message: fmt.Sprintf("%d partitions", a.parts)})
+		for _, q := range qs {
+			res.QueueStats = append(res.QueueStats, statsPB(q.stats()))
+		}
+	}
+	active, total := a.hub.counts()
+	res.ActiveWorkers = int32(min(active, math.MaxInt32))
+	res.Components = append(res.Components, &jqpb.ComponentStatus{Name: "workers", Healthy: true,
+		Message: fmt.Sprintf("%d active of %d known", active, total)})
+	return connect.NewResponse(res), nil
+}

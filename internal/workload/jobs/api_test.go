@@ -1,0 +1,512 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/jqpb"
+	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
+	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/workload/jobs"
+)
+
+// clients talk to a jobs API over a real engine and log, over h2c gRPC
+// as jq's clients do.
+type clients struct {
+	jobs   jqpbconnect.JobServiceClient
+	work   jqpbconnect.WorkerServiceClient
+	admin  jqpbconnect.AdminServiceClient
+	engine *engine.Engine
+}
+
+func h2c() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+func newAPI(t *testing.T, lease time.Duration) *clients {
+	t.Helper()
+	dir := t.TempDir()
+	const parts = 4
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := jobs.NewHub(0)
+	eng, err := engine.Open(engine.Options{Partitions: parts, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
+		Logger: slog.New(slog.DiscardHandler),
+		Notify: func(_ int, wl uint8, v any) {
+			if wl == jobs.WorkloadID {
+				hub.Notify(v)
+			}
+		}}, &jobs.Workload{Partitions: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := jobs.NewAPI(eng, hub).SetLease(lease)
+	mux := http.NewServeMux()
+	for _, s := range a.Handlers() {
+		mux.Handle(s.Path, s.Handler)
+	}
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
+	hc := h2c()
+	return &clients{
+		jobs:   jqpbconnect.NewJobServiceClient(hc, srv.URL, connect.WithGRPC()),
+		work:   jqpbconnect.NewWorkerServiceClient(hc, srv.URL, connect.WithGRPC()),
+		admin:  jqpbconnect.NewAdminServiceClient(hc, srv.URL, connect.WithGRPC()),
+		engine: eng,
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (c *clients) submit(t *testing.T, req *jqpb.SubmitJobRequest) string {
+	t.Helper()
+	res, err := c.jobs.SubmitJob(ctxT(t), connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("SubmitJob(%v): %v", req, err)
+	}
+	return res.Msg.JobId
+}
+
+func (c *clients) job(t *testing.T, id string) *jqpb.Job {
+	t.Helper()
+	res, err := c.jobs.GetJobStatus(ctxT(t), connect.NewRequest(&jqpb.GetJobStatusRequest{JobId: id}))
+	if err != nil {
+		t.Fatalf("GetJobStatus(%s): %v", id, err)
+	}
+	return res.Msg.Job
+}
+
+// waitStatus polls until the job is in status want.
+func (c *clients) waitStatus(t *testing.T, id string, want jqpb.JobStatus) *jqpb.Job {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		j := c.job(t, id)
+		if j.Status == want {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s is %v, want %v", id, j.Status, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testWorker is a registered worker with an open stream whose
+// assignments arrive on got.
+type testWorker struct {
+	id     string
+	got    chan *jqpb.JobAssignment
+	ended  chan error
+	cancel context.CancelFunc
+}
+
+func (c *clients) worker(t *testing.T, id string, concurrency int32, acceptsCancel bool, queues ...string) *testWorker {
+	t.Helper()
+	ctx := ctxT(t)
+	reg, err := c.work.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{WorkerId: id, Hostname: "test",
+		Concurrency: concurrency, Queues: queues}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = reg.Msg.WorkerId
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := c.work.StreamJobs(sctx, connect.NewRequest(&jqpb.StreamJobsRequest{WorkerId: id, AcceptsCancel: acceptsCancel}))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w := &testWorker{id: id, got: make(chan *jqpb.JobAssignment, 1000), ended: make(chan error, 1), cancel: cancel}
+	go func() {
+		for st.Receive() {
+			w.got <- st.Msg()
+		}
+		w.ended <- st.Err()
+		st.Close()
+	}()
+	t.Cleanup(cancel)
+	return w
+}
+
+func (w *testWorker) next(t *testing.T) *jqpb.JobAssignment {
+	t.Helper()
+	select {
+	case a := <-w.got:
+		return a
+	case err := <-w.ended:
+		t.Fatalf("worker %s: stream ended: %v", w.id, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("worker %s: no assignment in 10 s", w.id)
+	}
+	return nil
+}
+
+func (w *testWorker) none(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case a := <-w.got:
+		t.Fatalf("worker %s got %v, want nothing", w.id, a)
+	case <-time.After(d):
+	}
+}
+
+func (c *clients) report(t *testing.T, w, job string, ok bool) error {
+	t.Helper()
+	_, err := c.work.ReportResult(ctxT(t), connect.NewRequest(&jqpb.ReportResultRequest{WorkerId: w, JobId: job, Success: ok,
+		Result: []byte("r"), ErrorMessage: map[bool]string{false: "boom"}[ok]}))
+	return err
+}
+
+// A job goes to a waiting worker the moment it is submitted; the worker
+// acks and reports, and the log shows every transition.
+func TestAPILifecycle(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	w := c.worker(t, "w1", 4, true)
+	w.none(t, 50*time.Millisecond)
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", Payload: []byte(`{"command":["true"]}`), Priority: 5, TtlSeconds: 60})
+	a := w.next(t)
+	if a.JobId != id || a.QueueName != "default" || string(a.Payload) != `{"command":["true"]}` || a.Priority != 5 || a.TtlSeconds != 60 || a.Cancel {
+		t.Fatalf("assignment %v for job %s", a, id)
+	}
+	if j := c.job(t, id); j.Status != jqpb.JobStatus_ASSIGNED || j.WorkerId != "w1" {
+		t.Fatalf("after push: %v", j)
+	}
+	if _, err := c.work.AckJob(ctxT(t), connect.NewRequest(&jqpb.AckJobRequest{WorkerId: "w1", JobId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.job(t, id); j.Status != jqpb.JobStatus_RUNNING || j.StartedAt == nil {
+		t.Fatalf("after ack: %v", j)
+	}
+	if err := c.report(t, "w1", id, true); err != nil {
+		t.Fatal(err)
+	}
+	j := c.job(t, id)
+	if j.Status != jqpb.JobStatus_DONE || string(j.Result) != "r" || j.CompletedAt == nil {
+		t.Fatalf("after report: %v", j)
+	}
+	logs, err := c.jobs.GetJobLogs(ctxT(t), connect.NewRequest(&jqpb.GetJobLogsRequest{JobId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	for _, e := range logs.Msg.Events {
+		path = append(path, e.ToStatus.String())
+	}
+	if got := strings.Join(path, ">"); got != "PENDING>ASSIGNED>RUNNING>DONE" {
+		t.Fatalf("log %s", got)
+	}
+	st, err := c.admin.GetQueueStats(ctxT(t), connect.NewRequest(&jqpb.GetQueueStatsRequest{Name: "default"}))
+	if err != nil || st.Msg.Stats.DoneCount != 1 || st.Msg.Stats.TotalProcessed != 1 {
+		t.Fatalf("stats %v %v", st, err)
+	}
+	// A second report is refused: the job is no longer leased.
+	if err := c.report(t, "w1", id, true); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("second report: %v", err)
+	}
+	sys, err := c.admin.GetSystemStatus(ctxT(t), connect.NewRequest(&jqpb.GetSystemStatusRequest{}))
+	if err != nil || !sys.Msg.Healthy || sys.Msg.ActiveWorkers != 1 || len(sys.Msg.QueueStats) != 1 {
+		t.Fatalf("system status %v %v", sys, err)
+	}
+}
+
+// A worker that speaks only jq's protocol (no ack, no cancel) works: its
+// report for an ASSIGNED job is valid.
+func TestAPIJQWorker(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	w := c.worker(t, "", 1, false)
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	a := w.next(t)
+	j := c.job(t, id)
+	if err := c.report(t, j.WorkerId, a.JobId, false); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.job(t, id); j.Status != jqpb.JobStatus_FAILED || j.ErrorMessage != "boom" {
+		t.Fatalf("after failure: %v", j)
+	}
+}
+
+// Concurrency is the number of unreported jobs a worker holds: the rest
+// wait, in priority order, until a report frees a slot.
+func TestAPIConcurrencyAndPriority(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", Priority: int32(i)}))
+	}
+	w := c.worker(t, "w", 2, false)
+	a1, a2 := w.next(t), w.next(t)
+	if a1.JobId != ids[4] || a2.JobId != ids[3] {
+		t.Fatalf("first two pushed: %s %s, want the priority 4 and 3 jobs", a1.JobId, a2.JobId)
+	}
+	w.none(t, 100*time.Millisecond)
+	if err := c.report(t, "w", a1.JobId, true); err != nil {
+		t.Fatal(err)
+	}
+	if a := w.next(t); a.JobId != ids[2] {
+		t.Fatalf("after a report: %s, want %s", a.JobId, ids[2])
+	}
+	w.none(t, 100*time.Millisecond)
+}
+
+// A job whose worker stops heartbeating is pushed to another worker when
+// its lease runs out; heartbeats keep a lease.
+func TestAPILeaseExpiry(t *testing.T) {
+	c := newAPI(t, 300*time.Millisecond)
+	w1 := c.worker(t, "w1", 1, false)
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	w1.next(t)
+	for range 4 {
+		time.Sleep(150 * time.Millisecond)
+		if _, err := c.work.Heartbeat(ctxT(t), connect.NewRequest(&jqpb.HeartbeatRequest{WorkerId: "w1", ActiveJobCount: 1})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j := c.job(t, id); j.Status != jqpb.JobStatus_ASSIGNED {
+		t.Fatalf("heartbeats did not keep the lease: %v", j)
+	}
+	w1.cancel()
+	w2 := c.worker(t, "w2", 1, false)
+	if a := w2.next(t); a.JobId != id {
+		t.Fatalf("w2 got %s", a.JobId)
+	}
+	if j := c.job(t, id); j.RetryCount != 1 || j.WorkerId != "w2" {
+		t.Fatalf("after expiry: %v", j)
+	}
+	if err := c.report(t, "w1", id, true); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("late report of the first worker: %v", err)
+	}
+}
+
+// Cancelling a running job tells its worker on the stream; the job ends
+// DEAD_LETTERED when the worker reports.
+func TestAPICancelRunning(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	w := c.worker(t, "w", 2, true)
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	w.next(t)
+	if _, err := c.work.AckJob(ctxT(t), connect.NewRequest(&jqpb.AckJobRequest{WorkerId: "w", JobId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.jobs.CancelJob(ctxT(t), connect.NewRequest(&jqpb.CancelJobRequest{JobId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if a := w.next(t); !a.Cancel || a.JobId != id {
+		t.Fatalf("want a cancel order for %s, got %v", id, a)
+	}
+	if err := c.report(t, "w", id, false); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.job(t, id); j.Status != jqpb.JobStatus_DEAD_LETTERED {
+		t.Fatalf("after cancel and report: %v", j)
+	}
+	// A pending job is cancelled at once.
+	id2 := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", NotBefore: timestamppb.New(time.Now().Add(time.Hour))})
+	if _, err := c.jobs.CancelJob(ctxT(t), connect.NewRequest(&jqpb.CancelJobRequest{JobId: id2})); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.job(t, id2); j.Status != jqpb.JobStatus_DEAD_LETTERED {
+		t.Fatalf("cancelled pending job: %v", j)
+	}
+}
+
+// Drain ends the stream cleanly, shutdown with ABORTED; deregistering
+// gives the worker's jobs back at once.
+func TestAPIDrainShutdownDeregister(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	w := c.worker(t, "w", 1, false)
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	w.next(t)
+	if _, err := c.admin.DrainWorker(ctxT(t), connect.NewRequest(&jqpb.DrainWorkerRequest{WorkerId: "w"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-w.ended; err != nil {
+		t.Fatalf("drained stream ended with %v, want a clean end", err)
+	}
+	ws, err := c.admin.ListWorkers(ctxT(t), connect.NewRequest(&jqpb.ListWorkersRequest{}))
+	if err != nil || len(ws.Msg.Workers) != 1 || ws.Msg.Workers[0].Status != jqpb.WorkerStatus_DRAINING {
+		t.Fatalf("workers %v %v", ws, err)
+	}
+	if _, err := c.work.Deregister(ctxT(t), connect.NewRequest(&jqpb.DeregisterRequest{WorkerId: "w"})); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.job(t, id); j.Status != jqpb.JobStatus_PENDING || j.RetryCount != 0 {
+		t.Fatalf("after deregister: %v", j)
+	}
+	w2 := c.worker(t, "w2", 1, false)
+	if a := w2.next(t); a.JobId != id {
+		t.Fatalf("w2 got %v", a)
+	}
+	if _, err := c.admin.ShutdownWorker(ctxT(t), connect.NewRequest(&jqpb.ShutdownWorkerRequest{WorkerId: "w2"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-w2.ended; connect.CodeOf(err) != connect.CodeAborted {
+		t.Fatalf("shut-down stream ended with %v, want ABORTED", err)
+	}
+	if _, err := c.admin.DrainWorker(ctxT(t), connect.NewRequest(&jqpb.DrainWorkerRequest{WorkerId: "nobody"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("drain of an unknown worker: %v", err)
+	}
+}
+
+// Idempotency keys and batches.
+func TestAPISubmitKeysAndBatches(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	a := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", IdempotencyKey: "k"})
+	if b := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", IdempotencyKey: "k", Payload: []byte("other")}); b != a {
+		t.Fatalf("repeat of a key: %s, want %s", b, a)
+	}
+	res, err := c.jobs.SubmitJobs(ctxT(t), connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: []*jqpb.SubmitJobRequest{
+		{QueueName: "default"}, {QueueName: "default", IdempotencyKey: "k"}, {QueueName: "default", Priority: 9}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := res.Msg.JobIds; len(ids) != 3 || ids[1] != a || ids[0] == ids[2] {
+		t.Fatalf("batch ids %v", ids)
+	}
+	list, err := c.jobs.ListJobs(ctxT(t), connect.NewRequest(&jqpb.ListJobsRequest{QueueName: "default", Limit: 2}))
+	if err != nil || len(list.Msg.Jobs) != 2 || list.Msg.NextPageToken == "" || list.Msg.Jobs[0].JobId != a {
+		t.Fatalf("list %v %v", list, err)
+	}
+	rest, err := c.jobs.ListJobs(ctxT(t), connect.NewRequest(&jqpb.ListJobsRequest{QueueName: "default", PageToken: list.Msg.NextPageToken}))
+	if err != nil || len(rest.Msg.Jobs) != 1 || rest.Msg.NextPageToken != "" {
+		t.Fatalf("second page %v %v", rest, err)
+	}
+}
+
+// Bad input gets the right code, a message naming the problem, and
+// changes nothing.
+func TestAPIBadInput(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	ctx := ctxT(t)
+	if _, err := c.admin.CreateQueue(ctx, connect.NewRequest(&jqpb.CreateQueueRequest{Name: "full"})); err != nil {
+		t.Fatal(err)
+	}
+	keep := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "full"})
+	big := make([]byte, jobs.MaxPayloadBytes+1)
+	cases := []struct {
+		name string
+		call func() error
+		code connect.Code
+		msg  string
+	}{
+		{"priority 10", func() error {
+			_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", Priority: 10}))
+			return err
+		}, connect.CodeInvalidArgument, "priority"},
+		{"negative retries", func() error {
+			_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", MaxRetries: -1}))
+			return err
+		}, connect.CodeInvalidArgument, "max_retries"},
+		{"negative ttl", func() error {
+			_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", TtlSeconds: -1}))
+			return err
+		}, connect.CodeInvalidArgument, "ttl_seconds"},
+		{"empty queue", func() error {
+			_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{}))
+			return err
+		}, connect.CodeInvalidArgument, "queue_name"},
+		{"unknown queue", func() error {
+			_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "nope"}))
+			return err
+		}, connect.CodeNotFound, `"nope"`},
+		{"huge payload", func() error {
+			_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", Payload: big}))
+			return err
+		}, connect.CodeResourceExhausted, "payload"},
+		{"batch with a bad job", func() error {
+			_, err := c.jobs.SubmitJobs(ctx, connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: []*jqpb.SubmitJobRequest{
+				{QueueName: "default"}, {QueueName: "default", Priority: -1}}}))
+			return err
+		}, connect.CodeInvalidArgument, "jobs[1]"},
+		{"batch over two queues", func() error {
+			_, err := c.jobs.SubmitJobs(ctx, connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: []*jqpb.SubmitJobRequest{
+				{QueueName: "default"}, {QueueName: "full"}}}))
+			return err
+		}, connect.CodeInvalidArgument, "one queue"},
+		{"unknown job", func() error {
+			_, err := c.jobs.GetJobStatus(ctx, connect.NewRequest(&jqpb.GetJobStatusRequest{JobId: "x"}))
+			return err
+		}, connect.CodeNotFound, `"x"`},
+		{"retry a pending job", func() error {
+			_, err := c.jobs.RetryJob(ctx, connect.NewRequest(&jqpb.RetryJobRequest{JobId: keep}))
+			return err
+		}, connect.CodeFailedPrecondition, "PENDING"},
+		{"delete a non-empty queue", func() error {
+			_, err := c.admin.DeleteQueue(ctx, connect.NewRequest(&jqpb.DeleteQueueRequest{Name: "full"}))
+			return err
+		}, connect.CodeFailedPrecondition, "full"},
+		{"delete the default queue", func() error {
+			_, err := c.admin.DeleteQueue(ctx, connect.NewRequest(&jqpb.DeleteQueueRequest{Name: "default", Force: true}))
+			return err
+		}, connect.CodeFailedPrecondition, "default"},
+		{"create an existing queue", func() error {
+			_, err := c.admin.CreateQueue(ctx, connect.NewRequest(&jqpb.CreateQueueRequest{Name: "full", MaxRetries: 7}))
+			return err
+		}, connect.CodeAlreadyExists, "full"},
+		{"list with limit 101", func() error {
+			_, err := c.jobs.ListJobs(ctx, connect.NewRequest(&jqpb.ListJobsRequest{QueueName: "default", Limit: 101}))
+			return err
+		}, connect.CodeInvalidArgument, "limit"},
+		{"bad page token", func() error {
+			_, err := c.jobs.ListJobs(ctx, connect.NewRequest(&jqpb.ListJobsRequest{QueueName: "default", PageToken: "zz"}))
+			return err
+		}, connect.CodeInvalidArgument, "token"},
+		{"report by a stranger", func() error {
+			_, err := c.work.ReportResult(ctx, connect.NewRequest(&jqpb.ReportResultRequest{WorkerId: "w", JobId: keep, Success: true}))
+			return err
+		}, connect.CodeFailedPrecondition, "not leased"},
+		{"stream before register", func() error {
+			st, err := c.work.StreamJobs(ctx, connect.NewRequest(&jqpb.StreamJobsRequest{WorkerId: "ghost"}))
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			for st.Receive() {
+			}
+			return st.Err()
+		}, connect.CodeNotFound, "RegisterWorker"},
+		{"concurrency 5000", func() error {
+			_, err := c.work.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{Concurrency: 5000}))
+			return err
+		}, connect.CodeInvalidArgument, "concurrency"},
+	}
+	for _, tc := range cases {
+		err := tc.call()
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != tc.code || !strings.Contains(ce.Message(), tc.msg) {
+			t.Errorf("%s: %v, want %v mentioning %q", tc.name, err, tc.code, tc.msg)
+		}
+	}
+	for _, q := range []string{"default", "full"} {
+		st, err := c.admin.GetQueueStats(ctx, connect.NewRequest(&jqpb.GetQueueStatsRequest{Name: q}))
+		want := int64(0)
+		if q == "full" {
+			want = 1
+		}
+		if err != nil || st.Msg.Stats.PendingCount != want {
+			t.Errorf("queue %s after refusals: %v %v", q, st, err)
+		}
+	}
+}

@@ -1,0 +1,675 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/jqpb"
+)
+
+// Limits of the worker registry.
+const (
+	// DefaultMaxWorkers bounds the registry (RESOURCE_EXHAUSTED beyond).
+	DefaultMaxWorkers = 10_000
+	// MaxConcurrency bounds a worker's concurrency: one lease takes at
+	// most that many jobs.
+	MaxConcurrency = MaxLeaseBatch
+	// MaxWorkerQueues bounds the queues one worker takes jobs from.
+	MaxWorkerQueues = 64
+	// WorkerRetention: an offline worker is forgotten this long after it
+	// was last heard from.
+	WorkerRetention = time.Hour
+	// cancelBacklog bounds cancel orders waiting for a stream to send
+	// them; a worker that reads none of them loses the excess (its jobs
+	// still end when it reports or its lease runs out).
+	cancelBacklog = 1024
+)
+
+// Hub is the worker registry and the dispatcher: it knows which streams
+// wait for which queues with free slots, and wakes them when the engine
+// notes that a queue gained ready jobs. It is not durable: a restarted
+// node learns its workers again as they re-register (their leases are in
+// the log and survive).
+type Hub struct {
+	mu      sync.Mutex
+	max     int
+	lease   time.Duration
+	workers map[string]*worker
+	// byQueue: open streams by the queues they take jobs from.
+	byQueue map[string][]*stream
+	// owner: the worker each pushed, unreported job was pushed to.
+	owner map[string]*worker
+	// next: where the next wake-up starts in a queue's streams, so that
+	// work spreads over them.
+	next map[string]int
+	now  func() time.Time
+}
+
+// NewHub returns an empty registry for at most max workers (0: default).
+func NewHub(max int) *Hub {
+	if max <= 0 {
+		max = DefaultMaxWorkers
+	}
+	return &Hub{max: max, lease: DefaultLease, workers: map[string]*worker{}, byQueue: map[string][]*stream{},
+		owner: map[string]*worker{}, next: map[string]int{}, now: time.Now}
+}
+
+type worker struct {
+	id, hostname string
+	concurrency  int
+	queues       []string
+	draining     bool
+	lastSeen     time.Time // registration, heartbeat, stream or report
+	lastBeat     time.Time
+	active       int32 // as the worker last said
+	// inflight: pushed jobs not yet reported, with when they were pushed
+	// (UnixNano; 0 for jobs found held when a stream opened).
+	inflight map[string]int64
+	stream   *stream
+}
+
+func (w *worker) free() int {
+	if w.draining {
+		return 0
+	}
+	return w.concurrency - len(w.inflight)
+}
+
+// stream is one open StreamJobs call.
+type stream struct {
+	w             *worker
+	queues        []string
+	acceptsCancel bool
+	wake          chan struct{} // cap 1: work (or an end) may be waiting
+	cancels       []string
+	// end, once set, says how the stream ends: errDrained (a clean end)
+	// or a connect error.
+	end error
+}
+
+var errDrained = errors.New("drained")
+
+func (s *stream) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Notify takes the workload's engine notes (engine.Options.Notify). It
+// runs on the log's completion goroutine, so it only wakes streams.
+func (h *Hub) Notify(v any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch n := v.(type) {
+	case QueueReady:
+		ss := h.byQueue[n.Queue]
+		if len(ss) == 0 {
+			return
+		}
+		start := h.next[n.Queue] % len(ss)
+		left := n.Ready
+		for i := 0; i < len(ss) && left > 0; i++ {
+			s := ss[(start+i)%len(ss)]
+			if f := s.w.free(); f > 0 {
+				s.poke()
+				left -= f
+				h.next[n.Queue] = start + i + 1
+			}
+		}
+	case CancelRequested:
+		w := h.workers[n.Worker]
+		if w == nil || w.stream == nil || !w.stream.acceptsCancel || len(w.stream.cancels) >= cancelBacklog {
+			return
+		}
+		w.stream.cancels = append(w.stream.cancels, n.JobID)
+		w.stream.poke()
+	case JobEnded:
+		h.untrackLocked(n.JobID)
+	}
+}
+
+func (h *Hub) untrackLocked(jobID string) {
+	w := h.owner[jobID]
+	if w == nil {
+		return
+	}
+	delete(h.owner, jobID)
+	delete(w.inflight, jobID)
+	if w.stream != nil {
+		w.stream.poke()
+	}
+}
+
+// counts returns the workers that are online or draining, and all known.
+func (h *Hub) counts() (active, total int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	for _, w := range h.workers {
+		if h.statusLocked(w, now) != jqpb.WorkerStatus_OFFLINE {
+			active++
+		}
+	}
+	return active, len(h.workers)
+}
+
+// statusLocked: ONLINE while its stream is open or it beat within a
+// lease, DRAINING once asked to drain, OFFLINE otherwise.
+func (h *Hub) statusLocked(w *worker, now time.Time) jqpb.WorkerStatus {
+	switch {
+	case w.draining && (w.stream != nil || now.Sub(w.lastSeen) < h.lease):
+		return jqpb.WorkerStatus_DRAINING
+	case w.stream != nil || now.Sub(w.lastSeen) < h.lease:
+		return jqpb.WorkerStatus_ONLINE
+	}
+	return jqpb.WorkerStatus_OFFLINE
+}
+
+// forgetLocked drops workers offline for longer than WorkerRetention.
+func (h *Hub) forgetLocked(now time.Time) {
+	for id, w := range h.workers {
+		if w.stream == nil && len(w.inflight) == 0 && now.Sub(w.lastSeen) > WorkerRetention {
+			delete(h.workers, id)
+		}
+	}
+}
+
+// --- WorkerService ---
+
+func (a *API) RegisterWorker(ctx context.Context, req *connect.Request[jqpb.RegisterWorkerRequest]) (*connect.Response[jqpb.RegisterWorkerResponse], error) {
+	m := req.Msg
+	id := m.WorkerId
+	if id == "" {
+		rng := a.rngs.Get().(interface{ Uint64() uint64 })
+		id = "w-" + strconv.FormatUint(rng.Uint64(), 36)
+		a.rngs.Put(rng)
+	}
+	if err := checkID("worker_id", id); err != nil {
+		return nil, err
+	}
+	if len(m.Hostname) > MaxNameLen {
+		return nil, errf(connect.CodeInvalidArgument, "hostname must be at most %d bytes", MaxNameLen)
+	}
+	conc := int(m.Concurrency)
+	if conc == 0 {
+		conc = 1
+	}
+	if conc < 0 || conc > MaxConcurrency {
+		return nil, errf(connect.CodeInvalidArgument, "concurrency must be 1 to %d (0: 1), got %d", MaxConcurrency, m.Concurrency)
+	}
+	queues, err := checkQueues(m.Queues)
+	if err != nil {
+		return nil, err
+	}
+	h := a.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	w := h.workers[id]
+	if w == nil {
+		h.forgetLocked(now)
+		if len(h.workers) >= h.max {
+			return nil, errf(connect.CodeResourceExhausted, "%d workers are registered, the limit; offline ones are forgotten %v after they were last heard from", len(h.workers), WorkerRetention)
+		}
+		w = &worker{id: id, inflight: map[string]int64{}}
+		h.workers[id] = w
+	}
+	w.hostname, w.concurrency, w.queues, w.draining, w.lastSeen = m.Hostname, conc, queues, false, now
+	if w.stream != nil {
+		w.stream.poke() // more slots, perhaps
+	}
+	return connect.NewResponse(&jqpb.RegisterWorkerResponse{WorkerId: id}), nil
+}
+
+func checkQueues(qs []string) ([]string, error) {
+	if len(qs) == 0 {
+		return []string{DefaultQueue}, nil
+	}
+	if len(qs) > MaxWorkerQueues {
+		return nil, errf(connect.CodeInvalidArgument, "a worker takes jobs from at most %d queues, got %d", MaxWorkerQueues, len(qs))
+	}
+	out := make([]string, 0, len(qs))
+	for _, q := range qs {
+		if err := checkName("queue name", q); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+func (a *API) Heartbeat(ctx context.Context, req *connect.Request[jqpb.HeartbeatRequest]) (*connect.Response[jqpb.HeartbeatResponse], error) {
+	id := req.Msg.WorkerId
+	if err := checkID("worker_id", id); err != nil {
+		return nil, err
+	}
+	sent := a.hub.now().UnixNano()
+	// Leases are extended whether or not this node knows the worker: they
+	// are in the log and outlive a restart that emptied the registry.
+	held := make([][]string, a.parts)
+	err := a.all(func(p int) error {
+		v, err := a.eng.Do(ctx, p, WorkloadID, &Heartbeat{Worker: id, LeaseNs: a.leaseNs})
+		if err != nil {
+			return engineErr(err)
+		}
+		r := v.(*Result)
+		if err := outcomeErr(r); err != nil {
+			return err
+		}
+		for _, j := range r.Jobs {
+			held[p] = append(held[p], j.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := a.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w := h.workers[id]; w != nil {
+		w.lastSeen, w.lastBeat, w.active = h.now(), h.now(), req.Msg.ActiveJobCount
+		// A job pushed before this heartbeat started and no longer held
+		// (its lease ran out, it was given to another) frees its slot.
+		still := map[string]bool{}
+		for _, ids := range held {
+			for _, id := range ids {
+				still[id] = true
+			}
+		}
+		for jid, at := range w.inflight {
+			if at < sent && !still[jid] {
+				delete(w.inflight, jid)
+				delete(h.owner, jid)
+			}
+		}
+		if w.stream != nil {
+			w.stream.poke()
+		}
+	}
+	return connect.NewResponse(&jqpb.HeartbeatResponse{}), nil
+}
+
+func (a *API) AckJob(ctx context.Context, req *connect.Request[jqpb.AckJobRequest]) (*connect.Response[jqpb.AckJobResponse], error) {
+	m := req.Msg
+	if err := checkID("worker_id", m.WorkerId); err != nil {
+		return nil, err
+	}
+	if err := checkID("job_id", m.JobId); err != nil {
+		return nil, err
+	}
+	if _, err := a.do(ctx, JobKey(m.JobId), &Ack{JobID: m.JobId, Worker: m.WorkerId}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.AckJobResponse{}), nil
+}
+
+func (a *API) ReportResult(ctx context.Context, req *connect.Request[jqpb.ReportResultRequest]) (*connect.Response[jqpb.ReportResultResponse], error) {
+	m := req.Msg
+	if err := checkID("worker_id", m.WorkerId); err != nil {
+		return nil, err
+	}
+	if err := checkID("job_id", m.JobId); err != nil {
+		return nil, err
+	}
+	if len(m.ErrorMessage) > MaxErrorLen {
+		return nil, errf(connect.CodeInvalidArgument, "error_message must be at most %d bytes, got %d", MaxErrorLen, len(m.ErrorMessage))
+	}
+	if len(m.Result) > MaxPayloadBytes {
+		return nil, errf(connect.CodeResourceExhausted, "result of %d bytes is over the limit of %d", len(m.Result), MaxPayloadBytes)
+	}
+	_, err := a.do(ctx, JobKey(m.JobId), &Report{JobID: m.JobId, Worker: m.WorkerId, Success: m.Success, Result: m.Result, Error: m.ErrorMessage})
+	var ce *connect.Error
+	if err == nil || errors.As(err, &ce) && (ce.Code() == connect.CodeFailedPrecondition || ce.Code() == connect.CodeNotFound) {
+		// Reported, or no longer this worker's: either way its slot is free.
+		h := a.hub
+		h.mu.Lock()
+		if w := h.owner[m.JobId]; w != nil && w.id == m.WorkerId {
+			h.untrackLocked(m.JobId)
+		}
+		if w := h.workers[m.WorkerId]; w != nil {
+			w.lastSeen = h.now()
+		}
+		h.mu.Unlock()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.ReportResultResponse{}), nil
+}
+
+// release gives back every job the worker holds, on every partition.
+func (a *API) release(ctx context.Context, id string) error {
+	return a.all(func(p int) error {
+		v, err := a.eng.Do(ctx, p, WorkloadID, &Release{Worker: id})
+		if err != nil {
+			return engineErr(err)
+		}
+		return outcomeErr(v.(*Result))
+	})
+}
+
+func (a *API) Deregister(ctx context.Context, req *connect.Request[jqpb.DeregisterRequest]) (*connect.Response[jqpb.DeregisterResponse], error) {
+	id := req.Msg.WorkerId
+	if err := checkID("worker_id", id); err != nil {
+		return nil, err
+	}
+	if err := a.release(ctx, id); err != nil {
+		return nil, err
+	}
+	h := a.hub
+	h.mu.Lock()
+	if w := h.workers[id]; w != nil {
+		for jid := range w.inflight {
+			delete(h.owner, jid)
+		}
+		clear(w.inflight)
+		if w.stream != nil && w.stream.end == nil {
+			w.stream.end = errDrained
+			w.stream.poke()
+		}
+		// Offline now, not a lease from now.
+		w.lastSeen = h.now().Add(-h.lease)
+		w.draining = false
+	}
+	h.mu.Unlock()
+	return connect.NewResponse(&jqpb.DeregisterResponse{}), nil
+}
+
+// --- the stream ---
+
+func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJobsRequest], out *connect.ServerStream[jqpb.JobAssignment]) error {
+	m := req.Msg
+	if err := checkID("worker_id", m.WorkerId); err != nil {
+		return err
+	}
+	var queues []string
+	if len(m.Queues) > 0 {
+		var err error
+		if queues, err = checkQueues(m.Queues); err != nil {
+			return err
+		}
+	}
+	// Every queue must exist: a worker waiting on a misspelt queue would
+	// wait for ever.
+	if queues == nil {
+		a.hub.mu.Lock()
+		if w := a.hub.workers[m.WorkerId]; w != nil {
+			queues = w.queues
+		}
+		a.hub.mu.Unlock()
+	}
+	for _, q := range queues {
+		v, err := a.query(ctx, QueueKey(q), GetStats{Name: q})
+		if err != nil {
+			return err
+		}
+		if v.(*Stats) == nil {
+			return errf(connect.CodeNotFound, "no queue %q; create it first (AdminService.CreateQueue)", q)
+		}
+	}
+	// Jobs the worker still holds (from before a reconnect or a restart
+	// of this node) take slots.
+	held := make([][]string, a.parts)
+	if err := a.all(func(p int) error {
+		v, err := a.eng.Query(ctx, p, WorkloadID, WorkerJobs{Worker: m.WorkerId})
+		if err != nil {
+			return engineErr(err)
+		}
+		held[p] = v.([]string)
+		return nil
+	}); err != nil {
+		return err
+	}
+	s, err := a.hub.open(m.WorkerId, queues, m.AcceptsCancel, held)
+	if err != nil {
+		return err
+	}
+	defer a.hub.close(s)
+	return a.serveStream(ctx, s, out)
+}
+
+// open registers the stream, replacing an older one of the worker.
+func (h *Hub) open(id string, queues []string, acceptsCancel bool, held [][]string) (*stream, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.workers[id]
+	if w == nil {
+		return nil, errf(connect.CodeNotFound, "worker %q is not registered; call RegisterWorker first", id)
+	}
+	if queues == nil {
+		queues = w.queues
+	}
+	if old := w.stream; old != nil {
+		old.end = errf(connect.CodeAborted, "replaced by a newer StreamJobs of worker %q", id)
+		old.poke()
+		h.unlinkLocked(old)
+	}
+	for _, ids := range held {
+		for _, jid := range ids {
+			if _, ok := w.inflight[jid]; !ok {
+				w.inflight[jid] = 0
+				h.owner[jid] = w
+			}
+		}
+	}
+	s := &stream{w: w, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1)}
+	w.stream, w.lastSeen = s, h.now()
+	for _, q := range queues {
+		h.byQueue[q] = append(h.byQueue[q], s)
+	}
+	s.poke() // look for work at once
+	return s, nil
+}
+
+func (h *Hub) unlinkLocked(s *stream) {
+	for _, q := range s.queues {
+		ss := slices.DeleteFunc(h.byQueue[q], func(x *stream) bool { return x == s })
+		if len(ss) == 0 {
+			delete(h.byQueue, q)
+			delete(h.next, q)
+		} else {
+			h.byQueue[q] = ss
+		}
+	}
+}
+
+func (h *Hub) close(s *stream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.w.stream == s {
+		s.w.stream = nil
+		s.w.lastSeen = h.now()
+		h.unlinkLocked(s)
+	}
+}
+
+// step takes what the stream should do next under the lock: its end, the
+// cancels to send, and how many jobs it may take.
+func (h *Hub) step(s *stream) (end error, cancels []string, free int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end != nil {
+		return s.end, nil, 0
+	}
+	cancels, s.cancels = s.cancels, nil
+	return nil, cancels, min(s.w.free(), MaxLeaseBatch)
+}
+
+// track records jobs pushed to the stream's worker.
+func (h *Hub) track(s *stream, jobs []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now().UnixNano()
+	for _, j := range jobs {
+		s.w.inflight[j.ID] = now
+		h.owner[j.ID] = s.w
+	}
+}
+
+// serveStream pushes jobs as they become ready: it leases from its
+// queues whenever it has free slots and a note (or a report, or its
+// opening) says there may be work, and sleeps otherwise. A wake-up that
+// finds nothing costs one unlogged Lease per queue.
+func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment]) error {
+	// Headers now: a gRPC client's call returns only once they arrive,
+	// and a worker may wait long for its first job.
+	if err := out.Send(nil); err != nil {
+		return err
+	}
+	next := 0
+	for {
+		end, cancels, free := a.hub.step(s)
+		if end != nil {
+			if end == errDrained {
+				return nil
+			}
+			return end
+		}
+		for _, id := range cancels {
+			if err := out.Send(&jqpb.JobAssignment{JobId: id, Cancel: true}); err != nil {
+				return err
+			}
+		}
+		retry := false
+		for i := 0; i < len(s.queues) && free > 0; i++ {
+			q := s.queues[(next+i)%len(s.queues)]
+			v, err := a.eng.Do(ctx, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs})
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if errors.Is(err, engine.ErrOverloaded) {
+					retry = true
+					continue
+				}
+				return engineErr(err)
+			}
+			r := v.(*Result)
+			if r.Outcome == NotFound {
+				continue // deleted since: nothing to take
+			}
+			if len(r.Jobs) == 0 {
+				continue
+			}
+			a.hub.track(s, r.Jobs)
+			for _, j := range r.Jobs {
+				if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
+					TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
+					// The worker is gone; its leases run out and the jobs
+					// go to others.
+					return err
+				}
+			}
+			// With no slot left, the queue may still hold ready jobs: a
+			// report frees a slot and wakes this loop to take them.
+			free -= len(r.Jobs)
+		}
+		next++
+		if retry {
+			// The partition shed the lease: try again after a pause.
+			select {
+			case <-s.wake:
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-a.done:
+				return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+			}
+			continue
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.done:
+			return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+		}
+	}
+}
+
+// --- AdminService: workers ---
+
+func (a *API) ListWorkers(ctx context.Context, _ *connect.Request[jqpb.ListWorkersRequest]) (*connect.Response[jqpb.ListWorkersResponse], error) {
+	h := a.hub
+	h.mu.Lock()
+	now := h.now()
+	h.forgetLocked(now)
+	out := make([]*jqpb.Worker, 0, len(h.workers))
+	for _, w := range h.workers {
+		pw := &jqpb.Worker{WorkerId: w.id, Hostname: w.hostname, Status: h.statusLocked(w, now), Concurrency: int32(w.concurrency),
+			ActiveJobCount: int32(len(w.inflight)), Queues: slices.Clone(w.queues)}
+		if !w.lastBeat.IsZero() {
+			pw.LastHeartbeat = ts(w.lastBeat.UnixNano())
+		}
+		out = append(out, pw)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(out, func(x, y *jqpb.Worker) int {
+		switch {
+		case x.WorkerId < y.WorkerId:
+			return -1
+		case x.WorkerId > y.WorkerId:
+			return 1
+		}
+		return 0
+	})
+	return connect.NewResponse(&jqpb.ListWorkersResponse{Workers: out}), nil
+}
+
+// DrainWorker stops pushing to the worker and ends its stream cleanly,
+// which tells a Surge worker to finish its jobs, report them and leave.
+func (a *API) DrainWorker(ctx context.Context, req *connect.Request[jqpb.DrainWorkerRequest]) (*connect.Response[jqpb.DrainWorkerResponse], error) {
+	if err := a.endWorker(req.Msg.WorkerId, true); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.DrainWorkerResponse{}), nil
+}
+
+// ShutdownWorker ends the worker's stream with ABORTED, which tells a
+// Surge worker to stop its jobs at once and deregister (giving them back).
+func (a *API) ShutdownWorker(ctx context.Context, req *connect.Request[jqpb.ShutdownWorkerRequest]) (*connect.Response[jqpb.ShutdownWorkerResponse], error) {
+	if err := a.endWorker(req.Msg.WorkerId, false); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&jqpb.ShutdownWorkerResponse{}), nil
+}
+
+func (a *API) endWorker(id string, drain bool) error {
+	if err := checkID("worker_id", id); err != nil {
+		return err
+	}
+	h := a.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.workers[id]
+	if w == nil {
+		return errf(connect.CodeNotFound, "no worker %q", id)
+	}
+	w.draining = true
+	if s := w.stream; s != nil {
+		if drain {
+			s.end = errDrained
+		} else {
+			s.end = errf(connect.CodeAborted, "worker %q was shut down by an operator: stop its jobs and deregister", id)
+		}
+		s.poke()
+	}
+	return nil
+}
+
+// String helps tests and logs.
+func (w *worker) String() string {
+	return fmt.Sprintf("worker %s (%d/%d)", w.id, len(w.inflight), w.concurrency)
+}
