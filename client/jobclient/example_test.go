@@ -4,21 +4,53 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
+	"os"
+	"testing"
 	"time"
 
 	"github.com/surge-run/surge/client/jobclient"
+	"github.com/surge-run/surge/internal/server"
 )
+
+// serverURL is an in-process `surge serve` that the example runs against.
+var serverURL string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "jobclient-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ready, errc := make(chan string, 1), make(chan error, 1)
+	go func() {
+		errc <- server.Run(ctx, server.Config{Addr: "127.0.0.1:0", DataDir: dir, Ready: ready, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	select {
+	case addr := <-ready:
+		serverURL = "http://" + addr
+	case err := <-errc:
+		log.Fatal(err)
+	}
+	code := m.Run()
+	stop()
+	if err := <-errc; err != nil {
+		log.Print(err)
+		code = 1
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 type Resize struct {
 	Image string `json:"image"`
 	Width int    `json:"width"`
 }
 
-// A program that submits a job and works it, against `surge serve` on its
-// default address.
+// A program that submits a job and works it.
 func Example() {
 	ctx := context.Background()
-	c := jobclient.New("http://127.0.0.1:8080")
+	c := jobclient.New(serverURL) // e.g. "http://127.0.0.1:8080", where `surge serve` listens
 
 	w := jobclient.NewWorker(c, jobclient.WorkerConfig{Concurrency: 4})
 	jobclient.Handle(w, "default", func(ctx context.Context, job *jobclient.Job[Resize]) ([]byte, error) {
@@ -50,4 +82,5 @@ func Example() {
 	if err := <-stopped; err != nil {
 		log.Fatal(err)
 	}
+	// Output: cat.png at 640px
 }
