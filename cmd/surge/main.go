@@ -1,4 +1,4 @@
-// Command surge is the one Surge binary: serve, bench, ctl.
+// Command surge is the one Surge binary: serve, bench, worker, ctl.
 package main
 
 import (
@@ -20,7 +20,7 @@ func newRootCmd() *cobra.Command {
 	// Flag mistakes anywhere are usage errors (exit 2), told apart from
 	// failures of the work itself (exit 1).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(), newBenchCmd(), newCtlCmd())
+	root.AddCommand(newServeCmd(), newBenchCmd(), newWorkerCmd(), newCtlCmd())
 	return root
 }
 

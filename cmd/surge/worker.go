@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/surge-run/surge/client/jobclient"
+)
+
+// Output kept of a job's command: the tail, where a failure's cause
+// usually is. stderr is kept small enough that the error message fits the
+// server's 4 KiB limit.
+const (
+	maxResultBytes = 64 << 10
+	maxStderrBytes = 3 << 10
+)
+
+func newWorkerCmd() *cobra.Command {
+	var (
+		cfg    jobclient.WorkerConfig
+		server string
+		queues string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: `Run jobs whose payload is {"command": ["prog", "arg", ...]} as child processes`,
+		Long: `surge worker takes jobs from a Surge server's queues over a gRPC stream and runs each
+payload {"command": ["prog", "arg", ...]} as a child process (no shell), with the job's TTL
+as its timeout. The job's result is the command's stdout (its last 64 KiB); a non-zero exit
+fails the job with the exit status and the tail of stderr.
+
+SIGTERM or SIGINT drains: no new jobs, running ones finish and are reported, then the
+worker deregisters and exits. A second signal kills the running commands and exits now
+(their jobs go back to the queue).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for q := range strings.SplitSeq(queues, ",") {
+				if q = strings.TrimSpace(q); q != "" {
+					cfg.Queues = append(cfg.Queues, q)
+				}
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			cfg.Logger = log
+			w := newCommandWorker(jobclient.New(server), cfg)
+
+			ctx, drain := context.WithCancel(context.Background())
+			defer drain()
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+			defer signal.Stop(sigs)
+			go func() {
+				s := <-sigs
+				log.Info("draining: finishing running jobs; signal again to stop now", "signal", s.String())
+				drain()
+				s = <-sigs
+				log.Warn("stopping now: killing running jobs", "signal", s.String())
+				w.StopNow()
+			}()
+			return w.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&server, "server", envOr("SURGE_SERVER", "http://127.0.0.1:8080"), "the Surge server's URL (SURGE_SERVER)")
+	f.StringVar(&queues, "queues", envOr("SURGE_QUEUES", "default"), "queues to take jobs from, comma-separated (SURGE_QUEUES)")
+	f.IntVar(&cfg.Concurrency, "concurrency", envIntOr("SURGE_CONCURRENCY", runtime.NumCPU()), "jobs run at once (SURGE_CONCURRENCY)")
+	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: the server assigns one (SURGE_WORKER_ID)")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", envDurationOr("SURGE_HEARTBEAT", 5*time.Second), "interval between heartbeats; shorter than the server's --job-lease (SURGE_HEARTBEAT)")
+	return cmd
+}
+
+// newCommandWorker is the worker `surge worker` runs: every queue's jobs
+// are commands.
+func newCommandWorker(c *jobclient.Client, cfg jobclient.WorkerConfig) *jobclient.Worker {
+	w := jobclient.NewWorker(c, cfg)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	jobclient.Handle(w, "", func(ctx context.Context, job *jobclient.Job[[]byte]) ([]byte, error) {
+		return runJob(ctx, log, job)
+	})
+	return w
+}
+
+// workerPayload is the payload the stock worker understands (jq's).
+type workerPayload struct {
+	Command []string `json:"command"`
+}
+
+func parseCommand(payload []byte) ([]string, error) {
+	var p workerPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf(`payload is not JSON {"command": ["prog", "arg", ...]}: %v`, err)
+	}
+	if len(p.Command) == 0 || p.Command[0] == "" {
+		return nil, errors.New(`payload has no command: want JSON {"command": ["prog", "arg", ...]}`)
+	}
+	return p.Command, nil
+}
+
+func runJob(ctx context.Context, log *slog.Logger, job *jobclient.Job[[]byte]) ([]byte, error) {
+	start := time.Now()
+	argv, err := parseCommand(job.Payload)
+	if err != nil {
+		log.Info("job refused", "job_id", job.ID, "queue", job.Queue, "err", err)
+		return nil, err
+	}
+	out, err := runCommand(ctx, argv)
+	attrs := []any{"job_id", job.ID, "queue", job.Queue, "command", argv[0], "duration", time.Since(start).Round(time.Millisecond)}
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			attrs = append(attrs, "stopped", cause.Error())
+		}
+		log.Info("job failed", append(attrs, "err", err)...)
+		return nil, err
+	}
+	log.Info("job done", append(attrs, "stdout_bytes", len(out))...)
+	return out, nil
+}
+
+// runCommand runs argv without a shell in a process group of its own, so
+// that ending ctx (cancel, TTL, stop now) kills the command and whatever
+// it started with SIGKILL. It returns the tail of stdout, or an error with
+// the exit status and the tail of stderr.
+func runCommand(ctx context.Context, argv []string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// A killed command's background children may hold its pipes open;
+	// stop waiting for them soon after the kill.
+	cmd.WaitDelay = time.Second
+	stdout, stderr := &tailBuffer{max: maxResultBytes}, &tailBuffer{max: maxStderrBytes}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err := cmd.Run()
+	if cmd.Process != nil {
+		// Nothing a job started outlives it. ESRCH (none left) is the
+		// usual answer.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return nil, fmt.Errorf("%v; stderr: %s", err, msg)
+		}
+		return nil, err
+	}
+	return stdout.Bytes(), nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.buf.Reset()
+		p = p[len(p)-t.max:]
+		t.truncated = true
+	} else if over := t.buf.Len() + len(p) - t.max; over > 0 {
+		t.buf.Next(over)
+		t.truncated = true
+	}
+	t.buf.Write(p)
+	if t.buf.Cap() > 4*t.max {
+		// Next only moves the read offset: copy the tail into a fresh
+		// buffer now and then so memory stays bounded.
+		b := bytes.Clone(t.buf.Bytes())
+		t.buf = *bytes.NewBuffer(b)
+	}
+	return n, nil
+}
+
+func (t *tailBuffer) Bytes() []byte { return t.buf.Bytes() }
+
+func (t *tailBuffer) String() string {
+	if t.truncated {
+		return "…" + t.buf.String()
+	}
+	return t.buf.String()
+}
