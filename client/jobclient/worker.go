@@ -207,6 +207,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopHB()
 	<-hbDone
 
+	if errors.Is(err, errReplaced) {
+		w.log.Warn("jobs worker: stopped: another worker streams with this id", "worker_id", w.ID())
+		return err
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, derr := w.c.workers.Deregister(dctx, connect.NewRequest(&jqpb.DeregisterRequest{WorkerId: w.ID()})); derr != nil {
@@ -232,6 +236,10 @@ func (w *Worker) register(ctx context.Context) error {
 	return nil
 }
 
+// errReplaced: the server ended the stream because another one of the
+// same worker id opened.
+var errReplaced = errors.New("jobclient: replaced by another worker with the same id")
+
 // serve streams until it is time to stop: it returns once ctx is done, the
 // server drained or shut the worker down (having cancelled the running jobs
 // then), or on an error retrying cannot mend.
@@ -250,8 +258,13 @@ func (w *Worker) serve(ctx context.Context) error {
 		case err == nil:
 			w.log.Info("jobs worker: drained by the server: finishing running jobs", "worker_id", w.ID())
 			return nil
+		case connect.CodeOf(err) == connect.CodeAlreadyExists:
+			// Another process streams as this worker id now: finish the
+			// running jobs (the leases are the id's), take no more, and
+			// do not deregister, which would give back the other's jobs.
+			return fmt.Errorf("%w: %w", errReplaced, err)
 		case connect.CodeOf(err) == connect.CodeAborted:
-			w.log.Warn("jobs worker: shut down by the server (or replaced by a worker with the same id): stopping running jobs", "worker_id", w.ID(), "err", err)
+			w.log.Warn("jobs worker: shut down by the server: stopping running jobs", "worker_id", w.ID(), "err", err)
 			w.stopNow(errStopNow)
 			return nil
 		case connect.CodeOf(err) == connect.CodeNotFound:

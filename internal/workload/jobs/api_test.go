@@ -510,3 +510,19 @@ func TestAPIBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A second stream of one worker replaces the first, which ends with
+// ALREADY_EXISTS (not ABORTED, which orders a shutdown); jobs go to the
+// newer one.
+func TestAPIStreamReplaced(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	old := c.worker(t, "w", 1, false)
+	cur := c.worker(t, "w", 1, false)
+	if err := <-old.ended; connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("replaced stream ended with %v, want ALREADY_EXISTS", err)
+	}
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	if a := cur.next(t); a.JobId != id {
+		t.Fatalf("newer stream got %v", a)
+	}
+}

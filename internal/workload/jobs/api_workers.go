@@ -452,7 +452,10 @@ func (h *Hub) open(id string, queues []string, acceptsCancel bool, held [][]stri
 		queues = w.queues
 	}
 	if old := w.stream; old != nil {
-		old.end = errf(connect.CodeAborted, "replaced by a newer StreamJobs of worker %q", id)
+		// Not ABORTED, which orders a shutdown: a worker whose stream is
+		// replaced must not deregister (that would give back the newer
+		// stream's jobs).
+		old.end = errf(connect.CodeAlreadyExists, "replaced by a newer StreamJobs of worker %q", id)
 		old.poke()
 		h.unlinkLocked(old)
 	}
