@@ -78,14 +78,14 @@ func buildSurge(t *testing.T) string {
 	return bin
 }
 
-func startServer(t *testing.T, bin, dataDir, addr string) *serverProc {
+func startServer(t *testing.T, bin, dataDir, addr string, extra ...string) *serverProc {
 	t.Helper()
 	logf := filepath.Join(t.TempDir(), "server.log")
 	lf, err := os.Create(logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dataDir, "--snapshot-every", "3000")
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--snapshot-every", "3000"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

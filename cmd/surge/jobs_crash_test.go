@@ -25,33 +25,7 @@ import (
 // killed worker's jobs come back within the test.
 func startJobServer(t *testing.T, bin, dataDir, addr string) *serverProc {
 	t.Helper()
-	logf := filepath.Join(t.TempDir(), "server.log")
-	lf, err := os.Create(logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dataDir, "--snapshot-every", "500", "--job-lease", "2s")
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lf.Close()
-	s := &serverProc{cmd: cmd, base: "http://" + addr, logf: logf}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(s.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf)
-			t.Fatalf("server not ready: %v\n%s", err, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return startServer(t, bin, dataDir, addr, "--job-lease", "2s")
 }
 
 // startWorker runs `surge worker` as its own process.
