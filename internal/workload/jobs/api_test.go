@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -524,5 +525,112 @@ func TestAPIStreamReplaced(t *testing.T) {
 	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
 	if a := cur.next(t); a.JobId != id {
 		t.Fatalf("newer stream got %v", a)
+	}
+}
+
+// Random calls with random, often wrong, arguments: none may fail with
+// INTERNAL or UNKNOWN (a panic or an unmapped error), and afterwards every
+// queue's counts add up to the jobs it lists.
+func TestAPIRandomCalls(t *testing.T) {
+	c := newAPI(t, 200*time.Millisecond)
+	ctx := ctxT(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	// (Invalid UTF-8 cannot be sent: the client's protobuf refuses it.)
+	queues := []string{"default", "q1", "", "nope", strings.Repeat("x", 300)}
+	var ids []string
+	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
+	job := func() string {
+		if len(ids) > 0 && rng.IntN(4) > 0 {
+			return pick(ids)
+		}
+		return pick([]string{"", "x", strings.Repeat("j", 200)})
+	}
+	w := c.worker(t, "w", 3, true, "default")
+	go func() { // a worker that reports about half of what it gets
+		for a := range w.got {
+			if !a.Cancel && a.JobId[0]%2 == 0 {
+				c.work.ReportResult(ctx, connect.NewRequest(&jqpb.ReportResultRequest{WorkerId: "w", JobId: a.JobId, Success: a.Priority%2 == 0}))
+			}
+		}
+	}()
+	n := map[string]int{}
+	for range 1500 {
+		var err error
+		switch rng.IntN(12) {
+		case 0, 1, 2:
+			var res *connect.Response[jqpb.SubmitJobResponse]
+			res, err = c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: pick(queues), Priority: int32(rng.IntN(14) - 2),
+				MaxRetries: int32(rng.IntN(6) - 1), TtlSeconds: int32(rng.IntN(5) - 1), IdempotencyKey: pick([]string{"", "", "k1", "k2"}),
+				NotBefore: []*timestamppb.Timestamp{nil, nil, timestamppb.New(time.Now().Add(50 * time.Millisecond)), {Seconds: -1 << 40}}[rng.IntN(4)]}))
+			if err == nil {
+				ids = append(ids, res.Msg.JobId)
+			}
+		case 3:
+			var reqs []*jqpb.SubmitJobRequest
+			for range rng.IntN(4) {
+				reqs = append(reqs, &jqpb.SubmitJobRequest{QueueName: pick(queues[:2]), Priority: int32(rng.IntN(11))})
+			}
+			_, err = c.jobs.SubmitJobs(ctx, connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: reqs}))
+		case 4:
+			_, err = c.jobs.CancelJob(ctx, connect.NewRequest(&jqpb.CancelJobRequest{JobId: job()}))
+		case 5:
+			_, err = c.jobs.RetryJob(ctx, connect.NewRequest(&jqpb.RetryJobRequest{JobId: job()}))
+		case 6:
+			_, err = c.jobs.GetJobLogs(ctx, connect.NewRequest(&jqpb.GetJobLogsRequest{JobId: job()}))
+		case 7:
+			_, err = c.jobs.ListJobs(ctx, connect.NewRequest(&jqpb.ListJobsRequest{QueueName: pick(queues), Status: jqpb.JobStatus(rng.IntN(9) - 1),
+				Limit: int32(rng.IntN(120) - 5), PageToken: pick([]string{"", "", "3", "-1", "x"})}))
+		case 8:
+			_, err = c.work.ReportResult(ctx, connect.NewRequest(&jqpb.ReportResultRequest{WorkerId: pick([]string{"w", "v", ""}), JobId: job(), Success: rng.IntN(2) == 0}))
+		case 9:
+			_, err = c.work.AckJob(ctx, connect.NewRequest(&jqpb.AckJobRequest{WorkerId: pick([]string{"w", "v", ""}), JobId: job()}))
+		case 10:
+			switch rng.IntN(4) {
+			case 0:
+				_, err = c.admin.CreateQueue(ctx, connect.NewRequest(&jqpb.CreateQueueRequest{Name: pick(queues), MaxRetries: int32(rng.IntN(4) - 1), TtlSeconds: int32(rng.IntN(3))}))
+			case 1:
+				_, err = c.admin.DeleteQueue(ctx, connect.NewRequest(&jqpb.DeleteQueueRequest{Name: pick(queues[1:]), Force: rng.IntN(2) == 0}))
+			case 2:
+				_, err = c.admin.PauseQueue(ctx, connect.NewRequest(&jqpb.PauseQueueRequest{Name: pick(queues)}))
+			default:
+				_, err = c.admin.ResumeQueue(ctx, connect.NewRequest(&jqpb.ResumeQueueRequest{Name: pick(queues)}))
+			}
+		default:
+			_, err = c.work.Heartbeat(ctx, connect.NewRequest(&jqpb.HeartbeatRequest{WorkerId: pick([]string{"w", "v", ""})}))
+		}
+		if err == nil {
+			n["ok"]++
+		} else {
+			n[connect.CodeOf(err).String()]++
+		}
+		if code := connect.CodeOf(err); err != nil && (code == connect.CodeInternal || code == connect.CodeUnknown) {
+			t.Fatalf("call failed with %v", err)
+		}
+	}
+	t.Logf("outcomes: %v", n)
+	qs, err := c.admin.ListQueues(ctx, connect.NewRequest(&jqpb.ListQueuesRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs.Msg.Queues {
+		st, err := c.admin.GetQueueStats(ctx, connect.NewRequest(&jqpb.GetQueueStatsRequest{Name: q.Name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := 0
+		for page := ""; ; {
+			res, err := c.jobs.ListJobs(ctx, connect.NewRequest(&jqpb.ListJobsRequest{QueueName: q.Name, Limit: 100, PageToken: page}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed += len(res.Msg.Jobs)
+			if page = res.Msg.NextPageToken; page == "" {
+				break
+			}
+		}
+		s := st.Msg.Stats
+		if sum := s.PendingCount + s.RunningCount + s.FailedCount + s.DoneCount + s.DeadLetterCount; sum != int64(listed) {
+			t.Errorf("queue %s: counts add up to %d, %d jobs listed (%v)", q.Name, sum, listed, s)
+		}
 	}
 }
