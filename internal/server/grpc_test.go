@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -125,3 +126,44 @@ func (rawCodec) Name() string                { return "proto" }
 func (rawCodec) Marshal(any) ([]byte, error) { return nil, nil }
 func (rawCodec) Unmarshal([]byte, any) error { return nil }
 func (rawCodec) IsBinary() bool              { return true }
+
+// A worker's stream outlives the server's write and read timeouts, which
+// unlimitedStream lifts for its path only: without it, the same stream is
+// cut at the timeout.
+func TestUnlimitedStreamOutlivesTimeouts(t *testing.T) {
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range 6 {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/stream", 6}, {"/other", 0}} {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv := httptest.NewUnstartedServer(unlimitedStream("/stream", slow))
+		srv.Config.Protocols = &p
+		srv.Config.WriteTimeout = 250 * time.Millisecond
+		srv.Config.ReadTimeout = 250 * time.Millisecond
+		srv.Start()
+		res, err := h2cClient().Get(srv.URL + tc.path)
+		var body []byte
+		if err == nil {
+			body, _ = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		srv.Close()
+		if tc.want > 0 && len(body) != tc.want {
+			t.Errorf("%s: read %d bytes (%v), want %d: the stream was cut", tc.path, len(body), err, tc.want)
+		}
+		if tc.want == 0 && len(body) >= 6 {
+			t.Errorf("%s: read all %d bytes past the write timeout; the test does not show the timeout", tc.path, len(body))
+		}
+	}
+}
