@@ -205,7 +205,7 @@ func TestAPILifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := c.job(t, id)
-	if j.Status != jqpb.JobStatus_DONE || string(j.Result) != "r" || j.CompletedAt == nil {
+	if j.Status != jqpb.JobStatus_DONE || string(j.Result) != "r" || j.CompletedAt == nil || j.WorkerId != "w1" {
 		t.Fatalf("after report: %v", j)
 	}
 	logs, err := c.jobs.GetJobLogs(ctxT(t), connect.NewRequest(&jqpb.GetJobLogsRequest{JobId: id}))

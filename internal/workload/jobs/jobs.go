@@ -1295,7 +1295,7 @@ func (m *Machine) Query(q any) any {
 	switch q := q.(type) {
 	case GetJob:
 		if j := m.jobs[q.ID]; j != nil {
-			return copyJob(j)
+			return viewJob(j)
 		}
 		return (*Job)(nil)
 	case GetJobLogs:
@@ -1381,7 +1381,7 @@ func (m *Machine) listJobs(l ListJobs) *JobPage {
 			p.NextPageToken = strconv.FormatUint(p.Jobs[len(p.Jobs)-1].Seq, 10)
 			break
 		}
-		p.Jobs = append(p.Jobs, copyJob(j))
+		p.Jobs = append(p.Jobs, viewJob(j))
 	}
 	return p
 }
@@ -1391,6 +1391,22 @@ func copyJob(j *Job) *Job {
 	c.Events = nil
 	c.heapIdx = -1
 	return &c
+}
+
+// viewJob is copyJob for readers: a job that ran and is not leased now
+// shows the worker of its last attempt, as jq does (the state keeps a
+// worker only on leased jobs).
+func viewJob(j *Job) *Job {
+	c := copyJob(j)
+	if c.Worker == "" && c.Status != Pending {
+		for i := len(j.Events) - 1; i >= 0; i-- {
+			if w := j.Events[i].Worker; w != "" {
+				c.Worker = w
+				break
+			}
+		}
+	}
+	return c
 }
 
 func copyQueue(q *Queue) *Queue {
