@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/workload/jobs"
 )
 
 // grpcService is one connect service as its generated New...Handler
@@ -82,16 +83,49 @@ func grpcHandlerOptions() []connect.HandlerOption {
 // unlimitedStream lifts the server's read and write timeouts (there for
 // requests that should finish in seconds) from the long-lived call at
 // path, which would otherwise be cut after them.
+// Its writes can be batched (jobs.BatchFlusher).
 func unlimitedStream(path string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == path {
-			rc := http.NewResponseController(w)
-			_ = rc.SetReadDeadline(time.Time{})
-			_ = rc.SetWriteDeadline(time.Time{})
+		if r.URL.Path != path {
+			h.ServeHTTP(w, r)
+			return
 		}
-		h.ServeHTTP(w, r)
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+		bw := &batchWriter{ResponseWriter: w, rc: rc}
+		h.ServeHTTP(bw, r.WithContext(jobs.WithBatchFlusher(r.Context(), bw)))
 	})
 }
+
+// batchWriter holds flushes between Hold and Release. One goroutine, the
+// stream's handler, writes and flushes, so it needs no lock.
+type batchWriter struct {
+	http.ResponseWriter
+	rc            *http.ResponseController
+	held, pending bool
+}
+
+func (b *batchWriter) Flush() {
+	if b.held {
+		b.pending = true
+		return
+	}
+	_ = b.rc.Flush()
+}
+
+func (b *batchWriter) Hold() { b.held = true }
+
+func (b *batchWriter) Release() {
+	b.held = false
+	if b.pending {
+		b.pending = false
+		_ = b.rc.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (b *batchWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // healthChecker answers the gRPC health protocol as /healthz answers HTTP:
 // SERVING while the server accepts requests and its log works,

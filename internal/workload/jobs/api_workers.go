@@ -521,6 +521,37 @@ func (h *Hub) track(s *stream, jobs []*Job) {
 	}
 }
 
+// BatchFlusher lets a stream's sends be held and written out together: the
+// server's stream wrapper implements it, so the jobs of one lease leave in
+// one HTTP/2 write instead of a write and a flush each (most of a busy
+// server's CPU is such writes).
+type BatchFlusher interface {
+	Hold()    // from now, a flush only marks the stream for one
+	Release() // flushes once if anything was marked, and stops holding
+}
+
+type flusherKey struct{}
+
+// WithBatchFlusher returns ctx carrying f for the stream's handler.
+func WithBatchFlusher(ctx context.Context, f BatchFlusher) context.Context {
+	return context.WithValue(ctx, flusherKey{}, f)
+}
+
+// sendJobs sends a lease's jobs, with one flush if the server can batch.
+func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) error {
+	if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
+		f.Hold()
+		defer f.Release()
+	}
+	for _, j := range jobs {
+		if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
+			TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // serveStream pushes jobs as they become ready: it leases from its
 // queues whenever it has free slots and a note (or a report, or its
 // opening) says there may be work, and sleeps otherwise. A wake-up that
@@ -567,13 +598,10 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 				continue
 			}
 			a.hub.track(s, r.Jobs)
-			for _, j := range r.Jobs {
-				if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
-					TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
-					// The worker is gone; its leases run out and the jobs
-					// go to others.
-					return err
-				}
+			if err := sendJobs(ctx, out, r.Jobs); err != nil {
+				// The worker is gone; its leases run out and the jobs go
+				// to others.
+				return err
 			}
 			// With no slot left, the queue may still hold ready jobs: a
 			// report frees a slot and wakes this loop to take them.
