@@ -29,7 +29,7 @@ test: fmt-check vet
 bench-full: build
 	./$(BIN) bench ticketing -g 5 -a 80 -n 200000 -c 4 --http2 --flow both
 
-# Regenerates internal/jqpb from proto/jq (the generated code is committed,
+# Regenerates internal/jqpb and internal/seqpb from proto/ (the generated code is committed,
 # so building and testing need no protoc). Needs protoc (Debian:
 # protobuf-compiler); the Go plugins are installed at pinned versions into
 # bin/tools: protoc-gen-go matches the google.golang.org/protobuf runtime in
@@ -42,13 +42,13 @@ MODULE := github.com/surge-run/surge
 proto:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
-	rm -f internal/jqpb/*.pb.go internal/jqpb/jqpbconnect/*.connect.go
+	rm -f internal/jqpb/*.pb.go internal/jqpb/jqpbconnect/*.connect.go internal/seqpb/*.pb.go internal/seqpb/seqpbconnect/*.connect.go
 	protoc -I proto \
 		--plugin=protoc-gen-go=$(TOOLS)/protoc-gen-go \
 		--plugin=protoc-gen-connect-go=$(TOOLS)/protoc-gen-connect-go \
 		--go_out=. --go_opt=module=$(MODULE) \
 		--connect-go_out=. --connect-go_opt=module=$(MODULE) \
-		proto/jq/*.proto
+		proto/jq/*.proto proto/surge/sequencer/v1/*.proto
 
 clean:
 	rm -rf bin
