@@ -455,6 +455,7 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	}
 	for g.last() < seq {
 		g.msgs = append(g.msgs, msg{})
+		g.counts[MsgGap]++
 	}
 	ret := c.RetentionNs
 	if ret == 0 {
@@ -463,6 +464,7 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	x := g.at(seq)
 	*x = msg{ID: c.MsgID, Payload: c.Payload, State: MsgPending, Created: now, RetentionNs: ret}
 	g.ids[c.MsgID] = seq
+	g.counts[MsgGap]--
 	g.counts[MsgPending]++
 	g.pending.push(seq)
 	return seq
@@ -781,8 +783,11 @@ func (m *Machine) commit(c *Commit, now int64) *Result {
 		return fail(Exhausted, "sequencer: at most %d consumers per group", m.opts.Limits.MaxConsumers)
 	}
 	g.consumers[c.Consumer] = c.Position
-	m.purgeFront(g, now)
-	return &Result{Outcome: OK, Position: g.position}
+	res := &Result{Outcome: OK, Position: g.position}
+	if n := m.purgeFront(g, now); n > 0 {
+		res.Msg = fmt.Sprintf("purged %d", n)
+	}
+	return res
 }
 
 func (g *Group) minCommitted() (uint64, bool) {
@@ -1049,7 +1054,7 @@ func (g *Group) message(seq uint64, x *msg) Message {
 func (g *Group) info() *Info {
 	in := &Info{Name: g.Name, Mode: g.Mode, CreatedAt: g.CreatedAt, Position: g.position, FirstKept: g.base, Last: g.last(),
 		Pending: g.counts[MsgPending], Leased: g.counts[MsgLeased], Processed: g.counts[MsgProcessed], Released: g.counts[MsgReleased]}
-	for seq := g.position + 1; seq <= g.last(); seq++ {
+	for seq := g.position + 1; g.counts[MsgGap] > 0 && seq <= g.last(); seq++ {
 		if g.at(seq).State == MsgGap {
 			in.Missing = seq
 			break
