@@ -204,12 +204,23 @@ func (c *coder) u8(p *uint8) {
 	*p = c.r.U8()
 }
 
+// count is a list's length. Unlike wire.Reader.Count it requires the
+// shortest form too: 0x80 0x00 is also zero, and a record that decodes
+// must re-encode to itself.
 func (c *coder) count(n, minSize int) int {
 	if c.w != nil {
 		c.w.Uvarint(uint64(n))
 		return n
 	}
-	return c.r.Count(minSize)
+	var x uint64
+	c.u64(&x)
+	if c.r.Err == nil && x > uint64(len(c.r.B)/max(minSize, 1)) {
+		c.r.Err = wire.ErrTruncated
+	}
+	if c.r.Err != nil {
+		return 0
+	}
+	return int(x)
 }
 
 func (x *Publish) code(c *coder) {
