@@ -105,7 +105,7 @@ func TestSequencerOnTheEngine(t *testing.T) {
 	if r := do(eng, cli, &Lease{Group: cli, Processor: "slow", Max: 2, LeaseNs: int64(30 * time.Millisecond)}); len(r.Messages) != 2 {
 		t.Fatalf("lease: %+v", r)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second) // for everything below
 	for info(eng, cli).Pending != 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("leases never expired: %+v", info(eng, cli))
@@ -124,21 +124,28 @@ func TestSequencerOnTheEngine(t *testing.T) {
 	if r := do(eng, cli, &Complete{Group: cli, Seq: r.Messages[0].Seq, Processor: "p"}); r.Position != 3 {
 		t.Fatalf("filled gap: %+v", r)
 	}
-	mu.Lock()
-	var ready, released int
-	for _, n := range notes {
-		switch n := n.(type) {
-		case Ready:
-			ready++
-		case Released:
-			if n.Group == cli && n.Position == 3 {
-				released++
+	// Notes are handed over on the log's completion goroutine, maybe
+	// after the reply: wait for them.
+	countNotes := func() (ready, released int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range notes {
+			switch n := n.(type) {
+			case Ready:
+				ready++
+			case Released:
+				if n.Group == cli && n.Position == 3 {
+					released++
+				}
 			}
 		}
+		return ready, released
 	}
-	mu.Unlock()
-	if ready < len(groups)+3 || released != 1 {
-		t.Fatalf("notes: %d ready, %d released at 3", ready, released)
+	for ready, released := countNotes(); ready < len(groups)+3 || released != 1; ready, released = countNotes() {
+		if time.Now().After(deadline) {
+			t.Fatalf("notes: %d ready, %d released at 3", ready, released)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	groups = append(groups, cli)
 	before := map[string]*Info{}
