@@ -35,6 +35,7 @@ package sequencer
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -806,7 +807,8 @@ func (m *Machine) deleteGroup(c *DeleteGroup, fx Effects) *Result {
 	if r != nil {
 		return r
 	}
-	for proc := range g.leases {
+	// In order: effects must not follow the map's order.
+	for _, proc := range slices.Sorted(maps.Keys(g.leases)) {
 		for _, seq := range g.leasedBy(proc) {
 			fx.CancelTimer(leaseTimerID(g.Name, seq))
 		}
