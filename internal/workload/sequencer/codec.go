@@ -118,6 +118,24 @@ func (c *coder) bytes(p *[]byte) {
 
 var errNotCanonical = errors.New("sequencer: a number in a longer form than it is written in")
 
+// uvarintLen and varintLen are the lengths of the shortest encodings,
+// without encoding (an allocation per field read, otherwise).
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}
+
 func (c *coder) length() int {
 	if c.r.Err != nil {
 		return 0
@@ -127,7 +145,7 @@ func (c *coder) length() int {
 	case n <= 0:
 		c.r.Err = wire.ErrTruncated
 		return 0
-	case n != len(binary.AppendUvarint(nil, x)):
+	case n != uvarintLen(x):
 		c.r.Err = errNotCanonical
 		return 0
 	case x > uint64(len(c.r.B)-n):
@@ -149,7 +167,7 @@ func (c *coder) i64(p ...*int64) {
 			continue
 		}
 		x, n := binary.Varint(c.r.B)
-		if n <= 0 || n != len(binary.AppendVarint(nil, x)) {
+		if n <= 0 || n != varintLen(x) {
 			c.r.Err = wire.ErrTruncated
 			if n > 0 {
 				c.r.Err = errNotCanonical
@@ -184,7 +202,7 @@ func (c *coder) u64(p ...*uint64) {
 			continue
 		}
 		x, n := binary.Uvarint(c.r.B)
-		if n <= 0 || n != len(binary.AppendUvarint(nil, x)) {
+		if n <= 0 || n != uvarintLen(x) {
 			c.r.Err = errNotCanonical
 			if n <= 0 {
 				c.r.Err = wire.ErrTruncated
