@@ -517,8 +517,8 @@ func (g *Group) checkSlot(seq uint64, x *msg, last bool) error {
 // window (slots by value; payloads are shared, since the partition
 // replaces a slot's payload and never writes into it) and consumers, and
 // encodes later, off the partition. A copy of a slot is a memmove of
-// ~130 bytes, so a partition holding a million messages stalls for the
-// copy of ~130 MB; a chunked, copy-on-write window would remove that.
+// 112 bytes, so a partition holding a million messages stalls for the
+// copy of 112 MB; a chunked, copy-on-write window would remove that.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, groups: make(map[string]*Group, len(m.groups)),
 		purgeQ: slices.Clone(m.purgeQ[m.purgeHead:])}
