@@ -1,6 +1,7 @@
 package sequencer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -140,3 +141,36 @@ func TestLeaseExpiryExtendRelease(t *testing.T) {
 		t.Fatalf("timers left after delete: %v", h.timers[0])
 	}
 }
+
+func TestQueries(t *testing.T) {
+	h := one(t, Limits{})
+	for _, g := range []string{"b", "a"} {
+		for range 3 {
+			h.client("", &Publish{Group: g, MsgID: h.rngID()})
+		}
+	}
+	r := h.want(OK, &Lease{Group: "a", Processor: "p", Max: 2, LeaseNs: 1e9})
+	h.want(OK, &Complete{Group: "a", Seq: r.Messages[0].Seq, Processor: "p"})
+	h.want(OK, &Commit{Group: "a", Consumer: "z", Position: 0})
+	h.want(OK, &Commit{Group: "a", Consumer: "y", Position: 1})
+	list := h.ms[0].Query(ListGroups{}).([]*Info)
+	if len(list) != 2 || list[0].Name != "a" || list[1].Name != "b" {
+		t.Fatalf("list: %+v", list)
+	}
+	a := list[0]
+	if a.Mode != ModeServer || a.Position != 1 || a.Last != 3 || a.Pending != 1 || a.Leased != 1 || a.Released != 1 ||
+		a.Missing != 0 || len(a.Consumers) != 2 || a.Consumers[0] != (Consumer{Name: "y", Position: 1}) {
+		t.Fatalf("info: %+v", a)
+	}
+	if out := h.ms[0].Query(ReadOutput{Group: "none"}).(*Output); out.Found {
+		t.Fatalf("read of no group: %+v", out)
+	}
+	if out := h.ms[0].Query(ReadOutput{Group: "a", Limit: 1}).(*Output); len(out.Messages) != 1 || out.Messages[0].Processed == 0 {
+		t.Fatalf("read: %+v", out)
+	}
+	if in := h.ms[0].Query(GroupInfo{Group: "none"}).(*Info); in != nil {
+		t.Fatalf("info of no group: %+v", in)
+	}
+}
+
+func (h *harness) rngID() string { return fmt.Sprint("id", h.rng.Uint64()) }
