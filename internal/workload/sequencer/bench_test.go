@@ -63,3 +63,22 @@ func (f *benchFx) SetTimer(_ string, _ int64, cmd engine.Command) error {
 	f.tbuf, err = cmd.AppendBinary(f.tbuf[:0])
 	return err
 }
+
+// BenchmarkForkSnapshot measures how long a partition holding 100,000
+// unreleased messages stops for a snapshot (the fork copies the window).
+func BenchmarkForkSnapshot(b *testing.B) {
+	m := NewMachine(Options{})
+	fx := &benchFx{}
+	payload := []byte(`{"processingTime":0}`)
+	for i := 0; i < 100_000; i += MaxBatch {
+		batch := &PublishBatch{}
+		for k := range MaxBatch {
+			batch.Msgs = append(batch.Msgs, Publish{Group: "g", MsgID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+k), Payload: payload})
+		}
+		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: batch}, fx)
+	}
+	b.ResetTimer()
+	for range b.N {
+		m.ForkSnapshot()
+	}
+}

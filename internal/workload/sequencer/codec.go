@@ -389,10 +389,9 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 			c.str(&name)
 			c.u64(&pos)
 		}
-		win := g.window()
-		c.count(len(win), 1)
-		for i := range win {
-			win[i].code(c)
+		c.count(int(g.end+1-g.base), 1)
+		for seq := g.base; seq <= g.end; seq++ {
+			g.at(seq).code(c)
 		}
 	}
 	live := m.purgeQ[m.purgeHead:]
@@ -457,17 +456,18 @@ func (m *Machine) restore(data []byte) error {
 		if uint64(n) > math.MaxInt64-g.base || g.base+uint64(n) <= g.position {
 			return fmt.Errorf("group %q: a window of %d from %d does not reach its position %d", g.Name, n, g.base, g.position)
 		}
-		g.msgs = make([]msg, n)
-		for i := range g.msgs {
-			x := &g.msgs[i]
+		g.c0, g.end = (g.base-1)>>chunkShift, g.base-1
+		for i := range n {
+			var x msg
 			x.code(c)
 			if r.Err != nil {
 				break
 			}
-			if err := g.checkSlot(g.base+uint64(i), x, i == n-1); err != nil {
+			if err := g.checkSlot(g.base+uint64(i), &x, i == n-1); err != nil {
 				return err
 			}
 			g.counts[x.State]++
+			g.appendSlot(x)
 		}
 	}
 	for n := c.count(0, 2); n > 0 && r.Err == nil; n-- {
@@ -513,18 +513,22 @@ func (g *Group) checkSlot(seq uint64, x *msg, last bool) error {
 	return nil
 }
 
-// ForkSnapshot implements engine.SnapshotForker: it copies each group's
-// window (slots by value; payloads are shared, since the partition
-// replaces a slot's payload and never writes into it) and consumers, and
-// encodes later, off the partition. A copy of a slot is a memmove of
-// 112 bytes, so a partition holding a million messages stalls for the
-// copy of 112 MB; a chunked, copy-on-write window would remove that.
+// ForkSnapshot implements engine.SnapshotForker: it takes each group's
+// chunks as they are (their slice headers, so later appends stay out of
+// view) and moves the group's gen on, so the partition copies a chunk
+// before it next writes into it; consumers are copied. The encoding runs
+// later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, groups: make(map[string]*Group, len(m.groups)),
 		purgeQ: slices.Clone(m.purgeQ[m.purgeHead:])}
 	for n, g := range m.groups {
-		f.groups[n] = &Group{Name: g.Name, Mode: g.Mode, CreatedAt: g.CreatedAt, base: g.base, position: g.position,
-			msgs: slices.Clone(g.window()), consumers: maps.Clone(g.consumers)}
+		fg := &Group{Name: g.Name, Mode: g.Mode, CreatedAt: g.CreatedAt, base: g.base, position: g.position, end: g.end,
+			c0: g.c0, chunks: make([]*chunk, len(g.chunks)), consumers: maps.Clone(g.consumers)}
+		for i, c := range g.chunks {
+			fg.chunks[i] = &chunk{slots: c.slots}
+		}
+		g.gen++
+		f.groups[n] = fg
 	}
 	return f.AppendSnapshot
 }

@@ -226,6 +226,11 @@ func (h *harness) pokeFork(m *Machine) {
 			seq = g.last() + 1
 		}
 		apply(engine.FromClient, now, &Publish{Group: n, MsgID: "poke", Seq: seq, Payload: []byte("poke")})
+		apply(engine.FromClient, now, &Extend{Group: n, Processor: "p1", LeaseNs: 1e12})
+		apply(engine.FromClient, now, &Release{Group: n, Processor: "p2"})
+		for seq := g.base; seq <= g.last(); seq++ {
+			apply(engine.FromTimer, now+1e12, &LeaseExpired{Group: n, Seq: seq})
+		}
 		r := apply(engine.FromClient, now, &Lease{Group: n, Processor: "poke", Max: MaxLeaseBatch, LeaseNs: 1})
 		for _, x := range r.Messages {
 			apply(engine.FromClient, now, &Complete{Group: n, Seq: x.Seq, Processor: "poke"})

@@ -124,9 +124,9 @@ func (s State) String() string {
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
 
-// msg is one slot of a group's window, stored by value in a slice indexed
-// by seq - base, so a million messages are one allocation the collector
-// scans, not a million objects. The timestamps are input times:
+// msg is one slot of a group's window, stored by value in chunks of
+// 1,024 slots indexed by seq, so a million messages are a thousand
+// allocations the collector scans, not a million objects. The timestamps are input times:
 // Processing is the last lease's, Released when it went out in order.
 type msg struct {
 	ID          string
@@ -141,19 +141,37 @@ type msg struct {
 	RetentionNs int64
 }
 
+// The window is chunked so that a snapshot fork copies a chunk's slice
+// header, not its slots: seq s lives in slot (s-1) mod 1,024 of the
+// chunk numbered (s-1)/1,024. After a fork (gen moves on) a chunk is
+// shared with it and copied before its first write; appending past a
+// shared chunk's length writes where no fork reads. 112 B × 1024 slots:
+// a written chunk costs a 112 KB copy once per snapshot.
+//
+// chunkShift is a variable only so that tests can make chunks of a few
+// slots and cross chunk boundaries often.
+var chunkShift uint = 10
+
+type chunk struct {
+	slots []msg // grows by append while the chunk is the window's tail
+	gen   uint64
+}
+
 // Group is one sequence: its window of messages, its consumers.
 type Group struct {
 	Name      string
 	Mode      Mode
 	CreatedAt int64
-	// base is the seq of msgs[off]; everything below it was released
-	// and purged. position is the released position (the last seq
-	// released); base ≤ position+1 always.
-	base     uint64
-	position uint64
-	msgs     []msg // the window is msgs[off:], base … base+len-off-1
-	off      int
-	ids      map[string]uint64 // message id → seq, while kept
+	// base is the lowest seq kept; everything below it was released and
+	// purged. position is the released position (the last seq
+	// released); end the highest seq in the window (position if none
+	// is unreleased). base ≤ position+1 ≤ end+1 always.
+	base, position, end uint64
+	// chunks[0] is chunk number c0 = (base-1)>>chunkShift.
+	chunks []*chunk
+	c0     uint64
+	gen    uint64            // moves on at each fork
+	ids    map[string]uint64 // message id → seq, while kept
 	// consumers: name → committed position.
 	consumers map[string]uint64
 	pending   seqHeap                        // PENDING seqs, for Lease
@@ -166,17 +184,54 @@ func newGroup(name string, now int64) *Group {
 		consumers: map[string]uint64{}, leases: map[string]map[uint64]struct{}{}}
 }
 
-func (g *Group) window() []msg { return g.msgs[g.off:] }
-
 // last is the highest seq in the window (the released position if the
 // window holds nothing unreleased).
-func (g *Group) last() uint64 { return g.base + uint64(len(g.msgs)-g.off) - 1 }
+func (g *Group) last() uint64 { return g.end }
 
+// at reads a slot; nil outside the window. Writes go through mut.
 func (g *Group) at(seq uint64) *msg {
-	if seq < g.base || seq > g.last() {
+	if seq < g.base || seq > g.end {
 		return nil
 	}
-	return &g.msgs[g.off+int(seq-g.base)]
+	return &g.chunks[(seq-1)>>chunkShift-g.c0].slots[(seq-1)&(1<<chunkShift-1)]
+}
+
+// mut is at for writing: a chunk a fork may still read is copied first.
+func (g *Group) mut(seq uint64) *msg {
+	if seq < g.base || seq > g.end {
+		panic(fmt.Sprintf("sequencer: write to seq %d outside %d…%d of %q", seq, g.base, g.end, g.Name))
+	}
+	k := (seq-1)>>chunkShift - g.c0
+	c := g.chunks[k]
+	if c.gen != g.gen {
+		c = &chunk{slots: slices.Clone(c.slots), gen: g.gen}
+		g.chunks[k] = c
+	}
+	return &c.slots[(seq-1)&(1<<chunkShift-1)]
+}
+
+// appendSlot puts x at seq end+1. A chunk's first slot may be past its
+// start (a restored window begins at base): the slots before are empty.
+func (g *Group) appendSlot(x msg) {
+	seq := g.end + 1
+	k := (seq-1)>>chunkShift - g.c0
+	for uint64(len(g.chunks)) <= k {
+		g.chunks = append(g.chunks, &chunk{gen: g.gen})
+	}
+	c := g.chunks[k]
+	i := int((seq - 1) & (1<<chunkShift - 1))
+	if i >= cap(c.slots) && i >= 64 {
+		// Past a small group's size, go straight to a whole chunk:
+		// append's growth would overshoot it (and copy more often).
+		full := make([]msg, len(c.slots), 1<<chunkShift)
+		copy(full, c.slots)
+		c.slots = full
+	}
+	for len(c.slots) < i {
+		c.slots = append(c.slots, msg{})
+	}
+	c.slots = append(c.slots, x)
+	g.end = seq
 }
 
 // Options configure a partition's machine.
@@ -454,15 +509,15 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	if seq == 0 {
 		seq = g.last() + 1
 	}
-	for g.last() < seq {
-		g.msgs = append(g.msgs, msg{})
+	for g.end < seq {
+		g.appendSlot(msg{})
 		g.counts[MsgGap]++
 	}
 	ret := c.RetentionNs
 	if ret == 0 {
 		ret = DefaultRetentionNs
 	}
-	x := g.at(seq)
+	x := g.mut(seq)
 	*x = msg{ID: c.MsgID, Payload: c.Payload, State: MsgPending, Created: now, RetentionNs: ret}
 	g.ids[c.MsgID] = seq
 	g.counts[MsgGap]--
@@ -584,7 +639,7 @@ func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
 	var out []Message
 	for len(out) < int(c.Max) && len(g.pending) > 0 {
 		seq := g.pending.pop()
-		x := g.at(seq)
+		x := g.mut(seq)
 		if x == nil || x.State != MsgPending {
 			panic(fmt.Sprintf("sequencer: seq %d of %q in the pending heap but %v", seq, g.Name, x))
 		}
@@ -656,6 +711,7 @@ func (m *Machine) complete(c *Complete, now int64, fx Effects) *Result {
 	case x.State != MsgLeased || x.Processor != c.Processor:
 		return fail(Conflict, "sequencer: message %d of group %q is %s, not leased to %q", c.Seq, g.Name, x.State, c.Processor)
 	}
+	x = g.mut(c.Seq)
 	g.endLease(c.Seq, x, fx)
 	g.move(x, MsgProcessed)
 	x.Processed = now
@@ -674,6 +730,7 @@ func (m *Machine) releaseRun(g *Group, now int64, fx Effects) {
 		if x == nil || x.State != MsgProcessed {
 			break
 		}
+		x = g.mut(g.position + 1)
 		g.move(x, MsgReleased)
 		x.Released = now
 		g.position++
@@ -703,6 +760,7 @@ func (m *Machine) extend(c *Extend, now int64, fx Effects) *Result {
 	for _, seq := range seqs {
 		x := g.at(seq)
 		if until > x.LeaseUntil {
+			x = g.mut(seq)
 			x.LeaseUntil = until
 			m.setTimer(fx, leaseTimerID(g.Name, seq), until, &LeaseExpired{Group: g.Name, Seq: seq})
 			out = append(out, g.message(seq, x))
@@ -738,7 +796,7 @@ func (m *Machine) release(c *Release, fx Effects) *Result {
 		return &Result{Outcome: Same, Position: g.position}
 	}
 	for _, seq := range seqs {
-		g.giveBack(seq, g.at(seq), fx)
+		g.giveBack(seq, g.mut(seq), fx)
 	}
 	m.notifyReady(g, fx)
 	return &Result{Outcome: OK, Position: g.position}
@@ -753,7 +811,7 @@ func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx Effects) *Result {
 	if x == nil || x.State != MsgLeased || x.LeaseUntil > now {
 		return fail(Same, "sequencer: message %d of %q holds no expired lease", c.Seq, c.Group)
 	}
-	g.giveBack(c.Seq, x, fx)
+	g.giveBack(c.Seq, g.mut(c.Seq), fx)
 	m.notifyReady(g, fx)
 	return &Result{Outcome: OK, Position: g.position}
 }
@@ -852,27 +910,26 @@ func (m *Machine) purgeFront(g *Group, now int64) int {
 	low, consumed := g.minCommitted()
 	n := 0
 	for g.base <= g.position {
-		x := &g.msgs[g.off]
+		x := g.at(g.base)
 		if !(consumed && low >= g.base) && addSat(x.Released, x.RetentionNs) > now {
 			break
 		}
 		delete(g.ids, x.ID)
 		g.counts[MsgReleased]--
-		*x = msg{} // let the payload go
-		g.off++
+		if c := g.chunks[0]; c.gen == g.gen {
+			*x = msg{} // let the payload go now, unless a fork shares it
+		}
 		g.base++
 		n++
-	}
-	// Compact once half the slice is purged slots: O(1) amortized per
-	// message, and the memory of purged messages is given back.
-	if g.off > 0 && g.off*2 >= len(g.msgs) {
-		k := copy(g.msgs, g.msgs[g.off:])
-		clear(g.msgs[k:])
-		g.msgs = g.msgs[:k]
-		g.off = 0
-		if cap(g.msgs) > 1024 && k*4 < cap(g.msgs) {
-			g.msgs = slices.Clip(slices.Clone(g.msgs))
+		// A chunk goes once its last slot is purged.
+		if (g.base-1)>>chunkShift > g.c0 && len(g.chunks) > 0 {
+			g.chunks[0] = nil
+			g.chunks = g.chunks[1:]
+			g.c0++
 		}
+	}
+	if cap(g.chunks) > 2*len(g.chunks)+16 {
+		g.chunks = slices.Clone(g.chunks)
 	}
 	return n
 }
