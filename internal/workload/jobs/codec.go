@@ -241,6 +241,14 @@ func (c *coder) count(n, minSize int) int {
 		c.w.Uvarint(uint64(n))
 		return n
 	}
+	// In shortest form too (see length): [SubmitBatch, 0x80, 0x00] would
+	// otherwise decode to an empty batch that re-encodes differently.
+	if c.r.Err == nil {
+		if x, n := binary.Uvarint(c.r.B); n > 0 && n != len(binary.AppendUvarint(nil, x)) {
+			c.r.Err = errNotCanonical
+			return 0
+		}
+	}
 	return c.r.Count(minSize)
 }
 

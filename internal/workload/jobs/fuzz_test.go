@@ -98,3 +98,11 @@ func FuzzRestore(f *testing.F) {
 		m.ApplyTo(&engine.Input{Kind: engine.FromTimer, TimeNs: now * 9, Cmd: &PurgeJobs{}}, fx)
 	})
 }
+
+// A count in a longer form than its value's is refused: a logged record
+// must be the one encoding of its command.
+func TestDecodeRefusesLongCounts(t *testing.T) {
+	if _, err := Decode([]byte{tagSubmitBatch, 0x80, 0x00}); err == nil {
+		t.Fatal("a batch count of 0 written in two bytes decoded")
+	}
+}
