@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/surge-run/surge/internal/api"
@@ -48,6 +49,7 @@ type bench struct {
 	last    string   // most recently created
 	next    int
 	started bool
+	closed  bool // set by stop: nothing starts after it
 	wg      sync.WaitGroup
 }
 
@@ -61,6 +63,8 @@ type benchGroup struct {
 	errMu       sync.Mutex
 	publishErr  string
 	publishDone bool
+	// finished: every message is released; processors skip the group.
+	finished atomic.Bool
 }
 
 func newBench(a *API, workers int) *bench {
@@ -68,12 +72,23 @@ func newBench(a *API, workers int) *bench {
 }
 
 // wait waits for the processors and creators after a.done is closed.
-func (b *bench) wait() { b.wg.Wait() }
+func (b *bench) wait() {
+	b.mu.Lock()
+	b.closed = true // no Add may race with the Wait below
+	b.mu.Unlock()
+	b.wg.Wait()
+}
 
-// add registers a group and starts the pool on first use.
-func (b *bench) add(bg *benchGroup) {
+// add registers a group, starts the pool on first use and the group's
+// creator; false once the server is shutting down.
+func (b *bench) add(bg *benchGroup, delayMs int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	go b.create(bg, delayMs)
 	b.groups[bg.name] = bg
 	b.order = append(b.order, bg.name)
 	b.last = bg.name
@@ -84,6 +99,7 @@ func (b *bench) add(bg *benchGroup) {
 			go b.process(fmt.Sprintf("surge-bench-%d", i))
 		}
 	}
+	return true
 }
 
 // drop stops the work on a group (its processors move on, its creator
@@ -128,13 +144,20 @@ func (b *bench) process(id string) {
 	idle := time.NewTimer(benchIdle)
 	defer idle.Stop()
 	for {
+		ready := a.hub.readyChan()
 		worked := false
 		for _, bg := range b.pick() {
-			if bg.ctx.Err() != nil {
+			if bg.ctx.Err() != nil || bg.finished.Load() {
 				continue
 			}
 			res, err := a.doRaw(bg.ctx, bg.name, &Lease{Group: bg.name, Processor: id, Max: benchLeaseBatch, LeaseNs: int64(benchLease)})
-			if err != nil || len(res.Messages) == 0 {
+			if err != nil {
+				continue
+			}
+			if res.Position >= uint64(bg.n) {
+				bg.finished.Store(true)
+			}
+			if len(res.Messages) == 0 {
 				continue
 			}
 			worked = true
@@ -164,7 +187,7 @@ func (b *bench) process(id string) {
 		}
 		idle.Reset(benchIdle)
 		select {
-		case <-a.hub.anyReady:
+		case <-ready:
 		case <-idle.C:
 		case <-a.done:
 			return
@@ -322,9 +345,11 @@ func (a *API) benchCreate(w http.ResponseWriter, r *http.Request) int {
 	// Tracking starts before the first publish, so no Released note of
 	// the group goes unrecorded.
 	bg.tracker = a.hub.startTracking(b.Name)
-	a.bench.add(bg)
-	a.bench.wg.Add(1)
-	go a.bench.create(bg, b.CreationDelay)
+	if !a.bench.add(bg, b.CreationDelay) {
+		a.hub.stopTracking(b.Name)
+		cancel()
+		return api.Error(w, http.StatusServiceUnavailable, "the server is shutting down")
+	}
 	return writeJSON(w, http.StatusAccepted, b)
 }
 

@@ -18,9 +18,9 @@ type Hub struct {
 	ready  map[string]map[*waiter]struct{} // lease waiters by group
 	output map[string]map[*waiter]struct{} // output waiters by group
 	track  map[string]*tracker             // benchmark groups
-	// anyReady is poked by every Ready note of a tracked group: the
-	// benchmark's processors wait on it between rounds.
-	anyReady chan struct{}
+	// readyGen is closed (and replaced) by every Ready note of a tracked
+	// group: every idle benchmark processor wakes, not just one.
+	readyGen chan struct{}
 }
 
 type waiter struct{ ch chan struct{} }
@@ -39,7 +39,7 @@ func NewHub(max int) *Hub {
 		max = DefaultMaxWaiters
 	}
 	return &Hub{max: max, ready: map[string]map[*waiter]struct{}{}, output: map[string]map[*waiter]struct{}{},
-		track: map[string]*tracker{}, anyReady: make(chan struct{}, 1)}
+		track: map[string]*tracker{}, readyGen: make(chan struct{})}
 }
 
 // Notify takes a note of the sequencer workload; it never blocks (it runs
@@ -60,10 +60,8 @@ func (h *Hub) Notify(v any) {
 			left--
 		}
 		if h.track[n.Group] != nil {
-			select {
-			case h.anyReady <- struct{}{}:
-			default:
-			}
+			close(h.readyGen)
+			h.readyGen = make(chan struct{})
 		}
 	case Released:
 		for w := range h.output[n.Group] {
@@ -112,6 +110,15 @@ func (h *Hub) remove(set map[string]map[*waiter]struct{}, group string, w *waite
 		delete(set, group)
 	}
 	h.n--
+}
+
+// readyChan is closed at the next Ready note of a benchmark group; taken
+// before a processor looks for work, so a note while it looks is not
+// missed.
+func (h *Hub) readyChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.readyGen
 }
 
 func (h *Hub) startTracking(group string) *tracker {
