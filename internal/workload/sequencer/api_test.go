@@ -490,3 +490,39 @@ func TestHistogram(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown answers waiting long polls at once and ends streams, so a
+// graceful shutdown does not wait for them.
+func TestAPIShutdownEndsWaits(t *testing.T) {
+	srv, a := newAPIServer(t)
+	done := make(chan int, 2)
+	go func() {
+		st, _ := call(t, srv, "POST", "/v1/groups/w/lease", `{"processor":"p","waitMs":30000}`)
+		done <- st
+	}()
+	go func() {
+		st, _ := call(t, srv, "GET", "/v1/groups/w/output/stream", "")
+		done <- st
+	}()
+	for a.hub.Waiting() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	a.Shutdown()
+	for range 2 {
+		select {
+		case st := <-done:
+			if st != 200 {
+				t.Fatalf("ended with %d", st)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a wait outlived Shutdown")
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	if st, b := call(t, srv, "POST", "/messages", `{"name":"late","numberOfMessages":1}`); st != 503 {
+		t.Fatalf("a benchmark after shutdown: %d %s", st, b)
+	}
+}
