@@ -16,6 +16,7 @@ import (
 	"github.com/surge-run/surge/internal/server"
 	"github.com/surge-run/surge/internal/workload/commerce"
 	"github.com/surge-run/surge/internal/workload/jobs"
+	"github.com/surge-run/surge/internal/workload/sequencer"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -120,6 +121,8 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.JobLease, "job-lease", envDurationOr("SURGE_JOB_LEASE", jobs.DefaultLease), "how long a job pushed to a worker stays leased without a heartbeat; past it the job is retried elsewhere (SURGE_JOB_LEASE)")
 	f.DurationVar(&cfg.JobRetention, "job-retention", envDurationOr("SURGE_JOB_RETENTION", jobs.DefaultRetention), "how long a finished job (DONE or DEAD_LETTERED) and its log stay readable before they are purged; each job logs the retention it was submitted with (SURGE_JOB_RETENTION)")
 	f.IntVar(&cfg.MaxWorkers, "max-workers", envIntOr("SURGE_MAX_WORKERS", jobs.DefaultMaxWorkers), "job workers registered at once; more get RESOURCE_EXHAUSTED (offline ones are forgotten after an hour) (SURGE_MAX_WORKERS)")
+	f.DurationVar(&cfg.SeqRetention, "seq-retention", envDurationOr("SURGE_SEQ_RETENTION", 24*time.Hour), "how long a released sequencer message stays readable when no consumer has committed past it (with consumers it goes once all have); each message logs the retention it was published with (SURGE_SEQ_RETENTION)")
+	f.IntVar(&cfg.SeqProcessors, "seq-processors", envIntOr("SURGE_SEQ_PROCESSORS", sequencer.DefaultBenchProcessors), "goroutines processing the messages of the benchmark routes (POST /messages) (SURGE_SEQ_PROCESSORS)")
 	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")

@@ -74,6 +74,12 @@ type Config struct {
 	// MaxWorkers bounds the job worker registry; 0 means
 	// jobs.DefaultMaxWorkers.
 	MaxWorkers int
+	// SeqRetention is how long a released sequencer message is kept when
+	// no consumer has passed it; 0 means 24h. Each message logs its own.
+	SeqRetention time.Duration
+	// SeqProcessors is the size of the benchmark routes' processor pool;
+	// 0 means sequencer.DefaultBenchProcessors.
+	SeqProcessors int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
 	// MaxEvents, MaxAreas and MaxSeats bound what the server holds over
@@ -273,6 +279,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.JobLease < 0 {
 		return fmt.Errorf("--job-lease %v: must be a positive duration such as 30s", cfg.JobLease)
 	}
+	if cfg.SeqRetention < 0 {
+		return fmt.Errorf("--seq-retention %v: must be a positive duration such as 24h", cfg.SeqRetention)
+	}
+	if cfg.SeqProcessors < 0 {
+		return fmt.Errorf("--seq-processors %d: must be positive (or 0 for the default)", cfg.SeqProcessors)
+	}
 	if cfg.JobRetention < 0 {
 		return fmt.Errorf("--job-retention %v: must be a positive duration such as 24h", cfg.JobRetention)
 	}
@@ -431,7 +443,7 @@ func Run(ctx context.Context, cfg Config) error {
 	tapi.Register(mux, m)
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
 	capi.Register(mux, m)
-	sapi := sequencer.NewAPI(eng, seqHub)
+	sapi := sequencer.NewAPI(eng, seqHub).SetRetention(cfg.SeqRetention).SetBenchProcessors(cfg.SeqProcessors)
 	sapi.Register(mux, m)
 	healthy := func() bool { return ready.Load() && !eng.Failed() }
 	japi := jobs.NewAPI(eng, jobHub).SetLease(cfg.JobLease).SetRetention(cfg.JobRetention).SetHealth(healthy)
