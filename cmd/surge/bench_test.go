@@ -89,7 +89,7 @@ func TestBenchSequencerFlags(t *testing.T) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetArgs([]string{"sequencer", "--target", srv.URL, "--scenario", "delays,groups", "--messages", "500", "--groups", "3",
-		"--processing-time", "2", "--creation-delay", "1", "--poll", "20ms", "--timeout", "5s", "--json", jsonPath})
+		"--processing-time", "2", "--creation-delay", "1", "--groups-creation-delay", "3", "--poll", "20ms", "--timeout", "5s", "--json", jsonPath})
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -107,8 +107,8 @@ func TestBenchSequencerFlags(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[string]map[string]int{"bench-delays": {"n": 500, "delay": 1, "proc": 2}, "bench-groups-000": {"n": 500, "delay": 0, "proc": 0},
-		"bench-groups-001": {"n": 500, "delay": 0, "proc": 0}, "bench-groups-002": {"n": 500, "delay": 0, "proc": 0}}
+	want := map[string]map[string]int{"bench-delays": {"n": 500, "delay": 1, "proc": 2}, "bench-groups-000": {"n": 500, "delay": 3, "proc": 0},
+		"bench-groups-001": {"n": 500, "delay": 3, "proc": 0}, "bench-groups-002": {"n": 500, "delay": 3, "proc": 0}}
 	if !reflect.DeepEqual(posted, want) {
 		t.Fatalf("POSTed %v, want %v", posted, want)
 	}

@@ -39,12 +39,16 @@ type SequencerOptions struct {
 	Groups         int
 	ProcessingTime int // ms, delays scenario
 	CreationDelay  int // ms, delays scenario
-	Poll           time.Duration
-	Timeout        time.Duration // per scenario, POST to the last count
-	Target         string
-	Partitions     int
-	DataDir        string
-	JSONPath       string
+	// GroupsDelay is the groups scenario's creationDelay: 0 for its
+	// throughput run; 1 ms over 100 groups paces it at the 100,000 msg/s
+	// the latency goal is stated at.
+	GroupsDelay int
+	Poll        time.Duration
+	Timeout     time.Duration // per scenario, POST to the last count
+	Target      string
+	Partitions  int
+	DataDir     string
+	JSONPath    string
 
 	Exe         string
 	ServeExe    string
@@ -81,8 +85,8 @@ func (o SequencerOptions) validate() error {
 		return errors.New("--messages must be at least 1")
 	case o.Groups < 1 || o.Groups > 10_000:
 		return fmt.Errorf("--groups %d: want 1..10000", o.Groups)
-	case o.ProcessingTime < 0 || o.CreationDelay < 0:
-		return errors.New("--processing-time and --creation-delay must not be negative")
+	case o.ProcessingTime < 0 || o.CreationDelay < 0 || o.GroupsDelay < 0:
+		return errors.New("--processing-time, --creation-delay and --groups-creation-delay must not be negative")
 	case o.Poll <= 0 || o.Poll > 10*time.Second:
 		return errors.New("--poll must be in (0, 10s]")
 	case o.Timeout <= 0:
@@ -153,8 +157,11 @@ func newSeqRun(o SequencerOptions, scenario, base string) *seqRun {
 
 func (r *seqRun) create(name string) seqCreate {
 	c := seqCreate{Name: name, NumberOfMessages: r.o.Messages}
-	if r.scenario == SeqScenarioDelays {
+	switch r.scenario {
+	case SeqScenarioDelays:
 		c.CreationDelay, c.ProcessingTime = r.o.CreationDelay, r.o.ProcessingTime
+	case SeqScenarioGroups:
+		c.CreationDelay = r.o.GroupsDelay
 	}
 	return c
 }
@@ -480,9 +487,8 @@ func (r *seqRun) measure(ctx context.Context, cpu func() (float64, error)) (*Seq
 	}
 	rep := &SeqScenarioReport{Scenario: r.scenario, Groups: len(r.groups), MessagesPerGroup: r.o.Messages,
 		PollMs: float64(r.poll) / float64(time.Millisecond), Sent: r.sent()}
-	if r.scenario == SeqScenarioDelays {
-		rep.CreationDelayMs, rep.ProcessingTimeMs = r.o.CreationDelay, r.o.ProcessingTime
-	}
+	c := r.create("")
+	rep.CreationDelayMs, rep.ProcessingTimeMs = c.CreationDelay, c.ProcessingTime
 	cpu0, cpuErr := cpu()
 	gen0 := selfCPUSeconds()
 	r.start = time.Now()
@@ -605,6 +611,7 @@ type SequencerConfig struct {
 	Groups           int      `json:"groups"`
 	ProcessingTimeMs int      `json:"processingTimeMs"`
 	CreationDelayMs  int      `json:"creationDelayMs"`
+	GroupsDelayMs    int      `json:"groupsCreationDelayMs"`
 	PollMs           float64  `json:"pollMs"`
 	TimeoutSeconds   float64  `json:"timeoutSeconds"`
 	Target           string   `json:"target,omitempty"`
@@ -661,20 +668,24 @@ func (rep *SequencerReport) judge() {
 		}
 		g := goal(fmt.Sprintf("msg/s across %d groups", groups.Groups), "≥ 200,000", "", v,
 			func(v float64) bool { return v >= seqGoalGroupsRate }, fmt.Sprintf("peer %s msg/s", grouped(int64(sequencerPeer.PerSecond))))
-		if groups.Groups != seqGoalGroups {
+		switch {
+		case groups.Groups != seqGoalGroups:
 			g.Met, g.Note = nil, fmt.Sprintf("goal is for %d groups", seqGoalGroups)
+		case groups.CreationDelayMs != 0:
+			g.Met, g.Note = nil, fmt.Sprintf("paced by creationDelay %d ms", groups.CreationDelayMs)
 		}
 		rep.Goals = append(rep.Goals, g)
 		// The goal is stated at half the groups rate. A run at least that
-		// fast that meets it meets it at that rate too; a slower one, or one
-		// that misses it at a higher rate, says nothing about it.
+		// fast (within 5 %: a paced run's total time includes its tail) that
+		// meets it meets it at that rate too; a slower one, or one that
+		// misses it at a higher rate, says nothing about it.
 		var p99 *float64
 		if s, ok := findStage(groups.Stages, "created", "sequenced"); ok {
 			p99 = &s.P99Ms
 		}
 		g = goal("created→sequenced p99 (ms, worst group)", "< 20 ms at 100,000 msg/s", "ms", p99,
 			func(v float64) bool { return v < seqGoalLatencyP99Ms }, fmt.Sprintf("measured at %s msg/s", grouped(int64(groups.PerSecond))))
-		if g.Met != nil && (groups.PerSecond < seqGoalLatencyRate || !*g.Met) {
+		if g.Met != nil && (groups.PerSecond < 0.95*seqGoalLatencyRate || !*g.Met) {
 			g.Met = nil
 		}
 		rep.Goals = append(rep.Goals, g)
@@ -698,7 +709,7 @@ func RunSequencer(ctx context.Context, o SequencerOptions) error {
 	defer t.cleanup()
 	rep := &SequencerReport{Benchmark: "sequencer", Peer: sequencerPeer, Problems: []string{}, Config: SequencerConfig{
 		Scenarios: scenarios, Messages: o.Messages, Groups: o.Groups, ProcessingTimeMs: o.ProcessingTime,
-		CreationDelayMs: o.CreationDelay, PollMs: float64(o.Poll) / float64(time.Millisecond),
+		CreationDelayMs: o.CreationDelay, GroupsDelayMs: o.GroupsDelay, PollMs: float64(o.Poll) / float64(time.Millisecond),
 		TimeoutSeconds: o.Timeout.Seconds(), Target: o.Target, Partitions: o.Partitions}}
 	writeSequencerHeader(o.Stdout, rep)
 	for _, sc := range scenarios {

@@ -29,6 +29,9 @@ func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
 	case SeqScenarioDelays:
 		title += fmt.Sprintf(": processingTime %d ms, creationDelay %d ms", s.ProcessingTimeMs, s.CreationDelayMs)
 	case SeqScenarioGroups:
+		if s.CreationDelayMs > 0 {
+			title = fmt.Sprintf("groups at once, creationDelay %d ms (≤ %s msg/s offered)", s.CreationDelayMs, grouped(int64(s.Groups*1000/s.CreationDelayMs)))
+		}
 		title = fmt.Sprintf("%d %s (each polled every %.0f ms)", s.Groups, title, s.PollMs)
 	}
 	fmt.Fprintf(out, "\n== %s: %s ==\n", s.Scenario, title)

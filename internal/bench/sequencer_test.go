@@ -180,6 +180,20 @@ func TestSequencerPeerGoalJudgedOnlyOnThePeersRun(t *testing.T) {
 	}
 }
 
+// A run paced by creationDelay at the latency goal's rate is judged on
+// latency, not on throughput.
+func TestSequencerPacedGroupsRun(t *testing.T) {
+	rep := &SequencerReport{Scenarios: []*SeqScenarioReport{{Scenario: SeqScenarioGroups, Groups: 64, CreationDelayMs: 1, Complete: true,
+		PerSecond: 97000, Stages: []SeqStage{{Name: "createdToSequenced", P99Ms: 9}}}}}
+	rep.judge()
+	if g := rep.Goals[0]; g.Met != nil || !strings.Contains(g.Note, "paced") {
+		t.Errorf("rate goal judged on a paced run: %+v", g)
+	}
+	if g := rep.Goals[1]; g.Met == nil || !*g.Met {
+		t.Errorf("latency goal at 97,000 msg/s and 9 ms: %+v", g)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func TestSequencerReadsOtherAnswerShapes(t *testing.T) {
