@@ -135,7 +135,10 @@ type seqRun struct {
 
 func newSeqRun(o SequencerOptions, scenario, base string) *seqRun {
 	r := &seqRun{o: o, scenario: scenario, label: scenario, base: strings.TrimRight(base, "/"), poll: o.Poll,
-		hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		// No client timeout: a POST /messages with a creationDelay may
+		// take as long as its messages take to create (the server may
+		// answer only then); each call is bounded by its context instead.
+		hc: &http.Client{Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 64,
 			DisableCompression:  true,
@@ -174,8 +177,17 @@ func (r *seqRun) sample(what string, err error) {
 	r.mu.Unlock()
 }
 
+// callTimeout bounds every call but POST /messages (bounded by --timeout).
+const callTimeout = 30 * time.Second
+
 // do sends one request and reads the whole answer.
 func (r *seqRun) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	t := callTimeout
+	if method == http.MethodPost {
+		t = r.o.Timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, t)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
