@@ -147,7 +147,7 @@ func (f *fakeSequencer) handler() http.Handler {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"name": name,
 			"perSecond":   []map[string]any{{"second": 0, "processed": g.n, "sequenced": g.n}},
-			"averageRate": float64(f.perMs) * 1000})
+			"averageProcessingPerSecond": 1, "averageRate": float64(f.perMs) * 1000})
 	})
 	return mux
 }

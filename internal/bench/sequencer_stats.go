@@ -242,7 +242,9 @@ func parseSeqCount(b []byte) (int64, error) {
 	return 0, fmt.Errorf("count: no count in %q", clip(t))
 }
 
-// perfsAverage finds the average rate in a /list/perfs answer (msg/s).
+// perfsAverage finds the average rate in a /list/perfs answer (msg/s):
+// an average named a rate first ("averageRate"), then one of sequencing
+// (the output's pace), then any average.
 func perfsAverage(b []byte) (float64, bool) {
 	var root any
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -254,14 +256,17 @@ func perfsAverage(b []byte) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	for _, k := range slices.Sorted(mapKeys(m)) {
-		nk := normKey(k)
-		if !strings.Contains(nk, "average") && !strings.Contains(nk, "avg") {
-			continue
-		}
-		if num, ok := m[k].(json.Number); ok {
-			if f, err := num.Float64(); err == nil {
-				return f, true
+	keys := slices.Sorted(mapKeys(m))
+	for _, want := range []string{"rate", "sequenc", ""} {
+		for _, k := range keys {
+			nk := normKey(k)
+			if !strings.Contains(nk, "average") && !strings.Contains(nk, "avg") || !strings.Contains(nk, want) {
+				continue
+			}
+			if num, ok := m[k].(json.Number); ok {
+				if f, err := num.Float64(); err == nil {
+					return f, true
+				}
 			}
 		}
 	}
