@@ -30,6 +30,7 @@ import (
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/commerce"
 	"github.com/surge-run/surge/internal/workload/jobs"
+	"github.com/surge-run/surge/internal/workload/sequencer"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -60,8 +61,9 @@ type Config struct {
 	// kept before it is purged; 0 keeps them for ever. Each order logs
 	// its own.
 	SagaRetention time.Duration
-	// MaxWaiters bounds the order long polls and streams open at once; 0
-	// means commerce.DefaultMaxWaiters.
+	// MaxWaiters bounds the order long polls and streams open at once,
+	// and separately the sequencer's (lease and output long polls, output
+	// streams); 0 means each workload's default.
 	MaxWaiters int
 	// JobLease is how long a job pushed to a worker stays leased without a
 	// heartbeat; 0 means jobs.DefaultLease.
@@ -344,6 +346,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// complete commands that notify.
 	hub := commerce.NewHub(cfg.MaxWaiters)
 	jobHub := jobs.NewHub(cfg.MaxWorkers)
+	seqHub := sequencer.NewHub(cfg.MaxWaiters)
 	eng, err := engine.Open(engine.Options{
 		Partitions:    parts,
 		Log:           lg,
@@ -358,9 +361,11 @@ func Run(ctx context.Context, cfg Config) error {
 				hub.Notify(v)
 			case jobs.WorkloadID:
 				jobHub.Notify(v)
+			case sequencer.WorkloadID:
+				seqHub.Notify(v)
 			}
 		},
-	}, ticketing.Workload{}, commerce.Workload{}, &jobs.Workload{Partitions: parts})
+	}, ticketing.Workload{}, commerce.Workload{}, &jobs.Workload{Partitions: parts}, &sequencer.Workload{})
 	if err != nil {
 		lg.Close()
 		return err
@@ -426,6 +431,8 @@ func Run(ctx context.Context, cfg Config) error {
 	tapi.Register(mux, m)
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
 	capi.Register(mux, m)
+	sapi := sequencer.NewAPI(eng, seqHub)
+	sapi.Register(mux, m)
 	healthy := func() bool { return ready.Load() && !eng.Failed() }
 	japi := jobs.NewAPI(eng, jobHub).SetLease(cfg.JobLease).SetRetention(cfg.JobRetention).SetHealth(healthy)
 	var grpcServices []grpcService
@@ -471,6 +478,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ready.Store(false)
 	capi.Shutdown() // long polls and streams answer now instead of holding the shutdown
 	japi.Shutdown() // worker streams end with UNAVAILABLE: workers reconnect
+	sapi.Shutdown() // long polls and streams answer now; benchmark processors stop
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)

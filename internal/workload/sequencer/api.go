@@ -1,0 +1,857 @@
+package sequencer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// Limits of the HTTP API.
+const (
+	// maxBody: one message of the largest payload with room for its
+	// fields; maxBatchBody: a batch of MaxBatch messages.
+	maxBody      = MaxPayloadBytes + 64<<10
+	maxBatchBody = 8 << 20
+	maxSmallBody = 64 << 10
+	// MaxWait bounds a long poll's wait.
+	MaxWait = 60 * time.Second
+	// DefaultMaxWaiters bounds the long polls and streams open at once.
+	DefaultMaxWaiters = 10_000
+	// DefaultLease is a lease's length when the processor names none.
+	DefaultLease = 30 * time.Second
+	// MaxLease bounds a lease's length: a dead processor's messages come
+	// back within it.
+	MaxLease = time.Hour
+	// streamPing is how often an idle stream sends a comment, so proxies
+	// keep it open.
+	streamPing = 15 * time.Second
+)
+
+// API serves the sequencer's native routes and the benchmark routes of
+// shared/compat/sequencer.md over an engine that runs Workload.
+type API struct {
+	eng       *engine.Engine
+	hub       *Hub
+	retention time.Duration
+	done      chan struct{}
+	stopOnce  sync.Once
+	bench     *bench
+}
+
+// NewAPI returns the sequencer API over eng; hub receives the engine's
+// notes (see Hub.Notify).
+func NewAPI(eng *engine.Engine, hub *Hub) *API {
+	a := &API{eng: eng, hub: hub, retention: time.Duration(DefaultRetentionNs), done: make(chan struct{})}
+	a.bench = newBench(a, DefaultBenchProcessors)
+	return a
+}
+
+// SetRetention sets how long released messages published from now on are
+// kept when no consumer has passed them; each Publish logs it, so replay
+// purges what the live run purged.
+func (a *API) SetRetention(d time.Duration) *API {
+	if d > 0 {
+		a.retention = d
+	}
+	return a
+}
+
+// SetBenchProcessors sets the size of the benchmark's processor pool
+// (before the first POST /messages).
+func (a *API) SetBenchProcessors(n int) *API {
+	if n > 0 {
+		a.bench.workers = n
+	}
+	return a
+}
+
+// Shutdown ends every long poll and stream at once and stops the
+// benchmark's processors, so a graceful shutdown does not wait for them.
+func (a *API) Shutdown() {
+	a.stopOnce.Do(func() { close(a.done) })
+	a.bench.wait()
+}
+
+// Register adds the routes to mux.
+func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
+	m.Handle(mux, "GET /v1/groups", a.listGroups)
+	m.Handle(mux, "GET /v1/groups/{group}", a.groupInfo)
+	m.Handle(mux, "DELETE /v1/groups/{group}", a.deleteGroup)
+	m.Handle(mux, "POST /v1/groups/{group}/messages", a.publish)
+	m.Handle(mux, "POST /v1/groups/{group}/lease", a.lease)
+	m.Handle(mux, "POST /v1/groups/{group}/complete", a.complete)
+	m.Handle(mux, "POST /v1/groups/{group}/extend", a.extend)
+	m.Handle(mux, "POST /v1/groups/{group}/release", a.release)
+	m.Handle(mux, "GET /v1/groups/{group}/output", a.output)
+	m.Handle(mux, "GET /v1/groups/{group}/output/stream", a.stream)
+	m.Handle(mux, "POST /v1/groups/{group}/consumers/{consumer}/commit", a.commit)
+
+	m.Handle(mux, "POST /messages", a.benchCreate)
+	m.Handle(mux, "DELETE /messages", a.benchDelete)
+	m.Handle(mux, "GET /list/sequenced/count", a.benchCount)
+	m.Handle(mux, "GET /list/stats", a.benchStats)
+	m.Handle(mux, "GET /list/perfs", a.benchPerfs)
+}
+
+// --- plumbing ---
+
+func (a *API) part(group string) int { return a.eng.PartitionOf(GroupKey(group)) }
+
+// do applies cmd at the group's partition. If the engine failed or the
+// machine refused the command, it has answered and returns that status.
+func (a *API) do(ctx context.Context, w http.ResponseWriter, group string, cmd engine.Command) (*Result, int) {
+	res, err := a.doRaw(ctx, group, cmd)
+	if err != nil {
+		return nil, engineError(w, err)
+	}
+	return res, refused(w, res)
+}
+
+func (a *API) doRaw(ctx context.Context, group string, cmd engine.Command) (*Result, error) {
+	v, err := a.eng.Do(ctx, a.part(group), WorkloadID, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Result), nil
+}
+
+func (a *API) info(ctx context.Context, group string) (*Info, error) {
+	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, GroupInfo{Group: group})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Info), nil
+}
+
+func (a *API) read(ctx context.Context, group string, after uint64, limit int) (*Output, error) {
+	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Output), nil
+}
+
+func engineError(w http.ResponseWriter, err error) int {
+	return api.EngineError(w, err, "server is busy: nothing was done, retry after the Retry-After pause")
+}
+
+// status maps a refusal to its HTTP status (0 for a success).
+func status(o Outcome) int {
+	switch o {
+	case OK, Created, Same:
+		return 0
+	case NotFound:
+		return http.StatusNotFound
+	case Invalid:
+		return http.StatusBadRequest
+	case Conflict:
+		return http.StatusConflict
+	case Exhausted:
+		// A full window empties as messages are released; a retry later
+		// can succeed, which is what 429 and its Retry-After say.
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+// refused answers a Result that is not a success, or returns 0.
+func refused(w http.ResponseWriter, res *Result) int {
+	st := status(res.Outcome)
+	if st == 0 {
+		return 0
+	}
+	return api.Error(w, st, res.Msg)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return api.Error(w, http.StatusInternalServerError, err.Error())
+	}
+	api.Write(w, status, true, append(b, '\n'))
+	return status
+}
+
+// checkName refuses a group, processor or consumer name the machine
+// would refuse, before anything is logged.
+func checkName(what, s string, max int) string {
+	if s == "" || len(s) > max {
+		return fmt.Sprintf("%s must be 1 to %d bytes, got %s", what, max, api.Quote(s))
+	}
+	if p := api.CheckText(s); p != "" {
+		return what + " " + p
+	}
+	return ""
+}
+
+// pathGroup reads {group}, or answers 400.
+func pathGroup(w http.ResponseWriter, r *http.Request) (string, int) {
+	g := r.PathValue("group")
+	if p := checkName("group name", g, MaxNameLen); p != "" {
+		return "", api.Error(w, http.StatusBadRequest, p)
+	}
+	return g, 0
+}
+
+// parseWait reads a wait in ms (a body's waitMs) or as ?wait= (a Go
+// duration such as 10s, or whole seconds).
+func parseWait(s string) (time.Duration, string) {
+	if s == "" {
+		return 0, ""
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, err2 := strconv.Atoi(s)
+		if err2 != nil || n < 0 || n > int(MaxWait/time.Second) {
+			return 0, fmt.Sprintf("wait must be a duration from 0s to %v (such as 10s or 500ms, or whole seconds), got %s", MaxWait, api.Quote(s))
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d > MaxWait {
+		return 0, fmt.Sprintf("wait must be between 0s and %v, got %s", MaxWait, api.Quote(s))
+	}
+	return d, ""
+}
+
+func queryUint(w http.ResponseWriter, r *http.Request, name string, def uint64) (uint64, int) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, 0
+	}
+	n, err := strconv.ParseUint(s, 10, 63)
+	if err != nil {
+		return 0, api.Error(w, http.StatusBadRequest, name+" must be a whole number from 0, got "+api.Quote(s))
+	}
+	return n, 0
+}
+
+// newID returns a random version-4 UUID: a publish without an id gets
+// one, so a retry inside the engine never makes a second message.
+func newID() string {
+	var id [16]byte
+	x, y := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		id[i] = byte(x >> (8 * i))
+		id[8+i] = byte(y >> (8 * i))
+	}
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	const hx = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hx[c>>4], hx[c&0xf])
+	}
+	return string(b)
+}
+
+// stamp renders an input time with full precision: stage latencies are
+// often well under a millisecond.
+func stamp(ns int64) string {
+	if ns == 0 {
+		return ""
+	}
+	return time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
+}
+
+// --- wire forms ---
+
+type messageDTO struct {
+	Seq          uint64          `json:"seq"`
+	ID           string          `json:"id"`
+	Payload      json.RawMessage `json:"payload"`
+	State        string          `json:"state"`
+	Processor    string          `json:"processor,omitempty"`
+	CreatedAt    string          `json:"createdAt"`
+	ProcessingAt string          `json:"processingAt,omitempty"`
+	ProcessedAt  string          `json:"processedAt,omitempty"`
+	ReleasedAt   string          `json:"releasedAt,omitempty"`
+	LeaseUntil   string          `json:"leaseUntil,omitempty"`
+}
+
+func messageOut(m *Message) messageDTO {
+	p := json.RawMessage(m.Payload)
+	if len(p) == 0 {
+		p = json.RawMessage("null")
+	}
+	return messageDTO{Seq: m.Seq, ID: m.ID, Payload: p, State: m.State.String(), Processor: m.Processor,
+		CreatedAt: stamp(m.Created), ProcessingAt: stamp(m.Processing), ProcessedAt: stamp(m.Processed),
+		ReleasedAt: stamp(m.Released), LeaseUntil: stamp(m.LeaseUntil)}
+}
+
+func messagesOut(ms []Message) []messageDTO {
+	out := make([]messageDTO, len(ms))
+	for i := range ms {
+		out[i] = messageOut(&ms[i])
+	}
+	return out
+}
+
+type consumerDTO struct {
+	Name     string `json:"name"`
+	Position uint64 `json:"position"`
+}
+
+type groupDTO struct {
+	Name      string        `json:"name"`
+	Mode      string        `json:"mode"`
+	CreatedAt string        `json:"createdAt"`
+	Position  uint64        `json:"position"`
+	FirstKept uint64        `json:"firstKept"`
+	Last      uint64        `json:"last"`
+	Missing   uint64        `json:"missing,omitempty"`
+	Pending   int           `json:"pending"`
+	Leased    int           `json:"leased"`
+	Processed int           `json:"processed"`
+	Released  int           `json:"released"`
+	Consumers []consumerDTO `json:"consumers"`
+}
+
+func groupOut(in *Info) groupDTO {
+	d := groupDTO{Name: in.Name, Mode: in.Mode.String(), CreatedAt: stamp(in.CreatedAt), Position: in.Position,
+		FirstKept: in.FirstKept, Last: in.Last, Missing: in.Missing, Pending: in.Pending, Leased: in.Leased,
+		Processed: in.Processed, Released: in.Released, Consumers: make([]consumerDTO, len(in.Consumers))}
+	for i, c := range in.Consumers {
+		d.Consumers[i] = consumerDTO(c)
+	}
+	return d
+}
+
+// --- groups ---
+
+func (a *API) listGroups(w http.ResponseWriter, r *http.Request) int {
+	n := a.eng.Partitions()
+	parts := make([][]*Info, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for p := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := a.eng.Query(r.Context(), p, WorkloadID, ListGroups{})
+			if err == nil {
+				parts[p] = v.([]*Info)
+			}
+			errs[p] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return engineError(w, err)
+	}
+	out := []groupDTO{}
+	for _, infos := range parts {
+		for _, in := range infos {
+			out = append(out, groupOut(in))
+		}
+	}
+	sortGroups(out)
+	return writeJSON(w, http.StatusOK, map[string]any{"groups": out})
+}
+
+func (a *API) groupInfo(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	in, err := a.info(r.Context(), g)
+	if err != nil {
+		return engineError(w, err)
+	}
+	if in == nil {
+		return api.Error(w, http.StatusNotFound, "no group "+api.Quote(g))
+	}
+	return writeJSON(w, http.StatusOK, groupOut(in))
+}
+
+func (a *API) deleteGroup(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	if _, st := a.dropGroup(r.Context(), w, g); st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"group": g, "deleted": true})
+}
+
+// dropGroup deletes a group and stops the benchmark's work on it.
+func (a *API) dropGroup(ctx context.Context, w http.ResponseWriter, g string) (*Result, int) {
+	res, err := a.dropGroupRaw(ctx, g)
+	if err != nil {
+		return nil, engineError(w, err)
+	}
+	return res, refused(w, res)
+}
+
+// --- publishing ---
+
+type publishBody struct {
+	ID      *string         `json:"id"`
+	Seq     uint64          `json:"seq"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+type publishBatchBody struct {
+	publishBody
+	Messages []publishBody `json:"messages"`
+}
+
+// toPublish checks one message and makes its command.
+func (a *API) toPublish(g string, b *publishBody, i int) (Publish, string) {
+	where := ""
+	if i >= 0 {
+		where = fmt.Sprintf("message %d: ", i)
+	}
+	id := ""
+	if b.ID != nil {
+		id = *b.ID
+		if p := checkName("id", id, MaxIDLen); p != "" {
+			return Publish{}, where + p
+		}
+	} else {
+		id = newID()
+	}
+	if b.Seq > 1<<63-1 {
+		return Publish{}, fmt.Sprintf("%sseq must be at most %d", where, int64(1<<63-1))
+	}
+	var payload []byte
+	if len(b.Payload) > 0 && string(b.Payload) != "null" {
+		payload = []byte(b.Payload)
+	}
+	return Publish{Group: g, MsgID: id, Seq: b.Seq, Payload: payload, RetentionNs: int64(a.retention)}, ""
+}
+
+// publish serves POST /v1/groups/{group}/messages: one message, or a
+// batch under "messages" published all or nothing.
+func (a *API) publish(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	var b publishBatchBody
+	if st := api.ReadJSON(w, r, maxBatchBody, &b); st != 0 {
+		return st
+	}
+	if b.Messages == nil {
+		if len(b.Payload) > MaxPayloadBytes {
+			return api.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("payload of %d bytes is over %d", len(b.Payload), MaxPayloadBytes))
+		}
+		p, problem := a.toPublish(g, &b.publishBody, -1)
+		if problem != "" {
+			return api.Error(w, http.StatusBadRequest, problem)
+		}
+		res, st := a.do(r.Context(), w, g, &p)
+		if st != 0 {
+			return st
+		}
+		code := http.StatusCreated
+		if res.Outcome == Same {
+			code = http.StatusOK
+		}
+		return writeJSON(w, code, map[string]any{"seq": res.Seq, "id": p.MsgID})
+	}
+	if b.ID != nil || b.Seq != 0 || len(b.Payload) > 0 {
+		return api.Error(w, http.StatusBadRequest, "send either one message (id, seq, payload) or a batch under \"messages\", not both")
+	}
+	if len(b.Messages) == 0 || len(b.Messages) > MaxBatch {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("messages must hold 1 to %d messages, got %d", MaxBatch, len(b.Messages)))
+	}
+	batch := &PublishBatch{Msgs: make([]Publish, len(b.Messages))}
+	for i := range b.Messages {
+		if n := len(b.Messages[i].Payload); n > MaxPayloadBytes {
+			return api.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message %d: payload of %d bytes is over %d", i, n, MaxPayloadBytes))
+		}
+		p, problem := a.toPublish(g, &b.Messages[i], i)
+		if problem != "" {
+			return api.Error(w, http.StatusBadRequest, problem)
+		}
+		batch.Msgs[i] = p
+	}
+	res, st := a.do(r.Context(), w, g, batch)
+	if st != 0 {
+		return st
+	}
+	seqs := make([]uint64, len(res.Each))
+	for i, e := range res.Each {
+		seqs[i] = e.Seq
+	}
+	code := http.StatusCreated
+	if res.Outcome == Same {
+		code = http.StatusOK
+	}
+	return writeJSON(w, code, map[string]any{"seqs": seqs})
+}
+
+// --- processing ---
+
+type leaseBody struct {
+	Processor string `json:"processor"`
+	Max       int32  `json:"max"`
+	LeaseMs   int64  `json:"leaseMs"`
+	WaitMs    int64  `json:"waitMs"`
+}
+
+func checkLeaseMs(ms int64) (time.Duration, string) {
+	if ms == 0 {
+		return DefaultLease, ""
+	}
+	if ms < 0 || ms > MaxLease.Milliseconds() {
+		return 0, fmt.Sprintf("leaseMs must be from 1 to %d, got %d", MaxLease.Milliseconds(), ms)
+	}
+	return time.Duration(ms) * time.Millisecond, ""
+}
+
+// lease serves POST /v1/groups/{group}/lease: up to max messages, lowest
+// seq first. While none is leasable it waits up to waitMs for a Ready
+// note. A group nobody published to yet has no messages: the answer is
+// an empty list, so processors may start before publishers.
+func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	var b leaseBody
+	if st := api.ReadJSON(w, r, maxSmallBody, &b); st != 0 {
+		return st
+	}
+	if p := checkName("processor", b.Processor, MaxIDLen); p != "" {
+		return api.Error(w, http.StatusBadRequest, p)
+	}
+	if b.Max == 0 {
+		b.Max = 1
+	}
+	if b.Max < 0 || b.Max > MaxLeaseBatch {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("max must be from 1 to %d, got %d", MaxLeaseBatch, b.Max))
+	}
+	lease, problem := checkLeaseMs(b.LeaseMs)
+	if problem != "" {
+		return api.Error(w, http.StatusBadRequest, problem)
+	}
+	if b.WaitMs < 0 || b.WaitMs > MaxWait.Milliseconds() {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("waitMs must be from 0 to %d, got %d", MaxWait.Milliseconds(), b.WaitMs))
+	}
+	ctx := r.Context()
+	var wt *waiter
+	if b.WaitMs > 0 {
+		if wt = a.hub.add(a.hub.ready, g); wt == nil {
+			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; lease without waitMs, or retry after the Retry-After pause")
+		}
+		defer a.hub.remove(a.hub.ready, g, wt)
+	}
+	deadline := time.Now().Add(time.Duration(b.WaitMs) * time.Millisecond)
+	cmd := &Lease{Group: g, Processor: b.Processor, Max: b.Max, LeaseNs: int64(lease)}
+	for {
+		res, err := a.doRaw(ctx, g, cmd)
+		if err != nil {
+			return engineError(w, err)
+		}
+		if res.Outcome != NotFound {
+			if st := refused(w, res); st != 0 {
+				return st
+			}
+		}
+		if len(res.Messages) > 0 || wt == nil {
+			return writeJSON(w, http.StatusOK, map[string]any{"messages": messagesOut(res.Messages), "position": res.Position})
+		}
+		left := time.Until(deadline)
+		if left <= 0 || !a.sleep(ctx, wt, left) {
+			if ctx.Err() != nil {
+				return 499 // the client went away; nobody reads an answer
+			}
+			return writeJSON(w, http.StatusOK, map[string]any{"messages": []messageDTO{}, "position": res.Position})
+		}
+	}
+}
+
+// sleep waits for a wake-up; false when the wait passed, the client went
+// or the server is shutting down.
+func (a *API) sleep(ctx context.Context, wt *waiter, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wt.ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-a.done:
+	}
+	return false
+}
+
+type completeBody struct {
+	Processor string   `json:"processor"`
+	Seqs      []uint64 `json:"seqs"`
+}
+
+type completeDTO struct {
+	Seq     uint64 `json:"seq"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+}
+
+// complete serves POST /v1/groups/{group}/complete. Each seq is its own
+// command (applied concurrently, so they share group commits); the
+// answer gives each one's outcome, and the status is the first refusal's
+// if any was refused.
+func (a *API) complete(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	var b completeBody
+	if st := api.ReadJSON(w, r, maxSmallBody, &b); st != 0 {
+		return st
+	}
+	if p := checkName("processor", b.Processor, MaxIDLen); p != "" {
+		return api.Error(w, http.StatusBadRequest, p)
+	}
+	if len(b.Seqs) == 0 || len(b.Seqs) > MaxLeaseBatch {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("seqs must hold 1 to %d seqs, got %d", MaxLeaseBatch, len(b.Seqs)))
+	}
+	for _, s := range b.Seqs {
+		if s == 0 || s > 1<<63-1 {
+			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("seq %d is not a message's seq (1 to %d)", s, int64(1<<63-1)))
+		}
+	}
+	results, errs := a.completeAll(r.Context(), g, b.Processor, b.Seqs)
+	if err := errors.Join(errs...); err != nil {
+		return engineError(w, err)
+	}
+	out := make([]completeDTO, len(results))
+	code, msg := http.StatusOK, ""
+	var pos uint64
+	for i, res := range results {
+		out[i] = completeDTO{Seq: b.Seqs[i], Outcome: res.Outcome.String()}
+		pos = max(pos, res.Position)
+		if st := status(res.Outcome); st != 0 {
+			out[i].Error = res.Msg
+			if code == http.StatusOK {
+				code, msg = st, res.Msg
+			}
+		}
+	}
+	body := map[string]any{"results": out, "position": pos}
+	if msg != "" {
+		body["error"] = msg
+	}
+	return writeJSON(w, code, body)
+}
+
+// completeAll completes seqs concurrently: the machine takes one seq per
+// command, and sequential commands would each wait for their own fsync.
+func (a *API) completeAll(ctx context.Context, g, proc string, seqs []uint64) ([]*Result, []error) {
+	results := make([]*Result, len(seqs))
+	errs := make([]error, len(seqs))
+	var wg sync.WaitGroup
+	for i, s := range seqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = a.doRaw(ctx, g, &Complete{Group: g, Seq: s, Processor: proc})
+		}()
+	}
+	wg.Wait()
+	return results, errs
+}
+
+func (a *API) extend(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	var b leaseBody
+	if st := api.ReadJSON(w, r, maxSmallBody, &b); st != 0 {
+		return st
+	}
+	if p := checkName("processor", b.Processor, MaxIDLen); p != "" {
+		return api.Error(w, http.StatusBadRequest, p)
+	}
+	lease, problem := checkLeaseMs(b.LeaseMs)
+	if problem != "" {
+		return api.Error(w, http.StatusBadRequest, problem)
+	}
+	res, st := a.do(r.Context(), w, g, &Extend{Group: g, Processor: b.Processor, LeaseNs: int64(lease)})
+	if st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"messages": messagesOut(res.Messages), "position": res.Position})
+}
+
+func (a *API) release(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	var b leaseBody
+	if st := api.ReadJSON(w, r, maxSmallBody, &b); st != 0 {
+		return st
+	}
+	if p := checkName("processor", b.Processor, MaxIDLen); p != "" {
+		return api.Error(w, http.StatusBadRequest, p)
+	}
+	res, st := a.do(r.Context(), w, g, &Release{Group: g, Processor: b.Processor})
+	if st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"released": res.Outcome == OK, "position": res.Position})
+}
+
+// --- consuming ---
+
+// output serves GET /v1/groups/{group}/output?after=N&limit=&wait=: the
+// released messages after N; with wait, it waits for a Released note
+// while there are none.
+func (a *API) output(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	after, st := queryUint(w, r, "after", 0)
+	if st != 0 {
+		return st
+	}
+	limit, st := queryUint(w, r, "limit", 100)
+	if st != 0 {
+		return st
+	}
+	if limit < 1 || limit > maxReadLimit {
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("limit must be from 1 to %d, got %d", maxReadLimit, limit))
+	}
+	wait, problem := parseWait(r.URL.Query().Get("wait"))
+	if problem != "" {
+		return api.Error(w, http.StatusBadRequest, problem)
+	}
+	ctx := r.Context()
+	var wt *waiter
+	if wait > 0 {
+		if wt = a.hub.add(a.hub.output, g); wt == nil {
+			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; read without wait, or retry after the Retry-After pause")
+		}
+		defer a.hub.remove(a.hub.output, g, wt)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		out, err := a.read(ctx, g, after, int(limit))
+		if err != nil {
+			return engineError(w, err)
+		}
+		if len(out.Messages) > 0 || wt == nil || time.Until(deadline) <= 0 || !a.sleep(ctx, wt, time.Until(deadline)) {
+			if ctx.Err() != nil {
+				return 499
+			}
+			if !out.Found {
+				return api.Error(w, http.StatusNotFound, "no group "+api.Quote(g))
+			}
+			return writeJSON(w, http.StatusOK, map[string]any{"messages": messagesOut(out.Messages), "position": out.Position, "firstKept": out.FirstKept})
+		}
+	}
+}
+
+// stream serves GET /v1/groups/{group}/output/stream?after=N as
+// server-sent events, one per released message with id = seq, so a
+// client that reconnects with Last-Event-ID resumes after the last one it
+// got (at least once). It waits for a group nobody published to yet.
+func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	after, st := queryUint(w, r, "after", 0)
+	if st != 0 {
+		return st
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		n, err := strconv.ParseUint(id, 10, 63)
+		if err != nil {
+			return api.Error(w, http.StatusBadRequest, "Last-Event-ID must be a seq this stream sent, got "+api.Quote(id))
+		}
+		after = max(after, n)
+	}
+	ctx := r.Context()
+	wt := a.hub.add(a.hub.output, g)
+	if wt == nil {
+		return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; poll instead, or retry after the Retry-After pause")
+	}
+	defer a.hub.remove(a.hub.output, g, wt)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return http.StatusOK
+	}
+	ping := time.NewTicker(streamPing)
+	defer ping.Stop()
+	var buf []byte
+	for {
+		out, err := a.read(ctx, g, after, maxReadLimit)
+		if err != nil {
+			return http.StatusOK
+		}
+		if len(out.Messages) > 0 {
+			buf = buf[:0]
+			for i := range out.Messages {
+				m := &out.Messages[i]
+				b, _ := json.Marshal(messageOut(m))
+				buf = fmt.Appendf(buf, "event: message\nid: %d\ndata: %s\n\n", m.Seq, b)
+				after = m.Seq
+			}
+			if _, err := w.Write(buf); err != nil || rc.Flush() != nil {
+				return http.StatusOK
+			}
+			if len(out.Messages) == maxReadLimit {
+				continue // more may be there already
+			}
+		}
+		select {
+		case <-wt.ch:
+		case <-ping.C:
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil || rc.Flush() != nil {
+				return http.StatusOK
+			}
+		case <-ctx.Done():
+			return http.StatusOK
+		case <-a.done:
+			return http.StatusOK
+		}
+	}
+}
+
+func (a *API) commit(w http.ResponseWriter, r *http.Request) int {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return st
+	}
+	c := r.PathValue("consumer")
+	if p := checkName("consumer", c, MaxIDLen); p != "" {
+		return api.Error(w, http.StatusBadRequest, p)
+	}
+	var b struct {
+		Position *uint64 `json:"position"`
+	}
+	if st := api.ReadJSON(w, r, maxSmallBody, &b); st != 0 {
+		return st
+	}
+	if b.Position == nil {
+		return api.Error(w, http.StatusBadRequest, "position is required: the last seq the consumer has handled")
+	}
+	res, st := a.do(r.Context(), w, g, &Commit{Group: g, Consumer: c, Position: *b.Position})
+	if st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"consumer": c, "position": *b.Position, "released": res.Position})
+}

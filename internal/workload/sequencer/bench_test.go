@@ -1,0 +1,84 @@
+package sequencer
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// BenchmarkMessageLifecycle applies what one message costs a partition:
+// publish, lease, complete (which releases it), with their encodings as
+// the engine logs them; a consumer commits every 1,024 messages, which
+// purges what it passed.
+func BenchmarkMessageLifecycle(b *testing.B) {
+	m := NewMachine(Options{})
+	fx := &benchFx{}
+	payload := []byte(`{"processingTime":0}`)
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+	}
+	now := int64(1e18)
+	var res *Result
+	apply := func(c engine.Command) {
+		data, _ := c.AppendBinary(fx.buf[:0])
+		fx.buf = data
+		cmd, err := Decode(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		now++
+		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: cmd}, fx)
+		res = fx.reply.(*Result)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		apply(&Publish{Group: "g", MsgID: ids[i], Payload: payload})
+		apply(&Lease{Group: "g", Processor: "p", Max: 1, LeaseNs: 30e9})
+		apply(&Complete{Group: "g", Seq: res.Messages[0].Seq, Processor: "p"})
+		if res.Position != uint64(i+1) {
+			b.Fatalf("position %d after %d messages", res.Position, i+1)
+		}
+		if i%1024 == 1023 {
+			apply(&Commit{Group: "g", Consumer: "c", Position: res.Position})
+		}
+	}
+}
+
+// benchFx does what the engine does with effects that costs the
+// machine's goroutine: it encodes timer commands; it keeps the reply.
+type benchFx struct {
+	buf, tbuf []byte
+	reply     any
+}
+
+func (f *benchFx) Reply(v any)        { f.reply = v }
+func (f *benchFx) Unchanged()         {}
+func (f *benchFx) Notify(any)         {}
+func (f *benchFx) CancelTimer(string) {}
+func (f *benchFx) SetTimer(_ string, _ int64, cmd engine.Command) error {
+	var err error
+	f.tbuf, err = cmd.AppendBinary(f.tbuf[:0])
+	return err
+}
+
+// BenchmarkForkSnapshot measures how long a partition holding 100,000
+// unreleased messages stops for a snapshot (the fork copies the window).
+func BenchmarkForkSnapshot(b *testing.B) {
+	m := NewMachine(Options{})
+	fx := &benchFx{}
+	payload := []byte(`{"processingTime":0}`)
+	for i := 0; i < 100_000; i += MaxBatch {
+		batch := &PublishBatch{}
+		for k := range MaxBatch {
+			batch.Msgs = append(batch.Msgs, Publish{Group: "g", MsgID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+k), Payload: payload})
+		}
+		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: batch}, fx)
+	}
+	b.ResetTimer()
+	for range b.N {
+		m.ForkSnapshot()
+	}
+}

@@ -1,0 +1,78 @@
+package sequencer
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// TestBytesPerMessage measures what one message of the peer's benchmark
+// (a 36-byte id, a small payload) costs a partition restored from a
+// snapshot, and in the snapshot: unreleased (pending), then released
+// (kept for readers), then once consumers have passed it. The figures
+// are for docs/BENCHMARKS.md; the bounds only catch a gross regression.
+func TestBytesPerMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 20,000 messages")
+	}
+	const n = 20_000
+	h := newHarness(t, 5, 1, Limits{})
+	measure := func() (heap uint64, size int) {
+		snap := h.ms[0].AppendSnapshot(nil)
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.HeapAlloc
+		m := NewMachine(h.opts[0])
+		if err := m.Restore(snap); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		runtime.KeepAlive(m)
+		return ms.HeapAlloc - before, len(snap)
+	}
+	// The group exists (and has a consumer) before the baseline.
+	h.client("", &Publish{Group: "bench", MsgID: "first"})
+	r := h.client("", &Lease{Group: "bench", Processor: "p", Max: 1, LeaseNs: 60e9})
+	h.client("", &Complete{Group: "bench", Seq: r.Messages[0].Seq, Processor: "p"})
+	h.client("", &Commit{Group: "bench", Consumer: "reader", Position: 1})
+	heap0, size0 := measure()
+	payload := []byte(`{"processingTime":0}`)
+	for i := 0; i < n; i += MaxBatch {
+		b := &PublishBatch{}
+		for k := range MaxBatch {
+			b.Msgs = append(b.Msgs, Publish{Group: "bench", MsgID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+k), Payload: payload})
+		}
+		if r := h.client("", b); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+	}
+	heap1, size1 := measure()
+	for done := 0; done < n; {
+		r := h.client("", &Lease{Group: "bench", Processor: "p", Max: MaxLeaseBatch, LeaseNs: 60e9})
+		for _, x := range r.Messages {
+			h.client("", &Complete{Group: "bench", Seq: x.Seq, Processor: "p"})
+		}
+		done += len(r.Messages)
+	}
+	heap2, size2 := measure()
+	if r := h.client("", &Commit{Group: "bench", Consumer: "reader", Position: n + 1}); r.Outcome != OK {
+		t.Fatal(r.Msg)
+	}
+	heap3, size3 := measure()
+	per := func(heap uint64, size int) string {
+		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(int64(heap)-int64(heap0))/n, float64(size-size0)/n)
+	}
+	t.Logf("per unreleased message: %s; released: %s; read by every consumer: %s", per(heap1, size1), per(heap2, size2), per(heap3, size3))
+	if p := float64(heap1-heap0) / n; p > 1024 {
+		t.Errorf("an unreleased message costs %.0f B; more than 1 KiB is a regression", p)
+	}
+	// Purged messages give their memory back: the window's chunks go
+	// (the heap figure is too noisy for a bound when other tests'
+	// goroutines are still winding down).
+	if g := h.ms[0].groups["bench"]; g.counts[MsgReleased] != 0 || len(g.ids) != 0 || len(g.chunks) > 1 || size3 > size0+16 { // positions take longer varints
+		t.Errorf("after every consumer passed: %d released kept, %d ids, %d chunks, snapshot %d B (was %d)",
+			g.counts[MsgReleased], len(g.ids), len(g.chunks), size3, size0)
+	}
+}
