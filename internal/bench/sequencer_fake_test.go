@@ -146,7 +146,7 @@ func (f *fakeSequencer) handler() http.Handler {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"name": name,
-			"perSecond":   []map[string]any{{"second": 0, "processed": g.n, "sequenced": g.n}},
+			"perSecond":                  []map[string]any{{"second": 0, "processed": g.n, "sequenced": g.n}},
 			"averageProcessingPerSecond": 1, "averageRate": float64(f.perMs) * 1000})
 	})
 	return mux
