@@ -91,7 +91,7 @@ func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
 	fmt.Fprintf(out, "\n  %s\n", what)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  stage\tp50\tp90\tp95\tp99\tavg\tmin\tmax\t")
-	for _, st := range s.Stages {
+	for _, st := range seqStagesInOrder(s.Stages) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Name, ms(st.P50Ms), ms(st.P90Ms), ms(st.P95Ms), ms(st.P99Ms),
 			ms(st.AvgMs), ms(st.MinMs), ms(st.MaxMs))
 	}
@@ -126,4 +126,27 @@ func writeSequencerGoals(out io.Writer, rep *SequencerReport) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
+}
+
+// seqPipeline is the order of the peer's stages, in which the table lists
+// them (a message's life, then end to end); any other stage follows.
+var seqPipeline = [][2]string{{"created", "processing"}, {"processing", "processed"}, {"processed", "sequencing"},
+	{"sequencing", "sequenced"}, {"created", "sequenced"}}
+
+func seqStagesInOrder(stages []SeqStage) []SeqStage {
+	var out []SeqStage
+	used := map[string]bool{}
+	for _, p := range seqPipeline {
+		if st, ok := findStage(stages, p[0], p[1]); ok && !used[st.Name] {
+			used[st.Name] = true
+			st.Name = p[0] + "→" + p[1]
+			out = append(out, st)
+		}
+	}
+	for _, st := range stages {
+		if !used[st.Name] {
+			out = append(out, st)
+		}
+	}
+	return out
 }

@@ -109,7 +109,7 @@ func TestSequencerScenariosAgainstTheFake(t *testing.T) {
 			t.Errorf("%s deleted %d times, want 2", name, n)
 		}
 	}
-	for _, s := range []string{"== peer:", "== delays:", "processingTime 5 ms", "4 groups at once", "createdToSequenced", "isOrdered", "goals (issue 9", "OK:"} {
+	for _, s := range []string{"== peer:", "== delays:", "processingTime 5 ms", "4 groups at once", "created→processing", "isOrdered", "goals (issue 9", "OK:"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("readable report lacks %q:\n%s", s, out)
 		}
@@ -212,6 +212,17 @@ func TestSequencerReadsOtherAnswerShapes(t *testing.T) {
 	}
 	if s.Ordered == nil || !*s.Ordered {
 		t.Fatalf("ordered %v", s.Ordered)
+	}
+}
+
+func TestSeqStagesInOrder(t *testing.T) {
+	in := []SeqStage{{Name: "createdToSequenced"}, {Name: "queued"}, {Name: "processing_to_processed"}, {Name: "createdToProcessing"}}
+	var got []string
+	for _, s := range seqStagesInOrder(in) {
+		got = append(got, s.Name)
+	}
+	if want := []string{"created→processing", "processing→processed", "created→sequenced", "queued"}; !slices.Equal(got, want) {
+		t.Fatalf("%q, want %q", got, want)
 	}
 }
 
