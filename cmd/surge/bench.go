@@ -289,7 +289,7 @@ before and after.`,
 	f.IntVarP(&o.Groups, "groups", "g", 64, "groups scenario: groups created at once")
 	f.IntVar(&o.ProcessingTime, "processing-time", 5, "delays scenario: processingTime, ms per message")
 	f.IntVar(&o.CreationDelay, "creation-delay", 0, "delays scenario: creationDelay, ms between messages")
-	f.IntVar(&o.GroupsDelay, "groups-creation-delay", 0, "groups scenario: creationDelay, ms between a group's messages (1 with --groups 100 offers the latency goal's 100,000 msg/s)")
+	f.IntVar(&o.GroupsDelay, "groups-creation-delay", 0, "groups scenario: creationDelay, ms between a group's messages, to pace it for the latency goal (at most groups x 1000 / delay msg/s)")
 	f.DurationVar(&o.Poll, "poll", 10*time.Millisecond, "how often to poll /list/sequenced/count (the groups scenario: at most every 50 ms)")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up on a scenario whose messages are not all sequenced by then")
 	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics)")
