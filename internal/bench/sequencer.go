@@ -754,8 +754,12 @@ func RunSequencer(ctx context.Context, o SequencerOptions) error {
 		return errors.New("interrupted; servers stopped")
 	}
 	if !rep.OK {
-		t.keepTmp = true
-		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
+		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\n", strings.Join(rep.Problems, "\n  "))
+		// Only servers the bench started leave logs worth keeping; against
+		// --target the dir is empty.
+		if t.keepTmp = len(t.children) > 0; t.keepTmp {
+			fmt.Fprintf(o.Stdout, "logs kept in %s\n", tmp)
+		}
 		return errSequencerFailed
 	}
 	fmt.Fprintln(o.Stdout, "\nOK: every message sequenced, each group in order, no count past what was sent")
