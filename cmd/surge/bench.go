@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Run load generators that reproduce peers' published tests",
 	}
-	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchJobsCmd(), benchNullServerCmd())
+	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchJobsCmd(), benchSequencerCmd(), benchNullServerCmd())
 	return cmd
 }
 
@@ -234,6 +234,65 @@ per second, server CPU per job and peak resident memory.`,
 	f.DurationVar(&o.Drain, "drain", 10*time.Second, "e2e phase: how long to wait after the load for submitted jobs to be executed")
 	f.BoolVar(&o.Baseline, "baseline", true, "also run each phase against a server that does nothing")
 	f.StringVar(&o.Target, "target", "", "base URL (http://host:port) of a running server to use instead of starting one (CPU from its /metrics)")
+	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
+	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
+	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
+	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	return cmd
+}
+
+func benchSequencerCmd() *cobra.Command {
+	o := bench.SequencerOptions{}
+	cmd := &cobra.Command{
+		Use:   "sequencer",
+		Short: "Reproduce the sequencer peer's run (60,000 messages in order), with delays and with many groups",
+		Long: `Drives the benchmark routes of the Redis sequencer peer
+(shared/compat/sequencer.md), as its admin script does but polling every
+--poll instead of every second: POST /messages {name, numberOfMessages,
+creationDelay, processingTime} makes the server create the messages and
+process them on its in-process processors; GET /list/sequenced/count?name=
+is polled until it equals the number sent; then /list/stats (per-stage
+percentiles, isOrdered) and /list/perfs are read.
+
+Scenarios (--scenario, comma-separated):
+  peer    one group of --messages, creationDelay 0, processingTime 0: the
+          peer's published run
+  delays  one group with --processing-time and --creation-delay
+  groups  --groups groups of --messages each, all POSTed at once, zero
+          delays (or --groups-creation-delay to pace them); each group
+          polled at most every 50 ms
+
+Each scenario reports the total time (first POST to the poll that saw the
+last count complete), msg/s, per-stage latency, the order check, server CPU
+per message and peak resident memory. Unless --target is given, each runs
+against a fresh ` + "`surge serve`" + ` on a fresh data dir. Against --target the
+scenario's groups (bench-peer, bench-delays, bench-groups-NNN) are deleted
+before and after.`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Exe = exe
+			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			o.ProgressTTY = benchIsTerminal(os.Stderr)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.RunSequencer(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Scenarios, "scenario", "peer,delays,groups", "scenarios to run, in order: peer, delays, groups")
+	f.IntVarP(&o.Messages, "messages", "n", 60000, "messages per group (numberOfMessages)")
+	f.IntVarP(&o.Groups, "groups", "g", 64, "groups scenario: groups created at once")
+	f.IntVar(&o.ProcessingTime, "processing-time", 5, "delays scenario: processingTime, ms per message")
+	f.IntVar(&o.CreationDelay, "creation-delay", 0, "delays scenario: creationDelay, ms between messages")
+	f.IntVar(&o.GroupsDelay, "groups-creation-delay", 0, "groups scenario: creationDelay, ms between a group's messages, to pace it for the latency goal (at most groups x 1000 / delay msg/s)")
+	f.DurationVar(&o.Poll, "poll", 10*time.Millisecond, "how often to poll /list/sequenced/count (the groups scenario: at most every 50 ms)")
+	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "give up on a scenario whose messages are not all sequenced by then")
+	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics)")
 	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
 	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/surge-run/surge/internal/bench"
@@ -47,6 +51,68 @@ func TestBenchCommerceFlags(t *testing.T) {
 		}
 	}
 	if !strings.Contains(out.String(), "open loop at 200 iterations/s") {
+		t.Fatalf("no readable report:\n%s", out.String())
+	}
+}
+
+// TestBenchSequencerFlags: the subcommand's flags reach the bench, against
+// an in-process stand-in for the peer's routes that sequences a group as
+// soon as it is created.
+func TestBenchSequencerFlags(t *testing.T) {
+	var mu sync.Mutex
+	posted := map[string]map[string]int{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /messages", func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		mu.Lock()
+		posted[b["name"].(string)] = map[string]int{"n": int(b["numberOfMessages"].(float64)),
+			"delay": int(b["creationDelay"].(float64)), "proc": int(b["processingTime"].(float64))}
+		mu.Unlock()
+	})
+	mux.HandleFunc("DELETE /messages", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /list/sequenced/count", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprint(w, posted[r.URL.Query().Get("name")]["n"])
+	})
+	mux.HandleFunc("GET /list/stats", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"isOrdered":true,"createdToSequenced":{"p50":1,"p99":2}}`)
+	})
+	mux.HandleFunc("GET /list/perfs", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{}`) })
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "process_cpu_seconds_total 1\n") })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	jsonPath := filepath.Join(t.TempDir(), "s.json")
+	cmd := newBenchCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"sequencer", "--target", srv.URL, "--scenario", "delays,groups", "--messages", "500", "--groups", "3",
+		"--processing-time", "2", "--creation-delay", "1", "--groups-creation-delay", "3", "--poll", "20ms", "--timeout", "5s", "--json", jsonPath})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.SequencerReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Config
+	if !rep.OK || len(rep.Scenarios) != 2 || c.Messages != 500 || c.Groups != 3 || c.PollMs != 20 || c.TimeoutSeconds != 5 {
+		t.Fatalf("report %s", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]map[string]int{"bench-delays": {"n": 500, "delay": 1, "proc": 2}, "bench-groups-000": {"n": 500, "delay": 3, "proc": 0},
+		"bench-groups-001": {"n": 500, "delay": 3, "proc": 0}, "bench-groups-002": {"n": 500, "delay": 3, "proc": 0}}
+	if !reflect.DeepEqual(posted, want) {
+		t.Fatalf("POSTed %v, want %v", posted, want)
+	}
+	if !strings.Contains(out.String(), "3 groups at once") {
 		t.Fatalf("no readable report:\n%s", out.String())
 	}
 }
