@@ -81,12 +81,13 @@ func grpcHandlerOptions() []connect.HandlerOption {
 }
 
 // unlimitedStream lifts the server's read and write timeouts (there for
-// requests that should finish in seconds) from the long-lived call at
-// path, which would otherwise be cut after them.
+// requests that should finish in seconds) from the long-lived calls at
+// paths (streams, and long polls that may wait longer than the write
+// timeout), which would otherwise be cut after them.
 // Its writes can be batched (jobs.BatchFlusher).
-func unlimitedStream(path string, h http.Handler) http.Handler {
+func unlimitedStream(h http.Handler, paths ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != path {
+		if !slices.Contains(paths, r.URL.Path) {
 			h.ServeHTTP(w, r)
 			return
 		}

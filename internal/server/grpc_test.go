@@ -15,6 +15,9 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/surge-run/surge/internal/seqpb"
+	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
 )
 
 // h2cClient speaks HTTP/2 without TLS from the first byte, as gRPC clients
@@ -42,7 +45,7 @@ func TestGRPCHealth(t *testing.T) {
 			t.Errorf("Check(%q) = %v, want serving", svc, res.Status)
 		}
 	}
-	for _, svc := range []string{"jq.JobService", "jq.WorkerService", "jq.AdminService"} {
+	for _, svc := range []string{"jq.JobService", "jq.WorkerService", "jq.AdminService", "surge.sequencer.v1.SequencerService"} {
 		if res, err := health.Check(ctx, &grpchealth.CheckRequest{Service: svc}); err != nil || res.Status != grpchealth.StatusServing {
 			t.Errorf("Check(%s) = %v, %v, want serving", svc, res, err)
 		}
@@ -104,11 +107,11 @@ func TestGRPCReflection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []protoreflect.FullName{grpchealth.HealthV1ServiceName, "jq.JobService", "jq.WorkerService", "jq.AdminService"}
+	want := []protoreflect.FullName{grpchealth.HealthV1ServiceName, "jq.JobService", "jq.WorkerService", "jq.AdminService", "surge.sequencer.v1.SequencerService"}
 	if !slices.Equal(names, want) {
 		t.Errorf("ListServices = %v, want %v", names, want)
 	}
-	for _, sym := range []protoreflect.FullName{grpchealth.HealthV1ServiceName, "jq.JobService"} {
+	for _, sym := range []protoreflect.FullName{grpchealth.HealthV1ServiceName, "jq.JobService", "surge.sequencer.v1.SequencerService"} {
 		files, err := stream.FileContainingSymbol(sym)
 		if err != nil || len(files) == 0 {
 			t.Errorf("FileContainingSymbol(%s): %d files, %v", sym, len(files), err)
@@ -143,11 +146,11 @@ func TestUnlimitedStreamOutlivesTimeouts(t *testing.T) {
 	for _, tc := range []struct {
 		path string
 		want int
-	}{{"/stream", 6}, {"/other", 0}} {
+	}{{"/stream", 6}, {"/poll", 6}, {"/other", 0}} {
 		var p http.Protocols
 		p.SetHTTP1(true)
 		p.SetUnencryptedHTTP2(true)
-		srv := httptest.NewUnstartedServer(unlimitedStream("/stream", slow))
+		srv := httptest.NewUnstartedServer(unlimitedStream(slow, "/stream", "/poll"))
 		srv.Config.Protocols = &p
 		srv.Config.WriteTimeout = 250 * time.Millisecond
 		srv.Config.ReadTimeout = 250 * time.Millisecond
@@ -165,5 +168,33 @@ func TestUnlimitedStreamOutlivesTimeouts(t *testing.T) {
 		if tc.want == 0 && len(body) >= 6 {
 			t.Errorf("%s: read all %d bytes past the write timeout; the test does not show the timeout", tc.path, len(body))
 		}
+	}
+}
+
+// The sequencer's service is mounted: a Read through the whole server
+// (limits, metrics, the lifted deadlines) sees a message published,
+// leased and completed over gRPC.
+func TestGRPCSequencerServed(t *testing.T) {
+	base := serveForTest(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := seqpbconnect.NewSequencerServiceClient(h2cClient(), base, connect.WithGRPC())
+	s, err := c.Read(ctx, connect.NewRequest(&seqpb.ReadRequest{Group: "g"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := c.Publish(ctx, connect.NewRequest(&seqpb.PublishRequest{Group: "g", Messages: []*seqpb.PublishMessage{{Id: "m", Payload: []byte(`1`)}}})); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Lease(ctx, connect.NewRequest(&seqpb.LeaseRequest{Group: "g", Processor: "p", WaitMs: 5000}))
+	if err != nil || len(l.Msg.Messages) != 1 {
+		t.Fatalf("Lease: %v, %v", l, err)
+	}
+	if _, err := c.Complete(ctx, connect.NewRequest(&seqpb.CompleteRequest{Group: "g", Processor: "p", Seqs: []uint64{1}})); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Receive() || s.Msg().Message.GetId() != "m" || s.Msg().Message.GetSeq() != 1 {
+		t.Fatalf("Read: %v, %v", s.Msg(), s.Err())
 	}
 }

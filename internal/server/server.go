@@ -26,6 +26,7 @@ import (
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
+	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
 	"github.com/surge-run/surge/internal/vfs"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/commerce"
@@ -265,7 +266,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath,
 			// A worker's stream lasts as long as the worker; the registry
 			// bounds them (one per worker), not the in-flight cap.
-			jobs.StreamPath},
+			jobs.StreamPath,
+			// A sequencer Read follows its group for as long as its
+			// reader runs; the hub bounds them (--max-waiters).
+			sequencer.ReadPath},
 	}.Resolve()
 	if err != nil {
 		return err
@@ -451,10 +455,13 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, s := range japi.Handlers(grpcHandlerOptions()...) {
 		h := s.Handler
 		if s.Name == jqpbconnect.WorkerServiceName {
-			h = unlimitedStream(jobs.StreamPath, h)
+			h = unlimitedStream(h, jobs.StreamPath)
 		}
 		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h})
 	}
+	seqPath, seqHandler := sapi.GRPCHandler(grpcHandlerOptions()...)
+	grpcServices = append(grpcServices, grpcService{name: seqpbconnect.SequencerServiceName, path: seqPath,
+		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath)})
 	mountGRPC(mux, m, healthy, grpcServices)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
