@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -525,4 +526,36 @@ func TestAPIShutdownEndsWaits(t *testing.T) {
 	if st, b := call(t, srv, "POST", "/messages", `{"name":"late","numberOfMessages":1}`); st != 503 {
 		t.Fatalf("a benchmark after shutdown: %d %s", st, b)
 	}
+}
+
+// TestBenchRunTime times one benchmark run through the routes, in
+// process: SEQUENCER_BENCH_RUN=60000 go test -run TestBenchRunTime -v.
+// It is a measurement, by hand; the machine it runs on is shared.
+func TestBenchRunTime(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("SEQUENCER_BENCH_RUN"))
+	if err != nil || n <= 0 {
+		t.Skip("set SEQUENCER_BENCH_RUN=<messages> to time a run")
+	}
+	srv, _ := newAPIServer(t)
+	start := time.Now()
+	must(t, srv, 202, "POST", "/messages", fmt.Sprintf(`{"name":"run","numberOfMessages":%d,"processingTime":0}`, n))
+	for {
+		st, body := call(t, srv, "GET", "/list/sequenced/count?name=run", "")
+		if st != 200 {
+			t.Fatalf("count: %d %s", st, body)
+		}
+		if body == strconv.Itoa(n) {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			t.Fatalf("%s of %d sequenced after 5 min", body, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d := time.Since(start)
+	s := must(t, srv, 200, "GET", "/list/stats?name=run", "")
+	if s["isOrdered"] != true || s["count"] != float64(n) {
+		t.Fatalf("stats: %v", s)
+	}
+	t.Logf("%d messages sequenced in %v (%.0f/s)", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
 }
