@@ -176,6 +176,20 @@ func TestAPIClientSeqs(t *testing.T) {
 	if out := must(t, srv, 200, "GET", g+"/output", ""); fmt.Sprint(seqsOf(t, out)) != "[1 2]" {
 		t.Fatalf("output once the gap is filled: %v", out)
 	}
+	// One request, one command: seqs done, repeated, unknown and leased
+	// to another each get their outcome; the status is the first
+	// refusal's, and what could be done was done.
+	must(t, srv, 201, "POST", g+"/messages", `{"messages":[{"id":"x3","seq":3},{"id":"x4","seq":4},{"id":"x5","seq":5}]}`)
+	must(t, srv, 200, "POST", g+"/lease", `{"processor":"p","max":2}`)
+	must(t, srv, 200, "POST", g+"/lease", `{"processor":"q","max":1}`)
+	v := must(t, srv, 404, "POST", g+"/complete", `{"processor":"p","seqs":[4,4,9,5,3,1]}`)
+	var outcomes []string
+	for _, r := range v["results"].([]any) {
+		outcomes = append(outcomes, r.(map[string]any)["outcome"].(string))
+	}
+	if fmt.Sprint(outcomes) != "[OK Same NotFound Conflict OK Same]" || v["position"] != 4.0 || !strings.Contains(v["error"].(string), "no message 9") {
+		t.Fatalf("mixed completion: %v", v)
+	}
 }
 
 // Every refusal names the problem and changes nothing.
