@@ -601,10 +601,10 @@ type completeDTO struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// complete serves POST /v1/groups/{group}/complete. Each seq is its own
-// command (applied concurrently, so they share group commits); the
-// answer gives each one's outcome, and the status is the first refusal's
-// if any was refused.
+// complete serves POST /v1/groups/{group}/complete: the seqs are one
+// CompleteBatch, one log record and one group commit however many there
+// are; the answer gives each one's outcome, and the status is the first
+// refusal's if any was refused.
 func (a *API) complete(w http.ResponseWriter, r *http.Request) int {
 	g, st := pathGroup(w, r)
 	if st != 0 {
@@ -625,45 +625,31 @@ func (a *API) complete(w http.ResponseWriter, r *http.Request) int {
 			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("seq %d is not a message's seq (1 to %d)", s, int64(1<<63-1)))
 		}
 	}
-	results, errs := a.completeAll(r.Context(), g, b.Processor, b.Seqs)
-	if err := errors.Join(errs...); err != nil {
+	res, err := a.doRaw(r.Context(), g, &CompleteBatch{Group: g, Processor: b.Processor, Seqs: b.Seqs})
+	if err != nil {
 		return engineError(w, err)
 	}
-	out := make([]completeDTO, len(results))
+	out := make([]completeDTO, len(b.Seqs))
 	code, msg := http.StatusOK, ""
-	var pos uint64
-	for i, res := range results {
-		out[i] = completeDTO{Seq: b.Seqs[i], Outcome: res.Outcome.String()}
-		pos = max(pos, res.Position)
-		if st := status(res.Outcome); st != 0 {
-			out[i].Error = res.Msg
+	for i := range b.Seqs {
+		// A refusal of the whole command (no such group) is every seq's.
+		e := res
+		if res.Each != nil {
+			e = res.Each[i]
+		}
+		out[i] = completeDTO{Seq: b.Seqs[i], Outcome: e.Outcome.String()}
+		if st := status(e.Outcome); st != 0 {
+			out[i].Error = e.Msg
 			if code == http.StatusOK {
-				code, msg = st, res.Msg
+				code, msg = st, e.Msg
 			}
 		}
 	}
-	body := map[string]any{"results": out, "position": pos}
+	body := map[string]any{"results": out, "position": res.Position}
 	if msg != "" {
 		body["error"] = msg
 	}
 	return writeJSON(w, code, body)
-}
-
-// completeAll completes seqs concurrently: the machine takes one seq per
-// command, and sequential commands would each wait for their own fsync.
-func (a *API) completeAll(ctx context.Context, g, proc string, seqs []uint64) ([]*Result, []error) {
-	results := make([]*Result, len(seqs))
-	errs := make([]error, len(seqs))
-	var wg sync.WaitGroup
-	for i, s := range seqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = a.doRaw(ctx, g, &Complete{Group: g, Seq: s, Processor: proc})
-		}()
-	}
-	wg.Wait()
-	return results, errs
 }
 
 func (a *API) extend(w http.ResponseWriter, r *http.Request) int {

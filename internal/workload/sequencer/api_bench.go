@@ -29,8 +29,8 @@ const (
 	// MaxBenchDelay bounds creationDelay and processingTime (ms).
 	MaxBenchDelay = 60_000
 	// benchLeaseBatch: how many messages a processor leases at once. Its
-	// completions go concurrently, so a batch costs about one group
-	// commit, not one per message.
+	// completions are one CompleteBatch, so a batch costs one command and
+	// one group commit, not one per message.
 	benchLeaseBatch = 100
 	// benchLease outlives any processingTime: a message is leased again
 	// only if its processor really stopped.
@@ -195,20 +195,15 @@ func (b *bench) process(id string) {
 	}
 }
 
-// completeAll completes a lease's messages, again after a pause those
-// the engine did not take (an overload sheds commands when hundreds
-// arrive at once): a message left leased would hold the group's output
-// for the whole lease. A repeat of one already done is Same.
+// completeAll completes a lease's messages in one command, again after
+// a pause if the engine did not take it (an overload sheds commands): a
+// message left leased would hold the group's output for the whole
+// lease. A repeat of one already done is Same.
 func (b *bench) completeAll(bg *benchGroup, id string, seqs []uint64) {
-	for len(seqs) > 0 {
-		_, errs := b.a.completeAll(bg.ctx, bg.name, id, seqs)
-		var again []uint64
-		for i, err := range errs {
-			if errors.Is(err, engine.ErrOverloaded) {
-				again = append(again, seqs[i])
-			}
-		}
-		if seqs = again; len(seqs) == 0 {
+	cmd := &CompleteBatch{Group: bg.name, Processor: id, Seqs: seqs}
+	for {
+		_, err := b.a.doRaw(bg.ctx, bg.name, cmd)
+		if !errors.Is(err, engine.ErrOverloaded) {
 			return
 		}
 		select {

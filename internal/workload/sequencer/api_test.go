@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,6 +175,20 @@ func TestAPIClientSeqs(t *testing.T) {
 	must(t, srv, 200, "POST", g+"/complete", `{"processor":"p","seqs":`+seqList(seqsOf(t, l))+`}`)
 	if out := must(t, srv, 200, "GET", g+"/output", ""); fmt.Sprint(seqsOf(t, out)) != "[1 2]" {
 		t.Fatalf("output once the gap is filled: %v", out)
+	}
+	// One request, one command: seqs done, repeated, unknown and leased
+	// to another each get their outcome; the status is the first
+	// refusal's, and what could be done was done.
+	must(t, srv, 201, "POST", g+"/messages", `{"messages":[{"id":"x3","seq":3},{"id":"x4","seq":4},{"id":"x5","seq":5}]}`)
+	must(t, srv, 200, "POST", g+"/lease", `{"processor":"p","max":2}`)
+	must(t, srv, 200, "POST", g+"/lease", `{"processor":"q","max":1}`)
+	v := must(t, srv, 404, "POST", g+"/complete", `{"processor":"p","seqs":[4,4,9,5,3,1]}`)
+	var outcomes []string
+	for _, r := range v["results"].([]any) {
+		outcomes = append(outcomes, r.(map[string]any)["outcome"].(string))
+	}
+	if fmt.Sprint(outcomes) != "[OK Same NotFound Conflict OK Same]" || v["position"] != 4.0 || !strings.Contains(v["error"].(string), "no message 9") {
+		t.Fatalf("mixed completion: %v", v)
 	}
 }
 
@@ -525,4 +540,36 @@ func TestAPIShutdownEndsWaits(t *testing.T) {
 	if st, b := call(t, srv, "POST", "/messages", `{"name":"late","numberOfMessages":1}`); st != 503 {
 		t.Fatalf("a benchmark after shutdown: %d %s", st, b)
 	}
+}
+
+// TestBenchRunTime times one benchmark run through the routes, in
+// process: SEQUENCER_BENCH_RUN=60000 go test -run TestBenchRunTime -v.
+// It is a measurement, by hand; the machine it runs on is shared.
+func TestBenchRunTime(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("SEQUENCER_BENCH_RUN"))
+	if err != nil || n <= 0 {
+		t.Skip("set SEQUENCER_BENCH_RUN=<messages> to time a run")
+	}
+	srv, _ := newAPIServer(t)
+	start := time.Now()
+	must(t, srv, 202, "POST", "/messages", fmt.Sprintf(`{"name":"run","numberOfMessages":%d,"processingTime":0}`, n))
+	for {
+		st, body := call(t, srv, "GET", "/list/sequenced/count?name=run", "")
+		if st != 200 {
+			t.Fatalf("count: %d %s", st, body)
+		}
+		if body == strconv.Itoa(n) {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			t.Fatalf("%s of %d sequenced after 5 min", body, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d := time.Since(start)
+	s := must(t, srv, 200, "GET", "/list/stats?name=run", "")
+	if s["isOrdered"] != true || s["count"] != float64(n) {
+		t.Fatalf("stats: %v", s)
+	}
+	t.Logf("%d messages sequenced in %v (%.0f/s)", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
 }

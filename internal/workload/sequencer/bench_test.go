@@ -47,6 +47,63 @@ func BenchmarkMessageLifecycle(b *testing.B) {
 	}
 }
 
+// BenchmarkLeaseBatch applies what the benchmark processors cost a
+// partition per leased batch of 100: a publish batch, a lease of 100 and
+// their completions, either one Complete per message (each its own
+// command, record and Released note: the path before CompleteBatch) or
+// one CompleteBatch; a consumer commits after each batch. ns/msg is the
+// figure to compare.
+func BenchmarkLeaseBatch(b *testing.B) {
+	const n = 100
+	for _, batched := range []bool{false, true} {
+		name := map[bool]string{false: "complete-each", true: "complete-batch"}[batched]
+		b.Run(name, func(b *testing.B) {
+			m := NewMachine(Options{})
+			fx := &benchFx{}
+			payload := []byte(`{"processingTime":0}`)
+			now := int64(1e18)
+			var res *Result
+			apply := func(c engine.Command) {
+				data, _ := c.AppendBinary(fx.buf[:0])
+				fx.buf = data
+				cmd, err := Decode(data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				now++
+				m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: cmd}, fx)
+				res = fx.reply.(*Result)
+			}
+			pub := &PublishBatch{Msgs: make([]Publish, n)}
+			seqs := make([]uint64, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				for k := range pub.Msgs {
+					pub.Msgs[k] = Publish{Group: "g", MsgID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i*n+k), Payload: payload}
+				}
+				apply(pub)
+				apply(&Lease{Group: "g", Processor: "p", Max: n, LeaseNs: 30e9})
+				for k, x := range res.Messages {
+					seqs[k] = x.Seq
+				}
+				if batched {
+					apply(&CompleteBatch{Group: "g", Processor: "p", Seqs: seqs})
+				} else {
+					for _, seq := range seqs {
+						apply(&Complete{Group: "g", Seq: seq, Processor: "p"})
+					}
+				}
+				if res.Position != uint64((i+1)*n) {
+					b.Fatalf("position %d after %d batches", res.Position, i+1)
+				}
+				apply(&Commit{Group: "g", Consumer: "c", Position: res.Position})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+		})
+	}
+}
+
 // benchFx does what the engine does with effects that costs the
 // machine's goroutine: it encodes timer commands; it keeps the reply.
 type benchFx struct {

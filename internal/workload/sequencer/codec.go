@@ -26,6 +26,7 @@ const (
 	tagDeleteGroup
 	tagLeaseExpired
 	tagPurgeMessages
+	tagCompleteBatch
 )
 
 // Client commands. Durations are in ns. The API fills in MsgID (a random
@@ -55,6 +56,12 @@ type (
 		Group     string
 		Seq       uint64
 		Processor string
+	}
+	// CompleteBatch completes up to MaxLeaseBatch of Processor's leased
+	// messages of Group in one command, each as Complete would.
+	CompleteBatch struct {
+		Group, Processor string
+		Seqs             []uint64
 	}
 	// Extend extends every lease Processor holds in Group.
 	Extend struct {
@@ -256,8 +263,18 @@ func (x *PublishBatch) code(c *coder) {
 		x.Msgs[i].code(c)
 	}
 }
-func (x *Lease) code(c *coder)         { c.str(&x.Group, &x.Processor); c.i32(&x.Max); c.i64(&x.LeaseNs) }
-func (x *Complete) code(c *coder)      { c.str(&x.Group); c.u64(&x.Seq); c.str(&x.Processor) }
+func (x *Lease) code(c *coder)    { c.str(&x.Group, &x.Processor); c.i32(&x.Max); c.i64(&x.LeaseNs) }
+func (x *Complete) code(c *coder) { c.str(&x.Group); c.u64(&x.Seq); c.str(&x.Processor) }
+func (x *CompleteBatch) code(c *coder) {
+	c.str(&x.Group, &x.Processor)
+	n := c.count(len(x.Seqs), 1)
+	if c.r != nil {
+		x.Seqs = make([]uint64, n)
+	}
+	for i := range x.Seqs {
+		c.u64(&x.Seqs[i])
+	}
+}
 func (x *Extend) code(c *coder)        { c.str(&x.Group, &x.Processor); c.i64(&x.LeaseNs) }
 func (x *Release) code(c *coder)       { c.str(&x.Group, &x.Processor) }
 func (x *Commit) code(c *coder)        { c.str(&x.Group, &x.Consumer); c.u64(&x.Position) }
@@ -280,6 +297,7 @@ func (x *Publish) AppendBinary(b []byte) ([]byte, error)       { return encode(b
 func (x *PublishBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagPublishBatch, x) }
 func (x *Lease) AppendBinary(b []byte) ([]byte, error)         { return encode(b, tagLease, x) }
 func (x *Complete) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagComplete, x) }
+func (x *CompleteBatch) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagCompleteBatch, x) }
 func (x *Extend) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagExtend, x) }
 func (x *Release) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagRelease, x) }
 func (x *Commit) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagCommit, x) }
@@ -309,6 +327,8 @@ func newCommand(tag byte) coded {
 		return &LeaseExpired{}
 	case tagPurgeMessages:
 		return &PurgeMessages{}
+	case tagCompleteBatch:
+		return &CompleteBatch{}
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ func seedCommands() []engine.Command {
 		&DeleteGroup{Group: "g"},
 		&LeaseExpired{Group: "g", Seq: 1 << 40},
 		&PurgeMessages{},
+		&CompleteBatch{Group: "g", Processor: "p", Seqs: []uint64{3, 1, 1 << 40, 3}},
+		&CompleteBatch{Group: "g", Processor: "p", Seqs: []uint64{0}},
 	}
 }
 
@@ -106,6 +108,13 @@ func FuzzRestore(f *testing.F) {
 			}
 			apply(engine.FromClient, now, &Publish{Group: n, MsgID: "next"})
 			apply(engine.FromClient, now, &Lease{Group: n, Processor: "x", Max: MaxLeaseBatch, LeaseNs: 1})
+			var seqs []uint64
+			for seq := g.base; seq <= g.last()+1 && len(seqs) < MaxLeaseBatch; seq++ {
+				seqs = append(seqs, seq, seq) // each twice: the second is Same
+			}
+			if len(seqs) > 0 {
+				apply(engine.FromClient, now, &CompleteBatch{Group: n, Processor: "x", Seqs: seqs[:min(len(seqs), MaxLeaseBatch)]})
+			}
 			apply(engine.FromClient, now, &Extend{Group: n, Processor: "x", LeaseNs: 1})
 			apply(engine.FromClient, now, &Release{Group: n, Processor: "x"})
 			apply(engine.FromClient, now, &Commit{Group: n, Consumer: "c", Position: g.position})

@@ -232,8 +232,18 @@ func (h *harness) pokeFork(m *Machine) {
 			apply(engine.FromTimer, now+1e12, &LeaseExpired{Group: n, Seq: seq})
 		}
 		r := apply(engine.FromClient, now, &Lease{Group: n, Processor: "poke", Max: MaxLeaseBatch, LeaseNs: 1})
-		for _, x := range r.Messages {
-			apply(engine.FromClient, now, &Complete{Group: n, Seq: x.Seq, Processor: "poke"})
+		// Half the leased messages one by one, the rest in one batch
+		// (from the highest: the run goes out at its end).
+		var batch []uint64
+		for i, x := range r.Messages {
+			if i%2 == 0 {
+				apply(engine.FromClient, now, &Complete{Group: n, Seq: x.Seq, Processor: "poke"})
+			} else {
+				batch = append([]uint64{x.Seq}, batch...)
+			}
+		}
+		if len(batch) > 0 {
+			apply(engine.FromClient, now, &CompleteBatch{Group: n, Processor: "poke", Seqs: batch})
 		}
 		apply(engine.FromClient, now, &Commit{Group: n, Consumer: "poke", Position: g.position})
 	}

@@ -62,7 +62,7 @@ func TestModel(t *testing.T) {
 	// Every case the random mix is meant to reach was reached somewhere.
 	for _, k := range []string{"publish-server", "publish-client", "repeat", "seq-taken", "seq-released", "mode-mixed",
 		"batch", "gap-filled", "expired", "extended", "released-leases", "complete-other", "commit-back", "purged-consumers",
-		"purged-retention", "deleted", "released-run"} {
+		"purged-retention", "deleted", "released-run", "batch-complete-mixed", "batch-complete-dup"} {
 		if counts[k] == 0 {
 			t.Errorf("%s never happened (seen: %v)", k, counts)
 		}
@@ -259,12 +259,14 @@ func (md *model) step() {
 		}
 	case k < 45:
 		h.client(key, &Lease{Group: name, Processor: proc, Max: int32(1 + rng.IntN(5)), LeaseNs: int64(5+rng.IntN(30)) * 1e9})
-	case k < 68:
+	case k < 58:
 		seq, holder := md.leased(name)
 		if rng.IntN(6) == 0 {
 			holder = proc
 		}
 		h.client(key, &Complete{Group: name, Seq: seq, Processor: holder})
+	case k < 68:
+		md.completeBatch(g)
 	case k < 71:
 		h.client(key, &Extend{Group: name, Processor: proc, LeaseNs: int64(10+rng.IntN(30)) * 1e9})
 	case k < 73:
@@ -297,6 +299,87 @@ func (md *model) step() {
 	default:
 		// Past the retention: released messages go even unread by a consumer.
 		h.advance(3600e9 + rng.Int64N(int64(60e9)))
+	}
+}
+
+// completeBatch sends a CompleteBatch of mostly one processor's leased
+// seqs, mixed with seqs leased to others, unknown or released ones, 0
+// and repeats, and checks each result against what the model knew
+// before: OK exactly for the processor's leases (the first time each
+// is named), Same for a processed, released or repeated one.
+func (md *model) completeBatch(g *mgroup) {
+	h := md.h
+	rng := h.rng
+	_, proc := md.leased(g.name)
+	if rng.IntN(8) == 0 {
+		proc = md.procs[rng.IntN(len(md.procs))]
+	}
+	var seqs []uint64
+	for range 1 + rng.IntN(8) {
+		switch k := rng.IntN(10); {
+		case k < 6:
+			seq, _ := md.leased(g.name)
+			seqs = append(seqs, seq)
+		case k < 8 && len(seqs) > 0:
+			seqs = append(seqs, seqs[rng.IntN(len(seqs))])
+		case k < 9:
+			seqs = append(seqs, 1+rng.Uint64N(g.position+50))
+		default:
+			seqs = append(seqs, 0)
+		}
+	}
+	mg := md.machineGroup(g.name)
+	want := make([]Outcome, len(seqs))
+	done := map[uint64]bool{}
+	for i, seq := range seqs {
+		var x *msg
+		if mg != nil {
+			x = mg.at(seq)
+		}
+		_, published := g.pub[seq]
+		switch {
+		case seq == 0:
+			want[i] = Invalid
+		case done[seq] || (mg != nil && seq < mg.base):
+			want[i] = Same
+		case md.holder[g.name][seq] == proc:
+			want[i], done[seq] = OK, true
+		case !published:
+			want[i] = NotFound
+		case x != nil && (x.State == MsgProcessed || x.State == MsgReleased):
+			want[i] = Same
+		default:
+			want[i] = Conflict
+		}
+	}
+	r := h.client(GroupKey(g.name), &CompleteBatch{Group: g.name, Processor: proc, Seqs: seqs})
+	if mg == nil {
+		if r.Outcome != NotFound || r.Each != nil {
+			h.t.Fatalf("%s: a batch to no group: %+v", g.name, r)
+		}
+		return
+	}
+	if len(r.Each) != len(seqs) {
+		h.t.Fatalf("%s: %d results for %d seqs: %+v", g.name, len(r.Each), len(seqs), r)
+	}
+	var anyOK, refused, dup bool
+	for i, e := range r.Each {
+		if e.Outcome != want[i] {
+			h.t.Fatalf("%s: batch %v by %s: seq %d is %s (%s), want %s", g.name, seqs, proc, seqs[i], e.Outcome, e.Msg, want[i])
+		}
+		anyOK = anyOK || e.Outcome == OK
+		refused = refused || (e.Outcome != OK && e.Outcome != Same)
+		first := slices.Index(seqs, seqs[i])
+		dup = dup || (e.Outcome == Same && first < i && want[first] == OK)
+	}
+	if anyOK != (r.Outcome == OK) || r.Position != md.machineGroup(g.name).position {
+		h.t.Fatalf("%s: batch %v: %+v", g.name, seqs, r)
+	}
+	if anyOK && refused {
+		md.counts["batch-complete-mixed"]++
+	}
+	if dup {
+		md.counts["batch-complete-dup"]++
 	}
 }
 
@@ -373,6 +456,25 @@ func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
 			delete(md.holder[c.Group], c.Seq)
 		} else if res.Outcome == Conflict && md.holder[c.Group][c.Seq] != c.Processor {
 			md.counts["complete-other"]++
+		}
+	case *CompleteBatch:
+		for i, e := range res.Each {
+			if e.Outcome == OK {
+				if md.holder[c.Group][c.Seqs[i]] != c.Processor {
+					t.Fatalf("batch completion of %d by %s accepted; leased to %q", c.Seqs[i], c.Processor, md.holder[c.Group][c.Seqs[i]])
+				}
+				delete(md.holder[c.Group], c.Seqs[i])
+			}
+		}
+		// One Released note for the whole run, however many it released.
+		n := 0
+		for _, note := range notes {
+			if _, ok := note.(Released); ok {
+				n++
+			}
+		}
+		if n > 1 {
+			t.Fatalf("batch %v: %d Released notes", c.Seqs, n)
 		}
 	case *Extend:
 		if res.Outcome == OK {
@@ -563,9 +665,20 @@ func (md *model) drain() {
 			if r.Outcome != OK {
 				break
 			}
-			// Completed in reverse: the whole run goes out with the last.
+			// Completed in reverse: the whole run goes out with the last,
+			// one by one for some groups, in one batch for the others.
+			var seqs []uint64
 			for i := len(r.Messages) - 1; i >= 0; i-- {
-				h.client(GroupKey(name), &Complete{Group: name, Seq: r.Messages[i].Seq, Processor: "last"})
+				if name[1] == '1' {
+					seqs = append(seqs, r.Messages[i].Seq)
+				} else {
+					h.client(GroupKey(name), &Complete{Group: name, Seq: r.Messages[i].Seq, Processor: "last"})
+				}
+			}
+			if len(seqs) > 0 {
+				if b := h.client(GroupKey(name), &CompleteBatch{Group: name, Processor: "last", Seqs: seqs}); b.Outcome != OK || b.Position < seqs[0] {
+					t.Fatalf("%s: drain batch %v: %+v", name, seqs, b)
+				}
 			}
 		}
 		md.check()

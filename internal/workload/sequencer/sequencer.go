@@ -372,6 +372,8 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
 		return m.lease(c, now, fx)
 	case *Complete:
 		return m.complete(c, now, fx)
+	case *CompleteBatch:
+		return m.completeBatch(c, now, fx)
 	case *Extend:
 		return m.extend(c, now, fx)
 	case *Release:
@@ -694,29 +696,88 @@ func (m *Machine) complete(c *Complete, now int64, fx Effects) *Result {
 	if r != nil {
 		return r
 	}
-	if c.Seq == 0 {
-		return fail(Invalid, "sequencer: seq must be positive")
+	var res Result
+	if !g.completeOne(c.Seq, c.Processor, now, fx, &res) {
+		return &res
 	}
-	if c.Seq < g.base {
+	m.releaseRun(g, now, fx)
+	res.Position = g.position
+	return &res
+}
+
+// completeOne checks and applies the completion of one seq into res,
+// without releasing: a batch releases once, after all of its seqs. It
+// reports whether the message changed state.
+func (g *Group) completeOne(seq uint64, proc string, now int64, fx Effects, res *Result) bool {
+	*res = Result{Outcome: Same, Position: g.position}
+	if seq == 0 {
+		*res = Result{Outcome: Invalid, Msg: "sequencer: seq must be positive"}
+		return false
+	}
+	if seq < g.base {
 		// Released and purged since: it was processed.
-		return &Result{Outcome: Same, Position: g.position}
+		return false
 	}
-	x := g.at(c.Seq)
+	x := g.at(seq)
 	if x == nil || x.State == MsgGap {
-		return fail(NotFound, "sequencer: no message %d in group %q", c.Seq, g.Name)
+		*res = *fail(NotFound, "sequencer: no message %d in group %q", seq, g.Name)
+		return false
 	}
 	switch {
 	case x.State == MsgProcessed || x.State == MsgReleased:
-		return &Result{Outcome: Same, Position: g.position}
-	case x.State != MsgLeased || x.Processor != c.Processor:
-		return fail(Conflict, "sequencer: message %d of group %q is %s, not leased to %q", c.Seq, g.Name, x.State, c.Processor)
+		return false
+	case x.State != MsgLeased || x.Processor != proc:
+		*res = *fail(Conflict, "sequencer: message %d of group %q is %s, not leased to %q", seq, g.Name, x.State, proc)
+		return false
 	}
-	x = g.mut(c.Seq)
-	g.endLease(c.Seq, x, fx)
+	x = g.mut(seq)
+	g.endLease(seq, x, fx)
 	g.move(x, MsgProcessed)
 	x.Processed = now
-	m.releaseRun(g, now, fx)
-	return &Result{Outcome: OK, Position: g.position}
+	res.Outcome = OK
+	return true
+}
+
+// completeBatch completes each seq as Complete would, in order, with one
+// result per seq in Each (a seq repeated in the batch is Same the second
+// time), then releases the contiguous run once: one Released note and
+// one log record for a whole lease's worth, where Complete costs a
+// command, a record and a note per message. Unlike PublishBatch it is
+// not all or nothing: a processor whose lease on one message ran out
+// must still get the others done. The command is logged if any seq
+// changed; if none did, its outcome is the first refusal's (or Same).
+func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx Effects) *Result {
+	g, r := m.group(c.Group)
+	if r != nil {
+		return r
+	}
+	if len(c.Seqs) == 0 || len(c.Seqs) > MaxLeaseBatch {
+		return fail(Invalid, "sequencer: a completion batch holds 1 to %d seqs", MaxLeaseBatch)
+	}
+	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Seqs))}
+	slab := make([]Result, len(c.Seqs)) // one allocation, not one per seq
+	var refusal *Result
+	for i, seq := range c.Seqs {
+		e := &slab[i]
+		res.Each[i] = e
+		if g.completeOne(seq, c.Processor, now, fx, e) {
+			res.Outcome = OK
+		} else if refusal == nil && e.Outcome != Same {
+			refusal = e
+		}
+	}
+	if res.Outcome == OK {
+		m.releaseRun(g, now, fx)
+	} else if refusal != nil {
+		res.Outcome, res.Msg = refusal.Outcome, refusal.Msg
+	}
+	res.Position = g.position
+	for _, e := range res.Each {
+		if e.Outcome == OK || e.Outcome == Same {
+			e.Position = g.position
+		}
+	}
+	return res
 }
 
 // releaseRun releases the contiguous run of processed messages after the
