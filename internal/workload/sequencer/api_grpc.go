@@ -263,14 +263,19 @@ func (a *API) Complete(ctx context.Context, req *connect.Request[seqpb.CompleteR
 			return nil, grpcErr(connect.CodeInvalidArgument, "seq %d is not a message's seq (1 to %d)", s, int64(1<<63-1))
 		}
 	}
-	results, errs := a.completeAll(ctx, m.Group, m.Processor, m.Seqs)
-	if err := errors.Join(errs...); err != nil {
+	// One command for the whole batch: each seq is checked and completed
+	// on its own, and the run is released once.
+	all, err := a.doRaw(ctx, m.Group, &CompleteBatch{Group: m.Group, Processor: m.Processor, Seqs: m.Seqs})
+	if err != nil {
 		return nil, engineErr(err)
 	}
-	var pos uint64
+	pos := all.Position
 	var first error
-	for i, res := range results {
-		pos = max(pos, res.Position)
+	for i := range m.Seqs {
+		res := all // a refusal of the whole command (no such group) is every seq's
+		if all.Each != nil {
+			res = all.Each[i]
+		}
 		if err := refusedErr(res, false); err != nil && first == nil {
 			ce := err.(*connect.Error)
 			first = grpcErr(ce.Code(), "seq %d: %s (each other seq of the call was completed unless refused too)", m.Seqs[i], res.Msg)
