@@ -23,7 +23,7 @@ const (
 	// DefaultBenchProcessors is the size of the processor pool every
 	// benchmark group shares: bounded, so a client cannot make the server
 	// start goroutines by the group.
-	DefaultBenchProcessors = 8
+	DefaultBenchProcessors = 32
 	// MaxBenchMessages bounds numberOfMessages: the machine's window.
 	MaxBenchMessages = DefaultMaxUnreleased
 	// MaxBenchDelay bounds creationDelay and processingTime (ms).
