@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 
+	"connectrpc.com/connect"
+
 	"github.com/surge-run/surge/internal/engine"
 )
 
@@ -23,6 +25,26 @@ func EngineError(w http.ResponseWriter, err error, busy string) int {
 		return Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
 	}
 	return Error(w, http.StatusInternalServerError, err.Error())
+}
+
+// GRPCEngineError is EngineError for gRPC handlers: overload is
+// RESOURCE_EXHAUSTED (the command was refused before it was applied, so a
+// retry after a pause is safe), a failed or closing node UNAVAILABLE
+// (retry, elsewhere if possible).
+func GRPCEngineError(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrOverloaded):
+		return connect.NewError(connect.CodeResourceExhausted, errors.New("the server is overloaded: nothing was done; retry after a short pause"))
+	case errors.Is(err, engine.ErrFailed):
+		return connect.NewError(connect.CodeUnavailable, errors.New("the command log failed; this node refuses all requests until it is restarted"))
+	case errors.Is(err, engine.ErrClosed):
+		return connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down; retry"))
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
 }
 
 // BodyPool holds the buffers request bodies are read into.

@@ -257,6 +257,19 @@ func (e *Engine) Query(ctx context.Context, part int, wl uint8, q any) (any, err
 	return e.submit(ctx, part, wl, nil, q)
 }
 
+// QueryAll asks every partition's machine of the workload q at once and
+// returns the answers in partition order (for lists that span partitions).
+func (e *Engine) QueryAll(ctx context.Context, wl uint8, q any) ([]any, error) {
+	out := make([]any, len(e.parts))
+	errs := make([]error, len(e.parts))
+	var wg sync.WaitGroup
+	for p := range e.parts {
+		wg.Go(func() { out[p], errs[p] = e.Query(ctx, p, wl, q) })
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
 func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
 	if part < 0 || part >= len(e.parts) {
 		return nil, fmt.Errorf("engine: partition %d out of range [0,%d)", part, len(e.parts))

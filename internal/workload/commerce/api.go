@@ -3,7 +3,6 @@ package commerce
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -146,19 +145,7 @@ func (a *API) query(ctx context.Context, key string, q any) (any, error) {
 
 // fanout asks every partition q and returns the answers in partition order.
 func (a *API) fanout(ctx context.Context, q any) ([]any, error) {
-	n := a.eng.Partitions()
-	out := make([]any, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for p := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[p], errs[p] = a.eng.Query(ctx, p, WorkloadID, q)
-		}()
-	}
-	wg.Wait()
-	return out, errors.Join(errs...)
+	return a.eng.QueryAll(ctx, WorkloadID, q)
 }
 
 // engineError maps engine failures to statuses a client can act on.

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
@@ -155,29 +156,11 @@ func outcomeErr(r *Result) error {
 	return connect.NewError(code, errors.New(r.Msg))
 }
 
-// engineErr maps an engine error: overload is RESOURCE_EXHAUSTED (retry
-// after a pause), a failed or closing node UNAVAILABLE (retry elsewhere).
-func engineErr(err error) error {
-	switch {
-	case errors.Is(err, engine.ErrOverloaded):
-		return errf(connect.CodeResourceExhausted, "the server is overloaded; retry after a short pause")
-	case errors.Is(err, engine.ErrFailed):
-		return errf(connect.CodeUnavailable, "the command log failed; this node refuses all requests until it is restarted")
-	case errors.Is(err, engine.ErrClosed):
-		return errf(connect.CodeUnavailable, "the server is shutting down; retry")
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
-	}
-	return connect.NewError(connect.CodeInternal, err)
-}
-
 // do applies cmd at key and returns its result, or the call's error.
 func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {
 	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, api.GRPCEngineError(err)
 	}
 	r := v.(*Result)
 	return r, outcomeErr(r)
@@ -186,7 +169,7 @@ func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, 
 func (a *API) query(ctx context.Context, key string, q any) (any, error) {
 	v, err := a.eng.Query(ctx, a.eng.PartitionOf(key), WorkloadID, q)
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, api.GRPCEngineError(err)
 	}
 	return v, nil
 }
@@ -505,19 +488,14 @@ func (a *API) ResumeQueue(ctx context.Context, req *connect.Request[jqpb.ResumeQ
 
 // queues lists every partition's queues, by name.
 func (a *API) queues(ctx context.Context) ([]*Queue, error) {
-	per := make([][]*Queue, a.parts)
-	err := a.all(func(p int) error {
-		v, err := a.eng.Query(ctx, p, WorkloadID, ListQueues{})
-		if err != nil {
-			return engineErr(err)
-		}
-		per[p] = v.([]*Queue)
-		return nil
-	})
+	per, err := a.eng.QueryAll(ctx, WorkloadID, ListQueues{})
 	if err != nil {
-		return nil, err
+		return nil, api.GRPCEngineError(err)
 	}
-	out := slices.Concat(per...)
+	var out []*Queue
+	for _, qs := range per {
+		out = append(out, qs.([]*Queue)...)
+	}
 	slices.SortFunc(out, func(x, y *Queue) int {
 		switch {
 		case x.Name < y.Name:

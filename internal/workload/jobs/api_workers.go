@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb"
 )
@@ -261,7 +262,7 @@ func (a *API) Heartbeat(ctx context.Context, req *connect.Request[jqpb.Heartbeat
 	err := a.all(func(p int) error {
 		v, err := a.eng.Do(ctx, p, WorkloadID, &Heartbeat{Worker: id, LeaseNs: a.leaseNs})
 		if err != nil {
-			return engineErr(err)
+			return api.GRPCEngineError(err)
 		}
 		r := v.(*Result)
 		if err := outcomeErr(r); err != nil {
@@ -354,7 +355,7 @@ func (a *API) release(ctx context.Context, id string) error {
 	return a.all(func(p int) error {
 		v, err := a.eng.Do(ctx, p, WorkloadID, &Release{Worker: id})
 		if err != nil {
-			return engineErr(err)
+			return api.GRPCEngineError(err)
 		}
 		return outcomeErr(v.(*Result))
 	})
@@ -421,16 +422,13 @@ func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJo
 	}
 	// Jobs the worker still holds (from before a reconnect or a restart
 	// of this node) take slots.
-	held := make([][]string, a.parts)
-	if err := a.all(func(p int) error {
-		v, err := a.eng.Query(ctx, p, WorkloadID, WorkerJobs{Worker: m.WorkerId})
-		if err != nil {
-			return engineErr(err)
-		}
-		held[p] = v.([]string)
-		return nil
-	}); err != nil {
-		return err
+	per, err := a.eng.QueryAll(ctx, WorkloadID, WorkerJobs{Worker: m.WorkerId})
+	if err != nil {
+		return api.GRPCEngineError(err)
+	}
+	held := make([][]string, len(per))
+	for p, ids := range per {
+		held[p] = ids.([]string)
 	}
 	s, err := a.hub.open(m.WorkerId, queues, m.AcceptsCancel, held)
 	if err != nil {
@@ -588,7 +586,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 					retry = true
 					continue
 				}
-				return engineErr(err)
+				return api.GRPCEngineError(err)
 			}
 			r := v.(*Result)
 			if r.Outcome == NotFound {

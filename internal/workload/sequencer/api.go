@@ -3,7 +3,6 @@ package sequencer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -331,28 +330,13 @@ func groupOut(in *Info) groupDTO {
 // --- groups ---
 
 func (a *API) listGroups(w http.ResponseWriter, r *http.Request) int {
-	n := a.eng.Partitions()
-	parts := make([][]*Info, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for p := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v, err := a.eng.Query(r.Context(), p, WorkloadID, ListGroups{})
-			if err == nil {
-				parts[p] = v.([]*Info)
-			}
-			errs[p] = err
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	parts, err := a.eng.QueryAll(r.Context(), WorkloadID, ListGroups{})
+	if err != nil {
 		return engineError(w, err)
 	}
 	out := []groupDTO{}
 	for _, infos := range parts {
-		for _, in := range infos {
+		for _, in := range infos.([]*Info) {
 			out = append(out, groupOut(in))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/seqpb"
 	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
@@ -67,24 +68,6 @@ func refusedErr(res *Result, publish bool) error {
 	return connect.NewError(code, errors.New(res.Msg))
 }
 
-// engineErr maps an engine error: overload is RESOURCE_EXHAUSTED (retry
-// after a pause), a failed or closing node UNAVAILABLE (retry elsewhere).
-func engineErr(err error) error {
-	switch {
-	case errors.Is(err, engine.ErrOverloaded):
-		return grpcErr(connect.CodeResourceExhausted, "the server is overloaded: nothing was done; retry after a short pause")
-	case errors.Is(err, engine.ErrFailed):
-		return grpcErr(connect.CodeUnavailable, "the command log failed; this node refuses all requests until it is restarted")
-	case errors.Is(err, engine.ErrClosed):
-		return grpcErr(connect.CodeUnavailable, "the server is shutting down; retry")
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
-	}
-	return connect.NewError(connect.CodeInternal, err)
-}
-
 var errShuttingDown = grpcErr(connect.CodeUnavailable, "the server is shutting down; retry")
 
 func (a *API) shuttingDown() bool {
@@ -108,7 +91,7 @@ func checkNameErr(what, s string, max int) error {
 func (a *API) doGRPC(ctx context.Context, group string, cmd engine.Command, publish bool) (*Result, error) {
 	res, err := a.doRaw(ctx, group, cmd)
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, api.GRPCEngineError(err)
 	}
 	if err := refusedErr(res, publish); err != nil {
 		return nil, err
@@ -220,7 +203,7 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 	for {
 		res, err := a.doRaw(ctx, m.Group, cmd)
 		if err != nil {
-			return nil, engineErr(err)
+			return nil, api.GRPCEngineError(err)
 		}
 		if res.Outcome != NotFound {
 			if err := refusedErr(res, false); err != nil {
@@ -233,7 +216,7 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 		left := time.Until(deadline)
 		if left <= 0 || !a.sleep(ctx, wt, left) {
 			if err := ctx.Err(); err != nil {
-				return nil, engineErr(err)
+				return nil, api.GRPCEngineError(err)
 			}
 			if a.shuttingDown() {
 				return nil, errShuttingDown
@@ -267,7 +250,7 @@ func (a *API) Complete(ctx context.Context, req *connect.Request[seqpb.CompleteR
 	// on its own, and the run is released once.
 	all, err := a.doRaw(ctx, m.Group, &CompleteBatch{Group: m.Group, Processor: m.Processor, Seqs: m.Seqs})
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, api.GRPCEngineError(err)
 	}
 	pos := all.Position
 	var first error
@@ -337,7 +320,7 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 			if a.shuttingDown() {
 				return errShuttingDown
 			}
-			return engineErr(err)
+			return api.GRPCEngineError(err)
 		}
 		for i := range o.Messages {
 			if err := out.Send(&seqpb.OutputMessage{Message: messagePB(&o.Messages[i])}); err != nil {
@@ -351,7 +334,7 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 		select {
 		case <-wt.ch:
 		case <-ctx.Done():
-			return engineErr(ctx.Err())
+			return api.GRPCEngineError(ctx.Err())
 		case <-a.done:
 			return errShuttingDown
 		}
@@ -385,7 +368,7 @@ func (a *API) GetGroup(ctx context.Context, req *connect.Request[seqpb.GetGroupR
 	}
 	in, err := a.info(ctx, m.Group)
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, api.GRPCEngineError(err)
 	}
 	if in == nil {
 		return nil, grpcErr(connect.CodeNotFound, "no group %q", m.Group)
@@ -409,7 +392,7 @@ func (a *API) DeleteGroup(ctx context.Context, req *connect.Request[seqpb.Delete
 	}
 	res, err := a.dropGroupRaw(ctx, m.Group)
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, api.GRPCEngineError(err)
 	}
 	if err := refusedErr(res, false); err != nil {
 		return nil, err
