@@ -107,19 +107,14 @@ func (a *API) Shutdown() { a.stopOnce.Do(func() { close(a.done) }) }
 // Handlers returns the three services' paths and handlers, built with
 // opts, for the server's mux.
 func (a *API) Handlers(opts ...connect.HandlerOption) []Service {
-	out := make([]Service, 0, 3)
-	for _, s := range []struct {
-		name string
-		mk   func() (string, http.Handler)
-	}{
-		{jqpbconnect.JobServiceName, func() (string, http.Handler) { return jqpbconnect.NewJobServiceHandler(a, opts...) }},
-		{jqpbconnect.WorkerServiceName, func() (string, http.Handler) { return jqpbconnect.NewWorkerServiceHandler(a, opts...) }},
-		{jqpbconnect.AdminServiceName, func() (string, http.Handler) { return jqpbconnect.NewAdminServiceHandler(a, opts...) }},
-	} {
-		path, h := s.mk()
-		out = append(out, Service{Name: s.name, Path: path, Handler: h})
+	jp, jh := jqpbconnect.NewJobServiceHandler(a, opts...)
+	wp, wh := jqpbconnect.NewWorkerServiceHandler(a, opts...)
+	ap, ah := jqpbconnect.NewAdminServiceHandler(a, opts...)
+	return []Service{
+		{Name: jqpbconnect.JobServiceName, Path: jp, Handler: jh},
+		{Name: jqpbconnect.WorkerServiceName, Path: wp, Handler: wh},
+		{Name: jqpbconnect.AdminServiceName, Path: ap, Handler: ah},
 	}
-	return out
 }
 
 // StreamPath is the one long-lived call: the server must not apply its
