@@ -52,3 +52,31 @@ type Log interface {
 
 // ErrClosed is returned (or passed to DoneFunc) after Close.
 var ErrClosed = errors.New("cmdlog: log is closed")
+
+// PartitionLog is one partition's command log in cluster mode, where each
+// partition has a log of its own (a Kafka topic partition) and one node at
+// a time owns it. Opening it makes the opener the owner and fences every
+// earlier one: from then on, an earlier owner's appends fail with
+// ErrFenced and none of them becomes readable after the new owner's.
+// Positions are the partition's own offsets; End positions passed to
+// DoneFunc are where a replay that should start after those entries begins.
+type PartitionLog interface {
+	// Append is Log.Append for one partition. done gets ErrFenced once
+	// another node has opened the log: the entries are not durable and
+	// never will be, and the caller must stop using the log.
+	Append(entries []Entry, done DoneFunc)
+	// Replay calls fn, in order, for every durable record at or after
+	// from, up to everything that was durable when the log was opened
+	// (every earlier owner's acknowledged appends).
+	Replay(from Position, fn func(pos Position, e Entry) error) error
+	// Start is the oldest position still retained: a snapshot must cover
+	// everything before it, or the partition cannot be restored.
+	Start() Position
+	// Close stops the log; appends still queued get done(ErrClosed) unless
+	// they were already durable.
+	Close() error
+}
+
+// ErrFenced is passed to DoneFunc when another node has taken over the
+// partition: the append did not happen.
+var ErrFenced = errors.New("cmdlog: another node has taken over this partition; the append was not made")
