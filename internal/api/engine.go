@@ -19,7 +19,8 @@ func EngineError(w http.ResponseWriter, err error, busy string) int {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
 		return Error(w, http.StatusTooManyRequests, busy)
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed):
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed),
+		errors.Is(err, engine.ErrNotOwner), errors.Is(err, engine.ErrOutcomeUnknown):
 		return Error(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
@@ -39,6 +40,8 @@ func GRPCEngineError(err error) error {
 		return connect.NewError(connect.CodeUnavailable, errors.New("the command log failed; this node refuses all requests until it is restarted"))
 	case errors.Is(err, engine.ErrClosed):
 		return connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down; retry"))
+	case errors.Is(err, engine.ErrNotOwner), errors.Is(err, engine.ErrOutcomeUnknown):
+		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	case errors.Is(err, context.Canceled):

@@ -63,6 +63,10 @@ type Options struct {
 	// per partition, once the command that made it is durable. It runs on
 	// the log's completion goroutine, so it must not block.
 	Notify func(partition int, workload uint8, v any)
+	// Cluster, when set, makes this engine one node of a cluster (see
+	// cluster.go): Log is then unused, and partitions are served only
+	// between Acquire and Release.
+	Cluster *Cluster
 
 	// For the crash simulation, which needs every file operation on one
 	// goroutine and time it controls: now replaces the clock, and
@@ -100,6 +104,7 @@ type Engine struct {
 	wg      sync.WaitGroup
 	snapCh  chan snapJob
 	snapWG  sync.WaitGroup
+	courier *courier // cluster mode
 	reqPool sync.Pool
 	log     *slog.Logger
 }
@@ -118,7 +123,17 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 // recovered builds the engine and recovers its state without starting
 // anything, so that the crash simulation can inspect what recovery built.
 func recovered(opts Options, workloads ...Workload) (*Engine, error) {
-	if opts.Log == nil || opts.Snapshots == nil {
+	if opts.Cluster != nil {
+		if opts.Cluster.Transport == nil || opts.Snapshots == nil {
+			return nil, errors.New("engine: cluster mode needs Options.Cluster.Transport and Options.Snapshots")
+		}
+		if opts.Cluster.ResendAfter <= 0 {
+			opts.Cluster.ResendAfter = defaultResendAfter
+		}
+		if opts.Cluster.ForwardTimeout <= 0 {
+			opts.Cluster.ForwardTimeout = defaultForwardTimeout
+		}
+	} else if opts.Log == nil || opts.Snapshots == nil {
 		return nil, errors.New("engine: Options.Log and Options.Snapshots are required")
 	}
 	if opts.Partitions <= 0 {
@@ -174,6 +189,11 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	for i := range e.parts {
 		e.parts[i] = newPartition(e, i)
 	}
+	if opts.Cluster != nil {
+		registerWireTypes(e.workloads)
+		e.courier = &courier{e: e, queued: make(map[int][]mail), signal: make(chan struct{}, 1), done: make(chan struct{})}
+		return e, nil // partitions are recovered one by one, by Acquire
+	}
 	if err := e.recover(); err != nil {
 		return nil, err
 	}
@@ -186,6 +206,10 @@ func (e *Engine) start() {
 	}
 	e.snapWG.Add(1)
 	go e.snapshotter()
+	if e.clusterMode() {
+		go e.courier.run(e.stop)
+		return
+	}
 	for _, p := range e.parts {
 		e.wg.Add(1)
 		go p.run()
@@ -277,35 +301,41 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 	if _, ok := e.workloads[wl]; !ok {
 		return nil, fmt.Errorf("engine: unknown workload %d", wl)
 	}
+	res, err := e.submitLocal(ctx, part, wl, cmd, q)
+	if errors.Is(err, errMoved) {
+		return e.forward(ctx, part, wl, cmd, q)
+	}
+	return res, err
+}
+
+// submitLocal runs a request on this node's processor of part; in cluster
+// mode it answers errMoved, having done nothing, if the partition is not
+// served here or stops being served before the request is applied.
+func (e *Engine) submitLocal(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
+	if _, ok := e.workloads[wl]; !ok {
+		return nil, fmt.Errorf("engine: unknown workload %d", wl)
+	}
 	if e.failed.Load() {
 		return nil, ErrFailed
 	}
 	p := e.parts[part]
-	ahead := len(p.inbox)
-	if cmd != nil && p.tooBusy(ahead) {
-		p.shed(shedQueueDelay)
-		return nil, ErrOverloaded
+	// In cluster mode the request enters the inbox under subMu, so that
+	// Release knows when no request can enter any more.
+	cluster := e.clusterMode()
+	if cluster {
+		p.subMu.RLock()
+		if !p.serving.Load() || p.failed.Load() {
+			p.subMu.RUnlock()
+			return nil, errMoved
+		}
 	}
-	r := e.reqPool.Get().(*Request)
-	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
-	r.enq = e.mono()
-	e.mu.RLock()
-	if e.closed {
-		e.mu.RUnlock()
-		r.ctx = nil
-		e.reqPool.Put(r)
-		return nil, ErrClosed
+	r, err := e.enqueue(p, ctx, wl, cmd, q)
+	if cluster {
+		p.subMu.RUnlock()
 	}
-	select {
-	case p.inbox <- r:
-	default:
-		e.mu.RUnlock()
-		r.ctx = nil
-		e.reqPool.Put(r)
-		p.shed(shedInboxFull)
-		return nil, ErrOverloaded
+	if err != nil {
+		return nil, err
 	}
-	e.mu.RUnlock()
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -316,6 +346,33 @@ func (e *Engine) submit(ctx context.Context, part int, wl uint8, cmd Command, q 
 	r.cmd, r.query, r.result, r.err, r.ctx = nil, nil, nil, nil, nil
 	e.reqPool.Put(r)
 	return res, err
+}
+
+func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Command, q any) (*Request, error) {
+	ahead := len(p.inbox)
+	if cmd != nil && p.tooBusy(ahead) {
+		p.shed(shedQueueDelay)
+		return nil, ErrOverloaded
+	}
+	r := e.reqPool.Get().(*Request)
+	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
+	r.enq = e.mono()
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		r.ctx = nil
+		e.reqPool.Put(r)
+		return nil, ErrClosed
+	}
+	select {
+	case p.inbox <- r:
+		return r, nil
+	default:
+		r.ctx = nil
+		e.reqPool.Put(r)
+		p.shed(shedInboxFull)
+		return nil, ErrOverloaded
+	}
 }
 
 // Close stops accepting requests, finishes and syncs every batch already
@@ -329,6 +386,9 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	if e.clusterMode() {
+		return e.closeCluster()
+	}
 	close(e.stop)
 	e.wg.Wait()
 	close(e.snapCh)
@@ -385,6 +445,7 @@ func (e *Engine) fail(err error) {
 
 type snapJob struct {
 	p      *partition
+	gen    uint64 // cluster mode: the partition's ownership it belongs to
 	pos    cmdlog.Position
 	encode func(dst []byte) []byte
 	size   int
@@ -398,6 +459,9 @@ func (e *Engine) snapshotter() {
 }
 
 func (e *Engine) writeSnapshot(j snapJob) {
+	if e.clusterMode() && j.p.gen.Load() != j.gen {
+		return // taken while an earlier owner's term; a newer one exists
+	}
 	start := time.Now()
 	data := j.encode(make([]byte, 0, j.size))
 	j.p.snapSize.Store(int64(len(data)))
@@ -407,6 +471,19 @@ func (e *Engine) writeSnapshot(j snapJob) {
 	if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, data); err != nil {
 		e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
 		return
+	}
+	if e.clusterMode() {
+		// Under ownMu, so that a Release in between cannot leave the
+		// next term with this term's position.
+		j.p.ownMu.Lock()
+		if j.p.gen.Load() == j.gen {
+			j.p.snapPos.Store(uint64(j.pos))
+		}
+		j.p.ownMu.Unlock()
+		if m := e.opts.Metrics; m != nil {
+			m.Snapshots.Inc()
+		}
+		return // the log's retention, not the engine, drops old records
 	}
 	j.p.snapPos.Store(uint64(j.pos))
 	if m := e.opts.Metrics; m != nil {

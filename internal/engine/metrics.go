@@ -25,7 +25,13 @@ type Metrics struct {
 	// reason (see shedReasons).
 	Shed *prometheus.CounterVec
 	shed [len(shedReasons)]prometheus.Counter
+	// Cluster mode: which partitions this node serves (1) or not (0), and
+	// requests sent to other nodes, by outcome.
+	owned     *prometheus.GaugeVec
+	forwarded *prometheus.CounterVec
 }
+
+func partLabel(p int) string { return strconv.Itoa(p) }
 
 // Reasons a request is shed, indexes into shedReasons.
 const (
@@ -77,6 +83,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for i, r := range shedReasons {
 		m.shed[i] = m.Shed.WithLabelValues(r)
 	}
+	m.owned = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "surge_partition_owned",
+		Help: "Cluster mode: 1 for each partition this node serves, 0 for one it served before.",
+	}, []string{"partition"})
+	m.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "surge_cluster_forwarded_total",
+		Help: "Cluster mode: requests for partitions served by other nodes, sent to their owner (sent), and retries while a partition had no reachable owner (retry).",
+	}, []string{"result"})
+	reg.MustRegister(m.owned, m.forwarded)
 	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
 	return m
 }

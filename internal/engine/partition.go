@@ -21,6 +21,7 @@ type outMsg struct {
 	target   int
 	workload uint8
 	data     []byte
+	sentNs   int64 // cluster mode: when it was last sent (not durable)
 }
 
 // mail is internal traffic between partitions: a message, or the
@@ -173,6 +174,19 @@ type partition struct {
 	// request's wait for the metrics.
 	slotNs atomic.Int64
 	delays delayHist
+
+	// Cluster mode (see cluster.go). ownMu serialises Acquire, Release
+	// and the snapshotter's bookkeeping; subMu is held (read) by
+	// submitters while they queue a request, so that Release can wait
+	// until none can enter; plog is the partition's log while served.
+	ownMu   sync.Mutex
+	subMu   sync.RWMutex
+	plog    cmdlog.PartitionLog
+	serving atomic.Bool
+	failed  atomic.Bool   // the log failed: nothing more may leave
+	gen     atomic.Uint64 // counts terms of ownership
+	stopCh  chan struct{} // closed to stop the processor
+	stopped chan struct{} // closed by the processor when it stopped
 }
 
 func newPartition(e *Engine, id int) *partition {
@@ -186,6 +200,7 @@ func newPartition(e *Engine, id int) *partition {
 		timers: newTimerTable(),
 	}
 	p.mail.signal = make(chan struct{}, 1)
+	p.stopCh = e.stop
 	p.fx.check = p.checkDecode
 	maxID := 0
 	for id := range e.workloads {
@@ -205,10 +220,19 @@ func newPartition(e *Engine, id int) *partition {
 
 func (p *partition) run() {
 	defer p.e.wg.Done()
+	if p.stopped != nil {
+		defer close(p.stopped)
+	}
 	tmr := time.NewTimer(time.Hour)
 	tmr.Stop()
 	armed := int64(0)
 	stopping := false
+	var resendC <-chan time.Time
+	if p.e.clusterMode() {
+		t := time.NewTicker(p.e.opts.Cluster.ResendAfter / 2)
+		defer t.Stop()
+		resendC = t.C
+	}
 	for {
 		b := <-p.free
 		b.reset()
@@ -228,7 +252,9 @@ func (p *partition) run() {
 			case <-p.mail.signal:
 			case <-timerC:
 				armed = 0
-			case <-p.e.stop:
+			case <-resendC:
+				p.resend()
+			case <-p.stopCh:
 				stopping = true
 			}
 		}
@@ -657,6 +683,8 @@ func (p *partition) commit(b *batch) {
 			if p.e.failed.Load() {
 				// The state may include a batch the log refused.
 				err = ErrFailed
+			} else if p.failed.Load() {
+				err = errMoved
 			} else {
 				p.e.deliverAcks(p.id, b.acks)
 			}
@@ -667,6 +695,13 @@ func (p *partition) commit(b *batch) {
 	}
 	if p.e.failed.Load() {
 		releaseAll(b.reqs, ErrFailed)
+		p.free <- b
+		return
+	}
+	if p.failed.Load() {
+		// Cluster mode: the log refused an earlier batch, so this state
+		// is discarded; the requests go to the partition's next owner.
+		releaseAll(b.reqs, errMoved)
 		p.free <- b
 		return
 	}
@@ -692,6 +727,10 @@ func (p *partition) commit(b *batch) {
 	p.mu.Lock()
 	p.last = b
 	p.mu.Unlock()
+	if p.plog != nil {
+		p.plog.Append(b.entries, b.doneFn)
+		return
+	}
 	p.e.opts.Log.Append(b.entries, b.doneFn)
 }
 
@@ -721,7 +760,12 @@ func (p *partition) snapshotSizeHint() int {
 // done runs on the log's completion goroutine: it must not block.
 func (b *batch) done(first, end cmdlog.Position, err error) {
 	p := b.p
-	if err != nil {
+	if err != nil && p.e.clusterMode() {
+		p.lost(err)
+		err = partitionErr(err)
+	} else if p.failed.Load() {
+		err = errMoved
+	} else if err != nil {
 		p.e.fail(err)
 		err = ErrFailed
 	} else if p.e.failed.Load() {
@@ -750,7 +794,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 	releaseAll(b.fencedReqs, err)
 	if err == nil {
 		for _, m := range b.sends {
-			p.e.parts[m.target].mail.push(mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+			p.e.sendMail(m.target, mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
 		}
 		p.e.deliverAcks(p.id, b.acks)
 		p.e.deliverAcks(p.id, b.fencedAcks)
@@ -761,7 +805,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		}
 		if b.snap != nil {
 			select {
-			case p.e.snapCh <- snapJob{p: p, pos: end, encode: b.snap, size: b.snapSize}:
+			case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: end, encode: b.snap, size: b.snapSize}:
 			default:
 				// The writer is behind; skip this one; the partition takes
 				// another after SnapshotEvery more commands.
@@ -774,7 +818,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 
 func (e *Engine) deliverAcks(from int, acks []ackTo) {
 	for _, a := range acks {
-		e.parts[a.src].mail.push(mail{ack: true, seq: a.seq})
+		e.sendMail(a.src, mail{ack: true, seq: a.seq})
 	}
 }
 

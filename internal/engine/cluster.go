@@ -1,0 +1,695 @@
+package engine
+
+// Cluster mode.
+//
+// In cluster mode several nodes share the partitions. Each partition has a
+// log of its own (cmdlog.PartitionLog, a Kafka topic partition) and one
+// owner at a time: the node that opened the log last, which fenced every
+// earlier one. The engine itself stays what it is on one machine (one
+// processor per partition, apply then log, effects released when durable);
+// cluster mode adds three things at the seam, so that every workload works
+// on a cluster without code of its own:
+//
+//   - Ownership. Partitions start unowned. Acquire restores a partition
+//     from its latest snapshot and the log after it, then serves it;
+//     Release stops serving it (requests still queued are answered
+//     errMoved and go to the new owner), writes a snapshot so the next
+//     owner replays little, and closes the log. A log that fails (fenced,
+//     broker gone) releases its partition by itself and tells OnLost.
+//   - Routing. A request for a partition served elsewhere is encoded
+//     (commands with their own AppendBinary, queries and replies with gob)
+//     and handed to the Transport, which carries it to the owner's
+//     HandleRemote. "Not the owner" answers are retried until the
+//     partition has an owner again, within ForwardTimeout; an ambiguous
+//     failure of a command (the connection broke after sending) is not
+//     retried, since the command may have been applied.
+//   - Messages. Cross-partition messages and their acknowledgements to a
+//     partition served elsewhere go through the Transport too. Delivery
+//     there can fail (the receiver moves, a node dies), so each partition
+//     re-sends the messages of its outbox that stay unacknowledged for
+//     ResendAfter; receivers drop duplicates by their per-source
+//     high-water mark as they do after a crash, so the effect stays
+//     exactly once.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/surge-run/surge/internal/cmdlog"
+)
+
+// Cluster configures cluster mode (Options.Cluster).
+type Cluster struct {
+	// Transport carries requests and messages to the owners of partitions
+	// this node does not serve. Required.
+	Transport Transport
+	// OnLost is told when a partition's log failed and the engine stopped
+	// serving it (err wraps cmdlog.ErrFenced when another node took it
+	// over). It runs on its own goroutine.
+	OnLost func(part int, err error)
+	// ResendAfter is how long a message may stay unacknowledged before its
+	// sender sends it again. Default 2 s.
+	ResendAfter time.Duration
+	// ForwardTimeout bounds how long a request waits for a partition to
+	// have an owner (during a failover). Default 15 s.
+	ForwardTimeout time.Duration
+}
+
+// Transport carries an encoded request to the node that owns a partition.
+type Transport interface {
+	// Call delivers body to the Engine.HandleRemote of the node that owns
+	// part and returns its answer. It returns an error wrapping
+	// ErrNotOwner when it knows the request was not delivered (no owner is
+	// known, the connection was refused): the engine then retries.
+	Call(ctx context.Context, part int, body []byte) ([]byte, error)
+}
+
+// WireTypes is implemented by a Workload whose query and reply values must
+// cross between nodes in cluster mode: it lists one value of each concrete
+// type that Machine.Query is given or returns and that Effects.Reply is
+// given, so that gob can carry them inside an interface.
+type WireTypes interface {
+	WireTypes() []any
+}
+
+var (
+	// ErrNotOwner means the partition has no owner reachable from this
+	// node right now (a failover is under way): nothing was done; retry.
+	ErrNotOwner = errors.New("engine: the partition is moving to another node; nothing was done, retry")
+	// ErrOutcomeUnknown means a command was lost on its way in a way that
+	// leaves its outcome unknown (the connection to the partition's owner
+	// broke after it was sent, or the owner's log failed while writing
+	// it): it may or may not have been applied.
+	ErrOutcomeUnknown = errors.New("engine: the partition's owner failed while the command was under way; it may or may not have been applied")
+	// errMoved answers a request that was queued for a partition this
+	// node stopped serving before applying it; submit sends it on.
+	errMoved = errors.New("engine: partition released before the request was applied")
+)
+
+const (
+	defaultResendAfter    = 2 * time.Second
+	defaultForwardTimeout = 15 * time.Second
+	maxCourierMail        = 1 << 17
+)
+
+func (e *Engine) clusterMode() bool { return e.opts.Cluster != nil }
+
+// Acquire makes this node serve part: it restores the partition's latest
+// snapshot, replays lg from the snapshot's position, re-sends the messages
+// the partition sent that are not known to be received, and starts its
+// processor. lg must be newly opened (so that earlier owners are fenced).
+// On error the partition stays unserved and lg is closed.
+func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
+	if !e.clusterMode() {
+		return errors.New("engine: Acquire is for cluster mode")
+	}
+	if part < 0 || part >= len(e.parts) {
+		return fmt.Errorf("engine: partition %d out of range [0,%d)", part, len(e.parts))
+	}
+	p := e.parts[part]
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if p.plog != nil {
+		lg.Close()
+		return fmt.Errorf("engine: partition %d is already served here", part)
+	}
+	e.mu.RLock()
+	closed := e.closed
+	e.mu.RUnlock()
+	if closed {
+		lg.Close()
+		return ErrClosed
+	}
+	defer func() {
+		if err != nil {
+			lg.Close()
+			p.resetState()
+		}
+	}()
+	start := time.Now()
+	pos, data, ok, err := e.opts.Snapshots.Latest(uint32(part))
+	if err != nil {
+		return fmt.Errorf("engine: reading snapshot of partition %d: %w", part, err)
+	}
+	if ok {
+		if err := p.restoreSnapshot(data); err != nil {
+			return err
+		}
+		p.snapPos.Store(uint64(pos))
+		p.lastEnd.Store(uint64(pos))
+	}
+	if logStart := lg.Start(); uint64(pos) < uint64(logStart) {
+		have := "it has no snapshot"
+		if ok {
+			have = fmt.Sprintf("its newest snapshot covers only up to %d", pos)
+		}
+		return fmt.Errorf("engine: partition %d: the log starts at position %d (older records were deleted by retention) but %s; serving it would lose those records. Keep the log's retention longer than the snapshot interval, and restore the snapshot topic if it was lost",
+			part, logStart, have)
+	}
+	replayed := 0
+	err = lg.Replay(pos, func(at cmdlog.Position, en cmdlog.Entry) error {
+		p.records++
+		if err := p.replay(en.Data); err != nil {
+			return fmt.Errorf("engine: replaying partition %d at position %d: %w", part, at, err)
+		}
+		p.lastEnd.Store(uint64(at) + 1)
+		replayed++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	p.plog = lg
+	p.failed.Store(false)
+	p.gen.Add(1)
+	p.stopCh = make(chan struct{})
+	p.stopped = make(chan struct{})
+	p.serving.Store(true)
+	// Everything it sent that is not known to be received: receivers drop
+	// what they already applied.
+	for _, s := range slices.Sorted(maps.Keys(p.outbox)) {
+		m := p.outbox[s]
+		m.sentNs = e.mono()
+		e.sendMail(m.target, mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+	}
+	e.wg.Add(1)
+	go p.run()
+	e.log.Info("partition acquired", "partition", part, "snapshot_pos", uint64(pos), "replayed_records", replayed, "took", time.Since(start).Round(time.Millisecond))
+	if m := e.opts.Metrics; m != nil {
+		m.owned.WithLabelValues(partLabel(part)).Set(1)
+	}
+	return nil
+}
+
+// Release stops serving part: requests still queued are passed on to the
+// new owner, batches already appended finish, a snapshot is written if the
+// partition changed since the last one (so the next owner replays little),
+// and the log is closed. Releasing a partition not served here does
+// nothing.
+func (e *Engine) Release(part int) error {
+	if !e.clusterMode() || part < 0 || part >= len(e.parts) {
+		return nil
+	}
+	return e.parts[part].release()
+}
+
+// Owned lists the partitions this node serves.
+func (e *Engine) Owned() []int {
+	var out []int
+	for _, p := range e.parts {
+		if p.serving.Load() {
+			out = append(out, p.id)
+		}
+	}
+	return out
+}
+
+// Position is how far the partition's state reaches into its log: the
+// position just past the last record it applied (0 when not served here).
+func (e *Engine) Position(part int) uint64 {
+	if part < 0 || part >= len(e.parts) || !e.parts[part].serving.Load() {
+		return 0
+	}
+	return e.parts[part].lastEnd.Load()
+}
+
+func (p *partition) release() error {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if p.plog == nil {
+		return nil
+	}
+	e := p.e
+	p.serving.Store(false)
+	// Submitters hold subMu while they put a request in the inbox; once
+	// this lock is taken, every request that saw the partition served is
+	// in the inbox, and the ones after will not enter it.
+	p.subMu.Lock()
+	p.subMu.Unlock()
+	close(p.stopCh)
+	<-p.stopped
+	// The processor answered what it took; what is still queued was never
+	// applied and goes on to the new owner.
+	for {
+		select {
+		case r := <-p.inbox:
+			r.err = errMoved
+			r.done <- struct{}{}
+			continue
+		default:
+		}
+		break
+	}
+	var err error
+	if !p.failed.Load() && p.lastEnd.Load() > p.snapPos.Load() {
+		end := cmdlog.Position(p.lastEnd.Load())
+		data := p.appendSnapshot(make([]byte, 0, p.snapshotBufSize()))
+		if err = e.opts.Snapshots.Write(uint32(p.id), end, data); err != nil {
+			e.log.Error("writing the hand-over snapshot failed; the next owner replays from the previous one", "partition", p.id, "err", err)
+		}
+	}
+	if cerr := p.plog.Close(); cerr != nil && err == nil && !p.failed.Load() {
+		err = cerr
+	}
+	p.plog = nil
+	p.resetState()
+	e.log.Info("partition released", "partition", p.id)
+	if m := e.opts.Metrics; m != nil {
+		m.owned.WithLabelValues(partLabel(p.id)).Set(0)
+	}
+	return err
+}
+
+// resetState empties the partition: a node that serves it again rebuilds
+// it from the snapshot and the log.
+func (p *partition) resetState() {
+	for wid, w := range p.e.workloads {
+		p.machines[wid] = w.NewMachine(p.id)
+	}
+	p.outSeq = 0
+	p.outbox = make(map[uint64]*outMsg)
+	p.hwm = make(map[uint32]uint64)
+	p.timers = newTimerTable()
+	p.records = 0
+	p.sinceSnap = 0
+	p.lastEnd.Store(0)
+	p.snapPos.Store(0)
+	p.mu.Lock()
+	p.last = nil
+	p.mu.Unlock()
+	p.mail.mu.Lock()
+	clear(p.mail.items)
+	p.mail.items = p.mail.items[:0]
+	p.mail.mu.Unlock()
+}
+
+// lost is called on the log's completion goroutine when the partition's
+// log failed: its state may now be ahead of the log, so it must stop
+// serving at once; releasing waits for the batches in flight, so it runs
+// on a goroutine of its own.
+func (p *partition) lost(err error) {
+	if !p.failed.CompareAndSwap(false, true) {
+		return
+	}
+	p.e.log.Warn("partition log failed; no longer serving the partition", "partition", p.id, "err", err)
+	go func() {
+		p.release()
+		if fn := p.e.opts.Cluster.OnLost; fn != nil {
+			fn(p.id, err)
+		}
+	}()
+}
+
+// partitionErr is what a request learns when its partition's log failed
+// under it in cluster mode.
+func partitionErr(err error) error {
+	if errors.Is(err, cmdlog.ErrFenced) {
+		// Not appended: the new owner never saw it, so it goes there.
+		return errMoved
+	}
+	return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+}
+
+// sendMail delivers m to partition target: into its mailbox when this
+// node serves it, else through the courier. Never blocks.
+func (e *Engine) sendMail(target int, m mail) {
+	t := e.parts[target]
+	if !e.clusterMode() || t.serving.Load() {
+		t.mail.push(m)
+		return
+	}
+	e.courier.push(target, m)
+}
+
+// resend sends again every message of the outbox that has waited longer
+// than ResendAfter for its acknowledgement. On the partition's goroutine.
+func (p *partition) resend() {
+	now := p.e.mono()
+	after := int64(p.e.opts.Cluster.ResendAfter)
+	for _, m := range p.outbox {
+		if now-m.sentNs < after {
+			continue
+		}
+		m.sentNs = now
+		p.e.sendMail(m.target, mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+	}
+}
+
+// courier carries mail for partitions served elsewhere. Lost mail is
+// harmless (senders re-send), so it never retries and drops what exceeds
+// its limit rather than grow.
+type courier struct {
+	e      *Engine
+	mu     sync.Mutex
+	queued map[int][]mail
+	n      int
+	signal chan struct{}
+	done   chan struct{}
+}
+
+func (c *courier) push(target int, m mail) {
+	c.mu.Lock()
+	if c.n >= maxCourierMail {
+		c.mu.Unlock()
+		return
+	}
+	c.queued[target] = append(c.queued[target], m)
+	c.n++
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *courier) run(stop <-chan struct{}) {
+	defer close(c.done)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.signal:
+		}
+		c.mu.Lock()
+		q := c.queued
+		c.queued = make(map[int][]mail, len(q))
+		c.n = 0
+		c.mu.Unlock()
+		var wg sync.WaitGroup
+		for target, ms := range q {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				for len(ms) > 0 {
+					n := min(len(ms), 4096)
+					body := encodeMailRequest(target, ms[:n])
+					if _, err := c.e.opts.Cluster.Transport.Call(ctx, target, body); err != nil {
+						c.e.log.Debug("delivering messages to another node failed; their senders will send them again", "partition", target, "err", err)
+						return
+					}
+					ms = ms[n:]
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// Remote requests.
+//
+//	[0] version (1)   [1] kind   [2:6] partition   [6] workload
+//	kindCommand: the command's AppendBinary
+//	kindQuery:   gob of wireValue{query}
+//	kindMail:    count u32, then per mail: ack u8, src u32, seq u64,
+//	             workload u8, len u32, data
+//
+// Answers: [0] status; statusOK then gob of wireValue{result}; statusErr
+// then an error code byte and the message.
+const (
+	remoteVersion = 1
+	kindCommand   = 1
+	kindQuery     = 2
+	kindMail      = 3
+	remoteHeader  = 7
+
+	statusOK  = 0
+	statusErr = 1
+)
+
+// Error codes on the wire, so that the caller's errors.Is sees the same
+// sentinel the owner returned.
+var remoteErrs = []error{nil, ErrNotOwner, ErrOverloaded, ErrClosed, ErrFailed, ErrUndecodable, ErrApplyPanicked, context.Canceled, context.DeadlineExceeded, ErrOutcomeUnknown}
+
+type wireValue struct{ V any }
+
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (r *remoteError) Error() string { return r.msg }
+func (r *remoteError) Unwrap() error { return r.sentinel }
+
+// rawCommand is a command forwarded by another node: already encoded.
+type rawCommand []byte
+
+func (c rawCommand) AppendBinary(dst []byte) ([]byte, error) { return append(dst, c...), nil }
+
+func remoteHead(kind byte, part int, wl uint8) []byte {
+	b := make([]byte, remoteHeader, 64)
+	b[0], b[1] = remoteVersion, kind
+	binary.LittleEndian.PutUint32(b[2:], uint32(part))
+	b[6] = wl
+	return b
+}
+
+func encodeMailRequest(target int, ms []mail) []byte {
+	b := remoteHead(kindMail, target, 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(ms)))
+	for _, m := range ms {
+		ack := byte(0)
+		if m.ack {
+			ack = 1
+		}
+		b = append(b, ack)
+		b = binary.LittleEndian.AppendUint32(b, m.src)
+		b = binary.LittleEndian.AppendUint64(b, m.seq)
+		b = append(b, m.workload)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.data)))
+		b = append(b, m.data...)
+	}
+	return b
+}
+
+func encodeValue(dst []byte, v any) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	if err := gob.NewEncoder(buf).Encode(wireValue{V: v}); err != nil {
+		return dst, err
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeValue(b []byte) (any, error) {
+	var w wireValue
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+		return nil, err
+	}
+	return w.V, nil
+}
+
+func answerErr(err error) []byte {
+	code := byte(len(remoteErrs) - 1) // ErrOutcomeUnknown: anything else
+	for i, s := range remoteErrs {
+		if s != nil && errors.Is(err, s) {
+			code = byte(i)
+			break
+		}
+	}
+	return append([]byte{statusErr, code}, err.Error()...)
+}
+
+func decodeAnswer(b []byte) (any, error) {
+	if len(b) < 1 {
+		return nil, fmt.Errorf("%w: empty answer", ErrOutcomeUnknown)
+	}
+	switch b[0] {
+	case statusOK:
+		v, err := decodeValue(b[1:])
+		if err != nil {
+			return nil, fmt.Errorf("%w: decoding the answer: %v", ErrOutcomeUnknown, err)
+		}
+		return v, nil
+	case statusErr:
+		if len(b) < 2 || int(b[1]) >= len(remoteErrs) || b[1] == 0 {
+			return nil, fmt.Errorf("%w: malformed error answer", ErrOutcomeUnknown)
+		}
+		return nil, &remoteError{sentinel: remoteErrs[b[1]], msg: string(b[2:])}
+	}
+	return nil, fmt.Errorf("%w: answer of unknown status %d", ErrOutcomeUnknown, b[0])
+}
+
+// HandleRemote answers a request another node's engine forwarded here
+// (through its Transport). It never panics on malformed input: it answers
+// with an error.
+func (e *Engine) HandleRemote(ctx context.Context, body []byte) []byte {
+	if !e.clusterMode() {
+		return answerErr(errors.New("engine: this node is not in cluster mode"))
+	}
+	if len(body) < remoteHeader || body[0] != remoteVersion {
+		return answerErr(errors.New("engine: malformed forwarded request"))
+	}
+	kind, part, wl := body[1], int(binary.LittleEndian.Uint32(body[2:])), body[6]
+	if part >= len(e.parts) {
+		return answerErr(fmt.Errorf("engine: forwarded request for partition %d of %d", part, len(e.parts)))
+	}
+	payload := body[remoteHeader:]
+	var (
+		res any
+		err error
+	)
+	switch kind {
+	case kindCommand:
+		res, err = e.submitLocal(ctx, part, wl, rawCommand(payload), nil)
+	case kindQuery:
+		var q any
+		if q, err = decodeValue(payload); err != nil {
+			return answerErr(fmt.Errorf("engine: decoding a forwarded query: %w", err))
+		}
+		res, err = e.submitLocal(ctx, part, wl, nil, q)
+	case kindMail:
+		if err := e.receiveMail(part, payload); err != nil {
+			return answerErr(err)
+		}
+		return []byte{statusOK}
+	default:
+		return answerErr(fmt.Errorf("engine: forwarded request of unknown kind %d", kind))
+	}
+	if errors.Is(err, errMoved) {
+		err = ErrNotOwner
+	}
+	if err != nil {
+		return answerErr(err)
+	}
+	out, err := encodeValue([]byte{statusOK}, res)
+	if err != nil {
+		return answerErr(fmt.Errorf("engine: encoding the reply (%T) for another node: %w; the workload must list its reply types in WireTypes", res, err))
+	}
+	return out
+}
+
+func (e *Engine) receiveMail(part int, b []byte) error {
+	if len(b) < 4 {
+		return errors.New("engine: malformed forwarded mail")
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	t := e.parts[part]
+	ms := make([]mail, 0, min(n, 4096))
+	for range n {
+		if len(b) < 18 {
+			return errors.New("engine: malformed forwarded mail")
+		}
+		m := mail{ack: b[0] == 1, src: binary.LittleEndian.Uint32(b[1:]), seq: binary.LittleEndian.Uint64(b[5:]), workload: b[13]}
+		l := int(binary.LittleEndian.Uint32(b[14:]))
+		b = b[18:]
+		if l > len(b) {
+			return errors.New("engine: malformed forwarded mail")
+		}
+		m.data = bytes.Clone(b[:l])
+		b = b[l:]
+		if int(m.src) >= len(e.parts) {
+			return fmt.Errorf("engine: forwarded mail from partition %d of %d", m.src, len(e.parts))
+		}
+		ms = append(ms, m)
+	}
+	if !t.serving.Load() {
+		// Not here (any more): the senders send it again to the owner.
+		return ErrNotOwner
+	}
+	for _, m := range ms {
+		t.mail.push(m)
+	}
+	return nil
+}
+
+// forward sends a request for a partition served elsewhere to its owner,
+// retrying while the partition has no owner, and serves it here if this
+// node acquires it meanwhile.
+func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
+	var body []byte
+	if cmd != nil {
+		var err error
+		if body, err = cmd.AppendBinary(remoteHead(kindCommand, part, wl)); err != nil {
+			return nil, fmt.Errorf("engine: encoding command: %w", err)
+		}
+	} else {
+		var err error
+		if body, err = encodeValue(remoteHead(kindQuery, part, wl), q); err != nil {
+			return nil, fmt.Errorf("engine: encoding the query (%T) for another node: %w; the workload must list its query types in WireTypes", q, err)
+		}
+	}
+	deadline := time.Now().Add(e.opts.Cluster.ForwardTimeout)
+	pause := 10 * time.Millisecond
+	for {
+		if e.parts[part].serving.Load() {
+			res, err := e.submitLocal(ctx, part, wl, cmd, q)
+			if !errors.Is(err, errMoved) {
+				return res, err
+			}
+		} else {
+			if m := e.opts.Metrics; m != nil {
+				m.forwarded.WithLabelValues("sent").Inc()
+			}
+			ans, err := e.opts.Cluster.Transport.Call(ctx, part, body)
+			if err == nil {
+				res, err := decodeAnswer(ans)
+				if !errors.Is(err, ErrNotOwner) {
+					return res, err
+				}
+			} else if !errors.Is(err, ErrNotOwner) {
+				if cmd != nil || ctx.Err() != nil {
+					return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+				}
+				// A query changes nothing: asking again is safe.
+			}
+		}
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (partition %d has had no reachable owner for %v)", ErrNotOwner, part, e.opts.Cluster.ForwardTimeout)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+		if m := e.opts.Metrics; m != nil {
+			m.forwarded.WithLabelValues("retry").Inc()
+		}
+	}
+}
+
+// closeCluster releases every partition served here (each writes its
+// hand-over snapshot) and stops the courier and the snapshotter.
+func (e *Engine) closeCluster() error {
+	errs := make([]error, len(e.parts))
+	var wg sync.WaitGroup
+	for i, p := range e.parts {
+		wg.Go(func() { errs[i] = p.release() })
+	}
+	wg.Wait()
+	close(e.stop)
+	<-e.courier.done
+	e.wg.Wait()
+	close(e.snapCh)
+	e.snapWG.Wait()
+	return errors.Join(errs...)
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.closed
+}
+
+func registerWireTypes(ws map[uint8]Workload) {
+	for _, w := range ws {
+		if wt, ok := w.(WireTypes); ok {
+			for _, v := range wt.WireTypes() {
+				gob.Register(v)
+			}
+		}
+	}
+}
