@@ -70,6 +70,9 @@ type Transport interface {
 	// ErrNotOwner when it knows the request was not delivered (no owner is
 	// known, the connection was refused): the engine then retries.
 	Call(ctx context.Context, part int, body []byte) ([]byte, error)
+	// Broadcast delivers body to the HandleRemote of every other node,
+	// best effort (it carries Effects.Notify values, which are hints).
+	Broadcast(ctx context.Context, body []byte)
 }
 
 // WireTypes is implemented by a Workload whose query and reply values must
@@ -351,6 +354,7 @@ type courier struct {
 	mu     sync.Mutex
 	queued map[int][]mail
 	n      int
+	notes  []remoteNote
 	signal chan struct{}
 	done   chan struct{}
 }
@@ -370,6 +374,28 @@ func (c *courier) push(target int, m mail) {
 	}
 }
 
+type remoteNote struct {
+	Part     int
+	Workload uint8
+	V        any
+}
+
+// pushNote queues a note for the other nodes, whose observers (long
+// polls, worker streams) may wait for this partition too.
+func (c *courier) pushNote(part int, wl uint8, v any) {
+	c.mu.Lock()
+	if len(c.notes) >= maxCourierMail {
+		c.mu.Unlock()
+		return
+	}
+	c.notes = append(c.notes, remoteNote{part, wl, v})
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
 func (c *courier) run(stop <-chan struct{}) {
 	defer close(c.done)
 	for {
@@ -382,8 +408,22 @@ func (c *courier) run(stop <-chan struct{}) {
 		q := c.queued
 		c.queued = make(map[int][]mail, len(q))
 		c.n = 0
+		notes := c.notes
+		c.notes = nil
 		c.mu.Unlock()
 		var wg sync.WaitGroup
+		if len(notes) > 0 {
+			wg.Go(func() {
+				body, err := encodeValue(remoteHead(kindNotes, 0, 0), notes)
+				if err != nil {
+					c.e.log.Error("encoding notes for other nodes failed; the workload must list their types in WireTypes", "err", err)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				c.e.opts.Cluster.Transport.Broadcast(ctx, body)
+			})
+		}
 		for target, ms := range q {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -418,6 +458,7 @@ const (
 	kindCommand   = 1
 	kindQuery     = 2
 	kindMail      = 3
+	kindNotes     = 4 // gob of []remoteNote
 	remoteHeader  = 7
 
 	statusOK  = 0
@@ -547,6 +588,20 @@ func (e *Engine) HandleRemote(ctx context.Context, body []byte) []byte {
 	case kindMail:
 		if err := e.receiveMail(part, payload); err != nil {
 			return answerErr(err)
+		}
+		return []byte{statusOK}
+	case kindNotes:
+		v, err := decodeValue(payload)
+		notes, ok := v.([]remoteNote)
+		if err != nil || !ok {
+			return answerErr(fmt.Errorf("engine: malformed forwarded notes: %v", err))
+		}
+		if fn := e.opts.Notify; fn != nil {
+			for _, n := range notes {
+				if n.Part >= 0 && n.Part < len(e.parts) {
+					fn(n.Part, n.Workload, n.V)
+				}
+			}
 		}
 		return []byte{statusOK}
 	default:
@@ -685,6 +740,7 @@ func (e *Engine) isClosed() bool {
 }
 
 func registerWireTypes(ws map[uint8]Workload) {
+	gob.Register([]remoteNote(nil))
 	for _, w := range ws {
 		if wt, ok := w.(WireTypes); ok {
 			for _, v := range wt.WireTypes() {

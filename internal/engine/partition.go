@@ -801,6 +801,9 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		if fn := p.e.opts.Notify; fn != nil {
 			for _, n := range b.notes {
 				fn(p.id, n.workload, n.v)
+				if p.e.courier != nil {
+					p.e.courier.pushNote(p.id, n.workload, n.v)
+				}
 			}
 		}
 		if b.snap != nil {
