@@ -18,6 +18,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/commerce"
 )
@@ -33,20 +34,26 @@ func newServer(t *testing.T, deadline time.Duration) *httptest.Server {
 func newServerRetention(t *testing.T, deadline, retention time.Duration) *httptest.Server {
 	t.Helper()
 	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
 	hub := commerce.NewHub(0)
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
+	opts := engine.Options{Partitions: 4, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
 		Logger: slog.New(slog.DiscardHandler),
 		Notify: func(_ int, wl uint8, v any) {
 			if wl == commerce.WorkloadID {
 				hub.Notify(v)
 			}
-		}}, commerce.Workload{})
-	if err != nil {
-		t.Fatal(err)
+		}}
+	var eng *engine.Engine
+	if enginetest.Forward() {
+		eng = enginetest.Forwarding(t, opts, commerce.Workload{})
+	} else {
+		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Log = lg
+		if eng, err = engine.Open(opts, commerce.Workload{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mux := http.NewServeMux()
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(deadline).SetSagaRetention(retention)

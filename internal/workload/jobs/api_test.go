@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/wal"
@@ -41,20 +42,26 @@ func newAPI(t *testing.T, lease time.Duration) *clients {
 	t.Helper()
 	dir := t.TempDir()
 	const parts = 4
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts})
-	if err != nil {
-		t.Fatal(err)
-	}
 	hub := jobs.NewHub(0)
-	eng, err := engine.Open(engine.Options{Partitions: parts, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
+	opts := engine.Options{Partitions: parts, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
 		Logger: slog.New(slog.DiscardHandler),
 		Notify: func(_ int, wl uint8, v any) {
 			if wl == jobs.WorkloadID {
 				hub.Notify(v)
 			}
-		}}, &jobs.Workload{Partitions: parts})
-	if err != nil {
-		t.Fatal(err)
+		}}
+	var eng *engine.Engine
+	if enginetest.Forward() {
+		eng = enginetest.Forwarding(t, opts, &jobs.Workload{Partitions: parts})
+	} else {
+		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Log = lg
+		if eng, err = engine.Open(opts, &jobs.Workload{Partitions: parts}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a := jobs.NewAPI(eng, hub).SetLease(lease)
 	mux := http.NewServeMux()

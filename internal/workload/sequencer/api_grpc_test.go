@@ -21,7 +21,7 @@ import (
 func newGRPC(t *testing.T) (seqpbconnect.SequencerServiceClient, *API) {
 	t.Helper()
 	hub := NewHub(0)
-	eng := openEngine(t, t.TempDir(), func(_ int, wl uint8, v any) {
+	eng := openAPIEngine(t, func(_ int, wl uint8, v any) {
 		if wl == WorkloadID {
 			hub.Notify(v)
 		}

@@ -24,7 +24,7 @@ import (
 func newAPIServer(t *testing.T) (*httptest.Server, *API) {
 	t.Helper()
 	hub := NewHub(0)
-	eng := openEngine(t, t.TempDir(), func(_ int, wl uint8, v any) {
+	eng := openAPIEngine(t, func(_ int, wl uint8, v any) {
 		if wl == WorkloadID {
 			hub.Notify(v)
 		}

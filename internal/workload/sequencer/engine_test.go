@@ -11,10 +11,20 @@ import (
 	"time"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/wal"
 )
 
 const enginePartitions = 4
+
+// openAPIEngine is the engine of the API tests: embedded, or with
+// SURGE_TEST_FORWARD set a cluster node that forwards every request.
+func openAPIEngine(t *testing.T, notify func(int, uint8, any)) *engine.Engine {
+	if enginetest.Forward() {
+		return enginetest.Forwarding(t, engine.Options{Partitions: enginePartitions, Notify: notify}, &Workload{})
+	}
+	return openEngine(t, t.TempDir(), notify)
+}
 
 func openEngine(t *testing.T, dir string, notify func(int, uint8, any)) *engine.Engine {
 	t.Helper()

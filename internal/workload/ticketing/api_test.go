@@ -19,6 +19,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
@@ -27,6 +28,9 @@ import (
 // directory, closed when the test ends.
 func newEngine(t testing.TB, partitions int) *engine.Engine {
 	t.Helper()
+	if enginetest.Forward() {
+		return enginetest.Forwarding(t, engine.Options{Partitions: partitions, Logger: quiet}, ticketing.Workload{})
+	}
 	dir := t.TempDir()
 	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: partitions})
 	if err != nil {
