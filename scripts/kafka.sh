@@ -287,7 +287,11 @@ cmd_stop() {
 	local dir=${1:-}
 	[[ -n $dir ]] || die "usage: kafka.sh stop DIR"
 	[[ -d $dir ]] || return 0
-	# Refuse to delete a directory this script did not set up.
+	# Refuse to delete a directory this script did not set up (an empty one
+	# is what a start that failed early leaves behind).
+	if [[ ! -f $dir/server.properties ]] && rmdir "$dir" 2>/dev/null; then
+		return 0
+	fi
 	[[ -f $dir/server.properties ]] || die "$dir does not look like a broker dir made by kafka.sh start"
 	if [[ -f $dir/kafka.pid ]]; then
 		local pid i
