@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/surge-run/surge/internal/cmdlog"
@@ -335,4 +336,32 @@ func mustOpen(t *testing.T, cfg Config, p int) *Log {
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// Retention deleted the records a replay asks for: Start says where the log
+// begins now, and a replay from before it fails instead of skipping them.
+func TestReplayBeforeStartFails(t *testing.T) {
+	cfg := testCluster(t, 1)
+	a := mustOpen(t, cfg, 0)
+	acks := appendAll(t, a, 1, 6, "a")
+	cut := acks[3].first
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: cfg.LogTopic(), Partition: 0, At: int64(cut)})
+	resp, err := testAdmin(t, cfg).DeleteRecords(ctxT(t), os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := mustOpen(t, cfg, 0)
+	if s := b.Start(); s != cut {
+		t.Fatalf("Start = %d, want %d", s, cut)
+	}
+	if err := b.Replay(0, func(cmdlog.Position, cmdlog.Entry) error { return nil }); err == nil {
+		t.Fatal("replay from before the log start succeeded")
+	} else {
+		t.Log(err)
+	}
+	sameReplay(t, replayAll(t, b, cut), expected(acks[3:]))
 }
