@@ -26,6 +26,9 @@ vet:
 # run and stops it afterwards; set SURGE_KAFKA_BROKERS to use another one.
 test: fmt-check vet
 	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
+	# Every workload's API tests again, through a cluster node that serves
+	# no partition: each request, reply and note crosses between nodes.
+	SURGE_TEST_FORWARD=1 $(GO) test -race -count=1 -timeout 10m ./internal/workload/...
 
 # The peer's published headline run: 5 groups x 200,000 reservations over
 # 5 events x 80 areas x 400 seats (see docs/BENCHMARKS.md).

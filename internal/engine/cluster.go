@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -469,7 +470,48 @@ const (
 // sentinel the owner returned.
 var remoteErrs = []error{nil, ErrNotOwner, ErrOverloaded, ErrClosed, ErrFailed, ErrUndecodable, ErrApplyPanicked, context.Canceled, context.DeadlineExceeded, ErrOutcomeUnknown}
 
-type wireValue struct{ V any }
+// wireValue carries a query, reply or note inside an interface. gob
+// cannot carry a nil pointer, slice or map, nor a struct without exported
+// fields (empty queries), inside an interface; those travel as the name
+// of their type and come back as its zero value.
+type wireValue struct {
+	V    any
+	Zero string
+}
+
+// wireTypes maps the names used in wireValue.Zero to types; filled by
+// registerWireTypes before any engine serves.
+var wireTypes sync.Map // string → reflect.Type
+
+func wireName(t reflect.Type) string { return t.String() }
+
+func registerWire(v any) {
+	t := reflect.TypeOf(v)
+	if t == nil {
+		return
+	}
+	wireTypes.Store(wireName(t), t)
+	if !zeroOnWire(reflect.ValueOf(v)) {
+		gob.Register(v)
+	}
+}
+
+// zeroOnWire says whether v must travel as the name of its type.
+func zeroOnWire(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map:
+		return v.IsNil()
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			if t.Field(i).IsExported() {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
 
 type remoteError struct {
 	sentinel error
@@ -511,8 +553,16 @@ func encodeMailRequest(target int, ms []mail) []byte {
 }
 
 func encodeValue(dst []byte, v any) ([]byte, error) {
+	w := wireValue{V: v}
+	if rv := reflect.ValueOf(v); rv.IsValid() && zeroOnWire(rv) {
+		name := wireName(rv.Type())
+		if _, ok := wireTypes.Load(name); !ok {
+			return dst, fmt.Errorf("type %s is not registered", name)
+		}
+		w = wireValue{Zero: name}
+	}
 	buf := bytes.NewBuffer(dst)
-	if err := gob.NewEncoder(buf).Encode(wireValue{V: v}); err != nil {
+	if err := gob.NewEncoder(buf).Encode(w); err != nil {
 		return dst, err
 	}
 	return buf.Bytes(), nil
@@ -522,6 +572,13 @@ func decodeValue(b []byte) (any, error) {
 	var w wireValue
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
 		return nil, err
+	}
+	if w.Zero != "" {
+		t, ok := wireTypes.Load(w.Zero)
+		if !ok {
+			return nil, fmt.Errorf("type %s is not registered", w.Zero)
+		}
+		return reflect.Zero(t.(reflect.Type)).Interface(), nil
 	}
 	return w.V, nil
 }
@@ -740,11 +797,15 @@ func (e *Engine) isClosed() bool {
 }
 
 func registerWireTypes(ws map[uint8]Workload) {
-	gob.Register([]remoteNote(nil))
+	registerWire([]remoteNote{})
 	for _, w := range ws {
 		if wt, ok := w.(WireTypes); ok {
 			for _, v := range wt.WireTypes() {
-				gob.Register(v)
+				registerWire(v)
+				// Its nil pointer too, which queries answer for "not found".
+				if t := reflect.TypeOf(v); t.Kind() == reflect.Pointer {
+					wireTypes.Store(wireName(t), t)
+				}
 			}
 		}
 	}

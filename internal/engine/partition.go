@@ -798,12 +798,13 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		}
 		p.e.deliverAcks(p.id, b.acks)
 		p.e.deliverAcks(p.id, b.fencedAcks)
-		if fn := p.e.opts.Notify; fn != nil {
-			for _, n := range b.notes {
+		fn := p.e.opts.Notify
+		for _, n := range b.notes {
+			if fn != nil {
 				fn(p.id, n.workload, n.v)
-				if p.e.courier != nil {
-					p.e.courier.pushNote(p.id, n.workload, n.v)
-				}
+			}
+			if p.e.courier != nil {
+				p.e.courier.pushNote(p.id, n.workload, n.v)
 			}
 		}
 		if b.snap != nil {

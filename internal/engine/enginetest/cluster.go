@@ -286,8 +286,11 @@ func Forwarding(t testing.TB, opts engine.Options, workloads ...engine.Workload)
 	if opts.Partitions <= 0 {
 		opts.Partitions = engine.DefaultPartitions
 	}
-	if opts.Logger == nil {
+	if opts.Logger == nil || os.Getenv(ForwardEnv) == "debug" {
 		opts.Logger = slog.New(slog.DiscardHandler)
+		if os.Getenv(ForwardEnv) == "debug" {
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
 	}
 	store, net := NewStore(), &Net{}
 	open := func(self int, notify func(int, uint8, any)) *engine.Engine {

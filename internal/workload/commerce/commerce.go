@@ -1412,3 +1412,12 @@ type Workload struct{}
 func (Workload) ID() uint8                               { return WorkloadID }
 func (Workload) Name() string                            { return "commerce" }
 func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
+
+// WireTypes lists the queries, replies and notes that cross between nodes
+// in cluster mode (engine.WireTypes).
+func (Workload) WireTypes() []any {
+	return []any{&Result{}, OrderChanged{},
+		&GetCustomer{}, &ListCustomers{}, &GetProduct{}, &ListProducts{}, &GetOrder{}, &ListOrders{}, &OrdersByCustomer{},
+		&GetSaga{}, &ListSagas{}, &GetPayment{}, &PaymentByOrder{}, &Events{},
+		&Customer{}, []Customer{}, &Product{}, []Product{}, &Order{}, []Order{}, &Saga{}, []Saga{}, &Payment{}, []Event{}}
+}

@@ -1413,3 +1413,11 @@ func copyQueue(q *Queue) *Queue {
 	return &Queue{Name: q.Name, MaxRetries: q.MaxRetries, TTLNs: q.TTLNs, CreatedAt: q.CreatedAt, Paused: q.Paused,
 		Processed: q.Processed, Failures: q.Failures, DurationSum: q.DurationSum, counts: q.counts, jobs: q.jobs}
 }
+
+// WireTypes lists the queries, replies and notes that cross between nodes
+// in cluster mode (engine.WireTypes).
+func (w *Workload) WireTypes() []any {
+	return []any{&Result{}, QueueReady{}, CancelRequested{}, JobEnded{},
+		GetJob{}, GetJobLogs{}, ListQueues{}, GetStats{}, WorkerJobs{}, ListJobs{},
+		&Job{}, []JobEvent{}, []*Queue{}, &Stats{}, &JobPage{}, []string{}}
+}

@@ -1186,3 +1186,9 @@ func (g *Group) info() *Info {
 	sort.Slice(in.Consumers, func(a, b int) bool { return in.Consumers[a].Name < in.Consumers[b].Name })
 	return in
 }
+
+// WireTypes lists the queries, replies and notes that cross between nodes
+// in cluster mode (engine.WireTypes).
+func (w *Workload) WireTypes() []any {
+	return []any{&Result{}, Ready{}, Released{}, ReadOutput{}, GroupInfo{}, ListGroups{}, &Output{}, &Info{}, []*Info{}}
+}

@@ -640,3 +640,9 @@ type Workload struct{}
 func (Workload) ID() uint8                               { return WorkloadID }
 func (Workload) Name() string                            { return "ticketing" }
 func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
+
+// WireTypes lists the queries and replies that cross between nodes in
+// cluster mode (engine.WireTypes).
+func (Workload) WireTypes() []any {
+	return []any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}}
+}
