@@ -181,8 +181,8 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 	// what they already applied.
 	for _, s := range slices.Sorted(maps.Keys(p.outbox)) {
 		m := p.outbox[s]
-		m.sentNs = e.mono()
-		e.sendMail(m.target, mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+		m.sentNs.Store(e.mono())
+		e.sendMail(m.target, m.mail(p.id))
 	}
 	e.wg.Add(1)
 	go p.run()
@@ -280,6 +280,7 @@ func (p *partition) resetState() {
 	}
 	p.outSeq = 0
 	p.outbox = make(map[uint64]*outMsg)
+	p.lastTo = make(map[int]uint64)
 	p.hwm = make(map[uint32]uint64)
 	p.timers = newTimerTable()
 	p.records = 0
@@ -338,12 +339,14 @@ func (e *Engine) sendMail(target int, m mail) {
 func (p *partition) resend() {
 	now := p.e.mono()
 	after := int64(p.e.opts.Cluster.ResendAfter)
-	for _, m := range p.outbox {
-		if now-m.sentNs < after {
+	// In seq order: a receiver takes a source's messages only in order.
+	for _, s := range slices.Sorted(maps.Keys(p.outbox)) {
+		m := p.outbox[s]
+		if !m.durable.Load() || now-m.sentNs.Load() < after {
 			continue
 		}
-		m.sentNs = now
-		p.e.sendMail(m.target, mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+		m.sentNs.Store(now)
+		p.e.sendMail(m.target, m.mail(p.id))
 	}
 }
 
@@ -450,7 +453,7 @@ func (c *courier) run(stop <-chan struct{}) {
 //	kindCommand: the command's AppendBinary
 //	kindQuery:   gob of wireValue{query}
 //	kindMail:    count u32, then per mail: ack u8, src u32, seq u64,
-//	             workload u8, len u32, data
+//	             prev u64, workload u8, len u32, data
 //
 // Answers: [0] status; statusOK then gob of wireValue{result}; statusErr
 // then an error code byte and the message.
@@ -545,6 +548,7 @@ func encodeMailRequest(target int, ms []mail) []byte {
 		b = append(b, ack)
 		b = binary.LittleEndian.AppendUint32(b, m.src)
 		b = binary.LittleEndian.AppendUint64(b, m.seq)
+		b = binary.LittleEndian.AppendUint64(b, m.prev)
 		b = append(b, m.workload)
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.data)))
 		b = append(b, m.data...)
@@ -686,12 +690,13 @@ func (e *Engine) receiveMail(part int, b []byte) error {
 	t := e.parts[part]
 	ms := make([]mail, 0, min(n, 4096))
 	for range n {
-		if len(b) < 18 {
+		if len(b) < 26 {
 			return errors.New("engine: malformed forwarded mail")
 		}
-		m := mail{ack: b[0] == 1, src: binary.LittleEndian.Uint32(b[1:]), seq: binary.LittleEndian.Uint64(b[5:]), workload: b[13]}
-		l := int(binary.LittleEndian.Uint32(b[14:]))
-		b = b[18:]
+		m := mail{ack: b[0] == 1, src: binary.LittleEndian.Uint32(b[1:]), seq: binary.LittleEndian.Uint64(b[5:]),
+			prev: binary.LittleEndian.Uint64(b[13:]), workload: b[21]}
+		l := int(binary.LittleEndian.Uint32(b[22:]))
+		b = b[26:]
 		if l > len(b) {
 			return errors.New("engine: malformed forwarded mail")
 		}

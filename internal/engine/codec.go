@@ -89,8 +89,10 @@ func decodeEnvelope(b []byte) (envelope, error) {
 // partition's log records it covers (checked against the log on recovery),
 // the engine's own per-partition state (outgoing sequence,
 // unacknowledged outbox, receive high-water marks, pending timers), then
-// each workload machine's snapshot. Version 1 lacked the first two.
-const snapshotVersion = 2
+// each workload machine's snapshot. Version 1 lacked the first two;
+// version 3 added each outbox message's prev and the last seq sent to each
+// target (cluster mode orders messages by them).
+const snapshotVersion = 3
 
 // forkSnapshot captures the partition's state as of now and returns a
 // function that encodes it. The engine's own state is encoded at once (it
@@ -112,6 +114,13 @@ func (p *partition) forkSnapshot() func(dst []byte) []byte {
 		w.U32(uint32(m.target))
 		w.U8(m.workload)
 		w.Bytes(m.data)
+		w.U64(m.prev)
+	}
+	targets := slices.Sorted(maps.Keys(p.lastTo))
+	w.U32(uint32(len(targets)))
+	for _, t := range targets {
+		w.U32(uint32(t))
+		w.U64(p.lastTo[t])
 	}
 
 	srcs := slices.Sorted(maps.Keys(p.hwm))
@@ -167,8 +176,9 @@ func (p *partition) appendSnapshot(dst []byte) []byte { return p.forkSnapshot()(
 
 func (p *partition) restoreSnapshot(data []byte) error {
 	r := wire.Reader{B: data}
-	if v := r.U32(); r.Err == nil && v != snapshotVersion {
-		return fmt.Errorf("engine: partition snapshot has version %d; this binary reads version %d", v, snapshotVersion)
+	v := r.U32()
+	if r.Err == nil && v != snapshotVersion && v != 2 {
+		return fmt.Errorf("engine: partition snapshot has version %d; this binary reads versions 2 and %d", v, snapshotVersion)
 	}
 	if id := r.U32(); r.Err == nil && int(id) != p.id {
 		return fmt.Errorf("engine: snapshot belongs to partition %d, not %d", id, p.id)
@@ -187,8 +197,19 @@ func (p *partition) restoreSnapshot(data []byte) error {
 			return fmt.Errorf("engine: snapshot of partition %d has a message for partition %d of %d", p.id, m.target, len(p.e.parts))
 		}
 		m.data = append([]byte(nil), r.Bytes()...)
+		if v >= 3 {
+			m.prev = r.U64()
+		}
 		m.seq = s
+		m.durable.Store(true)
 		p.outbox[s] = &m
+	}
+	if v >= 3 {
+		n = int(r.U32())
+		for i := 0; i < n && r.Err == nil; i++ {
+			t := int(r.U32())
+			p.lastTo[t] = r.U64()
+		}
 	}
 	n = int(r.U32())
 	for i := 0; i < n && r.Err == nil; i++ {

@@ -606,7 +606,7 @@ func (e *Engine) recover() error {
 		seqs := slices.Sorted(maps.Keys(p.outbox))
 		for _, s := range seqs {
 			m := p.outbox[s]
-			e.parts[m.target].mail.push(mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+			e.parts[m.target].mail.push(m.mail(p.id))
 		}
 	}
 	return nil

@@ -21,7 +21,19 @@ type outMsg struct {
 	target   int
 	workload uint8
 	data     []byte
-	sentNs   int64 // cluster mode: when it was last sent (not durable)
+	sentNs   atomic.Int64 // cluster mode: when it was last sent (not durable)
+	// durable is set once the command that sent it is durable; until
+	// then it must not leave the partition, not even as a re-send.
+	durable atomic.Bool
+	// prev is the seq of the message this partition sent to the same
+	// target before this one (0 for the first): across nodes, messages
+	// can arrive out of order, and a receiver applies one only after the
+	// one before it, so that its high-water mark never skips a message.
+	prev uint64
+}
+
+func (m *outMsg) mail(src int) mail {
+	return mail{src: uint32(src), seq: m.seq, prev: m.prev, workload: m.workload, data: m.data}
 }
 
 // mail is internal traffic between partitions: a message, or the
@@ -30,6 +42,7 @@ type mail struct {
 	ack      bool
 	src      uint32
 	seq      uint64
+	prev     uint64 // see outMsg.prev
 	workload uint8
 	data     []byte
 }
@@ -151,6 +164,7 @@ type partition struct {
 	// Engine-level durable state, rebuilt exactly by snapshot + replay.
 	outSeq uint64
 	outbox map[uint64]*outMsg
+	lastTo map[int]uint64 // target → seq of the last message sent to it
 	hwm    map[uint32]uint64
 	timers timerTable
 
@@ -196,6 +210,7 @@ func newPartition(e *Engine, id int) *partition {
 		inbox:  make(chan *Request, e.opts.InboxLen),
 		free:   make(chan *batch, maxInflightBatches),
 		outbox: make(map[uint64]*outMsg),
+		lastTo: make(map[int]uint64),
 		hwm:    make(map[uint32]uint64),
 		timers: newTimerTable(),
 	}
@@ -493,6 +508,13 @@ func (p *partition) handleMail(b *batch, m *mail, now int64) {
 		b.acks = append(b.acks, ackTo{src: int(m.src), seq: m.seq})
 		return
 	}
+	if p.e.clusterMode() && m.prev != p.hwm[m.src] {
+		// An earlier message from src is still on its way (between nodes
+		// mail can overtake mail): applying this one would raise the
+		// high-water mark over it. Neither applied nor acknowledged, so
+		// the sender sends it again, after the earlier one.
+		return
+	}
 	start := len(b.buf)
 	b.buf = appendEnvelopeHeader(b.buf, FromMessage, m.workload, now)
 	b.buf = binary.LittleEndian.AppendUint32(b.buf, m.src)
@@ -591,6 +613,8 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 	for _, s := range p.fx.sends {
 		p.outSeq++
 		m := &outMsg{seq: p.outSeq, target: p.e.PartitionOf(s.key), workload: s.workload, data: s.data}
+		m.prev = p.lastTo[m.target]
+		p.lastTo[m.target] = m.seq
 		p.outbox[m.seq] = m
 		if b != nil {
 			b.sends = append(b.sends, m)
@@ -794,7 +818,9 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 	releaseAll(b.fencedReqs, err)
 	if err == nil {
 		for _, m := range b.sends {
-			p.e.sendMail(m.target, mail{src: uint32(p.id), seq: m.seq, workload: m.workload, data: m.data})
+			m.sentNs.Store(p.e.mono())
+			m.durable.Store(true)
+			p.e.sendMail(m.target, m.mail(p.id))
 		}
 		p.e.deliverAcks(p.id, b.acks)
 		p.e.deliverAcks(p.id, b.fencedAcks)
