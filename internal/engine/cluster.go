@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"sync"
@@ -170,6 +171,9 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	if os.Getenv("XDEBUG") != "" {
+		fmt.Fprintf(os.Stderr, "ACQUIRE e%p p%d snap %d ok %v replayed %d hwm %v lastTo %v outSeq %d\n", e, part, pos, ok, replayed, p.hwm, p.lastTo, p.outSeq)
 	}
 	p.plog = lg
 	p.failed.Store(false)
