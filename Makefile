@@ -21,8 +21,11 @@ vet:
 	$(GO) vet ./...
 
 # Every test, with the race detector, including the kill -9 crash tests.
+# The cluster-mode tests need Apache Kafka: with-kafka.sh starts one
+# single-node broker from Maven Central jars (scripts/kafka.sh) for the whole
+# run and stops it afterwards; set SURGE_KAFKA_BROKERS to use another one.
 test: fmt-check vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
 
 # The peer's published headline run: 5 groups x 200,000 reservations over
 # 5 events x 80 areas x 400 seats (see docs/BENCHMARKS.md).

@@ -1,0 +1,158 @@
+// Package kafkalog keeps a Surge partition's command log and snapshots on
+// Apache Kafka (cluster mode). Each Surge partition is one partition of the
+// log topic, written by a transactional producer whose transactional.id
+// names the Surge partition: opening the log re-initialises that id, which
+// makes Kafka fence every earlier owner. Snapshots go to a compacted topic
+// with the same partitioning.
+package kafkalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config says where the cluster's topics live and how to write them.
+type Config struct {
+	Brokers []string
+	// Cluster names the Surge cluster; topics and transactional ids are
+	// derived from it, so two clusters can share one Kafka.
+	Cluster string
+	// NodeID is written into every record's headers, to tell in the log
+	// which node wrote what.
+	NodeID string
+	// Partitions is the Surge partition count. 0 means "whatever the log
+	// topic has"; it is required only to create the topics.
+	Partitions int
+	// Replication is the replication factor of created topics (default 1;
+	// use 3 in production).
+	Replication int
+	// LogRetention is how long log records are kept (default 7 days).
+	// Snapshots must be taken more often than that.
+	LogRetention time.Duration
+	// TxnTimeout bounds one group-commit transaction: Kafka aborts a
+	// transaction left open longer, and a produce that cannot complete
+	// within it fails the append (default 10 s).
+	TxnTimeout time.Duration
+	// QueueLen bounds the appends waiting for the writer; Append blocks
+	// beyond it (default 256).
+	QueueLen int
+	// SnapshotTimeout bounds one snapshot write or read (default 2 min).
+	SnapshotTimeout time.Duration
+	Metrics         *Metrics
+	Logger          *slog.Logger
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultReplication     = 1
+	DefaultLogRetention    = 7 * 24 * time.Hour
+	DefaultTxnTimeout      = 10 * time.Second
+	DefaultQueueLen        = 256
+	DefaultSnapshotTimeout = 2 * time.Minute
+)
+
+func (c Config) withDefaults() Config {
+	if c.Replication == 0 {
+		c.Replication = DefaultReplication
+	}
+	if c.LogRetention == 0 {
+		c.LogRetention = DefaultLogRetention
+	}
+	if c.TxnTimeout == 0 {
+		c.TxnTimeout = DefaultTxnTimeout
+	}
+	if c.QueueLen == 0 {
+		c.QueueLen = DefaultQueueLen
+	}
+	if c.SnapshotTimeout == 0 {
+		c.SnapshotTimeout = DefaultSnapshotTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) check() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafkalog: no Kafka brokers configured")
+	}
+	if c.Cluster == "" {
+		return errors.New("kafkalog: no cluster name configured")
+	}
+	return nil
+}
+
+// LogTopic is the topic holding the cluster's command log.
+func (c Config) LogTopic() string { return "surge." + c.Cluster + ".log" }
+
+// SnapshotTopic is the compacted topic holding the cluster's snapshots.
+func (c Config) SnapshotTopic() string { return "surge." + c.Cluster + ".snapshots" }
+
+// TransactionalID is the id of the one producer allowed to write Surge
+// partition p: whoever initialises it last owns the partition.
+func (c Config) TransactionalID(p int) string {
+	return fmt.Sprintf("surge.%s.p%d", c.Cluster, p)
+}
+
+// Metrics are the Kafka log's Prometheus instruments; a nil *Metrics
+// records nothing.
+type Metrics struct {
+	// ProduceSeconds is how long an append waits from Append to done: the
+	// group-commit cycle it joins plus the wait for the one before.
+	ProduceSeconds prometheus.Histogram
+	// TxnAppends is how many appends one transaction carries.
+	TxnAppends prometheus.Histogram
+}
+
+// NewMetrics registers the Kafka log metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ProduceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "surge_kafka_produce_seconds",
+			Help:    "Time from a log append to Kafka's commit of the transaction holding it.",
+			Buckets: prometheus.ExponentialBuckets(250e-6, 2, 16),
+		}),
+		TxnAppends: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "surge_kafka_txn_appends",
+			Help:    "Appends (engine batches) committed per Kafka transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.ProduceSeconds, m.TxnAppends)
+	}
+	return m
+}
+
+func (m *Metrics) observeCycle(appends int) {
+	if m != nil {
+		m.TxnAppends.Observe(float64(appends))
+	}
+}
+
+func (m *Metrics) observeWait(d time.Duration) {
+	if m != nil {
+		m.ProduceSeconds.Observe(d.Seconds())
+	}
+}
+
+// kgoLogger passes franz-go's warnings and errors to slog; its info and
+// debug lines (one per transaction) would drown everything else.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lv := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lv = slog.LevelError
+	}
+	k.l.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
+}

@@ -1,0 +1,480 @@
+package kafkalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/surge-run/surge/internal/cmdlog"
+)
+
+// ErrCommitUnknown is wrapped by the error an append's done gets when Kafka
+// did not say whether its transaction committed (the connection broke or
+// the time ran out during the commit itself). Such entries may be durable:
+// the next owner's replay decides. Every other error except
+// cmdlog.ErrFenced comes from before the commit was sent, and the
+// transaction was aborted (or will be, by Kafka's transaction timeout): those
+// entries are not durable and never will be. A fenced append is not
+// durable either.
+var ErrCommitUnknown = errors.New("kafkalog: Kafka did not confirm whether the transaction committed; the append may be durable")
+
+// Bounds of one group-commit transaction: past these, queued appends wait
+// for the next one, so a transaction stays well inside its timeout.
+const (
+	maxTxnAppends = 1024
+	maxTxnBytes   = 16 << 20
+)
+
+// Log is one Surge partition's command log: one partition of the log topic,
+// written by the partition's transactional producer. It implements
+// cmdlog.PartitionLog. Positions are Kafka offsets; every entry of one
+// record has the record's offset as its position.
+type Log struct {
+	cfg       Config
+	partition int32
+	topic     string
+	cl        *kgo.Client
+	adm       *kadm.Client
+	// marker is the offset of the record this owner committed on Open:
+	// everything durable before it belongs to earlier owners.
+	marker int64
+	start  atomic.Int64
+
+	ctx    context.Context // cancelled by Close, to stop a replay
+	cancel context.CancelFunc
+
+	mu         sync.RWMutex // guards closed against sends on queue
+	closed     bool
+	queue      chan *request
+	writerDone chan struct{}
+
+	// err is the writer's sticky failure: after any failed cycle nothing
+	// more is produced, since later batches were applied on top of the
+	// lost ones. Only the writer goroutine touches it until writerDone.
+	err error
+
+	// beforeCommit, set only by tests, runs after a cycle's records are
+	// produced and before its transaction commits.
+	beforeCommit func()
+}
+
+type request struct {
+	entries []cmdlog.Entry
+	done    cmdlog.DoneFunc
+	queued  time.Time
+	recs    []*kgo.Record
+}
+
+var _ cmdlog.PartitionLog = (*Log)(nil)
+
+// Open takes over Surge partition `partition`: it initialises the
+// partition's transactional id, which fences every earlier owner and aborts
+// its open transaction, and commits a marker record. Replay then reads up
+// to that marker.
+func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if partition < 0 || partition > 1<<31-1 {
+		return nil, fmt.Errorf("kafkalog: partition %d out of range", partition)
+	}
+	topic := cfg.LogTopic()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.TransactionalID(cfg.TransactionalID(partition)),
+		kgo.TransactionTimeout(cfg.TxnTimeout),
+		// A record the client cannot deliver within the transaction's
+		// lifetime is failed instead of retried forever: the transaction
+		// would be aborted by Kafka anyway.
+		kgo.RecordDeliveryTimeout(cfg.TxnTimeout),
+		kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		// Each cycle flushes at once; lingering would only add latency.
+		kgo.ProducerLinger(0),
+		kgo.WithLogger(kgoLogger{cfg.Logger}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kafkalog: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	l := &Log{
+		cfg:        cfg,
+		partition:  int32(partition),
+		topic:      topic,
+		cl:         cl,
+		adm:        kadm.NewClient(cl),
+		ctx:        lctx,
+		cancel:     cancel,
+		queue:      make(chan *request, cfg.QueueLen),
+		writerDone: make(chan struct{}),
+	}
+	if err := l.writeMarker(ctx); err != nil {
+		cancel()
+		cl.Close()
+		return nil, err
+	}
+	start, err := l.listStart(ctx)
+	if err != nil {
+		cancel()
+		cl.Close()
+		return nil, err
+	}
+	l.start.Store(start)
+	go l.writer()
+	return l, nil
+}
+
+// writeMarker fences the earlier owners and records where their log ends.
+func (l *Log) writeMarker(ctx context.Context) error {
+	// InitProducerID is what fences: Kafka bumps the transactional id's
+	// epoch and aborts whatever transaction the previous holder left open.
+	_, epoch, err := l.cl.ProducerID(ctx)
+	if err != nil {
+		return fmt.Errorf("kafkalog: partition %d: initialising transactional id %s: %w", l.partition, l.cfg.TransactionalID(int(l.partition)), err)
+	}
+	if err := l.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("kafkalog: partition %d: %w", l.partition, err)
+	}
+	rec := &kgo.Record{
+		Partition: l.partition,
+		Value:     fmt.Appendf(nil, "node=%s time=%s", l.cfg.NodeID, time.Now().UTC().Format(time.RFC3339Nano)),
+		Headers: []kgo.RecordHeader{
+			{Key: headerMarker, Value: []byte("1")},
+			{Key: headerNode, Value: []byte(l.cfg.NodeID)},
+			{Key: headerEpoch, Value: strconv.AppendInt(nil, int64(epoch), 10)},
+		},
+	}
+	if err := l.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		_ = l.cl.AbortBufferedRecords(ctx)
+		_ = l.cl.EndTransaction(ctx, kgo.TryAbort)
+		return fmt.Errorf("kafkalog: partition %d: writing the ownership marker: %w", l.partition, err)
+	}
+	if err := l.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("kafkalog: partition %d: committing the ownership marker: %w", l.partition, err)
+	}
+	l.marker = rec.Offset
+	return nil
+}
+
+func (l *Log) listStart(ctx context.Context) (int64, error) {
+	offs, err := l.adm.ListStartOffsets(ctx, l.topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafkalog: partition %d: listing the start offset: %w", l.partition, err)
+	}
+	o, ok := offs.Lookup(l.topic, l.partition)
+	if !ok {
+		return 0, fmt.Errorf("kafkalog: topic %s has no partition %d", l.topic, l.partition)
+	}
+	if o.Err != nil {
+		return 0, fmt.Errorf("kafkalog: partition %d: listing the start offset: %w", l.partition, o.Err)
+	}
+	return o.Offset, nil
+}
+
+// Append queues entries for the next transaction; it blocks while the
+// queue is full. done is called from the writer goroutine, in Append order.
+func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		done(0, 0, cmdlog.ErrClosed)
+		return
+	}
+	l.queue <- &request{entries: entries, done: done, queued: time.Now()}
+	l.mu.RUnlock()
+}
+
+// writer is the group commit: every append queued while one transaction
+// commits goes into the next one.
+func (l *Log) writer() {
+	defer close(l.writerDone)
+	batch := make([]*request, 0, 64)
+	for r := range l.queue {
+		batch = append(batch[:0], r)
+		size := requestBytes(r)
+	drain:
+		for len(batch) < maxTxnAppends && size < maxTxnBytes {
+			select {
+			case r, ok := <-l.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+				size += requestBytes(r)
+			default:
+				break drain
+			}
+		}
+		l.cycle(batch)
+		clear(batch)
+	}
+}
+
+func requestBytes(r *request) int {
+	n := 0
+	for _, e := range r.entries {
+		n += len(e.Data)
+	}
+	return n
+}
+
+// cycle commits one batch of appends in one transaction and reports each.
+func (l *Log) cycle(batch []*request) {
+	if l.err == nil {
+		l.cfg.Metrics.observeCycle(len(batch))
+		l.err = l.commit(batch)
+	}
+	now := time.Now()
+	for _, r := range batch {
+		if l.err != nil {
+			r.done(0, 0, l.err)
+			continue
+		}
+		first := cmdlog.Position(r.recs[0].Offset)
+		end := cmdlog.Position(r.recs[len(r.recs)-1].Offset + 1)
+		l.cfg.Metrics.observeWait(now.Sub(r.queued))
+		r.done(first, end, nil)
+	}
+}
+
+// commit produces one record per append (more only for a very large one)
+// in one transaction and commits it.
+func (l *Log) commit(batch []*request) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TxnTimeout)
+	defer cancel()
+	if err := l.cl.BeginTransaction(); err != nil {
+		return l.failure(err)
+	}
+	_, epoch, err := l.cl.ProducerID(ctx)
+	if err != nil {
+		return l.abort(err)
+	}
+	headers := []kgo.RecordHeader{
+		{Key: headerNode, Value: []byte(l.cfg.NodeID)},
+		{Key: headerEpoch, Value: strconv.AppendInt(nil, int64(epoch), 10)},
+	}
+	var (
+		errMu    sync.Mutex
+		firstErr error
+	)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			errMu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			errMu.Unlock()
+		}
+	}
+	var datas [][]byte
+	for _, r := range batch {
+		datas = datas[:0]
+		for _, e := range r.entries {
+			datas = append(datas, e.Data)
+		}
+		r.recs = r.recs[:0]
+		for _, v := range packEntries(datas, maxRecordBytes) {
+			rec := &kgo.Record{Partition: l.partition, Value: v, Headers: headers}
+			r.recs = append(r.recs, rec)
+			l.cl.Produce(ctx, rec, promise)
+		}
+	}
+	if err := l.cl.Flush(ctx); err != nil {
+		return l.abort(err)
+	}
+	errMu.Lock()
+	err = firstErr
+	errMu.Unlock()
+	if err != nil {
+		// franz-go would commit the records that did succeed; that would
+		// leave a hole in the middle of what the engine applied.
+		return l.abort(err)
+	}
+	if l.beforeCommit != nil {
+		l.beforeCommit()
+	}
+	// A fresh context: the commit must not be cut short by time the
+	// produce used up, since a cancelled commit's outcome is unknown.
+	ectx, ecancel := context.WithTimeout(context.Background(), l.cfg.TxnTimeout)
+	defer ecancel()
+	if err := l.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
+		if isFenced(err) {
+			return l.fenced(err)
+		}
+		return fmt.Errorf("kafkalog: partition %d: %w: %w", l.partition, ErrCommitUnknown, err)
+	}
+	return nil
+}
+
+// abort ends a transaction that must not commit. Whether or not the abort
+// reaches Kafka, nothing of it can become durable: only EndTransaction with
+// commit could do that, and it is never sent for this transaction.
+func (l *Log) abort(cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TxnTimeout)
+	defer cancel()
+	aerr := l.cl.AbortBufferedRecords(ctx)
+	if aerr == nil {
+		aerr = l.cl.EndTransaction(ctx, kgo.TryAbort)
+	}
+	if !isFenced(cause) && isFenced(aerr) {
+		return l.fenced(aerr)
+	}
+	return l.failure(cause)
+}
+
+func (l *Log) failure(err error) error {
+	if isFenced(err) {
+		return l.fenced(err)
+	}
+	return fmt.Errorf("kafkalog: partition %d: append failed and was not committed: %w", l.partition, err)
+}
+
+func (l *Log) fenced(err error) error {
+	return fmt.Errorf("kafkalog: partition %d: %w: %w", l.partition, cmdlog.ErrFenced, err)
+}
+
+// isFenced tells whether Kafka refused this producer because another one
+// initialised the same transactional id (or its epoch otherwise moved on,
+// as when Kafka aborted a transaction that outlived its timeout: either
+// way this producer's transaction is gone and it must stop).
+func isFenced(err error) bool {
+	return err != nil && (errors.Is(err, kerr.ProducerFenced) ||
+		errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed))
+}
+
+// Replay calls fn for every entry at or after from that was durable when
+// the log was opened, in order. It reads with read_committed, so aborted
+// transactions and fenced owners' unfinished appends are never seen.
+func (l *Log) Replay(from cmdlog.Position, fn func(pos cmdlog.Position, e cmdlog.Entry) error) error {
+	if int64(from) >= l.marker {
+		return nil
+	}
+	return readPartition(l.ctx, l.cfg, l.topic, l.partition, int64(from), l.marker, true, func(r *kgo.Record) error {
+		if hasHeader(r, headerMarker) {
+			return nil
+		}
+		pos := cmdlog.Position(r.Offset)
+		err := unpackEntries(r.Value, func(data []byte) error {
+			return fn(pos, cmdlog.Entry{Partition: uint32(l.partition), Data: data})
+		})
+		if errors.Is(err, errBadRecord) {
+			return fmt.Errorf("kafkalog: partition %d offset %d: %w", l.partition, r.Offset, err)
+		}
+		return err
+	})
+}
+
+func hasHeader(r *kgo.Record, key string) bool {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func header(r *kgo.Record, key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+// Start is the partition's log start offset. If Kafka cannot be asked, it
+// is the last value learned (at worst too low, which a replay from below
+// the real start then reports as an error).
+func (l *Log) Start() cmdlog.Position {
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	defer cancel()
+	if s, err := l.listStart(ctx); err == nil {
+		l.start.Store(s)
+	}
+	return cmdlog.Position(l.start.Load())
+}
+
+// Close commits what is queued (unless the log has failed), then closes
+// the client. Appends after Close get cmdlog.ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.queue)
+	l.mu.Unlock()
+	<-l.writerDone
+	l.cancel()
+	l.cl.Close()
+	return nil
+}
+
+// readPartition calls fn for each record of topic/partition with an offset
+// in [from, until], in order. until must be an offset that the reader will
+// see (a committed record), or reading never ends before ctx does.
+func readPartition(ctx context.Context, cfg Config, topic string, partition int32, from, until int64, committed bool, fn func(*kgo.Record) error) error {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+			topic: {partition: kgo.NewOffset().At(from)},
+		}),
+		// Reading from a position retention has deleted must fail, not
+		// silently start at whatever is left.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.WithLogger(kgoLogger{cfg.Logger}),
+	}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafkalog: %w", err)
+	}
+	defer cl.Close()
+	for {
+		fetches := cl.PollFetches(ctx)
+		if err := fetches.Err0(); err != nil {
+			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, err)
+		}
+		var ferr error
+		done := false
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if ferr == nil {
+				ferr = err
+			}
+		})
+		if ferr != nil {
+			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, ferr)
+		}
+		iter := fetches.RecordIter()
+		for !iter.Done() {
+			r := iter.Next()
+			if r.Offset > until {
+				done = true
+				break
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+			if r.Offset == until {
+				done = true
+				break
+			}
+		}
+		if done {
+			return nil
+		}
+	}
+}
