@@ -61,7 +61,18 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, cfg Config) (partitions
 // ensureTopic returns the partition count of topic, creating it with want
 // partitions if it does not exist (want 0: it must exist).
 func ensureTopic(ctx context.Context, adm *kadm.Client, cfg Config, topic string, want int, configs map[string]*string) (int, error) {
-	created := false
+	// Create first and look second: franz-go caches a metadata answer that
+	// a topic is unknown for seconds, so looking before creating would
+	// hide the topic just created.
+	if want > 0 {
+		resp, err := adm.CreateTopic(ctx, int32(want), int16(cfg.Replication), configs, topic)
+		switch {
+		case err == nil && resp.NumPartitions > 0:
+			return int(resp.NumPartitions), nil
+		case err != nil && !errors.Is(err, kerr.TopicAlreadyExists):
+			return 0, fmt.Errorf("kafkalog: creating topic %s (%d partitions, replication %d): %w", topic, want, cfg.Replication, err)
+		}
+	}
 	for {
 		details, err := adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -73,23 +84,15 @@ func ensureTopic(ctx context.Context, adm *kadm.Client, cfg Config, topic string
 			return len(d.Partitions), nil
 		case ok && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition):
 			return 0, fmt.Errorf("kafkalog: describing topic %s: %w", topic, d.Err)
+		case want <= 0:
+			return 0, fmt.Errorf("kafkalog: topic %s does not exist and no partition count was given to create it", topic)
 		}
-		if !created {
-			if want <= 0 {
-				return 0, fmt.Errorf("kafkalog: topic %s does not exist and no partition count was given to create it", topic)
-			}
-			_, err := adm.CreateTopic(ctx, int32(want), int16(cfg.Replication), configs, topic)
-			if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-				return 0, fmt.Errorf("kafkalog: creating topic %s (%d partitions, replication %d): %w", topic, want, cfg.Replication, err)
-			}
-			created = true
-		}
-		// A topic just created (here or by another node) takes a moment to
+		// Created by another node an instant ago: it takes a moment to
 		// show up in metadata.
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("kafkalog: waiting for topic %s: %w", topic, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
