@@ -17,6 +17,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,6 +82,11 @@ type Node struct {
 	gcl    *kgo.Client
 	slots  []*slot
 	closed bool
+
+	// leaving is set once Leave starts; lastCall is when a forwarded
+	// call last arrived (Unix ns), for Drain.
+	leaving  atomic.Bool
+	lastCall atomic.Int64
 
 	sem     chan struct{}
 	stop    chan struct{}
@@ -283,6 +289,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	if gcl == nil {
 		return nil
 	}
+	n.leaving.Store(true)
 	err := gcl.LeaveGroupContext(ctx)
 	// Whatever the group did, nothing here may keep serving: a partition
 	// this node still held would be fenced by its next owner anyway.
@@ -297,6 +304,26 @@ func (n *Node) Leave(ctx context.Context) error {
 	n.mu.Unlock()
 	n.releaseAll()
 	return err
+}
+
+// Drain waits, after Leave, until the other nodes stop calling this one
+// (they learn the new owners within a refresh), at most until ctx ends or
+// twice the refresh interval passes; the listener can then close without
+// cutting calls in flight.
+func (n *Node) Drain(ctx context.Context) {
+	quiet := n.cfg.RefreshEvery / 2
+	limit := time.Now().Add(2 * n.cfg.RefreshEvery)
+	for time.Now().Before(limit) {
+		since := time.Since(time.Unix(0, n.lastCall.Load()))
+		if since >= quiet {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(quiet - since):
+		}
+	}
 }
 
 // Close stops the node's clients. Call Leave first, then close the engine,

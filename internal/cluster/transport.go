@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -136,22 +137,37 @@ func notDelivered(err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
+	// net/http reports a kept-alive connection the server closed while
+	// idle, before this request was handed to it, with this (unexported)
+	// error: the server never read the request.
+	if strings.Contains(err.Error(), "http: server closed idle connection") {
+		return true
+	}
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// Handler answers the calls other nodes of cluster forward to eng. Mount
-// it at CallPath, only in cluster mode, and only where cluster nodes alone
-// can reach it.
-func Handler(cluster string, eng *engine.Engine) http.Handler {
-	return &callHandler{cluster: cluster, eng: eng}
+// Handler answers the calls other nodes forward to eng. Mount it at
+// CallPath, only in cluster mode, and only where cluster nodes alone can
+// reach it.
+func (n *Node) Handler(eng *engine.Engine) http.Handler {
+	return &callHandler{n: n, cluster: n.cfg.Log.Cluster, eng: eng}
 }
 
 type callHandler struct {
+	n       *Node
 	cluster string
 	eng     *engine.Engine
 }
 
 func (h *callHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.n.lastCall.Store(time.Now().UnixNano())
+	if h.n.leaving.Load() {
+		// This node serves nothing any more. Closing each connection
+		// after its answer keeps the callers from sending on one that the
+		// listener's shutdown would close under them, which they could
+		// not tell from a request lost after it was applied.
+		w.Header().Set("Connection", "close")
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)

@@ -128,8 +128,8 @@ func openCluster(ctx context.Context, cfg Config, cc ClusterConfig, logger *slog
 }
 
 // mountCluster serves the calls other nodes forward and the cluster status.
-func mountCluster(mux *http.ServeMux, m *api.Metrics, node *cluster.Node, clusterName string, eng *engine.Engine) {
-	mux.Handle(cluster.CallPath, cluster.Handler(clusterName, eng))
+func mountCluster(mux *http.ServeMux, m *api.Metrics, node *cluster.Node, eng *engine.Engine) {
+	mux.Handle(cluster.CallPath, node.Handler(eng))
 	m.Handle(mux, "GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) int {
 		b, err := json.Marshal(node.Status())
 		if err != nil {

@@ -527,7 +527,7 @@ func Run(ctx context.Context, cfg Config) error {
 		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath)})
 	mountGRPC(mux, m, healthy, grpcServices)
 	if node != nil {
-		mountCluster(mux, m, node, ccfg.Cluster, eng)
+		mountCluster(mux, m, node, eng)
 	}
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -584,6 +584,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := node.Leave(sctx); err != nil {
 			logger.Warn("leaving the cluster's group", "err", err)
 		}
+		node.Drain(sctx)
 	}
 	shutErr := srv.Shutdown(sctx)
 	if err := eng.Close(); err != nil {

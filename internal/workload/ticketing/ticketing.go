@@ -640,3 +640,9 @@ type Workload struct{}
 func (Workload) ID() uint8                               { return WorkloadID }
 func (Workload) Name() string                            { return "ticketing" }
 func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
+
+// WireTypes lists the query and reply types that cross between nodes in
+// cluster mode (engine.WireTypes).
+func (Workload) WireTypes() []any {
+	return []any{GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &Result{}, &EventDef{}, AreaInfo{}, Usage{}}
+}
