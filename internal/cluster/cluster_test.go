@@ -310,6 +310,13 @@ func TestNodesShareThePartitionsAndHandThemOver(t *testing.T) {
 		t.Fatalf("creating the event through a: %d %s", st, body)
 	}
 
+	// A query whose answer is "nothing" (a nil pointer) crosses nodes too.
+	for _, n := range all {
+		if st, body := do(t, "GET", n.base+"/v2/events/no-such-event", "", nil); st != http.StatusNotFound {
+			t.Errorf("missing event through %s: %d %s", n.id, st, body)
+		}
+	}
+
 	made := map[string]reservation{}
 	reserveMany(t, []*testNode{b, c}, "first", 0, 60, made)
 	if len(made) != 60 {

@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -469,7 +470,20 @@ const (
 // sentinel the owner returned.
 var remoteErrs = []error{nil, ErrNotOwner, ErrOverloaded, ErrClosed, ErrFailed, ErrUndecodable, ErrApplyPanicked, context.Canceled, context.DeadlineExceeded, ErrOutcomeUnknown}
 
-type wireValue struct{ V any }
+// wireValue carries a query or reply. gob cannot carry a nil pointer
+// inside an interface, yet machines answer "not found" with one (a nil
+// *EventDef, say): Nil then names its type instead, and the receiver
+// rebuilds the typed nil from the types registered through WireTypes.
+type wireValue struct {
+	V   any
+	Nil string
+}
+
+// nilTypes maps the names of the pointer types listed in WireTypes to
+// their types, for wireValue.Nil.
+var nilTypes sync.Map
+
+func typeName(t reflect.Type) string { return t.String() }
 
 type remoteError struct {
 	sentinel error
@@ -512,7 +526,14 @@ func encodeMailRequest(target int, ms []mail) []byte {
 
 func encodeValue(dst []byte, v any) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)
-	if err := gob.NewEncoder(buf).Encode(wireValue{V: v}); err != nil {
+	w := wireValue{V: v}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		w = wireValue{Nil: typeName(rv.Type())}
+		if _, ok := nilTypes.Load(w.Nil); !ok {
+			return dst, fmt.Errorf("gob: type %s not registered", w.Nil)
+		}
+	}
+	if err := gob.NewEncoder(buf).Encode(w); err != nil {
 		return dst, err
 	}
 	return buf.Bytes(), nil
@@ -522,6 +543,13 @@ func decodeValue(b []byte) (any, error) {
 	var w wireValue
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
 		return nil, err
+	}
+	if w.Nil != "" {
+		t, ok := nilTypes.Load(w.Nil)
+		if !ok {
+			return nil, fmt.Errorf("engine: a nil %s arrived, a type this node's workloads do not list in WireTypes", w.Nil)
+		}
+		return reflect.Zero(t.(reflect.Type)).Interface(), nil
 	}
 	return w.V, nil
 }
@@ -745,6 +773,9 @@ func registerWireTypes(ws map[uint8]Workload) {
 		if wt, ok := w.(WireTypes); ok {
 			for _, v := range wt.WireTypes() {
 				gob.Register(v)
+				if t := reflect.TypeOf(v); t.Kind() == reflect.Pointer {
+					nilTypes.Store(typeName(t), t)
+				}
 			}
 		}
 	}
