@@ -336,6 +336,28 @@ func TestNodesShareThePartitionsAndHandThemOver(t *testing.T) {
 		}
 	}
 
+	// At rest every owned partition has applied its whole log.
+	for _, n := range all {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, mb := do(t, "GET", n.base+"/metrics", "", nil)
+			var behind []string
+			for _, line := range strings.Split(string(mb), "\n") {
+				if strings.HasPrefix(line, "surge_kafka_consumer_lag{") && !strings.HasSuffix(line, " 0") {
+					behind = append(behind, line)
+				}
+			}
+			if len(behind) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("node %s at rest reports lag: %v", n.id, behind)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
 	// a leaves gracefully: its partitions move to b and c, and requests
 	// through every remaining node keep working.
 	done := make(chan struct{})

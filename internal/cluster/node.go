@@ -102,6 +102,9 @@ type slot struct {
 	want   bool
 	cancel context.CancelFunc // cancels an acquire under way
 	gen    uint64             // bumped by each assignment and revocation
+	// marker is the ownership marker's offset in the log this node
+	// opened last (for the lag metric); -1 before any.
+	marker atomic.Int64
 }
 
 // New checks the configuration, creates the cluster's topics if they are
@@ -175,6 +178,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.slots = make([]*slot, parts)
 	for i := range n.slots {
 		n.slots[i] = &slot{}
+		n.slots[i].marker.Store(-1)
 	}
 	n.transport = newTransport(n)
 	if cfg.Registerer != nil {
@@ -455,6 +459,7 @@ func (n *Node) acquireOnce(ctx context.Context, p int, s *slot, gen uint64) (err
 		}
 		return err, false
 	}
+	s.marker.Store(lg.Marker())
 	n.owners.setLocal(p, n.cfg.Log.NodeID, n.cfg.Advertise)
 	return nil, true
 }

@@ -67,7 +67,7 @@ type collector struct{ n *Node }
 
 var (
 	lagDesc = prometheus.NewDesc("surge_kafka_consumer_lag",
-		"Log records of an owned partition not yet applied here: the log topic's end offset minus the engine's position. Each committed transaction leaves a marker offset, so a caught-up partition shows 1.",
+		"Offsets of an owned partition's log past what its state has applied: the log's end offset minus the engine's position, not counting the transaction markers and this node's ownership record (0 when caught up; records of a transaction still being written count).",
 		[]string{"partition"}, nil)
 	membersDesc = prometheus.NewDesc("surge_cluster_members",
 		"Nodes in the cluster's group, as last read.", nil, nil)
@@ -107,7 +107,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if !ok || o.Err != nil {
 			continue
 		}
-		lag := max(o.Offset-int64(eng.Position(p)), 0)
+		lag := lagOf(o.Offset, int64(eng.Position(p)), n.slots[p].marker.Load())
 		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(lag), strconv.Itoa(p))
 	}
+}
+
+// lagOf is the lag of a partition whose log ends at end, whose state has
+// applied everything before pos, and whose owner's marker record is at
+// marker. Every write to the log is transactional, so the last offset of a
+// log at rest is a commit control record (not a record the engine
+// applies); records the engine never applies also include each owner's
+// marker and its commit, which leave the engine's position behind the
+// marker when the owner has appended nothing yet.
+func lagOf(end, pos, marker int64) int64 {
+	base := max(pos, marker+1)
+	return max(end-base-1, 0)
 }

@@ -118,3 +118,16 @@ func TestCallFailureAfterDeliveryIsNotNotOwner(t *testing.T) {
 		t.Errorf("connection closed after the request was read: %v", err)
 	}
 }
+
+func TestLagOf(t *testing.T) {
+	for _, c := range []struct{ end, pos, marker, want int64 }{
+		{end: 12, pos: 4, marker: 10, want: 0},  // opened (marker 10, commit 11), nothing appended
+		{end: 15, pos: 14, marker: 10, want: 0}, // appended 12, 13; commit at 14
+		{end: 17, pos: 14, marker: 10, want: 2}, // a transaction of 2 records is being written
+		{end: 0, pos: 0, marker: -1, want: 0},
+	} {
+		if got := lagOf(c.end, c.pos, c.marker); got != c.want {
+			t.Errorf("lagOf(%d, %d, %d) = %d, want %d", c.end, c.pos, c.marker, got, c.want)
+		}
+	}
+}
