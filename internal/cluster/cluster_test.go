@@ -310,6 +310,16 @@ func TestNodesShareThePartitionsAndHandThemOver(t *testing.T) {
 		t.Fatalf("creating the event through a: %d %s", st, body)
 	}
 
+	// The partition count is the cluster's: a node asking for another
+	// one is refused before it joins, with both counts named.
+	err := server.Run(context.Background(), server.Config{
+		Addr: "127.0.0.1:0", Partitions: testPartitions + 2, Logger: slog.New(slog.DiscardHandler),
+		Cluster: server.ClusterConfig{Kafka: brokers, Cluster: name, NodeID: "wrong"},
+	})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(testPartitions)) || !strings.Contains(err.Error(), fmt.Sprint(testPartitions+2)) {
+		t.Errorf("a node with --partitions %d joined a cluster of %d: %v", testPartitions+2, testPartitions, err)
+	}
+
 	// A query whose answer is "nothing" (a nil pointer) crosses nodes too.
 	for _, n := range all {
 		if st, body := do(t, "GET", n.base+"/v2/events/no-such-event", "", nil); st != http.StatusNotFound {
