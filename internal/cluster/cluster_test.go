@@ -327,6 +327,17 @@ func TestNodesShareThePartitionsAndHandThemOver(t *testing.T) {
 		}
 	}
 
+	// The sequencer's queries cross too: a list fanned out to every
+	// partition, and a group that does not exist (a nil *Info).
+	for _, n := range all {
+		if st, body := do(t, "GET", n.base+"/v1/groups", "", nil); st != http.StatusOK {
+			t.Errorf("sequencer groups through %s: %d %s", n.id, st, body)
+		}
+		if st, body := do(t, "GET", n.base+"/v1/groups/no-such-group", "", nil); st != http.StatusNotFound {
+			t.Errorf("missing sequencer group through %s: %d %s", n.id, st, body)
+		}
+	}
+
 	made := map[string]reservation{}
 	reserveMany(t, []*testNode{b, c}, "first", 0, 60, made)
 	if len(made) != 60 {

@@ -37,3 +37,25 @@ func TestWireValueCarriesTypedNil(t *testing.T) {
 		t.Error("a nil pointer of an unlisted type encoded without error")
 	}
 }
+
+type wireHidden struct {
+	Shown  int
+	hidden []string
+}
+
+type wireNested struct{ In []wireHidden }
+
+type wireList []any
+
+func (l wireList) WireTypes() []any { return l }
+
+func TestCheckWireTypes(t *testing.T) {
+	if err := CheckWireTypes(wireList{&wireProbe{}, wireProbe{}, []wireProbe(nil)}); err != nil {
+		t.Errorf("exported fields only: %v", err)
+	}
+	for _, bad := range []wireList{{wireHidden{}}, {&wireNested{}}, {map[string]wireHidden(nil)}, {struct{ F func() }{}}, {nil}} {
+		if err := CheckWireTypes(bad); err == nil {
+			t.Errorf("%#v passed", bad)
+		}
+	}
+}

@@ -244,6 +244,12 @@ func (w *Workload) ID() uint8                     { return WorkloadID }
 func (w *Workload) Name() string                  { return "sequencer" }
 func (w *Workload) NewMachine(int) engine.Machine { return NewMachine(Options{Limits: w.Limits}) }
 
+// WireTypes lists the query, reply and notification types that cross
+// between nodes in cluster mode (engine.WireTypes).
+func (w *Workload) WireTypes() []any {
+	return []any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{}}
+}
+
 // Machine is the sequencer state of one partition.
 type Machine struct {
 	opts   Options
