@@ -340,6 +340,11 @@ func (n *Node) Close() {
 	}
 	n.closed = true
 	gcl := n.gcl
+	for _, s := range n.slots {
+		if s.cancel != nil {
+			s.cancel()
+		}
+	}
 	n.mu.Unlock()
 	close(n.stop)
 	n.bg.Wait()
@@ -425,7 +430,9 @@ func (n *Node) acquire(ctx context.Context, p int, s *slot, gen uint64, pause ti
 		}
 		err, done := n.acquireOnce(ctx, p, s, gen)
 		<-n.sem
-		if done {
+		if done || ctx.Err() != nil {
+			// Acquired, or no longer wanted (revoked while opening, which
+			// cooperative rebalancing does as nodes join).
 			return
 		}
 		n.log.Warn("acquiring a partition failed; retrying", "partition", p, "retry_in", pause, "err", err)
