@@ -555,10 +555,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	ready.Store(true)
-	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
+	where := []any{"data_dir", cfg.DataDir}
+	if clustered {
+		where = []any{"cluster", ccfg.Cluster, "node_id", ccfg.NodeID, "advertise", ccfg.Advertise, "kafka", ccfg.Kafka}
+	}
+	logger.Info("surge serving", append(append([]any{"addr", ln.Addr().String()}, where...), "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
 		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight,
 		"events", fmt.Sprintf("%d/%d", used.Events, stateLimits.Events), "areas", fmt.Sprintf("%d/%d", used.Areas, stateLimits.Areas),
-		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)
+		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)...)
 	if cfg.Ready != nil {
 		cfg.Ready <- ln.Addr().String()
 	}
