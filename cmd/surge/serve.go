@@ -106,7 +106,7 @@ the heap nears it instead of growing the process).`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Addr, "addr", envOr("SURGE_ADDR", "127.0.0.1:8080"), "listen address HOST:PORT (SURGE_ADDR)")
 	f.StringVar(&cfg.DataDir, "data-dir", envOr("SURGE_DATA_DIR", "surge-data"), "directory for the log and snapshots (SURGE_DATA_DIR)")
-	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's count, or 8 for a new one (SURGE_PARTITIONS)")
+	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's (or with --kafka the cluster's) count, or 8 for a new one (SURGE_PARTITIONS)")
 	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", envIntOr("SURGE_SNAPSHOT_EVERY", 0), "commands a partition applies between snapshots; 0 means 100000 (SURGE_SNAPSHOT_EVERY)")
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
 	f.IntVar(&cfg.MaxConns, "max-conns", envIntOr("SURGE_MAX_CONNS", 0), "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused (SURGE_MAX_CONNS)")
@@ -128,6 +128,13 @@ the heap nears it instead of growing the process).`,
 	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")
 	f.IntVar(&cfg.MaxSeats, "max-seats", envIntOr("SURGE_MAX_SEATS", ticketing.DefaultMaxSeats), "seats over all areas this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_SEATS)")
 	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap plus half of it, at least 64MiB, plus stacks), the limit follows, so the GC never thrashes. GOMEMLIMIT, if set, is fixed and wins (SURGE_MEMORY_LIMIT)")
+	f.StringVar(&cfg.Cluster.Kafka, "kafka", envOr("SURGE_KAFKA", ""), "run as a node of a cluster on Apache Kafka at these bootstrap brokers, HOST:PORT[,HOST:PORT...], instead of on --data-dir (see docs/CLUSTER.md) (SURGE_KAFKA)")
+	f.StringVar(&cfg.Cluster.Cluster, "cluster", envOr("SURGE_CLUSTER", ""), "with --kafka: the cluster's name; its topics are surge.NAME.log and surge.NAME.snapshots and its group surge.NAME (SURGE_CLUSTER)")
+	f.StringVar(&cfg.Cluster.NodeID, "node-id", envOr("SURGE_NODE_ID", ""), "with --kafka: this node's name, unique in the cluster; default HOSTNAME-PORT (SURGE_NODE_ID)")
+	f.StringVar(&cfg.Cluster.Advertise, "advertise", envOr("SURGE_ADVERTISE", ""), "with --kafka: HOST:PORT where the other nodes reach this one; default --addr (127.0.0.1 if it has no host) (SURGE_ADVERTISE)")
+	f.IntVar(&cfg.Cluster.Replication, "kafka-replication", envIntOr("SURGE_KAFKA_REPLICATION", 1), "with --kafka: replication factor of the topics the cluster creates; use 3 in production (SURGE_KAFKA_REPLICATION)")
+	f.DurationVar(&cfg.Cluster.SessionTimeout, "kafka-session-timeout", envDurationOr("SURGE_KAFKA_SESSION_TIMEOUT", 6*time.Second), "with --kafka: how long a silent node keeps its partitions before the others take them over (SURGE_KAFKA_SESSION_TIMEOUT)")
+	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", envDurationOr("SURGE_KAFKA_LOG_RETENTION", 168*time.Hour), "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often (SURGE_KAFKA_LOG_RETENTION)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
 }

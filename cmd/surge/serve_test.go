@@ -16,3 +16,25 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// Cluster flags come from SURGE_* variables unless given on the command
+// line.
+func TestServeClusterFlagsFromEnv(t *testing.T) {
+	t.Setenv("SURGE_KAFKA", "k1:9092,k2:9092")
+	t.Setenv("SURGE_CLUSTER", "blue")
+	t.Setenv("SURGE_NODE_ID", "env-node")
+	t.Setenv("SURGE_KAFKA_SESSION_TIMEOUT", "3s")
+	cmd := newServeCmd()
+	if err := cmd.Flags().Parse([]string{"--node-id", "flag-node", "--kafka-replication", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	f := cmd.Flags()
+	for name, want := range map[string]string{
+		"kafka": "k1:9092,k2:9092", "cluster": "blue", "node-id": "flag-node", "advertise": "",
+		"kafka-replication": "3", "kafka-session-timeout": "3s", "kafka-log-retention": "168h0m0s",
+	} {
+		if got := f.Lookup(name).Value.String(); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+}

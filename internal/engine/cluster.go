@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"sync"
@@ -171,9 +170,6 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 	})
 	if err != nil {
 		return err
-	}
-	if os.Getenv("XDEBUG") != "" {
-		fmt.Fprintf(os.Stderr, "ACQUIRE e%p p%d snap %d ok %v replayed %d hwm %v lastTo %v outSeq %d\n", e, part, pos, ok, replayed, p.hwm, p.lastTo, p.outSeq)
 	}
 	p.plog = lg
 	p.failed.Store(false)
@@ -498,7 +494,9 @@ func registerWire(v any) {
 		return
 	}
 	wireTypes.Store(wireName(t), t)
-	if !zeroOnWire(reflect.ValueOf(v)) {
+	// gob can carry every type but a struct without exported fields (a
+	// nil sample still registers its type).
+	if t.Kind() != reflect.Struct || !zeroOnWire(reflect.ValueOf(v)) {
 		gob.Register(v)
 	}
 }
@@ -803,6 +801,65 @@ func (e *Engine) isClosed() bool {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.closed
+}
+
+// CheckWireTypes reports the values listed by w.WireTypes that would not
+// cross nodes whole: gob leaves out unexported struct fields silently (a
+// reply would arrive with them zero), and cannot carry functions or
+// channels. Workloads call it from a test.
+func CheckWireTypes(w WireTypes) error {
+	var errs []error
+	for _, v := range w.WireTypes() {
+		if v == nil {
+			errs = append(errs, errors.New("nil listed in WireTypes"))
+			continue
+		}
+		if err := checkWireType(reflect.TypeOf(v), reflect.TypeOf(v).String(), map[reflect.Type]bool{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	gobEncoderType    = reflect.TypeFor[gob.GobEncoder]()
+	binaryMarshalType = reflect.TypeFor[interface{ MarshalBinary() ([]byte, error) }]()
+)
+
+func checkWireType(t reflect.Type, path string, seen map[reflect.Type]bool) error {
+	if seen[t] {
+		return nil
+	}
+	seen[t] = true
+	if t.Implements(gobEncoderType) || t.Implements(binaryMarshalType) ||
+		reflect.PointerTo(t).Implements(gobEncoderType) || reflect.PointerTo(t).Implements(binaryMarshalType) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return checkWireType(t.Elem(), path, seen)
+	case reflect.Map:
+		if err := checkWireType(t.Key(), path, seen); err != nil {
+			return err
+		}
+		return checkWireType(t.Elem(), path, seen)
+	case reflect.Struct:
+		var errs []error
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				errs = append(errs, fmt.Errorf("%s: field %s.%s is unexported; gob leaves it out", path, t, f.Name))
+				continue
+			}
+			if err := checkWireType(f.Type, path+"."+f.Name, seen); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	case reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		return fmt.Errorf("%s: a %s cannot cross nodes", path, t)
+	}
+	return nil
 }
 
 func registerWireTypes(ws map[uint8]Workload) {

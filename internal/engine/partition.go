@@ -323,9 +323,15 @@ func (p *partition) run() {
 		}
 		p.commit(b)
 		if stopping && len(p.inbox) == 0 {
-			// Wait for every in-flight batch so Close can snapshot.
-			for range maxInflightBatches {
-				<-p.free
+			// Wait for every in-flight batch so Close can snapshot. In
+			// cluster mode the partition may be acquired again, and its
+			// next processor needs the batches back.
+			var bs [maxInflightBatches]*batch
+			for i := range bs {
+				bs[i] = <-p.free
+			}
+			for _, b := range bs {
+				p.free <- b
 			}
 			return
 		}

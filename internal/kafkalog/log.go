@@ -404,6 +404,10 @@ func (l *Log) Start() cmdlog.Position {
 	return cmdlog.Position(l.start.Load())
 }
 
+// Marker is the offset of the ownership marker this owner committed when
+// it opened the log: records after it are this owner's.
+func (l *Log) Marker() int64 { return l.marker }
+
 // Close commits what is queued (unless the log has failed), then closes
 // the client. Appends after Close get cmdlog.ErrClosed.
 func (l *Log) Close() error {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/cluster"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
@@ -90,6 +91,9 @@ type Config struct {
 	// DefaultMemoryLimit, negative means none. GOMEMLIMIT, if set, wins.
 	MemoryLimit int64
 	Logger      *slog.Logger
+	// Cluster, with Kafka set, makes this server a node of a cluster on
+	// Apache Kafka instead of an embedded server with a data directory.
+	Cluster ClusterConfig
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
@@ -256,6 +260,21 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Checked before recovery, which can take a while, so a bad flag is
 	// reported at once.
+	exempt := []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath,
+		// A worker's stream lasts as long as the worker; the registry
+		// bounds them (one per worker), not the in-flight cap.
+		jobs.StreamPath,
+		// A sequencer Read follows its group for as long as its
+		// reader runs; the hub bounds them (--max-waiters).
+		sequencer.ReadPath}
+	clustered := cfg.Cluster.enabled()
+	if clustered {
+		// A forwarded call already holds a slot on the node its client
+		// reached; refusing it here would fail a request twice counted,
+		// and two busy nodes forwarding to each other would refuse each
+		// other's calls while their own waited on them.
+		exempt = append(exempt, cluster.CallPath)
+	}
 	limits, err := api.Limits{
 		MaxConns:    cfg.MaxConns,
 		IdleTimeout: cfg.IdleTimeout,
@@ -263,13 +282,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxInflight: cfg.MaxInflight,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
-		Exempt: []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath,
-			// A worker's stream lasts as long as the worker; the registry
-			// bounds them (one per worker), not the in-flight cap.
-			jobs.StreamPath,
-			// A sequencer Read follows its group for as long as its
-			// reader runs; the hub bounds them (--max-waiters).
-			sequencer.ReadPath},
+		Exempt: exempt,
 	}.Resolve()
 	if err != nil {
 		return err
@@ -308,21 +321,28 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("%s %d: must be positive (or 0 for the default)", l.flag, l.v)
 		}
 	}
+	var (
+		ccfg ClusterConfig
+		ln   net.Listener
+	)
+	if clustered {
+		if ccfg, err = cfg.Cluster.resolve(cfg.Addr, logger); err != nil {
+			return err
+		}
+		// Listening first lets a node started on port 0 advertise the
+		// port it got; connections wait in the backlog until it serves.
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return err
+		}
+		defer ln.Close()
+		ccfg.Advertise = advertisePort(ccfg.Advertise, ln)
+	}
 	memLimit := memoryLimit(cfg)
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit != math.MaxInt64 {
 		gctx, stopGovernor := context.WithCancel(context.Background())
 		defer stopGovernor()
 		go governMemory(gctx, memLimit)
 	}
-	if err := vfs.OS.MkdirAll(cfg.DataDir); err != nil {
-		return err
-	}
-	unlock, err := lockDir(cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	fsync := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -335,55 +355,84 @@ func Run(ctx context.Context, cfg Config) error {
 		Help:    "Records made durable by one fsync (all partitions).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 	})
-	reg.MustRegister(fsync, syncRecords)
 
 	start := time.Now()
-	lg, err := openLog(cfg, wal.Options{
-		Dir:          filepath.Join(cfg.DataDir, "wal"),
-		SyncInterval: cfg.SyncInterval,
-		OnSync: func(d time.Duration, records, _ int) {
-			fsync.Observe(d.Seconds())
-			syncRecords.Observe(float64(records))
-		},
-	})
-	if err != nil {
-		return err
+	var (
+		parts int
+		// closeLog closes what the engine would have closed had it
+		// opened: the embedded log, or the node's Kafka clients.
+		closeLog func()
+		node     *cluster.Node
+		engOpts  = engine.Options{
+			SnapshotEvery: cfg.SnapshotEvery,
+			MaxQueueDelay: cfg.MaxQueueDelay,
+			Metrics:       engine.NewMetrics(reg),
+			Logger:        logger,
+		}
+	)
+	if clustered {
+		node, err = openCluster(ctx, cfg, ccfg, logger, reg)
+		if err != nil {
+			return err
+		}
+		defer node.Close()
+		closeLog = func() {}
+		parts = node.Partitions()
+		engOpts.Snapshots = node.Snapshots()
+		engOpts.Cluster = node.EngineCluster()
+	} else {
+		if err := vfs.OS.MkdirAll(cfg.DataDir); err != nil {
+			return err
+		}
+		unlock, err := lockDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		reg.MustRegister(fsync, syncRecords)
+		lg, err := openLog(cfg, wal.Options{
+			Dir:          filepath.Join(cfg.DataDir, "wal"),
+			SyncInterval: cfg.SyncInterval,
+			OnSync: func(d time.Duration, records, _ int) {
+				fsync.Observe(d.Seconds())
+				syncRecords.Observe(float64(records))
+			},
+		})
+		if err != nil {
+			return err
+		}
+		parts = lg.Partitions()
+		if rec := lg.Recovery(); rec.File != "" {
+			logger.Warn("cut a torn write (never acknowledged) from the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
+		}
+		snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(cfg.DataDir, "snapshots"))
+		if err != nil {
+			lg.Close()
+			return err
+		}
+		closeLog = func() { lg.Close() }
+		engOpts.Log = lg
+		engOpts.Snapshots = snaps
 	}
-	parts := lg.Partitions()
-	if rec := lg.Recovery(); rec.File != "" {
-		logger.Warn("cut a torn write (never acknowledged) from the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
-	}
-	snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(cfg.DataDir, "snapshots"))
-	if err != nil {
-		lg.Close()
-		return err
-	}
+	engOpts.Partitions = parts
 	// The hub exists before the engine, whose recovery may already
 	// complete commands that notify.
 	hub := commerce.NewHub(cfg.MaxWaiters)
 	jobHub := jobs.NewHub(cfg.MaxWorkers)
 	seqHub := sequencer.NewHub(cfg.MaxWaiters)
-	eng, err := engine.Open(engine.Options{
-		Partitions:    parts,
-		Log:           lg,
-		Snapshots:     snaps,
-		SnapshotEvery: cfg.SnapshotEvery,
-		MaxQueueDelay: cfg.MaxQueueDelay,
-		Metrics:       engine.NewMetrics(reg),
-		Logger:        logger,
-		Notify: func(_ int, wl uint8, v any) {
-			switch wl {
-			case commerce.WorkloadID:
-				hub.Notify(v)
-			case jobs.WorkloadID:
-				jobHub.Notify(v)
-			case sequencer.WorkloadID:
-				seqHub.Notify(v)
-			}
-		},
-	}, ticketing.Workload{}, commerce.Workload{}, &jobs.Workload{Partitions: parts}, &sequencer.Workload{})
+	engOpts.Notify = func(_ int, wl uint8, v any) {
+		switch wl {
+		case commerce.WorkloadID:
+			hub.Notify(v)
+		case jobs.WorkloadID:
+			jobHub.Notify(v)
+		case sequencer.WorkloadID:
+			seqHub.Notify(v)
+		}
+	}
+	eng, err := engine.Open(engOpts, ticketing.Workload{}, commerce.Workload{}, &jobs.Workload{Partitions: parts}, &sequencer.Workload{})
 	if err != nil {
-		lg.Close()
+		closeLog()
 		return err
 	}
 	// Recovery decodes every snapshot and replays the log tail, leaving
@@ -401,6 +450,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if eng.Failed() {
 			return api.Error(w, http.StatusServiceUnavailable, "the command log failed; this node refuses all requests until it is restarted")
+		}
+		if node != nil {
+			// The first line stays "ok" for existing probes.
+			api.Write(w, http.StatusOK, false, []byte("ok\n"+ownedLine(node)))
+			return http.StatusOK
 		}
 		api.Write(w, http.StatusOK, false, []byte("ok\n"))
 		return http.StatusOK
@@ -439,8 +493,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if stateLimits.Seats == 0 {
 		stateLimits.Seats = ticketing.DefaultMaxSeats
 	}
-	used, err := tapi.SetLimits(ctx, stateLimits)
-	if err != nil {
+	countCtx := ctx
+	if clustered {
+		// Not one partition is served before the node joins: counting now
+		// would wait for owners that cannot come. The count is made at the
+		// first event creation instead.
+		var cancelCount context.CancelFunc
+		countCtx, cancelCount = context.WithCancel(ctx)
+		cancelCount()
+	}
+	used, err := tapi.SetLimits(countCtx, stateLimits)
+	if err != nil && !clustered {
 		// Counted again at the first event creation.
 		logger.Warn("could not count the events this server holds", "err", err)
 	}
@@ -463,6 +526,9 @@ func Run(ctx context.Context, cfg Config) error {
 	grpcServices = append(grpcServices, grpcService{name: seqpbconnect.SequencerServiceName, path: seqPath,
 		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath)})
 	mountGRPC(mux, m, healthy, grpcServices)
+	if node != nil {
+		mountCluster(mux, m, node, eng)
+	}
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -470,19 +536,33 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		eng.Close()
-		return err
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			eng.Close()
+			return err
+		}
 	}
 	srv := api.NewServer(cfg.Addr, mux, limits, reg)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if node != nil {
+		// Serving first: other nodes forward calls as soon as they see
+		// this node own a partition.
+		if err := node.Join(eng); err != nil {
+			srv.Close()
+			eng.Close()
+			return err
+		}
+	}
 	ready.Store(true)
-	logger.Info("surge serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
+	where := []any{"data_dir", cfg.DataDir}
+	if clustered {
+		where = []any{"cluster", ccfg.Cluster, "node_id", ccfg.NodeID, "advertise", ccfg.Advertise, "kafka", ccfg.Kafka}
+	}
+	logger.Info("surge serving", append(append([]any{"addr", ln.Addr().String()}, where...), "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
 		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight,
 		"events", fmt.Sprintf("%d/%d", used.Events, stateLimits.Events), "areas", fmt.Sprintf("%d/%d", used.Areas, stateLimits.Areas),
-		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)
+		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)...)
 	if cfg.Ready != nil {
 		cfg.Ready <- ln.Addr().String()
 	}
@@ -500,6 +580,16 @@ func Run(ctx context.Context, cfg Config) error {
 	sapi.Shutdown() // long polls and streams answer now; benchmark processors stop
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	if node != nil {
+		// Leaving revokes this node's partitions: each is released with a
+		// hand-over snapshot before the group gives it to another node,
+		// while the listener still answers the calls in flight to it.
+		// Requests still arriving here are forwarded to the new owners.
+		if err := node.Leave(sctx); err != nil {
+			logger.Warn("leaving the cluster's group", "err", err)
+		}
+		node.Drain(sctx)
+	}
 	shutErr := srv.Shutdown(sctx)
 	if err := eng.Close(); err != nil {
 		return fmt.Errorf("closing engine: %w", err)

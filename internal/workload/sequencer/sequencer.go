@@ -244,6 +244,12 @@ func (w *Workload) ID() uint8                     { return WorkloadID }
 func (w *Workload) Name() string                  { return "sequencer" }
 func (w *Workload) NewMachine(int) engine.Machine { return NewMachine(Options{Limits: w.Limits}) }
 
+// WireTypes lists the query, reply and notification types that cross
+// between nodes in cluster mode (engine.WireTypes).
+func (w *Workload) WireTypes() []any {
+	return []any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{}}
+}
+
 // Machine is the sequencer state of one partition.
 type Machine struct {
 	opts   Options
@@ -1185,10 +1191,4 @@ func (g *Group) info() *Info {
 	}
 	sort.Slice(in.Consumers, func(a, b int) bool { return in.Consumers[a].Name < in.Consumers[b].Name })
 	return in
-}
-
-// WireTypes lists the queries, replies and notes that cross between nodes
-// in cluster mode (engine.WireTypes).
-func (w *Workload) WireTypes() []any {
-	return []any{&Result{}, Ready{}, Released{}, ReadOutput{}, GroupInfo{}, ListGroups{}, &Output{}, &Info{}, []*Info{}}
 }

@@ -1,0 +1,77 @@
+package commerce
+
+import (
+	"bytes"
+	"encoding/gob"
+)
+
+// In cluster mode replies cross between nodes by gob, which carries only
+// exported fields. These types keep some state in unexported fields; the
+// methods below say what crosses: what an answer needs (a step's name and
+// status), not the machine's bookkeeping (a product's reservations by
+// order, which only the owning partition consults).
+
+type sagaStepWire struct {
+	Name, Status uint8
+	At           int64
+}
+
+// GobEncode implements gob.GobEncoder.
+func (s SagaStep) GobEncode() ([]byte, error) {
+	return gobBytes(sagaStepWire{s.name, s.status, s.At})
+}
+
+// GobDecode implements gob.GobDecoder.
+func (s *SagaStep) GobDecode(b []byte) error {
+	var w sagaStepWire
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+		return err
+	}
+	*s = SagaStep{name: w.Name, status: w.Status, At: w.At}
+	return nil
+}
+
+type sagaFields Saga // the exported fields, without the methods
+
+type sagaWire struct {
+	S            sagaFields
+	Waiting      int
+	PaymentAsked bool
+}
+
+// GobEncode implements gob.GobEncoder.
+func (s *Saga) GobEncode() ([]byte, error) {
+	return gobBytes(sagaWire{sagaFields(*s), s.waiting, s.paymentAsked})
+}
+
+// GobDecode implements gob.GobDecoder.
+func (s *Saga) GobDecode(b []byte) error {
+	var w sagaWire
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+		return err
+	}
+	*s = Saga(w.S)
+	s.waiting, s.paymentAsked = w.Waiting, w.PaymentAsked
+	return nil
+}
+
+type productFields Product
+
+// GobEncode implements gob.GobEncoder: the exported fields only.
+func (p *Product) GobEncode() ([]byte, error) { return gobBytes(productFields(*p)) }
+
+// GobDecode implements gob.GobDecoder.
+func (p *Product) GobDecode(b []byte) error {
+	var w productFields
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+		return err
+	}
+	*p = Product(w)
+	return nil
+}
+
+func gobBytes(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	err := gob.NewEncoder(&buf).Encode(v)
+	return buf.Bytes(), err
+}

@@ -1,0 +1,15 @@
+package sequencer
+
+import (
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// In cluster mode queries, replies and notifications cross nodes by gob:
+// every field must.
+func TestWireTypesCrossWhole(t *testing.T) {
+	if err := engine.CheckWireTypes(&Workload{}); err != nil {
+		t.Error(err)
+	}
+}
