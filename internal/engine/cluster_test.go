@@ -241,3 +241,53 @@ func TestClusterAcquireRefusesMissingRecords(t *testing.T) {
 		t.Fatal("the partition is served after a refused Acquire")
 	}
 }
+
+// Messages that a new owner learns from the log (replay, no snapshot) are
+// sent again until their receiver has an owner and takes them.
+func TestClusterReplayedMessagesAreResent(t *testing.T) {
+	c := newCluster(t, 2, 2, 1_000_000)
+	c.acquire(0, 0)
+	from, to := "", ""
+	for _, k := range keys {
+		switch c.nodes[0].PartitionOf(k) {
+		case 0:
+			from = k
+		case 1:
+			to = k
+		}
+	}
+	// Partition 1 has no owner: the credits cannot be delivered yet.
+	for i := range 5 {
+		mustDo(t, c.nodes[0], 0, &transfer{From: from, To: to, N: 1, ID: uint64(i + 1)})
+	}
+	// Node 0 is cut off (its own re-sends cannot help); node 1 takes
+	// partition 0 over from the log alone, then serves 1.
+	c.net.Isolate(0)
+	c.acquire(1, 0)
+	c.acquire(1, 1)
+	debited, credited := transfersByID(t, c.nodes[1])
+	if len(debited) != 5 {
+		t.Fatalf("%d transfers debited, want 5", len(debited))
+	}
+	checkExactlyOnce(t, "", debited, credited)
+}
+
+// A node serves a partition again after handing it over (its processor
+// and batches are reused).
+func TestClusterReacquireOnTheSameNode(t *testing.T) {
+	c := newCluster(t, 2, 1, 1000)
+	c.acquire(0, 0)
+	mustDo(t, c.nodes[0], 0, &transfer{From: "a", To: "a", N: 1, ID: 1})
+	for i, n := range []int{1, 0, 1} {
+		if err := c.nodes[1-n].Release(0); err != nil {
+			t.Fatal(err)
+		}
+		c.acquire(n, 0)
+		mustDo(t, c.nodes[n], 0, &transfer{From: "a", To: "a", N: 1, ID: uint64(i + 2)})
+	}
+	debited, credited := transfersByID(t, c.nodes[1])
+	if len(debited) != 4 {
+		t.Fatalf("%d transfers debited, want 4", len(debited))
+	}
+	checkExactlyOnce(t, "", debited, credited)
+}

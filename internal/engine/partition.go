@@ -624,6 +624,8 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 		p.outbox[m.seq] = m
 		if b != nil {
 			b.sends = append(b.sends, m)
+		} else {
+			m.durable.Store(true) // replayed from the log
 		}
 	}
 	if b != nil {

@@ -211,9 +211,20 @@ func (l *Log) Close() error {
 type Net struct {
 	mu    sync.Mutex
 	nodes []*engine.Engine
-	// Down, when set for a node's index, makes calls to it fail as a
-	// refused connection.
-	down map[int]bool
+	// down makes calls to a node fail as a refused connection; isolated
+	// makes its own calls fail too (a node cut off from the others).
+	down     map[int]bool
+	isolated map[int]bool
+}
+
+// Isolate cuts node i off: calls to it and from it fail.
+func (n *Net) Isolate(i int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.isolated == nil {
+		n.isolated = make(map[int]bool)
+	}
+	n.isolated[i] = true
 }
 
 // Transport returns the transport of the node with index self.
@@ -243,9 +254,13 @@ type transport struct {
 
 func (t *transport) Call(ctx context.Context, part int, body []byte) ([]byte, error) {
 	t.n.mu.Lock()
+	if t.n.isolated[t.self] {
+		t.n.mu.Unlock()
+		return nil, fmt.Errorf("%w: node %d is cut off", engine.ErrNotOwner, t.self)
+	}
 	var owner *engine.Engine
 	for i, e := range t.n.nodes {
-		if i == t.self || t.n.down[i] {
+		if i == t.self || t.n.down[i] || t.n.isolated[i] {
 			continue
 		}
 		for _, p := range e.Owned() {
@@ -269,8 +284,11 @@ func (t *transport) Broadcast(ctx context.Context, body []byte) {
 		down[k] = v
 	}
 	t.n.mu.Unlock()
+	t.n.mu.Lock()
+	cut := t.n.isolated[t.self]
+	t.n.mu.Unlock()
 	for i, e := range nodes {
-		if i != t.self && !down[i] {
+		if i != t.self && !down[i] && !cut {
 			e.HandleRemote(ctx, body)
 		}
 	}
