@@ -39,6 +39,10 @@ const (
 	// before it counts as idle: a client that connects and sends nothing
 	// holds a descriptor like an idle one does.
 	newConnGrace = 5 * time.Second
+	// shutdownSilentGrace is how long a connection may stay silent after
+	// accept once a graceful shutdown has begun: a client sends its request
+	// as soon as it has connected, so one silent this long never will.
+	shutdownSilentGrace = 500 * time.Millisecond
 	// refuseLinger bounds how long a refused connection is kept to drain the
 	// client's request, so closing it does not reset the connection before
 	// the client has read the 503.
@@ -235,6 +239,23 @@ func (t *connTracker) shedOne() {
 	if victim != nil {
 		t.shed.Add(1)
 		victim.Conn.Close()
+	}
+}
+
+// closeSilent closes the new connections that have sent nothing for
+// grace.
+func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
+	t.mu.Lock()
+	var victims []*trackedConn
+	for c := t.new.head; c != nil && now.Sub(c.since) >= grace; c = t.new.head {
+		c.closed = true
+		c.unlink()
+		t.open--
+		victims = append(victims, c)
+	}
+	t.mu.Unlock()
+	for _, c := range victims {
+		c.Conn.Close()
 	}
 }
 

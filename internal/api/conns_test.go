@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -582,6 +583,41 @@ func TestSilentConnsAreShedAfterGrace(t *testing.T) {
 	}
 	if !silent[0].closedByServer() {
 		t.Error("the oldest silent connection was not the one shed")
+	}
+}
+
+// A connection that never sends a request does not hold a graceful
+// shutdown for net/http's 5 s (a surge node's SIGTERM under load waited
+// that long for a client transport's spare connection): it is closed,
+// while a request in flight is still answered.
+func TestShutdownClosesSilentConns(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "ok\n")
+	})
+	s, addr := startServer(t, h, Limits{}, nil)
+	silent := dial(t, addr)
+	busy := dial(t, addr)
+	if err := busy.send("/slow"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	// Under 5 s, so net/http's own rule cannot be what ends the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	if !silent.closedByServer() {
+		t.Error("the silent connection was not closed by the shutdown")
+	}
+	close(release)
+	if r, body, err := busy.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Errorf("the request in flight at shutdown: %v %v %q", err, r, body)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }
 

@@ -175,14 +175,16 @@ type reservation struct {
 	} `json:"seats"`
 }
 
-// reserve makes one reservation through n, retrying with the same
-// idempotency key through a failover; it returns the acknowledged
+// reserve makes one reservation through nodes[first], retrying with the
+// same idempotency key on the next node (as a client with a list of
+// nodes does) through a failover; it returns the acknowledged
 // reservation, or ok false when the area is sold out.
-func reserve(t *testing.T, n *testNode, key, area string) (reservation, bool) {
+func reserve(t *testing.T, nodes []*testNode, first int, key, area string) (reservation, bool) {
 	t.Helper()
 	body := fmt.Sprintf(`{"userId":"u-%s","eventId":"concert","areaId":%q,"numOfSeats":2,"type":"RANDOM"}`, key, area)
 	deadline := time.Now().Add(30 * time.Second)
-	for {
+	for i := first; ; i++ {
+		n := nodes[i%len(nodes)]
 		st, b := do(t, "POST", n.base+"/v2/reservations", body, map[string]string{"Idempotency-Key": key})
 		switch st {
 		case http.StatusCreated:
@@ -205,11 +207,49 @@ func reserve(t *testing.T, n *testNode, key, area string) (reservation, bool) {
 	}
 }
 
+// readOne checks reservation id reads back through each node as r.
+func readOne(t *testing.T, nodes []*testNode, id string, r reservation) {
+	t.Helper()
+	for _, n := range nodes {
+		var st int
+		var b []byte
+		for range 50 {
+			if st, b = do(t, "GET", n.base+"/v2/reservations/"+id, "", nil); st != http.StatusServiceUnavailable {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if st != http.StatusOK {
+			t.Errorf("reservation %s through %s: %d %s", id, n.id, st, b)
+			continue
+		}
+		var got reservation
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Errorf("reservation %s through %s: %v: %s", id, n.id, err, b)
+			continue
+		}
+		if got.State != "RESERVED" || !slices.Equal(got.Seats, r.Seats) {
+			t.Errorf("reservation %s through %s: %+v, acknowledged %+v", id, n.id, got, r)
+		}
+	}
+}
+
 // readBack checks every acknowledged reservation is readable through each
 // node with the seats it was given, and no seat is sold twice.
 func readBack(t *testing.T, nodes []*testNode, made map[string]reservation) {
 	t.Helper()
 	seats := map[string]string{}
+	ids := make(chan string)
+	var wg sync.WaitGroup
+	// A few readers at once: a rolling restart under load leaves
+	// thousands of reservations to read through every node.
+	for range 8 {
+		wg.Go(func() {
+			for id := range ids {
+				readOne(t, nodes, id, made[id])
+			}
+		})
+	}
 	for id, r := range made {
 		for _, s := range r.Seats {
 			k := fmt.Sprintf("%s/%d/%d", r.AreaID, s.Row, s.Col)
@@ -218,28 +258,10 @@ func readBack(t *testing.T, nodes []*testNode, made map[string]reservation) {
 			}
 			seats[k] = id
 		}
-		for _, n := range nodes {
-			var st int
-			var b []byte
-			for range 50 {
-				if st, b = do(t, "GET", n.base+"/v2/reservations/"+id, "", nil); st != http.StatusServiceUnavailable {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if st != http.StatusOK {
-				t.Errorf("reservation %s through %s: %d %s", id, n.id, st, b)
-				continue
-			}
-			var got reservation
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatal(err)
-			}
-			if got.State != "RESERVED" || !slices.Equal(got.Seats, r.Seats) {
-				t.Errorf("reservation %s through %s: %+v, acknowledged %+v", id, n.id, got, r)
-			}
-		}
+		ids <- id
 	}
+	close(ids)
+	wg.Wait()
 	// The areas' counts agree with the reservations (checked on one node:
 	// every node asks the same owners).
 	st, b := do(t, "GET", nodes[0].base+"/v2/events/concert", "", nil)
@@ -269,7 +291,11 @@ func readBack(t *testing.T, nodes []*testNode, made map[string]reservation) {
 var areas = []string{"A", "B", "C", "D", "E", "F"}
 
 // createEvent creates the event "concert": 6 areas of 4 rows of 10 seats.
-func createEvent(t *testing.T, n *testNode) {
+func createEvent(t *testing.T, n *testNode) { createEventSized(t, n, 4, 10) }
+
+// createEventSized creates the event "concert": 6 areas of rows × cols
+// seats.
+func createEventSized(t *testing.T, n *testNode, rows, cols int) {
 	t.Helper()
 	var def bytes.Buffer
 	def.WriteString(`{"eventName":"concert","areas":[`)
@@ -277,7 +303,7 @@ func createEvent(t *testing.T, n *testNode) {
 		if i > 0 {
 			def.WriteByte(',')
 		}
-		fmt.Fprintf(&def, `{"areaId":%q,"price":10,"rowCount":4,"colCount":10}`, ar)
+		fmt.Fprintf(&def, `{"areaId":%q,"price":10,"rowCount":%d,"colCount":%d}`, ar, rows, cols)
 	}
 	def.WriteString(`]}`)
 	if st, body := do(t, "POST", n.base+"/v1/event", def.String(), nil); st != http.StatusOK && st != http.StatusCreated {
@@ -285,8 +311,9 @@ func createEvent(t *testing.T, n *testNode) {
 	}
 }
 
-// reserveMany sends n reservations through the given nodes at once, and
-// records the acknowledged ones in made.
+// reserveMany sends n reservations through the given nodes at once (the
+// i-th through node i mod len(nodes), its retries through the next ones),
+// and records the acknowledged ones in made.
 // The i-th reservation of a test goes to area i mod 6 (first counts those
 // made before), so 120 fill the 6 areas' 240 seats exactly.
 func reserveMany(t *testing.T, nodes []*testNode, prefix string, first, n int, made map[string]reservation) {
@@ -295,7 +322,7 @@ func reserveMany(t *testing.T, nodes []*testNode, prefix string, first, n int, m
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			r, ok := reserve(t, nodes[i%len(nodes)], fmt.Sprintf("%s-%d", prefix, i), areas[(first+i)%len(areas)])
+			r, ok := reserve(t, nodes, i, fmt.Sprintf("%s-%d", prefix, i), areas[(first+i)%len(areas)])
 			if ok {
 				mu.Lock()
 				made[r.ReservationID] = r

@@ -26,6 +26,13 @@ func startProcess(t *testing.T, bin, brokers, name, id string) (*testNode, *exec
 	}
 	addr := l.Addr().String()
 	l.Close()
+	return startProcessAt(t, bin, brokers, name, id, addr)
+}
+
+// startProcessAt is startProcess listening on addr, so that a node can be
+// restarted where the others and its clients know it.
+func startProcessAt(t *testing.T, bin, brokers, name, id, addr string) (*testNode, *exec.Cmd) {
+	t.Helper()
 	logf := filepath.Join(t.TempDir(), id+".log")
 	lf, err := os.Create(logf)
 	if err != nil {
@@ -39,6 +46,7 @@ func startProcess(t *testing.T, bin, brokers, name, id string) (*testNode, *exec
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Both fail harmlessly for a process the test already stopped.
 		cmd.Process.Kill()
 		cmd.Wait()
 		if t.Failed() || os.Getenv("SURGE_TEST_VERBOSE") != "" {
@@ -59,9 +67,21 @@ func startProcess(t *testing.T, bin, brokers, name, id string) (*testNode, *exec
 	}
 }
 
-// A node killed with SIGKILL in the middle of a spike: after the session
-// timeout its partitions are served by the others, the spike completes
-// (clients retry with their idempotency keys), and every acknowledged
+// buildSurge builds the surge command for the tests that run it as a
+// process.
+func buildSurge(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "surge")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/surge-run/surge/cmd/surge").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// A node killed with SIGKILL in the middle of a spike sent through all
+// three nodes: after the session timeout its partitions are served by the
+// others, the spike completes (the victim's clients retry on the others
+// with their idempotency keys), and every acknowledged
 // reservation is there with its seats, none sold twice.
 func TestKilledNodesPartitionsMove(t *testing.T) {
 	if testing.Short() {
@@ -69,24 +89,24 @@ func TestKilledNodesPartitionsMove(t *testing.T) {
 	}
 	brokers := kafkatest.Brokers(t)
 	name := kafkatest.Topic(t, "c")
-	bin := filepath.Join(t.TempDir(), "surge")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/surge-run/surge/cmd/surge").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSurge(t)
 	a := startNode(t, brokers, name, "a")
 	b := startNode(t, brokers, name, "b")
 	v, proc := startProcess(t, bin, brokers, name, "victim")
-	owner := waitDivided(t, []*testNode{a, b, v})
+	all := []*testNode{a, b, v}
+	owner := waitDivided(t, all)
 	t.Logf("owners: %v", owner)
 	createEvent(t, a)
 
 	made := map[string]reservation{}
-	reserveMany(t, []*testNode{a, b}, "before", 0, 48, made)
+	reserveMany(t, all, "before", 0, 48, made)
 	done := make(chan struct{})
 	during := map[string]reservation{}
 	go func() {
 		defer close(done)
-		reserveMany(t, []*testNode{a, b}, "during", 48, 72, during)
+		// A third of the spike reaches the victim first: refused or cut
+		// off, those clients retry with the same key on the next node.
+		reserveMany(t, all, "during", 48, 72, during)
 	}()
 	time.Sleep(50 * time.Millisecond)
 	if err := proc.Process.Kill(); err != nil {
@@ -121,10 +141,7 @@ func TestStoppedNodeIsFenced(t *testing.T) {
 	}
 	brokers := kafkatest.Brokers(t)
 	name := kafkatest.Topic(t, "c")
-	bin := filepath.Join(t.TempDir(), "surge")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/surge-run/surge/cmd/surge").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSurge(t)
 	a := startNode(t, brokers, name, "a")
 	b := startNode(t, brokers, name, "b")
 	z, proc := startProcess(t, bin, brokers, name, "zombie")
