@@ -232,7 +232,7 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		}
 		return metricsCPUSeconds(ctx, base)
 	}
-	run, _, err := r.spike(ctx, flow, base, nil, true, cpu)
+	run, _, err := r.spike(ctx, flow, base, nil, true, nil, cpu)
 	if err != nil {
 		return fr, err
 	}
@@ -297,7 +297,7 @@ func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, e
 	if _, err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	run, _, err := r.spike(ctx, flow, c.baseURL(), nil, false, c.cpuSeconds)
+	run, _, err := r.spike(ctx, flow, c.baseURL(), nil, false, nil, c.cpuSeconds)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +315,9 @@ func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, e
 // run's server CPU is their sum, and their deltas come back one by one
 // (nil where one could not be read, and then the sum is not set).
 // With nodes, the clients spread over them; base still creates the events.
-func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []string, check bool, cpus ...func() (float64, error)) (*RunReport, []*float64, error) {
+// mark, if set, is called just before and just after the spike, outside
+// the CPU readings (to read counters around the same window).
+func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []string, check bool, mark func(), cpus ...func() (float64, error)) (*RunReport, []*float64, error) {
 	cfg := r.o.genConfig(flow, base, check)
 	cfg.Nodes = nodes
 	cfg.Label = flow
@@ -333,6 +335,9 @@ func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []str
 	if err := g.Setup(ctx); err != nil {
 		return nil, nil, err
 	}
+	if mark != nil {
+		mark()
+	}
 	cpu0 := make([]float64, len(cpus))
 	errs := make([]error, len(cpus))
 	for i, read := range cpus {
@@ -343,6 +348,11 @@ func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []str
 		return nil, nil, err
 	}
 	run := &RunReport{Stats: *stats}
+	defer func() {
+		if mark != nil {
+			mark()
+		}
+	}()
 	deltas := make([]*float64, len(cpus))
 	total, all := 0.0, true
 	for i, read := range cpus {

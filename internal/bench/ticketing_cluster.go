@@ -46,6 +46,100 @@ type ClusterReport struct {
 	BrokerPeakRSSBytes *int64 `json:"brokerPeakRssBytes,omitempty"`
 	// BrokerNote says why the broker's CPU is not measured, if it is not.
 	BrokerNote string `json:"brokerNote,omitempty"`
+	// Counters: the nodes' counters over the spike, summed; nil if a
+	// node's /metrics could not be read.
+	Counters *clusterCounters `json:"counters,omitempty"`
+}
+
+// clusterCounters are what the nodes' /metrics count that explains a
+// cluster's cost: Kafka transactions (each a round of broker requests)
+// and the appends they carry, produce time, and calls forwarded to a
+// partition's owner.
+type clusterCounters struct {
+	Transactions   float64 `json:"kafkaTransactions"`
+	Appends        float64 `json:"kafkaAppends"`
+	ProduceSeconds float64 `json:"kafkaProduceSeconds"` // summed over appends
+	Forwarded      float64 `json:"forwarded"`
+	ForwardRetries float64 `json:"forwardRetries"`
+}
+
+func (c clusterCounters) minus(o clusterCounters) clusterCounters {
+	return clusterCounters{c.Transactions - o.Transactions, c.Appends - o.Appends, c.ProduceSeconds - o.ProduceSeconds,
+		c.Forwarded - o.Forwarded, c.ForwardRetries - o.ForwardRetries}
+}
+
+func sumCounters(cs []clusterCounters) clusterCounters {
+	var t clusterCounters
+	for _, c := range cs {
+		t.Transactions += c.Transactions
+		t.Appends += c.Appends
+		t.ProduceSeconds += c.ProduceSeconds
+		t.Forwarded += c.Forwarded
+		t.ForwardRetries += c.ForwardRetries
+	}
+	return t
+}
+
+func readClusterCounters(ctx context.Context, base string) (clusterCounters, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return clusterCounters{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return clusterCounters{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return clusterCounters{}, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var c clusterCounters
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, m := range []struct {
+			name, label string
+			dst         *float64
+		}{
+			{"surge_kafka_txn_appends_count", "", &c.Transactions},
+			{"surge_kafka_txn_appends_sum", "", &c.Appends},
+			{"surge_kafka_produce_seconds_sum", "", &c.ProduceSeconds},
+			{"surge_cluster_forwarded_total", `result="sent"`, &c.Forwarded},
+			{"surge_cluster_forwarded_total", `result="retry"`, &c.ForwardRetries},
+		} {
+			if v, ok := metricValue(line, m.name, m.label); ok {
+				*m.dst += v
+			}
+		}
+	}
+	return c, sc.Err()
+}
+
+// metricValue reads the value of a Prometheus text line for the series
+// name whose labels contain label ("" for any).
+func metricValue(line, name, label string) (float64, bool) {
+	rest, ok := strings.CutPrefix(line, name)
+	if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+		return 0, false
+	}
+	if rest[0] == '{' {
+		i := strings.LastIndexByte(rest, '}')
+		if i < 0 || !strings.Contains(rest[:i], label) {
+			return 0, false
+		}
+		rest = rest[i+1:]
+	} else if label != "" {
+		return 0, false
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	return v, err == nil
 }
 
 // ClusterNodeReport is one node of a ClusterReport.
@@ -426,9 +520,30 @@ func (r *ticketingRun) cluster(ctx context.Context, flow string, embedded *RunRe
 	} else {
 		cr.BrokerNote = "broker CPU not measured: the broker was given from outside (SURGE_KAFKA_BROKERS) without --kafka-pid"
 	}
-	run, deltas, err := r.spike(ctx, flow, bases[0], bases, true, cpus...)
+	var before, after []clusterCounters
+	mark := func() {
+		snap := make([]clusterCounters, len(nodes))
+		for i, n := range nodes {
+			var err error
+			if snap[i], err = readClusterCounters(ctx, n.baseURL()); err != nil {
+				r.logf("warning: %s: /metrics: %v", n.name, err)
+				snap = nil
+				break
+			}
+		}
+		if before == nil {
+			before = snap
+		} else {
+			after = snap
+		}
+	}
+	run, deltas, err := r.spike(ctx, flow, bases[0], bases, true, mark, cpus...)
 	if err != nil {
 		return nil, err
+	}
+	if before != nil && after != nil {
+		c := sumCounters(after).minus(sumCounters(before))
+		cr.Counters = &c
 	}
 	cr.RunReport = *run
 	cr.Server = fmt.Sprintf("surge cluster (%d nodes)", len(nodes))

@@ -131,6 +131,7 @@ func TestClusterReportJudgesAndPrints(t *testing.T) {
 		},
 	}
 	cr.setCPU(0.25)
+	cr.Counters = &clusterCounters{Transactions: 500, Appends: 1000, ProduceSeconds: 5, Forwarded: 6000, ForwardRetries: 2}
 	cr.ClusterCPU = clusterCPU(10_000, []*float64{f64(0.1), f64(0.1)}, f64(0.05), server)
 	f := &FlowReport{Flow: FlowNative, Server: server, Cluster: cr}
 	f.judge(256)
@@ -148,7 +149,8 @@ func TestClusterReportJudgesAndPrints(t *testing.T) {
 	writeFlow(&out, ReportConfig{Areas: 1, Reservations: 10_000, Clients: 2, Groups: 1, Inflight: 256, HTTP2: true}, f)
 	for _, s := range []string{"surge cluster (2 nodes)", "node n1", "node n2", "broker java (pid 42)", "300 MiB",
 		"CPU per reservation: 25.0 µs (nodes 20.0 µs + broker 5.0 µs, the broker's share 20 %); embedded 10.0 µs (cluster 2.50×)",
-		"120.00 ms", "surge cluster (2 nodes): double booking: none"} {
+		"120.00 ms", "surge cluster (2 nodes): double booking: none",
+		"500 transactions over the spike, 20.0 reservations and 2.0 engine batches each, 5.00 ms from append to commit on average; forwarded to the owner: 6,000 calls (60 % of reservations), 2 retries"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, out.String())
 		}
@@ -176,6 +178,26 @@ func TestClusterReportJudgesAndPrints(t *testing.T) {
 	for _, g := range f.Goals {
 		if g.Name == "cluster CPU per reservation vs embedded" && (g.Met != nil || g.Note != cr.BrokerNote) {
 			t.Errorf("CPU goal judged without the broker: %+v", g)
+		}
+	}
+}
+
+func TestMetricValue(t *testing.T) {
+	for _, c := range []struct {
+		line, name, label string
+		want              float64
+		ok                bool
+	}{
+		{"surge_kafka_txn_appends_count 42", "surge_kafka_txn_appends_count", "", 42, true},
+		{"surge_kafka_txn_appends_count_more 42", "surge_kafka_txn_appends_count", "", 0, false},
+		{`surge_cluster_forwarded_total{result="sent"} 7.5e+03`, "surge_cluster_forwarded_total", `result="sent"`, 7500, true},
+		{`surge_cluster_forwarded_total{result="retry"} 3`, "surge_cluster_forwarded_total", `result="sent"`, 0, false},
+		{`surge_cluster_forwarded_total 3`, "surge_cluster_forwarded_total", `result="sent"`, 0, false},
+		{"# HELP surge_kafka_txn_appends_count x", "surge_kafka_txn_appends_count", "", 0, false},
+	} {
+		got, ok := metricValue(c.line, c.name, c.label)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%q: %v %v, want %v %v", c.line, got, ok, c.want, c.ok)
 		}
 	}
 }
