@@ -365,19 +365,15 @@ func clusterNodeState(ctx context.Context, client *http.Client, base string) (ok
 }
 
 // waitClusterReady waits until every node answers /healthz "ok", the
-// first node's /v1/cluster shows an owner for every partition among the
-// nodes, and the nodes' engines between them serve every partition once,
-// each node at least one if there are enough: the group's rebalances are
-// over, so the spike does not measure partitions moving. It returns each
-// node's partitions.
+// nodes' engines between them serve every partition once (each node at
+// least one if there are enough), and every node's /v1/cluster names those
+// same owners: the group's rebalances are over and every node knows where
+// to forward, so the spike does not measure partitions moving. It returns
+// each node's partitions.
 func waitClusterReady(ctx context.Context, nodes []*child, ids []string) ([][]int, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(clusterReadyTimeout)
-	want := map[string]bool{}
-	for _, id := range ids {
-		want[id] = true
-	}
 	why := "not started"
 	for {
 		owned, ready := make([][]int, len(nodes)), true
@@ -394,15 +390,18 @@ func waitClusterReady(ctx context.Context, nodes []*child, ids []string) ([][]in
 			}
 			owned[i] = o
 		}
-		var st clusterStatus
-		if ready {
-			if err := getJSON(ctx, client, nodes[0].baseURL()+"/v1/cluster", &st); err != nil {
-				ready, why = false, fmt.Sprintf("/v1/cluster: %v", err)
+		// Every node's view, not only one's: a node whose owner map is
+		// still stale forwards to the previous owner and retries, which
+		// the spike would measure as start-up noise.
+		for i, n := range nodes {
+			if !ready {
+				break
 			}
-		}
-		if ready {
-			if reason := partitionsDivided(st, owned, want); reason != "" {
-				ready, why = false, reason
+			var st clusterStatus
+			if err := getJSON(ctx, client, n.baseURL()+"/v1/cluster", &st); err != nil {
+				ready, why = false, fmt.Sprintf("%s: /v1/cluster: %v", ids[i], err)
+			} else if reason := partitionsDivided(st, owned, ids); reason != "" {
+				ready, why = false, ids[i]+": "+reason
 			}
 		}
 		if ready {
@@ -420,29 +419,33 @@ func waitClusterReady(ctx context.Context, nodes []*child, ids []string) ([][]in
 }
 
 // partitionsDivided says why the partitions are not yet settled over the
-// nodes, or "" when they are.
-func partitionsDivided(st clusterStatus, owned [][]int, want map[string]bool) string {
+// nodes (ids[i] serving owned[i]) as one node's status st sees them, or ""
+// when they are.
+func partitionsDivided(st clusterStatus, owned [][]int, ids []string) string {
 	if st.Partitions <= 0 {
 		return "no partition count yet"
 	}
-	for p := range st.Partitions {
-		o, ok := st.Owners[strconv.Itoa(p)]
-		if !ok || !want[o.NodeID] {
-			return fmt.Sprintf("partition %d has no owner among the nodes yet", p)
-		}
-	}
+	server := map[int]string{}
 	served := map[int]int{}
 	for i, o := range owned {
 		if len(o) == 0 && st.Partitions >= len(owned) {
-			return fmt.Sprintf("node %d serves no partition yet", i+1)
+			return fmt.Sprintf("%s serves no partition yet", ids[i])
 		}
 		for _, p := range o {
 			served[p]++
+			server[p] = ids[i]
 		}
 	}
 	for p := range st.Partitions {
 		if served[p] != 1 {
 			return fmt.Sprintf("partition %d served by %d nodes", p, served[p])
+		}
+		o, ok := st.Owners[strconv.Itoa(p)]
+		if !ok {
+			return fmt.Sprintf("partition %d has no owner in its map yet", p)
+		}
+		if o.NodeID != server[p] {
+			return fmt.Sprintf("partition %d: its map says %s, %s serves it", p, o.NodeID, server[p])
 		}
 	}
 	return ""

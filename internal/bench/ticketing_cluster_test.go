@@ -57,7 +57,7 @@ func TestClusterCPUArithmetic(t *testing.T) {
 }
 
 func TestPartitionsDivided(t *testing.T) {
-	want := map[string]bool{"n1": true, "n2": true}
+	ids := []string{"n1", "n2"}
 	st := func(owners map[string]string) clusterStatus {
 		var s clusterStatus
 		s.Partitions = 4
@@ -79,14 +79,14 @@ func TestPartitionsDivided(t *testing.T) {
 		reason string // "" when ready
 	}{
 		{"ready", st(all), [][]int{{0, 1}, {2, 3}}, ""},
-		{"no owner yet", st(map[string]string{"0": "n1", "1": "n1", "2": "n2"}), [][]int{{0, 1}, {2}}, "partition 3 has no owner"},
-		{"owner of another cluster", st(map[string]string{"0": "n1", "1": "n1", "2": "n2", "3": "old"}), [][]int{{0, 1}, {2, 3}}, "partition 3 has no owner"},
-		{"a node not serving yet", st(all), [][]int{{0, 1, 2, 3}, nil}, "node 2 serves no partition"},
+		{"no owner in the map yet", st(map[string]string{"0": "n1", "1": "n1", "2": "n2"}), [][]int{{0, 1}, {2, 3}}, "partition 3 has no owner"},
+		{"a stale map", st(map[string]string{"0": "n1", "1": "n1", "2": "n2", "3": "n1"}), [][]int{{0, 1}, {2, 3}}, "partition 3: its map says n1, n2 serves it"},
+		{"a node not serving yet", st(all), [][]int{{0, 1, 2, 3}, nil}, "n2 serves no partition"},
 		{"moving: served twice", st(all), [][]int{{0, 1, 2}, {2, 3}}, "partition 2 served by 2 nodes"},
 		{"moving: served by none", st(all), [][]int{{0, 1}, {3}}, "partition 2 served by 0 nodes"},
 		{"no status", clusterStatus{}, nil, "no partition count"},
 	} {
-		got := partitionsDivided(c.st, c.owned, want)
+		got := partitionsDivided(c.st, c.owned, ids)
 		if (c.reason == "") != (got == "") || !strings.Contains(got, c.reason) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.reason)
 		}
