@@ -393,7 +393,7 @@ func writeCluster(out io.Writer, c *ClusterReport) {
 	}
 	fmt.Fprintln(out)
 	if k := c.Counters; k != nil && k.Transactions > 0 && c.Reservations > 0 {
-		fmt.Fprintf(out, "Kafka: %s transactions over the spike, %.1f reservations and %.1f engine batches each, %.2f ms from append to commit on average; forwarded to the owner: %s calls (%.0f %% of reservations), %s retries\n",
+		fmt.Fprintf(out, "Kafka: %s transactions over the spike (%.1f of its reservations per transaction), %.1f engine batches each, %.2f ms from append to commit on average; forwarded to the owner: %s calls (%.0f %% of reservations), %s retries\n",
 			grouped(int64(k.Transactions)), float64(c.Reservations)/k.Transactions, k.Appends/k.Transactions,
 			1e3*k.ProduceSeconds/max(k.Appends, 1), grouped(int64(k.Forwarded)), 100*k.Forwarded/float64(c.Reservations), grouped(int64(k.ForwardRetries)))
 	}

@@ -150,7 +150,7 @@ func TestClusterReportJudgesAndPrints(t *testing.T) {
 	for _, s := range []string{"surge cluster (2 nodes)", "node n1", "node n2", "broker java (pid 42)", "300 MiB",
 		"CPU per reservation: 25.0 µs (nodes 20.0 µs + broker 5.0 µs, the broker's share 20 %); embedded 10.0 µs (cluster 2.50×)",
 		"120.00 ms", "surge cluster (2 nodes): double booking: none",
-		"500 transactions over the spike, 20.0 reservations and 2.0 engine batches each, 5.00 ms from append to commit on average; forwarded to the owner: 6,000 calls (60 % of reservations), 2 retries"} {
+		"500 transactions over the spike (20.0 of its reservations per transaction), 2.0 engine batches each, 5.00 ms from append to commit on average; forwarded to the owner: 6,000 calls (60 % of reservations), 2 retries"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, out.String())
 		}
