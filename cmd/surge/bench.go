@@ -39,7 +39,14 @@ Unless --baseline=false it first runs the same spike against a server that
 does nothing, to show the machine's HTTP ceiling. Unless --target is given it
 starts ` + "`surge serve`" + ` itself on a fresh data dir per flow, measures its CPU
 time over the spike, then kills it with SIGKILL and times its recovery, and
-finally stops it with SIGTERM (it must exit 0) and times a restart after that.`,
+finally stops it with SIGTERM (it must exit 0) and times a restart after that.
+
+With --cluster N it then runs the same spike against N fresh ` + "`surge serve --kafka`" + `
+nodes on loopback (one new --cluster name per flow), each HTTP client sticking
+to one node, round-robin, so most reservations are forwarded to the
+partition's owner. The broker is --kafka-brokers ($SURGE_KAFKA_BROKERS) or one
+the bench starts with scripts/kafka.sh. CPU per reservation counts every node
+and the broker's java process (its share shown apart).`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -70,6 +77,11 @@ finally stops it with SIGTERM (it must exit 0) and times a restart after that.`,
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
+	f.IntVar(&o.Cluster, "cluster", 0, "also run each flow against a cluster of this many \"surge serve --kafka\" nodes on loopback (0: none); clients spread over the nodes round-robin")
+	f.StringVar(&o.KafkaBrokers, "kafka-brokers", os.Getenv("SURGE_KAFKA_BROKERS"), "with --cluster: the Kafka broker to use (default $SURGE_KAFKA_BROKERS); empty: start one with scripts/kafka.sh and stop it at the end")
+	f.IntVar(&o.KafkaPID, "kafka-pid", 0, "with --kafka-brokers: the broker's java process id, to count its CPU (otherwise it is reported as not measured)")
+	f.StringVar(&o.KafkaScript, "kafka-script", "", "with --cluster and no broker: path of scripts/kafka.sh (default: found above the surge binary or the working directory)")
+	f.BoolVar(&o.Pprof, "pprof", false, "the cluster's nodes serve /debug/pprof/ (for profiling during the spike)")
 	return cmd
 }
 

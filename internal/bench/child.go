@@ -107,18 +107,26 @@ func (c *child) waitReady(ctx context.Context) (time.Duration, error) {
 }
 
 // cpuSeconds is the child's user+system CPU time so far.
-func (c *child) cpuSeconds() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+func (c *child) cpuSeconds() (float64, error) { return procCPUSeconds(c.cmd.Process.Pid) }
+
+// memory returns the child's peak resident memory (VmHWM) and its
+// resident memory now (VmRSS), in bytes.
+func (c *child) memory() (peak, now int64, err error) { return procMemory(c.cmd.Process.Pid) }
+
+// procCPUSeconds is a process's user+system CPU time so far, all its
+// threads included.
+func procCPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
 	return parseProcStatCPU(b)
 }
 
-// memory returns the child's peak resident memory (VmHWM) and its
+// procMemory returns a process's peak resident memory (VmHWM) and its
 // resident memory now (VmRSS), in bytes.
-func (c *child) memory() (peak, now int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+func procMemory(pid int) (peak, now int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
 	}

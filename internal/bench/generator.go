@@ -61,7 +61,11 @@ const (
 
 // GenConfig says what one spike sends and where.
 type GenConfig struct {
-	BaseURL      string // scheme://host:port of the server
+	BaseURL string // scheme://host:port of the server
+	// Nodes, if set, are the base URLs of a cluster's nodes: each HTTP
+	// client sticks to one of them, round-robin over the clients (as a load
+	// balancer spreads connections), and BaseURL only creates the events.
+	Nodes        []string
 	Flow         string // FlowCompat or FlowNative
 	Areas        int    // areas per event, each gridRows x gridCols seats
 	Reservations int    // reservations per group
@@ -94,11 +98,23 @@ func (c *GenConfig) validate() error {
 	case c.Inflight < c.Groups:
 		return fmt.Errorf("inflight %d: want at least one per group (%d)", c.Inflight, c.Groups)
 	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return fmt.Errorf("target %q: want http://host:port", c.BaseURL)
+	for _, b := range append([]string{c.BaseURL}, c.Nodes...) {
+		u, err := url.Parse(b)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return fmt.Errorf("target %q: want http://host:port", b)
+		}
 	}
 	return nil
+}
+
+// nodeForClient is the node that client c of group g sends to: the
+// clients of all groups are dealt to the nodes in turn, so n clients cover
+// min(n, nodes) nodes and no node gets two more than another.
+func nodeForClient(g, c, clientsPerGroup, nodes int) int {
+	if nodes <= 1 {
+		return 0
+	}
+	return (g*clientsPerGroup + c) % nodes
 }
 
 // Stats is what one spike measured.
@@ -120,10 +136,14 @@ type Stats struct {
 	// GeneratorCPUSeconds is the bench process's own user+system CPU during
 	// the spike: if it nears the cores available, the generator is the
 	// bottleneck.
-	GeneratorCPUSeconds float64         `json:"generatorCpuSeconds"`
-	DoubleBookings      []DoubleBooking `json:"doubleBookings"`
-	ErrorSamples        []string        `json:"errorSamples,omitempty"`
-	InvalidSamples      []string        `json:"invalidSamples,omitempty"`
+	GeneratorCPUSeconds float64 `json:"generatorCpuSeconds"`
+	// PerNode counts the reservations sent through each of GenConfig.Nodes
+	// (where the client's connection went, not which node owned the
+	// partition); nil without Nodes.
+	PerNode        []int64         `json:"reservationsPerNode,omitempty"`
+	DoubleBookings []DoubleBooking `json:"doubleBookings"`
+	ErrorSamples   []string        `json:"errorSamples,omitempty"`
+	InvalidSamples []string        `json:"invalidSamples,omitempty"`
 }
 
 // Generator drives one spike. Setup creates the events and opens the
@@ -146,13 +166,17 @@ type genGroup struct {
 	idx     int
 	eventID string
 	clients []*http.Client
-	n       int64
-	next    atomic.Int64
+	// clientBase and clientPost are each client's node: its base URL and
+	// reservation URL; clientNode its index in GenConfig.Nodes.
+	clientBase []*url.URL
+	clientPost []*url.URL
+	clientNode []int
+	n          int64
+	next       atomic.Int64
 	// bodyPrefix is the reservation body up to the area id; keyPrefix
 	// makes idempotency keys unique per run and group.
 	bodyPrefix []byte
 	keyPrefix  []byte
-	postURL    *url.URL
 }
 
 // NewGenerator checks cfg and builds the clients and workers.
@@ -171,20 +195,28 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 			workers++
 		}
 		gr := &genGroup{idx: gi, eventID: "event-" + newUUID(), n: int64(cfg.Reservations)}
-		for range cfg.Clients {
-			gr.clients = append(gr.clients, newHTTPClient(cfg.HTTP2, cfg.Inflight))
-		}
 		gr.bodyPrefix = fmt.Appendf(nil, `{"userId":"user123","eventId":%q,"areaId":"`, gr.eventID)
 		gr.keyPrefix = fmt.Appendf(nil, "%s-", gr.eventID)
-		if cfg.Flow == FlowCompat {
-			gr.postURL = base.JoinPath("v1", "event", gr.eventID, "reservation")
-		} else {
-			gr.postURL = base.JoinPath("v2", "reservations")
+		for ci := range cfg.Clients {
+			gr.clients = append(gr.clients, newHTTPClient(cfg.HTTP2, cfg.Inflight))
+			cb, node := base, 0
+			if len(cfg.Nodes) > 0 {
+				node = nodeForClient(gi, ci, cfg.Clients, len(cfg.Nodes))
+				cb, _ = url.Parse(cfg.Nodes[node])
+				cb.Path = strings.TrimRight(cb.Path, "/") + "/"
+			}
+			post := cb.JoinPath("v2", "reservations")
+			if cfg.Flow == FlowCompat {
+				post = cb.JoinPath("v1", "event", gr.eventID, "reservation")
+			}
+			gr.clientBase = append(gr.clientBase, cb)
+			gr.clientPost = append(gr.clientPost, post)
+			gr.clientNode = append(gr.clientNode, node)
 		}
 		g.groups = append(g.groups, gr)
 		perWorker := cfg.Reservations/workers + 1
 		for wi := range workers {
-			g.workers = append(g.workers, newWorker(g, gr, gr.clients[wi%cfg.Clients], seq, perWorker))
+			g.workers = append(g.workers, newWorker(g, gr, wi%cfg.Clients, seq, perWorker))
 			seq++
 		}
 	}
@@ -232,10 +264,10 @@ func (g *Generator) Setup(ctx context.Context) error {
 	}
 	// One concurrent health check per worker: with HTTP/1.1 this opens as
 	// many connections as the spike will use, with h2c one per client.
-	health := g.base.JoinPath("v1", "health_check")
 	errc := make(chan error, len(g.workers))
 	for _, w := range g.workers {
 		go func() {
+			health := w.base.JoinPath("v1", "health_check")
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, health.String(), nil)
 			if err == nil {
 				_, err = w.do(req, nil)
@@ -282,7 +314,7 @@ func (g *Generator) createEvent(ctx context.Context, gr *genGroup) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	w := newWorker(g, gr, gr.clients[0], 0, 0)
+	w := newWorker(g, gr, 0, 0, 0)
 	reply, err := w.do(req, body)
 	if err != nil {
 		return err
@@ -323,7 +355,13 @@ func (g *Generator) collect(elapsed time.Duration, cpu float64) *Stats {
 	}
 	h := hdrhistogram.New(1, maxLatencyUs, 3)
 	ledgers := make([]*Ledger, 0, len(g.workers))
+	if len(g.cfg.Nodes) > 0 {
+		s.PerNode = make([]int64, len(g.cfg.Nodes))
+	}
 	for _, w := range g.workers {
+		if s.PerNode != nil {
+			s.PerNode[w.node] += w.successes + w.failures + w.errors + w.invalid
+		}
 		s.Successes += w.successes
 		s.Failures += w.failures
 		s.Errors += w.errors
@@ -404,6 +442,8 @@ type worker struct {
 	g      *Generator
 	gr     *genGroup
 	client *http.Client
+	base   *url.URL // the client's node
+	node   int      // its index in GenConfig.Nodes
 	rng    *rand.Rand
 
 	body    []byte
@@ -424,9 +464,10 @@ type worker struct {
 	successes, failures, errors, invalid, retries, seatsSold int64
 }
 
-func newWorker(g *Generator, gr *genGroup, c *http.Client, seq, expect int) *worker {
+// newWorker makes a worker sending through client ci of group gr.
+func newWorker(g *Generator, gr *genGroup, ci, seq, expect int) *worker {
 	w := &worker{
-		g: g, gr: gr, client: c,
+		g: g, gr: gr, client: gr.clients[ci], base: gr.clientBase[ci], node: gr.clientNode[ci],
 		rng:    rand.New(rand.NewPCG(g.cfg.Seed, uint64(seq))),
 		body:   make([]byte, 0, 256),
 		resp:   make([]byte, 0, 1024),
@@ -439,12 +480,13 @@ func newWorker(g *Generator, gr *genGroup, c *http.Client, seq, expect int) *wor
 	// turns out to be dead. It is only called during a round trip, while
 	// the source still holds that request's body.
 	w.getBody = func() (io.ReadCloser, error) { return w.src.reader(), nil }
+	post := gr.clientPost[ci]
 	w.post = &http.Request{
-		Method: http.MethodPost, URL: gr.postURL, Host: gr.postURL.Host,
+		Method: http.MethodPost, URL: post, Host: post.Host,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: http.Header{"Content-Type": {"application/json"}},
 	}
-	u := *g.base // the GET's path changes per request, so each worker owns a copy
+	u := *w.base // the GET's path changes per request, so each worker owns a copy
 	w.get = &http.Request{
 		Method: http.MethodGet, URL: &u, Host: u.Host,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -546,7 +588,7 @@ func (w *worker) compat() outcome {
 	if !validID(id) {
 		return w.fail("POST reservation: reply %q is not a reservation id", clip(reply))
 	}
-	w.path = append(append(w.path[:0], w.g.base.Path...), "v1/reservation/"...)
+	w.path = append(append(w.path[:0], w.base.Path...), "v1/reservation/"...)
 	w.path = append(w.path, id...)
 	w.get.URL.Path = string(w.path)
 	reply, err = w.do(w.get, nil)

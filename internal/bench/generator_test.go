@@ -180,3 +180,62 @@ func benchNull(b *testing.B) string {
 	b.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }
+
+func TestNodeForClient(t *testing.T) {
+	// 2 groups x 4 clients over 3 nodes: the clients of both groups are
+	// dealt in turn, so the second group starts where the first stopped.
+	var got []int
+	for g := range 2 {
+		for c := range 4 {
+			got = append(got, nodeForClient(g, c, 4, 3))
+		}
+	}
+	if want := []int{0, 1, 2, 0, 1, 2, 0, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("clients → nodes %v, want %v", got, want)
+	}
+	for _, nodes := range []int{0, 1} {
+		if n := nodeForClient(1, 3, 4, nodes); n != 0 {
+			t.Fatalf("%d nodes: client went to node %d", nodes, n)
+		}
+	}
+}
+
+// A spike over several nodes: every client's reservations go to its own
+// node, and PerNode counts them as the nodes saw them.
+func TestSpikeSpreadsClientsOverNodes(t *testing.T) {
+	const nodes = 3
+	var posts [nodes]atomic.Int64
+	var bases []string
+	for i := range nodes {
+		h := NullHandler()
+		bases = append(bases, serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path != "/v1/event" {
+				posts[i].Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})))
+	}
+	for _, flow := range []string{FlowCompat, FlowNative} {
+		for i := range posts {
+			posts[i].Store(0)
+		}
+		s := spike(t, GenConfig{
+			BaseURL: bases[0], Nodes: bases, Flow: flow, Areas: 2, Reservations: 300,
+			Clients: 4, Groups: 1, Inflight: 8, HTTP2: true, Seed: 1,
+		})
+		if s.Errors != 0 || len(s.PerNode) != nodes {
+			t.Fatalf("%s: %d errors, per node %v", flow, s.Errors, s.PerNode)
+		}
+		var sum int64
+		for i := range nodes {
+			// 4 clients on 3 nodes: node 0 has two of them, the others one.
+			if got := posts[i].Load(); got != s.PerNode[i] || got == 0 {
+				t.Fatalf("%s: node %d got %d reservations, report says %d (all: %v)", flow, i, got, s.PerNode[i], s.PerNode)
+			}
+			sum += s.PerNode[i]
+		}
+		if sum != s.Reservations || s.PerNode[0] <= s.PerNode[1] {
+			t.Fatalf("%s: per node %v, %d reservations", flow, s.PerNode, s.Reservations)
+		}
+	}
+}

@@ -21,6 +21,9 @@ const (
 	goalInflight           = 256
 	goalRestartSeconds     = 3
 	goalRestartCommands    = 1_000_000
+	// Issue 10's goals for the cluster target, beside embedded in one run.
+	goalClusterCPUMultiple = 3
+	goalClusterP99Ms       = 100
 )
 
 // Report is everything `surge bench ticketing` measured; --json writes it.
@@ -45,6 +48,7 @@ type ReportConfig struct {
 	Target       string `json:"target,omitempty"`
 	Partitions   int    `json:"partitions,omitempty"`
 	Seed         uint64 `json:"seed"`
+	Cluster      int    `json:"clusterNodes,omitempty"`
 }
 
 // FlowReport is one flow against the server and, if run, the do-nothing
@@ -58,8 +62,10 @@ type FlowReport struct {
 	RatePercent *float64       `json:"ratePercentOfBaseline,omitempty"`
 	P99Multiple *float64       `json:"p99MultipleOfBaseline,omitempty"`
 	Restart     *RestartReport `json:"restart,omitempty"`
-	Goals       []Goal         `json:"goals"`
-	Problems    []string       `json:"problems"`
+	// Cluster is the same spike against a cluster (--cluster N).
+	Cluster  *ClusterReport `json:"cluster,omitempty"`
+	Goals    []Goal         `json:"goals"`
+	Problems []string       `json:"problems"`
 }
 
 // RunReport is one spike against one server.
@@ -139,6 +145,18 @@ func (f *FlowReport) judge(inflight int) {
 		goal("p99 vs do-nothing server", fmt.Sprintf("≤ %.1f×", goalP99Multiple), "×", f.P99Multiple,
 			func(v float64) bool { return v <= goalP99Multiple }, at),
 	}
+	if c := f.Cluster; c != nil {
+		note := fmt.Sprintf("%d nodes + broker", len(c.Nodes))
+		if c.BrokerNote != "" {
+			note = c.BrokerNote
+		}
+		p99 := float64(c.P99Us) / 1e3
+		f.Goals = append(f.Goals,
+			goal("cluster CPU per reservation vs embedded", fmt.Sprintf("≤ %d×", goalClusterCPUMultiple), "×", c.MultipleOfEmbedded,
+				func(v float64) bool { return v <= goalClusterCPUMultiple }, note),
+			goal("cluster p99", fmt.Sprintf("< %d ms", goalClusterP99Ms), "ms", &p99,
+				func(v float64) bool { return v < goalClusterP99Ms }, ""))
+	}
 	if r := f.Restart; r != nil {
 		var v *float64
 		if r.Error == "" {
@@ -178,6 +196,10 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 
 	runs := []*RunReport{f.Server}
 	head := "\t" + serverName(f.Server)
+	if f.Cluster != nil {
+		runs = append(runs, &f.Cluster.RunReport)
+		head += "\t" + serverName(&f.Cluster.RunReport)
+	}
 	if f.Baseline != nil {
 		runs = append(runs, f.Baseline)
 		head += "\tdo-nothing server"
@@ -216,27 +238,26 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 		return grouped(int64(*r.ReservationsPerCPUSecond + 0.5))
 	})
 	row("server peak resident memory", func(r *RunReport) string {
+		if f.Cluster != nil && r == &f.Cluster.RunReport {
+			return "per process below"
+		}
 		if r.PeakRSSBytes == nil {
 			return "n/a"
 		}
 		return mib(*r.PeakRSSBytes)
 	})
+	row("server CPU per reservation", func(r *RunReport) string {
+		if r.ServerCPUSeconds == nil || r.Reservations == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f µs", *r.ServerCPUSeconds*1e6/float64(r.Reservations))
+	})
 	row("generator CPU (user+sys)", func(r *RunReport) string { return fmt.Sprintf("%.2f s", r.GeneratorCPUSeconds) })
 	tw.Flush()
 
-	s := f.Server
-	fmt.Fprintf(out, "seats sold / offered: %s / %s\n", grouped(s.SeatsSold), grouped(s.SeatsOffered))
-	if len(s.DoubleBookings) == 0 {
-		fmt.Fprintln(out, "double booking: none")
-	} else {
-		fmt.Fprintf(out, "DOUBLE BOOKING: %d seat(s) reserved more than once!\n", len(s.DoubleBookings))
-		for i, d := range s.DoubleBookings {
-			if i == 10 {
-				fmt.Fprintf(out, "  … and %d more\n", len(s.DoubleBookings)-i)
-				break
-			}
-			fmt.Fprintf(out, "  %s\n", d)
-		}
+	checked := runs[:len(runs)-btoi(f.Baseline != nil)]
+	for _, s := range checked {
+		writeSeats(out, s, len(checked) > 1)
 	}
 	if r := f.Restart; r != nil {
 		switch {
@@ -250,6 +271,9 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 			fmt.Fprintf(out, "restart: after kill -9 ready in %.2f s (%s resident); then stopped by SIGTERM in %.2f s (%s), restart ready in %.2f s (%s resident)\n",
 				r.KillReadySeconds, mib(r.RSSAfterKillBytes), r.StopSeconds, stop, r.ReadySeconds, mib(r.RSSAfterRestartBytes))
 		}
+	}
+	if f.Cluster != nil {
+		writeCluster(out, f.Cluster)
 	}
 	for _, run := range runs {
 		for _, e := range run.ErrorSamples {
@@ -279,6 +303,105 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	}
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// writeSeats prints the double-booking check of one run, named when the
+// table has more than one checked server.
+func writeSeats(out io.Writer, s *RunReport, named bool) {
+	prefix := ""
+	if named {
+		prefix = serverName(s) + ": "
+	}
+	fmt.Fprintf(out, "%sseats sold / offered: %s / %s\n", prefix, grouped(s.SeatsSold), grouped(s.SeatsOffered))
+	if len(s.DoubleBookings) == 0 {
+		fmt.Fprintf(out, "%sdouble booking: none\n", prefix)
+		return
+	}
+	fmt.Fprintf(out, "%sDOUBLE BOOKING: %d seat(s) reserved more than once!\n", prefix, len(s.DoubleBookings))
+	for i, d := range s.DoubleBookings {
+		if i == 10 {
+			fmt.Fprintf(out, "  … and %d more\n", len(s.DoubleBookings)-i)
+			break
+		}
+		fmt.Fprintf(out, "  %s\n", d)
+	}
+}
+
+// writeCluster prints the cluster's processes one by one and its CPU per
+// reservation split into the nodes' and the broker's.
+func writeCluster(out io.Writer, c *ClusterReport) {
+	fmt.Fprintf(out, "\ncluster %q: %d nodes, broker %s, ready %.1f s after start (every partition owned)\n",
+		c.Cluster, len(c.Nodes), c.Brokers, c.ReadySeconds)
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "  process\taddress\tpartitions\treservations sent\tCPU (user+sys)\tpeak resident memory\t")
+	secs := func(v *float64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f s", *v)
+	}
+	mem := func(v *int64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return mib(*v)
+	}
+	for _, n := range c.Nodes {
+		parts := make([]string, len(n.Owned))
+		for i, p := range n.Owned {
+			parts[i] = strconv.Itoa(p)
+		}
+		fmt.Fprintf(tw, "  node %s\t%s\t%s\t%s\t%s\t%s\t\n", n.ID, n.Addr, strings.Join(parts, ","), grouped(n.Reservations), secs(n.CPUSeconds), mem(n.PeakRSSBytes))
+	}
+	brokerCPU := secs(c.BrokerCPUSeconds)
+	if c.BrokerCPUSeconds == nil {
+		brokerCPU = "not measured"
+	}
+	pid := ""
+	if c.BrokerPID > 0 {
+		pid = fmt.Sprintf(" (pid %d)", c.BrokerPID)
+	}
+	fmt.Fprintf(tw, "  broker java%s\t%s\t\t\t%s\t%s\t\n", pid, c.Brokers, brokerCPU, mem(c.BrokerPeakRSSBytes))
+	tw.Flush()
+	us := func(v *float64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f µs", *v)
+	}
+	switch {
+	case c.CPUPerReservationUs != nil:
+		share := "n/a"
+		if c.BrokerSharePercent != nil {
+			share = fmt.Sprintf("%.0f %%", *c.BrokerSharePercent)
+		}
+		fmt.Fprintf(out, "CPU per reservation: %s (nodes %s + broker %s, the broker's share %s)",
+			us(c.CPUPerReservationUs), us(c.NodesCPUPerReservationUs), us(c.BrokerCPUPerReservationUs), share)
+	default:
+		fmt.Fprintf(out, "CPU per reservation: nodes %s; %s", us(c.NodesCPUPerReservationUs), c.BrokerNote)
+	}
+	if c.EmbeddedPerReservationUs != nil {
+		fmt.Fprintf(out, "; embedded %s", us(c.EmbeddedPerReservationUs))
+		if c.MultipleOfEmbedded != nil {
+			fmt.Fprintf(out, " (cluster %.2f×)", *c.MultipleOfEmbedded)
+		}
+	}
+	fmt.Fprintln(out)
+	if k := c.Counters; k != nil && k.Transactions > 0 && c.Reservations > 0 {
+		fmt.Fprintf(out, "Kafka: %s transactions over the spike (%.1f of its reservations per transaction), %.1f engine batches each, %.2f ms from append to commit on average; forwarded to the owner: %s calls (%.0f %% of reservations), %s retries\n",
+			grouped(int64(k.Transactions)), float64(c.Reservations)/k.Transactions, k.Appends/k.Transactions,
+			1e3*k.ProduceSeconds/max(k.Appends, 1), grouped(int64(k.Forwarded)), 100*k.Forwarded/float64(c.Reservations), grouped(int64(k.ForwardRetries)))
+	}
+	if c.BrokerPeakRSSBytes != nil {
+		fmt.Fprintln(out, "(the broker's peak resident memory is since it started: one broker serves every cluster of the invocation)")
+	}
+}
+
 func serverName(r *RunReport) string {
 	switch r.Server {
 	case "surge":
@@ -297,6 +420,8 @@ func formatGoalValue(v float64, unit string) string {
 		return fmt.Sprintf("%.2f×", v)
 	case "s":
 		return fmt.Sprintf("%.2f s", v)
+	case "ms":
+		return fmt.Sprintf("%.2f ms", v)
 	}
 	return grouped(int64(v + 0.5))
 }

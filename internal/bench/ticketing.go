@@ -30,6 +30,18 @@ type TicketingOptions struct {
 	DataDir      string // parent of the spawned servers' data dirs; empty for a temp dir
 	JSONPath     string
 	Seed         uint64
+	// Cluster > 0 also runs each flow against that many `surge serve
+	// --kafka` nodes on loopback, a fresh cluster name per flow.
+	Cluster int
+	// KafkaBrokers is the cluster's broker (host:port[,...]); empty: the
+	// bench starts one with KafkaScript (default: scripts/kafka.sh found
+	// above the binary or the working directory) and stops it at the end.
+	KafkaBrokers string
+	// KafkaPID is the java process of a broker given in KafkaBrokers, to
+	// measure its CPU; 0: the broker's CPU is not measured.
+	KafkaPID    int
+	KafkaScript string
+	Pprof       bool // the started servers serve /debug/pprof/
 
 	Exe string // the surge binary, to spawn `serve` and `bench nullserver`
 	// ServeExe, if set, is the binary started for `serve` instead of Exe:
@@ -58,12 +70,25 @@ func RunTicketing(ctx context.Context, o TicketingOptions) error {
 	if _, err := NewGenerator(o.genConfig(flows[0], "http://127.0.0.1:1", false)); err != nil {
 		return err
 	}
+	if o.Cluster < 0 {
+		return fmt.Errorf("--cluster %d: want the number of nodes (0 for none)", o.Cluster)
+	}
+	if o.Cluster > 0 && o.Target != "" {
+		return errors.New("--cluster starts its own nodes; it does not combine with --target")
+	}
 	tmp, err := os.MkdirTemp("", "surge-bench-")
 	if err != nil {
 		return err
 	}
 	r := &ticketingRun{o: o, tmp: tmp, report: &Report{Benchmark: "ticketing", Config: o.reportConfig(), Problems: []string{}}}
 	defer r.cleanup()
+	if o.Cluster > 0 {
+		// The broker first: if there is none, say so before minutes of
+		// spikes against the other servers.
+		if _, err := r.brokerFor(ctx); err != nil {
+			return err
+		}
+	}
 
 	for _, flow := range flows {
 		fr, err := r.flow(ctx, flow)
@@ -113,7 +138,7 @@ func (o TicketingOptions) reportConfig() ReportConfig {
 	return ReportConfig{
 		Areas: o.Areas, Reservations: o.Reservations, Clients: o.Clients, Groups: o.Groups,
 		Inflight: o.Inflight, HTTP2: o.HTTP2, Flow: o.Flow, Baseline: o.Baseline,
-		Target: o.Target, Partitions: o.Partitions, Seed: o.Seed,
+		Target: o.Target, Partitions: o.Partitions, Seed: o.Seed, Cluster: o.Cluster,
 	}
 }
 
@@ -123,6 +148,7 @@ type ticketingRun struct {
 	keepTmp  bool
 	children []*child
 	report   *Report
+	broker   *kafkaBroker // the cluster target's, once known
 }
 
 // cleanup stops every child still running; it runs on every exit path,
@@ -130,6 +156,9 @@ type ticketingRun struct {
 func (r *ticketingRun) cleanup() {
 	for _, c := range r.children {
 		c.kill()
+	}
+	if err := r.broker.stop(); err != nil {
+		r.logf("warning: %v", err)
 	}
 	if !r.keepTmp {
 		_ = os.RemoveAll(r.tmp)
@@ -203,7 +232,7 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		}
 		return metricsCPUSeconds(ctx, base)
 	}
-	run, err := r.spike(ctx, flow, base, true, cpu)
+	run, _, err := r.spike(ctx, flow, base, nil, true, nil, cpu)
 	if err != nil {
 		return fr, err
 	}
@@ -233,6 +262,24 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %s", flow, fr.Restart.StopError))
 		}
 	}
+
+	if r.o.Cluster > 0 {
+		cr, err := r.cluster(ctx, flow, run)
+		if err != nil {
+			return fr, fmt.Errorf("%s cluster: %w", flow, err)
+		}
+		fr.Cluster = cr
+		label := fmt.Sprintf("%s cluster", flow)
+		if n := len(cr.DoubleBookings); n > 0 {
+			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", label, n))
+		}
+		if cr.Invalid > 0 {
+			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", label, cr.Invalid))
+		}
+		if cr.Errors > 0 {
+			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d errors", label, cr.Errors))
+		}
+	}
 	return fr, nil
 }
 
@@ -250,7 +297,7 @@ func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, e
 	if _, err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	run, err := r.spike(ctx, flow, c.baseURL(), false, c.cpuSeconds)
+	run, _, err := r.spike(ctx, flow, c.baseURL(), nil, false, nil, c.cpuSeconds)
 	if err != nil {
 		return nil, err
 	}
@@ -264,37 +311,69 @@ func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, e
 
 // spike creates the events, then measures the server's CPU around the
 // spike alone, so event creation and connection set-up are not counted.
-func (r *ticketingRun) spike(ctx context.Context, flow, base string, check bool, cpu func() (float64, error)) (*RunReport, error) {
+// Each of cpus reads one process's CPU time (a cluster has several); the
+// run's server CPU is their sum, and their deltas come back one by one
+// (nil where one could not be read, and then the sum is not set).
+// With nodes, the clients spread over them; base still creates the events.
+// mark, if set, is called just before and just after the spike, outside
+// the CPU readings (to read counters around the same window).
+func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []string, check bool, mark func(), cpus ...func() (float64, error)) (*RunReport, []*float64, error) {
 	cfg := r.o.genConfig(flow, base, check)
+	cfg.Nodes = nodes
 	cfg.Label = flow
 	if !check {
 		cfg.Label += " (do-nothing server)"
 	}
+	if len(nodes) > 0 {
+		cfg.Label += fmt.Sprintf(" (cluster of %d)", len(nodes))
+	}
 	g, err := NewGenerator(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer g.Close()
 	if err := g.Setup(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cpu0, cpuErr := cpu()
+	if mark != nil {
+		mark()
+	}
+	cpu0 := make([]float64, len(cpus))
+	errs := make([]error, len(cpus))
+	for i, read := range cpus {
+		cpu0[i], errs[i] = read()
+	}
 	stats, err := g.Spike(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	run := &RunReport{Stats: *stats}
-	if cpuErr == nil {
-		var cpu1 float64
-		if cpu1, cpuErr = cpu(); cpuErr == nil {
-			run.setCPU(cpu1 - cpu0)
+	defer func() {
+		if mark != nil {
+			mark()
+		}
+	}()
+	deltas := make([]*float64, len(cpus))
+	total, all := 0.0, true
+	for i, read := range cpus {
+		if errs[i] == nil {
+			var cpu1 float64
+			if cpu1, errs[i] = read(); errs[i] == nil {
+				d := cpu1 - cpu0[i]
+				deltas[i] = &d
+				total += d
+			}
+		}
+		if errs[i] != nil {
+			all = false
+			r.logf("warning: %s: server CPU not available: %v", cfg.Label, errs[i])
 		}
 	}
-	if cpuErr != nil {
-		r.logf("warning: %s: server CPU not available: %v", cfg.Label, cpuErr)
+	if all && len(cpus) > 0 {
+		run.setCPU(total)
 	}
 	r.logf("%s: %s reservations in %.3f s", cfg.Label, grouped(stats.Reservations), stats.Seconds)
-	return run, nil
+	return run, deltas, nil
 }
 
 // restart measures recovery twice on the same data dir, timing each start
