@@ -463,6 +463,7 @@ const (
 	kindQuery     = 2
 	kindMail      = 3
 	kindNotes     = 4 // gob of []remoteNote
+	kindBatch     = 5 // count u32, then per request kind u8, workload u8, len u32, payload (forward.go)
 	remoteHeader  = 7
 
 	statusOK  = 0
@@ -559,24 +560,32 @@ func encodeMailRequest(target int, ms []mail) []byte {
 }
 
 func encodeValue(dst []byte, v any) ([]byte, error) {
-	w := wireValue{V: v}
-	if rv := reflect.ValueOf(v); rv.IsValid() && zeroOnWire(rv) {
-		name := wireName(rv.Type())
-		if _, ok := wireTypes.Load(name); !ok {
-			return dst, fmt.Errorf("type %s is not registered", name)
-		}
-		w = wireValue{Zero: name}
-	}
 	buf := bytes.NewBuffer(dst)
-	if err := gob.NewEncoder(buf).Encode(w); err != nil {
+	if err := encodeWire(gob.NewEncoder(buf), v); err != nil {
 		return dst, err
 	}
 	return buf.Bytes(), nil
 }
 
+func encodeWire(enc *gob.Encoder, v any) error {
+	w := wireValue{V: v}
+	if rv := reflect.ValueOf(v); rv.IsValid() && zeroOnWire(rv) {
+		name := wireName(rv.Type())
+		if _, ok := wireTypes.Load(name); !ok {
+			return fmt.Errorf("type %s is not registered", name)
+		}
+		w = wireValue{Zero: name}
+	}
+	return enc.Encode(w)
+}
+
 func decodeValue(b []byte) (any, error) {
+	return decodeWire(gob.NewDecoder(bytes.NewReader(b)))
+}
+
+func decodeWire(dec *gob.Decoder) (any, error) {
 	var w wireValue
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+	if err := dec.Decode(&w); err != nil {
 		return nil, err
 	}
 	if w.Zero != "" {
@@ -590,14 +599,18 @@ func decodeValue(b []byte) (any, error) {
 }
 
 func answerErr(err error) []byte {
-	code := byte(len(remoteErrs) - 1) // ErrOutcomeUnknown: anything else
+	return append([]byte{statusErr, errCode(err)}, err.Error()...)
+}
+
+// errCode is err's index in remoteErrs; anything else is sent as
+// ErrOutcomeUnknown.
+func errCode(err error) byte {
 	for i, s := range remoteErrs {
 		if s != nil && errors.Is(err, s) {
-			code = byte(i)
-			break
+			return byte(i)
 		}
 	}
-	return append([]byte{statusErr, code}, err.Error()...)
+	return byte(len(remoteErrs) - 1)
 }
 
 func decodeAnswer(b []byte) (any, error) {
@@ -653,6 +666,8 @@ func (e *Engine) HandleRemote(ctx context.Context, body []byte) []byte {
 			return answerErr(err)
 		}
 		return []byte{statusOK}
+	case kindBatch:
+		return e.handleBatch(ctx, part, payload)
 	case kindNotes:
 		v, err := decodeValue(payload)
 		notes, ok := v.([]remoteNote)
@@ -723,15 +738,16 @@ func (e *Engine) receiveMail(part int, b []byte) error {
 // retrying while the partition has no owner, and serves it here if this
 // node acquires it meanwhile.
 func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
-	var body []byte
+	kind := byte(kindCommand)
+	var payload []byte
+	var err error
 	if cmd != nil {
-		var err error
-		if body, err = cmd.AppendBinary(remoteHead(kindCommand, part, wl)); err != nil {
+		if payload, err = cmd.AppendBinary(nil); err != nil {
 			return nil, fmt.Errorf("engine: encoding command: %w", err)
 		}
 	} else {
-		var err error
-		if body, err = encodeValue(remoteHead(kindQuery, part, wl), q); err != nil {
+		kind = kindQuery
+		if payload, err = encodeValue(nil, q); err != nil {
 			return nil, fmt.Errorf("engine: encoding the query (%T) for another node: %w; the workload must list its query types in WireTypes", q, err)
 		}
 	}
@@ -744,21 +760,17 @@ func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q
 				return res, err
 			}
 		} else {
-			if m := e.opts.Metrics; m != nil {
-				m.forwarded.WithLabelValues("sent").Inc()
+			res, err, callErr := e.forwardOnce(ctx, part, kind, wl, payload)
+			switch {
+			case callErr == nil && !errors.Is(err, ErrNotOwner):
+				return res, err
+			case callErr != nil && ctx.Err() != nil:
+				return nil, ctx.Err()
+			case callErr != nil && !errors.Is(callErr, ErrNotOwner) && cmd != nil:
+				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, callErr)
 			}
-			ans, err := e.opts.Cluster.Transport.Call(ctx, part, body)
-			if err == nil {
-				res, err := decodeAnswer(ans)
-				if !errors.Is(err, ErrNotOwner) {
-					return res, err
-				}
-			} else if !errors.Is(err, ErrNotOwner) {
-				if cmd != nil || ctx.Err() != nil {
-					return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
-				}
-				// A query changes nothing: asking again is safe.
-			}
+			// Not delivered, or not the owner: retry. (A query changes
+			// nothing, so asking again after any failure is safe.)
 		}
 		if e.isClosed() {
 			return nil, ErrClosed

@@ -12,6 +12,7 @@ import (
 
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
+	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
 // cluster is an in-process cluster of bank nodes sharing one store.
@@ -290,4 +291,52 @@ func TestClusterReacquireOnTheSameNode(t *testing.T) {
 		t.Fatalf("%d transfers debited, want 4", len(debited))
 	}
 	checkExactlyOnce(t, "", debited, credited)
+}
+
+// Whatever another node (or anything reaching the internal endpoint)
+// sends, HandleRemote answers without panicking, and a well-formed batch
+// is still served afterwards. (Ticketing, not the bank: the bank has
+// commands that block their partition on purpose.)
+func FuzzHandleRemote(f *testing.F) {
+	c := newFuzzCluster(f)
+	cmd, _ := (&ticketing.Cancel{ID: [16]byte{1}}).AppendBinary(nil)
+	good := forwardedBatch(0, ticketing.WorkloadID, cmd)
+	f.Add(good)
+	f.Add([]byte{1, 5, 0, 0, 0, 0, 0, 255, 255, 255, 255})
+	f.Add([]byte{1, 3, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})
+	f.Add([]byte{1, 2, 0, 0, 0, 0, 7, 0xff})
+	f.Add([]byte{1, 4, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if ans := c.nodes[0].HandleRemote(ctx, body); len(ans) == 0 {
+			t.Fatal("empty answer")
+		}
+		if ans := c.nodes[0].HandleRemote(ctx, good); len(ans) < 6 || ans[0] != 0 || ans[5] != 0 {
+			t.Fatalf("a good batch after %x was answered %x", body, ans)
+		}
+	})
+}
+
+func newFuzzCluster(f *testing.F) *cluster {
+	store, net := enginetest.NewStore(), &enginetest.Net{}
+	e, err := engine.Open(engine.Options{Partitions: 1, Snapshots: store, Logger: quiet,
+		Cluster: &engine.Cluster{Transport: net.Transport(0), ForwardTimeout: 100 * time.Millisecond}}, ticketing.Workload{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	net.Add(e)
+	f.Cleanup(func() { e.Close() })
+	if err := e.Acquire(0, store.Open(0)); err != nil {
+		f.Fatal(err)
+	}
+	return &cluster{store: store, net: net, nodes: []*engine.Engine{e}}
+}
+
+// forwardedBatch is a batch of one command, as a forwarding node sends it.
+func forwardedBatch(part int, wl uint8, cmd []byte) []byte {
+	b := []byte{1, 5, byte(part), byte(part >> 8), byte(part >> 16), byte(part >> 24), 0, 1, 0, 0, 0, 1, wl}
+	n := len(cmd)
+	b = append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
+	return append(b, cmd...)
 }

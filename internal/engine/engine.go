@@ -104,7 +104,8 @@ type Engine struct {
 	wg      sync.WaitGroup
 	snapCh  chan snapJob
 	snapWG  sync.WaitGroup
-	courier *courier // cluster mode
+	courier *courier    // cluster mode
+	fwd     []forwarder // cluster mode, per partition
 	reqPool sync.Pool
 	log     *slog.Logger
 }
@@ -191,6 +192,7 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	}
 	if opts.Cluster != nil {
 		registerWireTypes(e.workloads)
+		e.fwd = make([]forwarder, opts.Partitions)
 		e.courier = &courier{e: e, queued: make(map[int][]mail), signal: make(chan struct{}, 1), done: make(chan struct{})}
 		return e, nil // partitions are recovered one by one, by Acquire
 	}

@@ -27,8 +27,10 @@ type Metrics struct {
 	shed [len(shedReasons)]prometheus.Counter
 	// Cluster mode: which partitions this node serves (1) or not (0), and
 	// requests sent to other nodes, by outcome.
-	owned     *prometheus.GaugeVec
-	forwarded *prometheus.CounterVec
+	owned          *prometheus.GaugeVec
+	forwarded      *prometheus.CounterVec
+	forwardBatch   prometheus.Histogram
+	forwardSeconds prometheus.Histogram
 }
 
 func partLabel(p int) string { return strconv.Itoa(p) }
@@ -91,7 +93,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "surge_cluster_forwarded_total",
 		Help: "Cluster mode: requests for partitions served by other nodes, sent to their owner (sent), and retries while a partition had no reachable owner (retry).",
 	}, []string{"result"})
-	reg.MustRegister(m.owned, m.forwarded)
+	m.forwardBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "surge_cluster_forward_batch_requests",
+		Help:    "Cluster mode: requests carried by one call to another node.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	})
+	m.forwardSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "surge_cluster_forward_seconds",
+		Help:    "Cluster mode: time from forwarding a request to its owner's answer.",
+		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
+	})
+	reg.MustRegister(m.owned, m.forwarded, m.forwardBatch, m.forwardSeconds)
 	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
 	return m
 }

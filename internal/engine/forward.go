@@ -1,0 +1,287 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Forwarded requests are batched per partition. The first request to find
+// no batch under way for its partition sends one with itself and whatever
+// joined meanwhile; requests arriving while a batch is out wait for the
+// next, which a goroutine of the sender sends as soon as the first
+// returns. Under load one HTTP call and one gob stream (type descriptions
+// sent once) carry many requests; alone, a request goes at once.
+const maxForwardBatch = 512
+
+type fwdReq struct {
+	kind    byte
+	wl      uint8
+	payload []byte
+	// Outcome: callErr when the transport failed for the whole batch,
+	// else res and err decoded from the owner's answer.
+	callErr error
+	res     any
+	err     error
+	done    chan struct{}
+}
+
+type forwarder struct {
+	mu      sync.Mutex
+	pending []*fwdReq
+	sending bool
+}
+
+// call sends r to part's owner with the requests of other callers, and
+// returns when r's outcome is known (true) or ctx is done (false: r then
+// belongs to the sender, which may still fill it).
+func (e *Engine) call(ctx context.Context, part int, r *fwdReq) bool {
+	f := &e.fwd[part]
+	f.mu.Lock()
+	f.pending = append(f.pending, r)
+	lead := !f.sending
+	f.sending = true
+	f.mu.Unlock()
+	if lead {
+		e.sendForwards(part, true)
+	}
+	select {
+	case <-r.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// sendForwards sends batches of part's pending requests. The leader sends
+// one and hands the rest to a goroutine, so that its own caller is not
+// held by others' traffic.
+func (e *Engine) sendForwards(part int, leader bool) {
+	f := &e.fwd[part]
+	for {
+		f.mu.Lock()
+		n := min(len(f.pending), maxForwardBatch)
+		if n == 0 {
+			f.sending = false
+			f.mu.Unlock()
+			return
+		}
+		batch := make([]*fwdReq, n)
+		copy(batch, f.pending)
+		rest := copy(f.pending, f.pending[n:])
+		clear(f.pending[rest:])
+		f.pending = f.pending[:rest]
+		more := rest > 0
+		f.mu.Unlock()
+		e.sendBatch(part, batch)
+		if leader {
+			if more {
+				go e.sendForwards(part, false)
+			} else {
+				f.mu.Lock()
+				if len(f.pending) > 0 {
+					f.mu.Unlock()
+					go e.sendForwards(part, false)
+					return
+				}
+				f.sending = false
+				f.mu.Unlock()
+			}
+			return
+		}
+	}
+}
+
+func (e *Engine) sendBatch(part int, batch []*fwdReq) {
+	body := remoteHead(kindBatch, part, 0)
+	body = binary.LittleEndian.AppendUint32(body, uint32(len(batch)))
+	for _, r := range batch {
+		body = append(body, r.kind, r.wl)
+		body = binary.LittleEndian.AppendUint32(body, uint32(len(r.payload)))
+		body = append(body, r.payload...)
+	}
+	if m := e.opts.Metrics; m != nil {
+		m.forwarded.WithLabelValues("sent").Add(float64(len(batch)))
+		m.forwardBatch.Observe(float64(len(batch)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Cluster.ForwardTimeout)
+	ans, err := e.opts.Cluster.Transport.Call(ctx, part, body)
+	cancel()
+	if err == nil {
+		err = decodeBatchAnswer(ans, batch)
+	}
+	for _, r := range batch {
+		if err != nil {
+			r.callErr = err
+		}
+		r.done <- struct{}{}
+	}
+}
+
+// Batch answer: statusOK, count u32, per request a status byte (and for
+// statusErr an error code and a u32-length message), then one gob stream
+// of the successful requests' wireValues in order.
+func decodeBatchAnswer(b []byte, batch []*fwdReq) error {
+	if len(b) >= 1 && b[0] == statusErr {
+		_, err := decodeAnswer(b)
+		return err
+	}
+	if len(b) < 5 || b[0] != statusOK || int(binary.LittleEndian.Uint32(b[1:])) != len(batch) {
+		return fmt.Errorf("%w: malformed batch answer", ErrOutcomeUnknown)
+	}
+	b = b[5:]
+	ok := make([]*fwdReq, 0, len(batch))
+	for _, r := range batch {
+		if len(b) < 1 {
+			return fmt.Errorf("%w: short batch answer", ErrOutcomeUnknown)
+		}
+		st := b[0]
+		b = b[1:]
+		if st == statusOK {
+			ok = append(ok, r)
+			continue
+		}
+		if len(b) < 5 {
+			return fmt.Errorf("%w: short batch answer", ErrOutcomeUnknown)
+		}
+		code, n := b[0], int(binary.LittleEndian.Uint32(b[1:]))
+		b = b[5:]
+		if n > len(b) || code == 0 || int(code) >= len(remoteErrs) {
+			return fmt.Errorf("%w: malformed batch answer", ErrOutcomeUnknown)
+		}
+		r.err = &remoteError{sentinel: remoteErrs[code], msg: string(b[:n])}
+		b = b[n:]
+	}
+	dec := gob.NewDecoder(bytes.NewReader(b))
+	for _, r := range ok {
+		v, err := decodeWire(dec)
+		if err != nil {
+			return fmt.Errorf("%w: decoding the answer: %v", ErrOutcomeUnknown, err)
+		}
+		r.res = v
+	}
+	return nil
+}
+
+// handleBatch answers a batch of forwarded requests: every one enters the
+// partition's inbox before any is waited for, so they share the
+// partition's batches as a local burst would.
+func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
+	if len(b) < 4 {
+		return answerErr(errors.New("engine: malformed forwarded batch"))
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > maxForwardBatch {
+		return answerErr(fmt.Errorf("engine: forwarded batch of %d requests (limit %d)", n, maxForwardBatch))
+	}
+	type item struct {
+		r   *Request
+		res any
+		err error
+	}
+	items := make([]item, n)
+	p := e.parts[part]
+	p.subMu.RLock()
+	serving := p.serving.Load() && !p.failed.Load()
+	for i := range items {
+		if len(b) < 6 {
+			p.subMu.RUnlock()
+			return answerErr(errors.New("engine: malformed forwarded batch"))
+		}
+		kind, wl, l := b[0], b[1], int(binary.LittleEndian.Uint32(b[2:]))
+		b = b[6:]
+		if l > len(b) {
+			p.subMu.RUnlock()
+			return answerErr(errors.New("engine: malformed forwarded batch"))
+		}
+		payload := b[:l]
+		b = b[l:]
+		it := &items[i]
+		if _, ok := e.workloads[wl]; !ok {
+			it.err = fmt.Errorf("engine: unknown workload %d", wl)
+			continue
+		}
+		if !serving {
+			it.err = ErrNotOwner
+			continue
+		}
+		var cmd Command
+		var q any
+		switch kind {
+		case kindCommand:
+			cmd = rawCommand(payload)
+		case kindQuery:
+			if q, it.err = decodeValue(payload); it.err != nil {
+				it.err = fmt.Errorf("engine: decoding a forwarded query: %w", it.err)
+				continue
+			}
+		default:
+			it.err = fmt.Errorf("engine: forwarded request of unknown kind %d", kind)
+			continue
+		}
+		it.r, it.err = e.enqueue(p, ctx, wl, cmd, q)
+	}
+	p.subMu.RUnlock()
+	for i := range items {
+		it := &items[i]
+		if it.r == nil {
+			continue
+		}
+		select {
+		case <-it.r.done:
+			it.res, it.err = it.r.result, it.r.err
+			r := it.r
+			r.cmd, r.query, r.result, r.err, r.ctx = nil, nil, nil, nil, nil
+			e.reqPool.Put(r)
+		case <-ctx.Done():
+			it.err = ctx.Err() // the processor keeps the request
+		}
+		if errors.Is(it.err, errMoved) {
+			it.err = ErrNotOwner
+		}
+	}
+	out := []byte{statusOK}
+	out = binary.LittleEndian.AppendUint32(out, uint32(n))
+	for i := range items {
+		if err := items[i].err; err != nil {
+			code, msg := errCode(err), err.Error()
+			out = append(out, statusErr, code)
+			out = binary.LittleEndian.AppendUint32(out, uint32(len(msg)))
+			out = append(out, msg...)
+			continue
+		}
+		out = append(out, statusOK)
+	}
+	buf := bytes.NewBuffer(out)
+	enc := gob.NewEncoder(buf)
+	for i := range items {
+		if items[i].err != nil {
+			continue
+		}
+		if err := encodeWire(enc, items[i].res); err != nil {
+			// The answer's layout is already written: fail the batch.
+			return answerErr(fmt.Errorf("engine: encoding the reply (%T) for another node: %w; the workload must list its reply types in WireTypes", items[i].res, err))
+		}
+	}
+	return buf.Bytes()
+}
+
+// forwardOnce is one attempt at forwarding a request: the owner's answer,
+// or the transport's failure.
+func (e *Engine) forwardOnce(ctx context.Context, part int, kind byte, wl uint8, payload []byte) (res any, err, callErr error) {
+	r := &fwdReq{kind: kind, wl: wl, payload: payload, done: make(chan struct{}, 1)}
+	start := time.Now()
+	if !e.call(ctx, part, r) {
+		return nil, nil, ctx.Err()
+	}
+	if m := e.opts.Metrics; m != nil {
+		m.forwardSeconds.Observe(time.Since(start).Seconds())
+	}
+	return r.res, r.err, r.callErr
+}
