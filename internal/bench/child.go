@@ -58,6 +58,14 @@ func startChild(name, exe string, args []string, addr, logPath string) (*child, 
 	defer logf.Close() // the child holds its own descriptor
 	fmt.Fprintf(logf, "--- %s: %s %s\n", time.Now().Format(time.RFC3339), exe, strings.Join(args, " "))
 	cmd := exec.Command(exe, args...)
+	// The bench says with flags what it measures; a SURGE_* variable of
+	// the caller's shell (SURGE_KAFKA would turn the embedded server into
+	// a cluster node) must not change the server under test.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SURGE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the bench dies without cleaning up (SIGKILL), the kernel kills the
 	// child instead of leaving a server holding the machine's cores.
