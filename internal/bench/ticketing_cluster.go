@@ -19,7 +19,7 @@ const (
 	// clusterSessionTimeout is the nodes' --kafka-session-timeout: small,
 	// so a node that dies during the bench does not hold its partitions
 	// for the default 6 s. The broker script allows down to 1 s.
-	clusterSessionTimeout = "2s"
+	clusterSessionTimeout = "6s"
 	// clusterReadyTimeout covers the nodes' start, the group's rebalances
 	// and every partition's topic creation, snapshot restore and replay.
 	clusterReadyTimeout = 60 * time.Second
