@@ -198,7 +198,12 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 func (l *Log) writer() {
 	defer close(l.writerDone)
 	batch := make([]*request, 0, 64)
+	var last time.Time // start of the previous cycle
 	for r := range l.queue {
+		if wait := l.cfg.MinCycle - time.Since(last); wait > 0 {
+			time.Sleep(wait)
+		}
+		last = time.Now()
 		batch = append(batch[:0], r)
 		size := requestBytes(r)
 	drain:
