@@ -78,6 +78,7 @@ and the broker's java process (its share shown apart).`,
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.IntVar(&o.Cluster, "cluster", 0, "also run each flow against a cluster of this many \"surge serve --kafka\" nodes on loopback (0: none); clients spread over the nodes round-robin")
+	f.IntVar(&o.ClusterWarmup, "cluster-warmup", 2, "with --cluster: unmeasured spikes against throwaway clusters first, so the broker's JVM is warm as in service (0: none)")
 	f.StringVar(&o.KafkaBrokers, "kafka-brokers", os.Getenv("SURGE_KAFKA_BROKERS"), "with --cluster: the Kafka broker to use (default $SURGE_KAFKA_BROKERS); empty: start one with scripts/kafka.sh and stop it at the end")
 	f.IntVar(&o.KafkaPID, "kafka-pid", 0, "with --kafka-brokers: the broker's java process id, to count its CPU (otherwise it is reported as not measured)")
 	f.StringVar(&o.KafkaScript, "kafka-script", "", "with --cluster and no broker: path of scripts/kafka.sh (default: found above the surge binary or the working directory)")

@@ -31,7 +31,7 @@ func TestBenchTicketingCluster(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "t.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "ticketing", "--cluster", "2", "-a", "2", "-n", "2000", "-c", "2", "--json", jsonPath)
+	cmd := exec.CommandContext(ctx, bin, "bench", "ticketing", "--cluster", "2", "--cluster-warmup", "0", "-a", "2", "-n", "2000", "-c", "2", "--json", jsonPath)
 	cmd.Env = append(os.Environ(), kafkatest.EnvBrokers+"="+brokers)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -33,6 +33,11 @@ type TicketingOptions struct {
 	// Cluster > 0 also runs each flow against that many `surge serve
 	// --kafka` nodes on loopback, a fresh cluster name per flow.
 	Cluster int
+	// ClusterWarmup is how many unmeasured spikes run against throwaway
+	// clusters before the first measured one: the broker is a JVM, and its
+	// first thousands of transactions run before its JIT has compiled
+	// them (a broker in service is warm).
+	ClusterWarmup int
 	// KafkaBrokers is the cluster's broker (host:port[,...]); empty: the
 	// bench starts one with KafkaScript (default: scripts/kafka.sh found
 	// above the binary or the working directory) and stops it at the end.
@@ -69,6 +74,9 @@ func RunTicketing(ctx context.Context, o TicketingOptions) error {
 	// Check the generator flags before starting any process.
 	if _, err := NewGenerator(o.genConfig(flows[0], "http://127.0.0.1:1", false)); err != nil {
 		return err
+	}
+	if o.ClusterWarmup < 0 {
+		return fmt.Errorf("--cluster-warmup %d: want the number of warm-up spikes (0 for none)", o.ClusterWarmup)
 	}
 	if o.Cluster < 0 {
 		return fmt.Errorf("--cluster %d: want the number of nodes (0 for none)", o.Cluster)
@@ -149,6 +157,7 @@ type ticketingRun struct {
 	children []*child
 	report   *Report
 	broker   *kafkaBroker // the cluster target's, once known
+	warmed   bool         // the broker has served a warm-up spike
 }
 
 // cleanup stops every child still running; it runs on every exit path,
@@ -263,6 +272,15 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		}
 	}
 
+	if r.o.Cluster > 0 && !r.warmed {
+		for i := range r.o.ClusterWarmup {
+			r.logf("%s: warming the broker up: unmeasured spike %d of %d against a throwaway cluster", flow, i+1, r.o.ClusterWarmup)
+			if _, err := r.cluster(ctx, flow, run); err != nil {
+				return fr, fmt.Errorf("%s cluster warm-up: %w", flow, err)
+			}
+		}
+		r.warmed = true
+	}
 	if r.o.Cluster > 0 {
 		cr, err := r.cluster(ctx, flow, run)
 		if err != nil {
