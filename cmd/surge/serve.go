@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/surge-run/surge/internal/kafkalog"
 	"github.com/surge-run/surge/internal/server"
 	"github.com/surge-run/surge/internal/workload/commerce"
 	"github.com/surge-run/surge/internal/workload/jobs"
@@ -135,6 +136,7 @@ the heap nears it instead of growing the process).`,
 	f.IntVar(&cfg.Cluster.Replication, "kafka-replication", envIntOr("SURGE_KAFKA_REPLICATION", 1), "with --kafka: replication factor of the topics the cluster creates; use 3 in production (SURGE_KAFKA_REPLICATION)")
 	f.DurationVar(&cfg.Cluster.SessionTimeout, "kafka-session-timeout", envDurationOr("SURGE_KAFKA_SESSION_TIMEOUT", 6*time.Second), "with --kafka: how long a silent node keeps its partitions before the others take them over (SURGE_KAFKA_SESSION_TIMEOUT)")
 	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", envDurationOr("SURGE_KAFKA_LOG_RETENTION", 168*time.Hour), "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often (SURGE_KAFKA_LOG_RETENTION)")
+	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", envDurationOr("SURGE_KAFKA_MIN_CYCLE", kafkalog.DefaultMinCycle), "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none (SURGE_KAFKA_MIN_CYCLE)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
 }

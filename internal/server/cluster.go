@@ -36,6 +36,10 @@ type ClusterConfig struct {
 	Replication    int
 	SessionTimeout time.Duration
 	LogRetention   time.Duration
+	// MinCycle is the shortest time between two transactions of a
+	// partition (kafkalog.Config.MinCycle); 0 for the default, negative
+	// for none.
+	MinCycle time.Duration
 }
 
 func (c ClusterConfig) enabled() bool { return c.Kafka != "" }
@@ -112,6 +116,7 @@ func openCluster(ctx context.Context, cfg Config, cc ClusterConfig, logger *slog
 			Partitions:   cfg.Partitions,
 			Replication:  cc.Replication,
 			LogRetention: cc.LogRetention,
+			MinCycle:     cc.MinCycle,
 			Metrics:      kafkalog.NewMetrics(reg),
 			Logger:       logger,
 		},
