@@ -447,7 +447,7 @@ func (n *Node) acquireOnce(ctx context.Context, p int, s *slot, gen uint64) (err
 	if !n.stillWanted(s, gen) || ctx.Err() != nil {
 		return nil, true
 	}
-	if isOwned(n.eng, p) {
+	if n.eng.Serves(p) {
 		return nil, true
 	}
 	lg, err := kafkalog.Open(ctx, n.cfg.Log, p)
@@ -475,15 +475,6 @@ func (n *Node) stillWanted(s *slot, gen uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return s.want && s.gen == gen && !n.closed
-}
-
-func isOwned(eng *engine.Engine, p int) bool {
-	for _, o := range eng.Owned() {
-		if o == p {
-			return true
-		}
-	}
-	return false
 }
 
 // revoked releases the partitions the group took from this node. It

@@ -219,10 +219,15 @@ func (e *Engine) Owned() []int {
 // Position is how far the partition's state reaches into its log: the
 // position just past the last record it applied (0 when not served here).
 func (e *Engine) Position(part int) uint64 {
-	if part < 0 || part >= len(e.parts) || !e.parts[part].serving.Load() {
+	if !e.Serves(part) {
 		return 0
 	}
 	return e.parts[part].lastEnd.Load()
+}
+
+// Serves reports whether this node serves part.
+func (e *Engine) Serves(part int) bool {
+	return part >= 0 && part < len(e.parts) && e.parts[part].serving.Load()
 }
 
 func (p *partition) release() error {
@@ -450,17 +455,18 @@ func (c *courier) run(stop <-chan struct{}) {
 // Remote requests.
 //
 //	[0] version (1)   [1] kind   [2:6] partition   [6] workload
-//	kindCommand: the command's AppendBinary
-//	kindQuery:   gob of wireValue{query}
+//	kindBatch:   forwarded commands and queries (forward.go), each a
+//	             kindCommand (its AppendBinary) or a kindQuery (gob of
+//	             wireValue{query})
 //	kindMail:    count u32, then per mail: ack u8, src u32, seq u64,
 //	             prev u64, workload u8, len u32, data
 //
-// Answers: [0] status; statusOK then gob of wireValue{result}; statusErr
+// Answers: [0] status; statusOK then what the kind answers; statusErr
 // then an error code byte and the message.
 const (
 	remoteVersion = 1
-	kindCommand   = 1
-	kindQuery     = 2
+	kindCommand   = 1 // in a batch only
+	kindQuery     = 2 // in a batch only
 	kindMail      = 3
 	kindNotes     = 4 // gob of []remoteNote
 	kindBatch     = 5 // count u32, then per request kind u8, workload u8, len u32, payload (forward.go)
@@ -613,24 +619,12 @@ func errCode(err error) byte {
 	return byte(len(remoteErrs) - 1)
 }
 
-func decodeAnswer(b []byte) (any, error) {
-	if len(b) < 1 {
-		return nil, fmt.Errorf("%w: empty answer", ErrOutcomeUnknown)
+// decodeErrAnswer reads a statusErr answer.
+func decodeErrAnswer(b []byte) error {
+	if len(b) < 2 || b[0] != statusErr || int(b[1]) >= len(remoteErrs) || b[1] == 0 {
+		return fmt.Errorf("%w: malformed error answer", ErrOutcomeUnknown)
 	}
-	switch b[0] {
-	case statusOK:
-		v, err := decodeValue(b[1:])
-		if err != nil {
-			return nil, fmt.Errorf("%w: decoding the answer: %v", ErrOutcomeUnknown, err)
-		}
-		return v, nil
-	case statusErr:
-		if len(b) < 2 || int(b[1]) >= len(remoteErrs) || b[1] == 0 {
-			return nil, fmt.Errorf("%w: malformed error answer", ErrOutcomeUnknown)
-		}
-		return nil, &remoteError{sentinel: remoteErrs[b[1]], msg: string(b[2:])}
-	}
-	return nil, fmt.Errorf("%w: answer of unknown status %d", ErrOutcomeUnknown, b[0])
+	return &remoteError{sentinel: remoteErrs[b[1]], msg: string(b[2:])}
 }
 
 // HandleRemote answers a request another node's engine forwarded here
@@ -643,31 +637,19 @@ func (e *Engine) HandleRemote(ctx context.Context, body []byte) []byte {
 	if len(body) < remoteHeader || body[0] != remoteVersion {
 		return answerErr(errors.New("engine: malformed forwarded request"))
 	}
-	kind, part, wl := body[1], int(binary.LittleEndian.Uint32(body[2:])), body[6]
+	kind, part := body[1], int(binary.LittleEndian.Uint32(body[2:]))
 	if part >= len(e.parts) {
 		return answerErr(fmt.Errorf("engine: forwarded request for partition %d of %d", part, len(e.parts)))
 	}
 	payload := body[remoteHeader:]
-	var (
-		res any
-		err error
-	)
 	switch kind {
-	case kindCommand:
-		res, err = e.submitLocal(ctx, part, wl, rawCommand(payload), nil)
-	case kindQuery:
-		var q any
-		if q, err = decodeValue(payload); err != nil {
-			return answerErr(fmt.Errorf("engine: decoding a forwarded query: %w", err))
-		}
-		res, err = e.submitLocal(ctx, part, wl, nil, q)
+	case kindBatch:
+		return e.handleBatch(ctx, part, payload)
 	case kindMail:
 		if err := e.receiveMail(part, payload); err != nil {
 			return answerErr(err)
 		}
 		return []byte{statusOK}
-	case kindBatch:
-		return e.handleBatch(ctx, part, payload)
 	case kindNotes:
 		v, err := decodeValue(payload)
 		notes, ok := v.([]remoteNote)
@@ -682,20 +664,8 @@ func (e *Engine) HandleRemote(ctx context.Context, body []byte) []byte {
 			}
 		}
 		return []byte{statusOK}
-	default:
-		return answerErr(fmt.Errorf("engine: forwarded request of unknown kind %d", kind))
 	}
-	if errors.Is(err, errMoved) {
-		err = ErrNotOwner
-	}
-	if err != nil {
-		return answerErr(err)
-	}
-	out, err := encodeValue([]byte{statusOK}, res)
-	if err != nil {
-		return answerErr(fmt.Errorf("engine: encoding the reply (%T) for another node: %w; the workload must list its reply types in WireTypes", res, err))
-	}
-	return out
+	return answerErr(fmt.Errorf("engine: forwarded request of unknown kind %d", kind))
 }
 
 func (e *Engine) receiveMail(part int, b []byte) error {

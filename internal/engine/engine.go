@@ -338,6 +338,11 @@ func (e *Engine) submitLocal(ctx context.Context, part int, wl uint8, cmd Comman
 	if err != nil {
 		return nil, err
 	}
+	return e.await(ctx, r)
+}
+
+// await waits for a queued request's answer and recycles the request.
+func (e *Engine) await(ctx context.Context, r *Request) (any, error) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():

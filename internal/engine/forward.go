@@ -128,8 +128,7 @@ func (e *Engine) sendBatch(part int, batch []*fwdReq) {
 // of the successful requests' wireValues in order.
 func decodeBatchAnswer(b []byte, batch []*fwdReq) error {
 	if len(b) >= 1 && b[0] == statusErr {
-		_, err := decodeAnswer(b)
-		return err
+		return decodeErrAnswer(b)
 	}
 	if len(b) < 5 || b[0] != statusOK || int(binary.LittleEndian.Uint32(b[1:])) != len(batch) {
 		return fmt.Errorf("%w: malformed batch answer", ErrOutcomeUnknown)
@@ -233,15 +232,7 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 		if it.r == nil {
 			continue
 		}
-		select {
-		case <-it.r.done:
-			it.res, it.err = it.r.result, it.r.err
-			r := it.r
-			r.cmd, r.query, r.result, r.err, r.ctx = nil, nil, nil, nil, nil
-			e.reqPool.Put(r)
-		case <-ctx.Done():
-			it.err = ctx.Err() // the processor keeps the request
-		}
+		it.res, it.err = e.await(ctx, it.r)
 		if errors.Is(it.err, errMoved) {
 			it.err = ErrNotOwner
 		}

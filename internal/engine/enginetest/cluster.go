@@ -263,10 +263,8 @@ func (t *transport) Call(ctx context.Context, part int, body []byte) ([]byte, er
 		if i == t.self || t.n.down[i] || t.n.isolated[i] {
 			continue
 		}
-		for _, p := range e.Owned() {
-			if p == part {
-				owner = e
-			}
+		if e.Serves(part) {
+			owner = e
 		}
 	}
 	t.n.mu.Unlock()
