@@ -76,22 +76,17 @@ func (e *Engine) sendForwards(part int, leader bool) {
 		rest := copy(f.pending, f.pending[n:])
 		clear(f.pending[rest:])
 		f.pending = f.pending[:rest]
-		more := rest > 0
 		f.mu.Unlock()
 		e.sendBatch(part, batch)
 		if leader {
-			if more {
-				go e.sendForwards(part, false)
-			} else {
-				f.mu.Lock()
-				if len(f.pending) > 0 {
-					f.mu.Unlock()
-					go e.sendForwards(part, false)
-					return
-				}
-				f.sending = false
+			f.mu.Lock()
+			if len(f.pending) > 0 {
 				f.mu.Unlock()
+				go e.sendForwards(part, false)
+				return
 			}
+			f.sending = false
+			f.mu.Unlock()
 			return
 		}
 	}
