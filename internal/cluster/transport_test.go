@@ -131,3 +131,18 @@ func TestLagOf(t *testing.T) {
 		}
 	}
 }
+
+// A group member's client id, whatever it is (any Kafka client may join
+// the group), is refused or names a node and an address that make that
+// same id again.
+func FuzzParseClientID(f *testing.F) {
+	f.Add(clientID("n1", "127.0.0.1:8081"))
+	f.Add("surge//x")
+	f.Add("kgo")
+	f.Fuzz(func(t *testing.T, id string) {
+		node, addr, ok := parseClientID(id)
+		if ok && (node == "" || addr == "" || clientID(node, addr) != id) {
+			t.Fatalf("%q parsed as node %q addr %q", id, node, addr)
+		}
+	})
+}

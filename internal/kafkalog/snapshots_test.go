@@ -139,3 +139,17 @@ func TestSnapshotsIgnoreHalfWrittenAndCorrupt(t *testing.T) {
 	produceRaw(t, s, 0, &kgo.Record{Key: manifestKey(0), Value: m.encode()})
 	wantLatest(t, openSnaps(t, cfg), 0, 200, d2)
 }
+
+// A key read from the snapshot topic, whatever it is, is refused or names
+// slot 0 or 1 and a chunk index (or -1 for the manifest).
+func FuzzParseKey(f *testing.F) {
+	f.Add(chunkKey(1, 12))
+	f.Add([]byte("0/m"))
+	f.Add([]byte("2/-1"))
+	f.Fuzz(func(t *testing.T, k []byte) {
+		slot, index, ok := parseKey(k)
+		if ok && (slot < 0 || slot > 1 || index < -1) {
+			t.Fatalf("%q parsed as slot %d index %d", k, slot, index)
+		}
+	})
+}
