@@ -268,7 +268,7 @@ func (n *Node) Join(eng *engine.Engine) error {
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { n.assigned(m[n.topic]) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { n.revoked(m[n.topic], "revoked") }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { n.revoked(m[n.topic], "lost") }),
-		kgo.WithLogger(kgoLogger{n.log}),
+		kgo.WithLogger(kafkalog.KgoLogger(n.log, "kafka group: ")),
 	)
 	if err != nil {
 		return fmt.Errorf("cluster: joining group %s: %w", n.group, err)
@@ -580,17 +580,4 @@ func (n *Node) startAcquireConfirmed(p int, s *slot) {
 			pause = min(2*pause, maxRetryPause)
 		}
 	}()
-}
-
-// kgoLogger passes franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lv := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		lv = slog.LevelError
-	}
-	k.l.Log(context.Background(), lv, "kafka group: "+msg, keyvals...)
 }

@@ -154,9 +154,15 @@ func (m *Metrics) observeWait(d time.Duration) {
 	}
 }
 
-// kgoLogger passes franz-go's warnings and errors to slog; its info and
-// debug lines (one per transaction) would drown everything else.
-type kgoLogger struct{ l *slog.Logger }
+// KgoLogger passes franz-go's warnings and errors to l, each message
+// prefixed; its info and debug lines (one per transaction) would drown
+// everything else.
+func KgoLogger(l *slog.Logger, prefix string) kgo.Logger { return kgoLogger{l, prefix} }
+
+type kgoLogger struct {
+	l      *slog.Logger
+	prefix string
+}
 
 func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
 
@@ -165,5 +171,5 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	if level == kgo.LogLevelError {
 		lv = slog.LevelError
 	}
-	k.l.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
+	k.l.Log(context.Background(), lv, k.prefix+msg, keyvals...)
 }

@@ -100,7 +100,7 @@ func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// Each cycle flushes at once; lingering would only add latency.
 		kgo.ProducerLinger(0),
-		kgo.WithLogger(kgoLogger{cfg.Logger}),
+		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("kafkalog: %w", err)
@@ -442,7 +442,7 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 		// Reading from a position retention has deleted must fail, not
 		// silently start at whatever is left.
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		kgo.WithLogger(kgoLogger{cfg.Logger}),
+		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	}
 	if committed {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))

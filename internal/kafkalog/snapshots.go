@@ -77,7 +77,7 @@ func OpenSnapshots(ctx context.Context, cfg Config) (*Snapshots, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(snapshotChunkBytes+64<<10),
 		kgo.ProducerLinger(0),
-		kgo.WithLogger(kgoLogger{cfg.Logger}),
+		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("kafkalog: %w", err)
