@@ -18,6 +18,15 @@ type Entry struct {
 	Data      []byte
 }
 
+// MaxEntryBytes is the largest Entry.Data every Log implementation takes.
+// The engine refuses, alone and before applying it, a command whose entry
+// would be larger (engine.ErrTooLarge), and the API edge refuses any request
+// whose command could encode larger (413 / RESOURCE_EXHAUSTED), so that a
+// legal request never reaches a log that cannot hold it. The embedded log
+// accepts more (wal.MaxEntryBytes); the Kafka log's topics are created
+// with a max.message.bytes that fits it.
+const MaxEntryBytes = 10 << 20
+
 // DoneFunc is called once the entries of one Append are durable (err == nil)
 // or can never be (err != nil). first is the position of the first entry,
 // end the position just past the last one. Calls happen in Append order,
