@@ -53,7 +53,7 @@ func TestRunCommandKillsItsProcessGroupWhenStopped(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("got %v, want killed", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 20*time.Second { // far below the sleep's 30 s
 		t.Fatalf("took %v", d)
 	}
 	b, err := os.ReadFile(pidFile)

@@ -201,6 +201,7 @@ type fakeCommerce struct {
 	mu           sync.Mutex
 	orders       map[string]time.Time
 	seq, res     atomic.Int64
+	waitGETs     atomic.Int64 // order GETs carrying ?wait=
 }
 
 func (f *fakeCommerce) handler() http.Handler {
@@ -259,6 +260,9 @@ func (f *fakeCommerce) handler() http.Handler {
 			return
 		}
 		done := at.Add(f.confirmAfter)
+		if r.URL.Query().Has("wait") {
+			f.waitGETs.Add(1)
+		}
 		if wait, err := time.ParseDuration(r.URL.Query().Get("wait")); err == nil && time.Now().Before(done) {
 			time.Sleep(min(time.Until(done), wait))
 		}
@@ -275,8 +279,10 @@ func (f *fakeCommerce) handler() http.Handler {
 }
 
 // TestCommerceTimesSagasBothWays: against a server whose sagas take
-// 300 ms, polling every 200 ms sees them at 400 ms, the long poll at once;
-// 409 reservations are answers, not errors.
+// 300 ms, neither way of waiting reports a saga before it ended, a long
+// poll needs one GET per saga and polling several; 409 reservations are
+// answers, not errors. Only lower bounds on time are asserted: a busy
+// machine can make anything slower, never faster.
 func TestCommerceTimesSagasBothWays(t *testing.T) {
 	f := &fakeCommerce{confirmAfter: 300 * time.Millisecond, orders: map[string]time.Time{}}
 	base := serve(t, f.handler())
@@ -290,14 +296,17 @@ func TestCommerceTimesSagasBothWays(t *testing.T) {
 	if r.Reserve409 == 0 || r.Reserve409 > r.Reserves {
 		t.Fatalf("409s %d of %d reservations", r.Reserve409, r.Reserves)
 	}
-	if r.SagaPoll.P50Us < 390_000 || r.SagaPoll.P50Us > 600_000 {
-		t.Errorf("polling saga p50 %d µs, want ≈ 400 ms (the third GET)", r.SagaPoll.P50Us)
+	// Every saga takes 300 ms, so both medians are at least that (less the
+	// histogram's rounding).
+	if r.SagaPoll.P50Us < 295_000 || r.SagaLongPoll.P50Us < 295_000 {
+		t.Errorf("sagas reported before they ended: polling p50 %d µs, long poll p50 %d µs, each must be ≥ 300 ms",
+			r.SagaPoll.P50Us, r.SagaLongPoll.P50Us)
 	}
-	if r.SagaLongPoll.P50Us < 295_000 || r.SagaLongPoll.P50Us > 390_000 {
-		t.Errorf("long-poll saga p50 %d µs, want ≈ 300 ms", r.SagaLongPoll.P50Us)
+	if got := f.waitGETs.Load(); got != r.SagasLongPoll {
+		t.Errorf("%d long-poll GETs for %d long-polled sagas, want one each", got, r.SagasLongPoll)
 	}
-	if r.HTTP[reqPoll].Count < 2*r.SagasPolled {
-		t.Errorf("%d poll GETs for %d polled sagas, want at least 3 each", r.HTTP[reqPoll].Count, r.SagasPolled)
+	if r.HTTP[reqPoll].Count < r.SagasPolled+1 {
+		t.Errorf("%d poll GETs for %d polled sagas, want more than one for some", r.HTTP[reqPoll].Count, r.SagasPolled)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -768,8 +770,10 @@ func TestFullInboxIsOverloadNotAQueue(t *testing.T) {
 // accepted again.
 func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 	const maxDelay = 50 * time.Millisecond
+	metrics := engine.NewMetrics(prometheus.NewRegistry())
 	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
 		o.Partitions, o.InboxLen, o.MaxBatch, o.MaxQueueDelay = 1, 100_000, 4, maxDelay
+		o.Metrics = metrics
 		engine.SetShedMinQueue(o, 8)
 	})
 	defer e.Close()
@@ -784,7 +788,6 @@ func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 	accepted := map[uint64]bool{}
 	refused := map[uint64]bool{}
 	var slowestAccepted, slowestRefused time.Duration
-	var fastRefusals int
 	var wg sync.WaitGroup
 	for range submitters {
 		wg.Go(func() {
@@ -801,9 +804,6 @@ func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 				case errors.Is(err, engine.ErrOverloaded):
 					refused[id] = true
 					slowestRefused = max(slowestRefused, took)
-					if took < maxDelay {
-						fastRefusals++
-					}
 				default:
 					t.Errorf("request %d: %v", id, err)
 				}
@@ -815,18 +815,26 @@ func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("accepted %d, refused %d (%d of them at once); slowest accepted %s, slowest refusal %s",
-		len(accepted), len(refused), fastRefusals, slowestAccepted, slowestRefused)
+	// Refused at submission (by the estimated wait) rather than after
+	// waiting out the limit: read from the engine's own reasons, not from
+	// the clock, which a busy machine stretches.
+	var shed dto.Metric
+	if err := metrics.Shed.WithLabelValues("queue_delay").Write(&shed); err != nil {
+		t.Fatal(err)
+	}
+	atOnce := int(shed.GetCounter().GetValue())
+	t.Logf("accepted %d, refused %d (%d of them at submission); slowest accepted %s, slowest refusal %s",
+		len(accepted), len(refused), atOnce, slowestAccepted, slowestRefused)
 	if len(refused) == 0 {
 		t.Fatal("no request was refused: the queue grew without limit")
 	}
-	if fastRefusals*2 < len(refused) {
-		t.Errorf("only %d of %d refusals came at once; the rest waited for the limit first", fastRefusals, len(refused))
+	if atOnce*2 < len(refused) {
+		t.Errorf("only %d of %d refusals came at submission; the rest waited for the limit first", atOnce, len(refused))
 	}
 	// Generous bounds (the point is bounded, not fast): an accepted
 	// command waits at most maxDelay in the queue, then for its batch
 	// (4 × 1 ms) and an fsync; a refused one at most maxDelay.
-	if bound := maxDelay + 2*time.Second; slowestAccepted > bound || slowestRefused > bound {
+	if bound := maxDelay + 10*time.Second; slowestAccepted > bound || slowestRefused > bound {
 		t.Errorf("slowest accepted %s, slowest refusal %s; want both under %s", slowestAccepted, slowestRefused, bound)
 	}
 	if len(accepted) == 0 {

@@ -393,18 +393,20 @@ func TestGRPCShutdownEndsWaits(t *testing.T) {
 	r := startRead(t, gctx(t), c, "g", 0)
 	leaseErr := make(chan error, 1)
 	go func() {
-		_, err := c.Lease(gctx(t), connect.NewRequest(&seqpb.LeaseRequest{Group: "g", Processor: "p", WaitMs: 30_000}))
+		_, err := c.Lease(gctx(t), connect.NewRequest(&seqpb.LeaseRequest{Group: "g", Processor: "p", WaitMs: 60_000}))
 		leaseErr <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
+	// The lease would wait 60 s and the Read for ever: ending within 20 s
+	// (generous for a busy machine) means Shutdown ended them.
 	a.Shutdown()
+	giveUp := time.After(20 * time.Second)
 	select {
 	case err := <-r.end:
 		if codeOf(err) != connect.CodeUnavailable {
 			t.Errorf("Read ended with %v, want UNAVAILABLE", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-giveUp:
 		t.Fatal("Read still open after Shutdown")
 	}
 	select {
@@ -413,10 +415,7 @@ func TestGRPCShutdownEndsWaits(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 			t.Errorf("Lease ended with %v, want UNAVAILABLE", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-giveUp:
 		t.Fatal("Lease still waiting after Shutdown")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("waits ended %v after Shutdown", d)
 	}
 }

@@ -512,7 +512,7 @@ func TestAPIShutdownEndsWaits(t *testing.T) {
 	srv, a := newAPIServer(t)
 	done := make(chan int, 2)
 	go func() {
-		st, _ := call(t, srv, "POST", "/v1/groups/w/lease", `{"processor":"p","waitMs":30000}`)
+		st, _ := call(t, srv, "POST", "/v1/groups/w/lease", `{"processor":"p","waitMs":60000}`)
 		done <- st
 	}()
 	go func() {
@@ -522,20 +522,19 @@ func TestAPIShutdownEndsWaits(t *testing.T) {
 	for a.hub.Waiting() < 2 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	start := time.Now()
+	// The lease would wait 60 s and the stream for ever: ending well
+	// within 20 s (generous for a busy machine) means Shutdown ended them.
 	a.Shutdown()
+	giveUp := time.After(20 * time.Second)
 	for range 2 {
 		select {
 		case st := <-done:
 			if st != 200 {
 				t.Fatalf("ended with %d", st)
 			}
-		case <-time.After(5 * time.Second):
+		case <-giveUp:
 			t.Fatal("a wait outlived Shutdown")
 		}
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("took %v", d)
 	}
 	if st, b := call(t, srv, "POST", "/messages", `{"name":"late","numberOfMessages":1}`); st != 503 {
 		t.Fatalf("a benchmark after shutdown: %d %s", st, b)
