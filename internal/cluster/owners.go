@@ -34,15 +34,38 @@ func newOwnerMap(parts int) *ownerMap {
 	return &ownerMap{owner: make([]Member, parts), reread: make(chan struct{})}
 }
 
-// setRead installs what a read of the group found.
-func (m *ownerMap) setRead(owner, members []Member) {
+// setRead installs what a read of the group found, and says which nodes
+// joined and left the group since the previous read (none on the first).
+func (m *ownerMap) setRead(owner, members []Member) (joined, left []string) {
 	m.mu.Lock()
+	if !m.read.IsZero() {
+		joined, left = memberDiff(m.members, members)
+	}
 	m.owner = owner
 	m.members = members
 	m.read = time.Now()
 	close(m.reread)
 	m.reread = make(chan struct{})
 	m.mu.Unlock()
+	return joined, left
+}
+
+// memberDiff is the node ids in now and not in before, and the reverse.
+func memberDiff(before, now []Member) (joined, left []string) {
+	in := func(ms []Member, id string) bool {
+		return slices.ContainsFunc(ms, func(m Member) bool { return m.NodeID == id })
+	}
+	for _, m := range now {
+		if !in(before, m.NodeID) {
+			joined = append(joined, m.NodeID)
+		}
+	}
+	for _, m := range before {
+		if !in(now, m.NodeID) {
+			left = append(left, m.NodeID)
+		}
+	}
+	return joined, left
 }
 
 // errLeftGroup is the cause of a call abandoned because its node left the
@@ -172,7 +195,10 @@ func (n *Node) refreshOwners(ctx context.Context) error {
 			owner[p] = self
 		}
 	}
-	n.owners.setRead(owner, members)
+	if joined, left := n.owners.setRead(owner, members); len(joined)+len(left) > 0 {
+		// Failover timelines start here: when this node saw a member go.
+		n.log.Info("the group's members changed", "joined", joined, "left", left, "members", len(members))
+	}
 	return nil
 }
 
