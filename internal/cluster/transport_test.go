@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +189,20 @@ func TestCallToAPausedNodeEndsWhenItLeavesTheGroup(t *testing.T) {
 	case <-broadcast:
 	case <-time.After(10 * time.Second):
 		t.Fatal("broadcast to a paused node still waiting after the node left the group")
+	}
+}
+
+// Each read of the group says who joined and who left since the last one
+// (nothing on the first: the node has just started).
+func TestSetReadReportsMembership(t *testing.T) {
+	m := newOwnerMap(1)
+	a, b, c := Member{NodeID: "a"}, Member{NodeID: "b"}, Member{NodeID: "c"}
+	if joined, left := m.setRead(make([]Member, 1), []Member{a, b}); joined != nil || left != nil {
+		t.Errorf("first read: joined %v left %v", joined, left)
+	}
+	joined, left := m.setRead(make([]Member, 1), []Member{b, c})
+	if !slices.Equal(joined, []string{"c"}) || !slices.Equal(left, []string{"a"}) {
+		t.Errorf("a left, c joined: got joined %v left %v", joined, left)
 	}
 }
 
