@@ -378,11 +378,15 @@ func (n *Node) releaseAll() {
 // returns at once: restoring a partition can take longer than the group
 // lets a rebalance callback run, and heartbeats go on meanwhile.
 func (n *Node) assigned(parts []int32) {
+	// Every rebalance ends here, even one that gives this node nothing
+	// (franz-go calls it regardless): the group changed, so read it now,
+	// not at the next tick, to route to the new owners and to abandon
+	// calls to a node the group expelled.
+	n.triggerRefresh()
 	if len(parts) == 0 {
 		return
 	}
 	n.log.Info("partitions assigned", "partitions", parts)
-	n.triggerRefresh()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range parts {

@@ -206,6 +206,19 @@ func TestSetReadReportsMembership(t *testing.T) {
 	}
 }
 
+// A rebalance that gives this node nothing still changed the group (a
+// node was expelled, its partitions went to others): the owner map is
+// read again at once, not at the next tick.
+func TestEveryRebalanceRereadsTheGroup(t *testing.T) {
+	n := testNode()
+	n.assigned(nil)
+	select {
+	case <-n.refresh:
+	default:
+		t.Error("a rebalance that assigned nothing here did not ask for the group to be read")
+	}
+}
+
 func TestLagOf(t *testing.T) {
 	for _, c := range []struct{ end, pos, marker, want int64 }{
 		{end: 12, pos: 4, marker: 10, want: 0},  // opened (marker 10, commit 11), nothing appended
