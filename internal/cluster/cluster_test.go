@@ -31,8 +31,16 @@ type testNode struct {
 	errc chan error
 }
 
-// startNode runs a real server (server.Run) as node id of cluster name.
+// startNode runs a real server (server.Run) as node id of cluster name,
+// with the 2 s session timeout most tests use to fail over quickly.
 func startNode(t *testing.T, brokers, name, id string) *testNode {
+	t.Helper()
+	return startNodeSession(t, brokers, name, id, 2*time.Second)
+}
+
+// startNodeSession is startNode with the given session timeout (0: the
+// default).
+func startNodeSession(t *testing.T, brokers, name, id string, session time.Duration) *testNode {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
@@ -50,7 +58,7 @@ func startNode(t *testing.T, brokers, name, id string) *testNode {
 			Kafka:          brokers,
 			Cluster:        name,
 			NodeID:         id,
-			SessionTimeout: 2 * time.Second,
+			SessionTimeout: session,
 		},
 		ShutdownTimeout: 20 * time.Second,
 	}

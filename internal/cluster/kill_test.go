@@ -33,14 +33,24 @@ func startProcess(t *testing.T, bin, brokers, name, id string) (*testNode, *exec
 // restarted where the others and its clients know it.
 func startProcessAt(t *testing.T, bin, brokers, name, id, addr string) (*testNode, *exec.Cmd) {
 	t.Helper()
+	return startProcessSession(t, bin, brokers, name, id, addr, 2*time.Second)
+}
+
+// startProcessSession is startProcessAt with the given session timeout
+// (0: the default).
+func startProcessSession(t *testing.T, bin, brokers, name, id, addr string, session time.Duration) (*testNode, *exec.Cmd) {
+	t.Helper()
 	logf := filepath.Join(t.TempDir(), id+".log")
 	lf, err := os.Create(logf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--kafka", brokers, "--cluster", name, "--node-id", id,
-		"--partitions", "6", "--kafka-session-timeout", "2s")
+	args := []string{"serve", "--addr", addr, "--kafka", brokers, "--cluster", name, "--node-id", id, "--partitions", "6"}
+	if session > 0 {
+		args = append(args, "--kafka-session-timeout", session.String())
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -59,6 +59,16 @@ const (
 	// replays its log, and a node that takes over many at once would
 	// otherwise fetch them all together.
 	openParallel = 4
+	// A node heartbeats this many times per session timeout. The
+	// survivors of a failed node learn that the group rebalances only
+	// from their next heartbeat, so a failover takes from the session
+	// timeout less one interval (the failed node's last heartbeat came
+	// just before it failed) to the session timeout plus one (the
+	// survivors' came just before it was expelled); and a node whose
+	// heartbeats are delayed (a saturated machine) has that many tries
+	// before it is expelled. A heartbeat is one small request.
+	heartbeatsPerSession = 10
+	minHeartbeat         = 100 * time.Millisecond
 	// Retry pauses after a failed acquire or a lost log.
 	minRetryPause = 250 * time.Millisecond
 	maxRetryPause = 10 * time.Second
@@ -247,7 +257,7 @@ func (n *Node) Join(eng *engine.Engine) error {
 		return errors.New("cluster: Join called twice or after Close")
 	}
 	n.eng = eng
-	hb := max(n.cfg.SessionTimeout/3, 100*time.Millisecond)
+	hb := max(n.cfg.SessionTimeout/heartbeatsPerSession, minHeartbeat)
 	gcl, err := kgo.NewClient(
 		kgo.SeedBrokers(n.cfg.Log.Brokers...),
 		kgo.ClientID(clientID(n.cfg.Log.NodeID, n.cfg.Advertise)),
@@ -368,11 +378,15 @@ func (n *Node) releaseAll() {
 // returns at once: restoring a partition can take longer than the group
 // lets a rebalance callback run, and heartbeats go on meanwhile.
 func (n *Node) assigned(parts []int32) {
+	// Every rebalance ends here, even one that gives this node nothing
+	// (franz-go calls it regardless): the group changed, so read it now,
+	// not at the next tick, to route to the new owners and to abandon
+	// calls to a node the group expelled.
+	n.triggerRefresh()
 	if len(parts) == 0 {
 		return
 	}
 	n.log.Info("partitions assigned", "partitions", parts)
-	n.triggerRefresh()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range parts {

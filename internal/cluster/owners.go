@@ -25,9 +25,83 @@ type ownerMap struct {
 	owner   []Member // by partition; NodeID "" when unassigned
 	members []Member // every node in the group, sorted by NodeID
 	read    time.Time
+	// reread is closed (and replaced) by every read of the group, which
+	// calls in flight wait on to learn whether their node is still in it.
+	reread chan struct{}
 }
 
-func newOwnerMap(parts int) *ownerMap { return &ownerMap{owner: make([]Member, parts)} }
+func newOwnerMap(parts int) *ownerMap {
+	return &ownerMap{owner: make([]Member, parts), reread: make(chan struct{})}
+}
+
+// setRead installs what a read of the group found, and says which nodes
+// joined and left the group since the previous read (none on the first).
+func (m *ownerMap) setRead(owner, members []Member) (joined, left []string) {
+	m.mu.Lock()
+	if !m.read.IsZero() {
+		joined, left = memberDiff(m.members, members)
+	}
+	m.owner = owner
+	m.members = members
+	m.read = time.Now()
+	close(m.reread)
+	m.reread = make(chan struct{})
+	m.mu.Unlock()
+	return joined, left
+}
+
+// memberDiff is the node ids in now and not in before, and the reverse.
+func memberDiff(before, now []Member) (joined, left []string) {
+	in := func(ms []Member, id string) bool {
+		return slices.ContainsFunc(ms, func(m Member) bool { return m.NodeID == id })
+	}
+	for _, m := range now {
+		if !in(before, m.NodeID) {
+			joined = append(joined, m.NodeID)
+		}
+	}
+	for _, m := range before {
+		if !in(now, m.NodeID) {
+			left = append(left, m.NodeID)
+		}
+	}
+	return joined, left
+}
+
+// errLeftGroup is the cause of a call abandoned because its node left the
+// group.
+var errLeftGroup = errors.New("the node left the cluster's group (it stopped heartbeating, e.g. paused or cut off, or it left) while the call was under way")
+
+// whileMember returns ctx cancelled, with errLeftGroup as its cause, as
+// soon as a read of the group made from now on no longer lists node: a
+// node the group expelled for silence (paused, cut off) may hold a call
+// for ever without refusing it, and its partitions are served elsewhere
+// by now. A read during a rebalance still lists every member that has not
+// left, so calls to healthy nodes are left alone. Call stop when done.
+func (m *ownerMap) whileMember(ctx context.Context, node string) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	m.mu.RLock()
+	reread := m.reread
+	m.mu.RUnlock()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reread:
+			}
+			m.mu.RLock()
+			reread = m.reread
+			in := slices.ContainsFunc(m.members, func(mem Member) bool { return mem.NodeID == node })
+			m.mu.RUnlock()
+			if !in {
+				cancel(errLeftGroup)
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
 
 func (m *ownerMap) assignedTo(p int) (Member, bool) {
 	m.mu.RLock()
@@ -121,11 +195,10 @@ func (n *Node) refreshOwners(ctx context.Context) error {
 			owner[p] = self
 		}
 	}
-	n.owners.mu.Lock()
-	n.owners.owner = owner
-	n.owners.members = members
-	n.owners.read = time.Now()
-	n.owners.mu.Unlock()
+	if joined, left := n.owners.setRead(owner, members); len(joined)+len(left) > 0 {
+		// Failover timelines start here: when this node saw a member go.
+		n.log.Info("the group's members changed", "joined", joined, "left", left, "members", len(members))
+	}
 	return nil
 }
 

@@ -75,10 +75,19 @@ func (t *transport) Call(ctx context.Context, part int, body []byte) ([]byte, er
 	if o.NodeID == t.n.cfg.Log.NodeID {
 		return nil, t.notOwner("partition %d is not served here yet or any more", part)
 	}
-	ans, status, err := t.post(ctx, o.Addr, body)
+	cctx, stop := t.n.owners.whileMember(ctx, o.NodeID)
+	ans, status, err := t.post(cctx, o.Addr, body)
+	stop()
 	if err != nil {
 		if notDelivered(err) {
 			return nil, t.notOwner("node %s at %s: %v", o.NodeID, o.Addr, err)
+		}
+		if cause := context.Cause(cctx); errors.Is(cause, errLeftGroup) {
+			// Sent, so it may yet be applied (if the node comes back
+			// before its next owner fences it): the engine answers a
+			// command "outcome unknown" and asks a query again, of the
+			// partition's next owner.
+			return nil, fmt.Errorf("cluster: call to node %s at %s abandoned: %w", o.NodeID, o.Addr, cause)
 		}
 		return nil, fmt.Errorf("cluster: call to node %s at %s: %w", o.NodeID, o.Addr, err)
 	}
@@ -102,6 +111,8 @@ func (t *transport) Broadcast(ctx context.Context, body []byte) {
 			continue
 		}
 		wg.Go(func() {
+			ctx, stop := t.n.owners.whileMember(ctx, m.NodeID)
+			defer stop()
 			if _, _, err := t.post(ctx, m.Addr, body); err != nil {
 				t.n.log.Debug("broadcast to a node failed", "to", m.NodeID, "err", err)
 			}

@@ -3,11 +3,14 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/kafkalog"
@@ -30,6 +33,7 @@ func TestClientIDRoundTrip(t *testing.T) {
 func testNode() *Node {
 	n := &Node{
 		cfg:     Config{Log: kafkalog.Config{Cluster: "blue", NodeID: "self"}, Advertise: "127.0.0.1:1"},
+		log:     slog.New(slog.DiscardHandler),
 		owners:  newOwnerMap(4),
 		refresh: make(chan struct{}, 1),
 	}
@@ -116,6 +120,102 @@ func TestCallFailureAfterDeliveryIsNotNotOwner(t *testing.T) {
 	_, err := n.transport.Call(context.Background(), 0, []byte("x"))
 	if err == nil || errors.Is(err, engine.ErrNotOwner) {
 		t.Errorf("connection closed after the request was read: %v", err)
+	}
+}
+
+// A paused node (SIGSTOP, a frozen VM) still accepts connections, in its
+// kernel, and never answers. A call to it is abandoned as soon as a read
+// of the group no longer lists the node (the group expelled it, and its
+// partitions go to others), not when the call's own time runs out: the
+// caller's other requests for the partition wait behind it. The error is
+// not "not delivered" (the node may yet read the request), and a read that
+// still lists the node (a rebalance) leaves the call alone.
+func TestCallToAPausedNodeEndsWhenItLeavesTheGroup(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never read: a paused process
+		}
+	}()
+	n := testNode()
+	paused := Member{NodeID: "paused", Addr: ln.Addr().String()}
+	self := Member{NodeID: "self", Addr: "127.0.0.1:1"}
+	n.owners.setRead([]Member{paused, self, self, self}, []Member{paused, self})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	callErr := make(chan error, 1)
+	go func() {
+		_, err := n.transport.Call(ctx, 0, []byte("x"))
+		callErr <- err
+	}()
+	broadcast := make(chan struct{})
+	go func() {
+		n.transport.Broadcast(ctx, []byte("x"))
+		close(broadcast)
+	}()
+	for range 2 {
+		c := <-accepted
+		defer c.Close()
+	}
+
+	// A rebalance: the node is still a member, its assignment unknown.
+	n.owners.setRead(make([]Member, 4), []Member{paused, self})
+	select {
+	case err := <-callErr:
+		t.Fatalf("call ended while its node was still in the group: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	n.owners.setRead([]Member{self, self, self, self}, []Member{self})
+	select {
+	case err := <-callErr:
+		if !errors.Is(err, errLeftGroup) || errors.Is(err, engine.ErrNotOwner) {
+			t.Errorf("call abandoned: %v, want errLeftGroup and not ErrNotOwner", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("call to a paused node still waiting after the node left the group")
+	}
+	select {
+	case <-broadcast:
+	case <-time.After(10 * time.Second):
+		t.Fatal("broadcast to a paused node still waiting after the node left the group")
+	}
+}
+
+// Each read of the group says who joined and who left since the last one
+// (nothing on the first: the node has just started).
+func TestSetReadReportsMembership(t *testing.T) {
+	m := newOwnerMap(1)
+	a, b, c := Member{NodeID: "a"}, Member{NodeID: "b"}, Member{NodeID: "c"}
+	if joined, left := m.setRead(make([]Member, 1), []Member{a, b}); joined != nil || left != nil {
+		t.Errorf("first read: joined %v left %v", joined, left)
+	}
+	joined, left := m.setRead(make([]Member, 1), []Member{b, c})
+	if !slices.Equal(joined, []string{"c"}) || !slices.Equal(left, []string{"a"}) {
+		t.Errorf("a left, c joined: got joined %v left %v", joined, left)
+	}
+}
+
+// A rebalance that gives this node nothing still changed the group (a
+// node was expelled, its partitions went to others): the owner map is
+// read again at once, not at the next tick.
+func TestEveryRebalanceRereadsTheGroup(t *testing.T) {
+	n := testNode()
+	n.assigned(nil)
+	select {
+	case <-n.refresh:
+	default:
+		t.Error("a rebalance that assigned nothing here did not ask for the group to be read")
 	}
 }
 
