@@ -126,8 +126,11 @@ func TestKilledNodesPartitionsMove(t *testing.T) {
 	waitDivided(t, []*testNode{a, b})
 	took := time.Since(killed)
 	t.Logf("the killed node's partitions served again after %v", took.Round(time.Millisecond))
-	if took > 10*time.Second {
-		t.Errorf("failover took %v, more than 10 s", took)
+	// Not a speed check (BENCHMARKS.md has the figures): a failover that
+	// happens at all takes about the 2 s session timeout; 30 s leaves a
+	// busy machine room and still catches partitions left unowned.
+	if took > 30*time.Second {
+		t.Errorf("failover took %v, more than 30 s", took)
 	}
 	<-done
 	for id, r := range during {
