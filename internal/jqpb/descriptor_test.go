@@ -187,7 +187,8 @@ func parseFields(t *testing.T, spec string) []field {
 		case contractEnums[typ] != "":
 			f.kind, f.typeName = protoreflect.EnumKind, protoreflect.FullName("jq."+typ)
 		default:
-			if _, known := contractMessages[typ]; !known {
+			_, known := contractMessages[typ]
+			if _, ext := extensionMessages[typ]; !known && !ext {
 				t.Fatalf("table entry %q: unknown type %q", entry, typ)
 			}
 			f.kind, f.typeName = protoreflect.MessageKind, protoreflect.FullName("jq."+typ)
