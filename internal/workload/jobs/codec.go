@@ -337,7 +337,7 @@ func (x *SubmitBatch) code(c *coder) {
 		x.Jobs[i].code(c)
 	}
 }
-func (x *Release) code(c *coder)      { c.str(&x.Worker, &x.JobID) }
+func (x *Release) code(c *coder) { c.str(&x.Worker, &x.JobID) }
 func (x *Extend) code(c *coder) {
 	c.str(&x.Worker, &x.Session)
 	c.i64(&x.LeaseNs)
@@ -350,7 +350,7 @@ func (x *Reclaim) code(c *coder) {
 	c.bool(&x.Declared)
 	c.strs(&x.Keep)
 }
-func (x *Unsent) code(c *coder) { c.str(&x.Worker, &x.Session); c.strs(&x.JobIDs) }
+func (x *Unsent) code(c *coder)       { c.str(&x.Worker, &x.Session); c.strs(&x.JobIDs) }
 func (x *Cancel) code(c *coder)       { c.str(&x.JobID) }
 func (x *Retry) code(c *coder)        { c.str(&x.JobID) }
 func (x *LeaseExpired) code(c *coder) { c.str(&x.JobID) }
@@ -370,11 +370,11 @@ func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	return w.B, nil
 }
 
-func (x *CreateQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCreateQueue, x) }
-func (x *DeleteQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagDeleteQueue, x) }
-func (x *PauseQueue) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagPauseQueue, x) }
-func (x *ResumeQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagResumeQueue, x) }
-func (x *Submit) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagSubmit, x) }
+func (x *CreateQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagCreateQueue, x) }
+func (x *DeleteQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagDeleteQueue, x) }
+func (x *PauseQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagPauseQueue, x) }
+func (x *ResumeQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagResumeQueue, x) }
+func (x *Submit) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagSubmit, x) }
 func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
 	if x.legacy {
 		return encode(b, tagLease, x)

@@ -124,20 +124,20 @@ const (
 // Limits. A limit on everything keeps a partition's memory bounded; the
 // ones a deployment may want to change are in Limits.
 const (
-	DefaultQueue        = "default"
-	DefaultMaxRetries   = 3
-	MaxMaxRetries       = 100
-	MaxPriority         = 9
-	MaxNameLen          = 256
-	MaxIDLen            = 128
-	MaxKeyLen           = 256
-	MaxErrorLen         = 4096
-	MaxPayloadBytes     = 1 << 20
-	MaxLeaseBatch       = 1000
-	MaxSubmitBatch      = 1000
-	MaxEventsPerJob     = 100
+	DefaultQueue      = "default"
+	DefaultMaxRetries = 3
+	MaxMaxRetries     = 100
+	MaxPriority       = 9
+	MaxNameLen        = 256
+	MaxIDLen          = 128
+	MaxKeyLen         = 256
+	MaxErrorLen       = 4096
+	MaxPayloadBytes   = 1 << 20
+	MaxLeaseBatch     = 1000
+	MaxSubmitBatch    = 1000
+	MaxEventsPerJob   = 100
 	// MaxHeldJobs bounds the job ids a heartbeat or a new stream names.
-	MaxHeldJobs = MaxLeaseBatch
+	MaxHeldJobs         = MaxLeaseBatch
 	DefaultRetentionNs  = int64(24 * 3600e9)
 	DefaultMaxQueueJobs = 100_000
 	DefaultMaxQueues    = 1_000
