@@ -559,6 +559,7 @@ func (a *API) reclaim(ctx context.Context, s *stream, out *connect.ServerStream[
 		if !adopted {
 			return a.hub.ended(s)
 		}
+		a.hub.resendCancels(s, jobs)
 		return err
 	}
 	// Offered again but not sent: nobody has them.
@@ -625,6 +626,24 @@ func (h *Hub) adopt(s *stream, jobs []*Job) bool {
 		h.owner[j.ID] = w
 	}
 	return true
+}
+
+// resendCancels queues cancel orders for kept jobs cancelled meanwhile:
+// an order sent while the worker had no stream was lost.
+func (h *Hub) resendCancels(s *stream, jobs []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !s.acceptsCancel {
+		return
+	}
+	for _, j := range jobs {
+		if j.CancelAsked && len(s.cancels) < cancelBacklog {
+			s.cancels = append(s.cancels, j.ID)
+		}
+	}
+	if len(s.cancels) > 0 {
+		s.poke()
+	}
 }
 
 // ended is how a stream that ended or was replaced returns.

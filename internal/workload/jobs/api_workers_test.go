@@ -291,3 +291,26 @@ func TestAPIOfflineWorkerForgottenAfterGrace(t *testing.T) {
 		t.Fatalf("after the grace: %v", st)
 	}
 }
+
+// A job cancelled while its worker had no stream is cancelled again on
+// the stream the worker reconnects with, if it still holds the job.
+func TestAPICancelWhileDisconnectedReachesTheNextStream(t *testing.T) {
+	c := newAPI(t, time.Hour)
+	if err := c.register(t, "w1", 1); err != nil {
+		t.Fatal(err)
+	}
+	s1 := c.stream(t, "w1", true)
+	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	s1.next(t)
+	if _, err := c.work.AckJob(ctxT(t), connect.NewRequest(&jqpb.AckJobRequest{WorkerId: "w1", JobId: id})); err != nil {
+		t.Fatal(err)
+	}
+	s1.kill(t) // the connection drops; the process runs on
+	if _, err := c.jobs.CancelJob(ctxT(t), connect.NewRequest(&jqpb.CancelJobRequest{JobId: id})); err != nil {
+		t.Fatal(err)
+	}
+	s2 := c.stream(t, "w1", true, id)
+	if a := s2.next(t); !a.Cancel || a.JobId != id {
+		t.Fatalf("reconnected stream got %v, want a cancel order for %s", a, id)
+	}
+}
