@@ -27,6 +27,7 @@ type fakeServer struct {
 	mu         sync.Mutex
 	registers  int
 	heartbeats int
+	lastHeld   *jqpb.HeldJobs // of the last heartbeat
 }
 
 type fakeStream struct {
@@ -65,9 +66,10 @@ func (f *fakeServer) RegisterWorker(_ context.Context, req *connect.Request[jqpb
 	return connect.NewResponse(&jqpb.RegisterWorkerResponse{WorkerId: id}), nil
 }
 
-func (f *fakeServer) Heartbeat(context.Context, *connect.Request[jqpb.HeartbeatRequest]) (*connect.Response[jqpb.HeartbeatResponse], error) {
+func (f *fakeServer) Heartbeat(_ context.Context, req *connect.Request[jqpb.HeartbeatRequest]) (*connect.Response[jqpb.HeartbeatResponse], error) {
 	f.mu.Lock()
 	f.heartbeats++
+	f.lastHeld = req.Msg.Held
 	f.mu.Unlock()
 	return connect.NewResponse(&jqpb.HeartbeatResponse{}), nil
 }

@@ -300,8 +300,10 @@ func (w *Worker) stream(ctx context.Context) (got bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(w.hard, cancel)()
+	// Saying what this process holds lets the server keep those and give
+	// back at once whatever an earlier process of this id held.
 	st, err := w.c.workers.StreamJobs(sctx, connect.NewRequest(&jqpb.StreamJobsRequest{
-		WorkerId: w.ID(), Queues: w.queues(), AcceptsCancel: true,
+		WorkerId: w.ID(), Queues: w.queues(), AcceptsCancel: true, Held: w.held(),
 	}))
 	if err != nil {
 		return false, err
@@ -334,10 +336,23 @@ func (w *Worker) dispatch(a *jqpb.JobAssignment) {
 	go w.work(jctx, a)
 }
 
-func (w *Worker) active() int {
+// maxHeld is the server's limit on the jobs a worker names at once
+// (jobs.MaxHeldJobs); the server never pushes more than a worker's
+// concurrency, itself at most this.
+const maxHeld = 1000
+
+// held lists the jobs this process holds: pushed to it, not yet
+// reported (running or waiting for a slot).
+func (w *Worker) held() *jqpb.HeldJobs {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.running)
+	ids := make([]string, 0, len(w.running))
+	for id := range w.running {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	// Past the limit (never in practice) the rest's leases run out.
+	return &jqpb.HeldJobs{JobIds: ids[:min(len(ids), maxHeld)]}
 }
 
 func (w *Worker) heartbeat(ctx context.Context) {
@@ -349,7 +364,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		req := &jqpb.HeartbeatRequest{WorkerId: w.ID(), ActiveJobCount: int32(w.active())}
+		held := w.held()
+		// The heartbeat extends the leases of exactly these jobs.
+		req := &jqpb.HeartbeatRequest{WorkerId: w.ID(), ActiveJobCount: int32(len(held.JobIds)), Held: held}
 		if _, err := w.c.workers.Heartbeat(ctx, connect.NewRequest(req)); err != nil && ctx.Err() == nil {
 			w.log.Debug("jobs worker: heartbeat failed", "err", err)
 		}

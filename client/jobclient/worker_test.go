@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,7 +191,7 @@ func TestWorkerRunsAtMostConcurrencyHandlers(t *testing.T) {
 
 func TestWorkerReconnectsAndKeepsRunningJobs(t *testing.T) {
 	f, c := newFakeServer(t)
-	w := NewWorker(c, WorkerConfig{ID: "w"})
+	w := NewWorker(c, WorkerConfig{ID: "w", Heartbeat: 10 * time.Millisecond})
 	release := make(chan struct{})
 	Handle(w, "", func(ctx context.Context, job *Job[[]byte]) ([]byte, error) {
 		<-release
@@ -200,11 +201,31 @@ func TestWorkerReconnectsAndKeepsRunningJobs(t *testing.T) {
 	defer cancel()
 	runWorker(ctx, w)
 	s := recv(t, f.streams, "stream")
+	// A fresh process says it holds nothing (the server gives back what
+	// an earlier process of the id held).
+	if s.req.Held == nil || len(s.req.Held.JobIds) != 0 {
+		t.Fatalf("first stream declares %v, want an empty list", s.req.Held)
+	}
 	s.send <- &jqpb.JobAssignment{JobId: "j", QueueName: "default"}
 	recv(t, f.acks, "ack")
+	// Heartbeats name the job it runs.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		held := f.lastHeld
+		f.mu.Unlock()
+		if held != nil && slices.Equal(held.JobIds, []string{"j"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heartbeats declare %v, want [j]", held)
+		}
+	}
 	s.end <- connect.NewError(connect.CodeUnavailable, errors.New("server restarting"))
 
 	s2 := recv(t, f.streams, "second stream")
+	if s2.req.Held == nil || !slices.Equal(s2.req.Held.JobIds, []string{"j"}) {
+		t.Fatalf("reconnect declares %v, want [j]", s2.req.Held)
+	}
 	// The restarted server pushes the still-leased job again: it runs once.
 	s2.send <- &jqpb.JobAssignment{JobId: "j", QueueName: "default"}
 	none(t, f.acks, "the duplicate started")

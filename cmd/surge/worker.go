@@ -30,9 +30,10 @@ const (
 
 func newWorkerCmd() *cobra.Command {
 	var (
-		cfg    jobclient.WorkerConfig
-		server string
-		queues string
+		cfg      jobclient.WorkerConfig
+		server   string
+		queues   string
+		stateDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -41,6 +42,11 @@ func newWorkerCmd() *cobra.Command {
 payload {"command": ["prog", "arg", ...]} as a child process (no shell), with the job's TTL
 as its timeout. The job's result is the command's stdout (its last 64 KiB); a non-zero exit
 fails the job with the exit status and the tail of stderr.
+
+Without --id the worker's id is <host>-<hash>-<n>: the hostname, a hash of --server
+and the queues, and the first free slot n (a lock file in --state-dir). A restarted
+worker gets its old id back, so the server gives back at once the jobs its old process
+held; workers running at once on one host get different ids.
 
 SIGTERM or SIGINT drains: no new jobs, running ones finish and are reported, then the
 worker deregisters and exits. A second signal kills the running commands and exits now
@@ -54,6 +60,15 @@ worker deregisters and exits. A second signal kills the running commands and exi
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			cfg.Logger = log
+			if cfg.ID == "" {
+				host, _ := os.Hostname()
+				id, release, err := claimWorkerID(stateDir, host, server, cfg.Queues)
+				if err != nil {
+					return fmt.Errorf("choosing a worker id (give one with --id, or a writable --state-dir): %w", err)
+				}
+				defer release()
+				cfg.ID = id
+			}
 			w := newCommandWorker(jobclient.New(server), cfg)
 
 			ctx, drain := context.WithCancel(context.Background())
@@ -76,7 +91,8 @@ worker deregisters and exits. A second signal kills the running commands and exi
 	f.StringVar(&server, "server", envOr("SURGE_SERVER", "http://127.0.0.1:8080"), "the Surge server's URL (SURGE_SERVER)")
 	f.StringVar(&queues, "queues", envOr("SURGE_QUEUES", "default"), "queues to take jobs from, comma-separated (SURGE_QUEUES)")
 	f.IntVar(&cfg.Concurrency, "concurrency", envIntOr("SURGE_CONCURRENCY", runtime.NumCPU()), "jobs run at once (SURGE_CONCURRENCY)")
-	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: the server assigns one (SURGE_WORKER_ID)")
+	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: <host>-<hash of server and queues>-<first free slot>, the same after a restart (SURGE_WORKER_ID)")
+	f.StringVar(&stateDir, "state-dir", envOr("SURGE_WORKER_STATE_DIR", defaultStateDir()), "where the slot locks of default worker ids are kept (SURGE_WORKER_STATE_DIR)")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", envDurationOr("SURGE_HEARTBEAT", 5*time.Second), "interval between heartbeats; shorter than the server's --job-lease (SURGE_HEARTBEAT)")
 	return cmd
 }

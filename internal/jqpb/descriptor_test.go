@@ -114,7 +114,8 @@ var contractServices = map[string]map[string]string{
 var extensionFields = map[string]string{
 	"Queue":             "paused=100 bool",
 	"SubmitJobRequest":  "idempotency_key=100 string, not_before=101 Timestamp",
-	"StreamJobsRequest": "accepts_cancel=100 bool",
+	"StreamJobsRequest": "accepts_cancel=100 bool, held=101 HeldJobs",
+	"HeartbeatRequest":  "held=100 HeldJobs",
 	"JobAssignment":     "cancel=100 bool, ttl_seconds=101 int32",
 }
 
@@ -122,6 +123,7 @@ var extensionMessages = map[string]string{
 	"SubmitJobsRequest":   "jobs=1 repeated SubmitJobRequest",
 	"SubmitJobsResponse":  "job_ids=1 repeated string",
 	"AckJobRequest":       "worker_id=1 string, job_id=2 string",
+	"HeldJobs":            "job_ids=1 repeated string",
 	"AckJobResponse":      "",
 	"PauseQueueRequest":   "name=1 string",
 	"PauseQueueResponse":  "queue=1 Queue",
@@ -185,7 +187,8 @@ func parseFields(t *testing.T, spec string) []field {
 		case contractEnums[typ] != "":
 			f.kind, f.typeName = protoreflect.EnumKind, protoreflect.FullName("jq."+typ)
 		default:
-			if _, known := contractMessages[typ]; !known {
+			_, known := contractMessages[typ]
+			if _, ext := extensionMessages[typ]; !known && !ext {
 				t.Fatalf("table entry %q: unknown type %q", entry, typ)
 			}
 			f.kind, f.typeName = protoreflect.MessageKind, protoreflect.FullName("jq."+typ)

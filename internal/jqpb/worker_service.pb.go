@@ -140,8 +140,13 @@ type HeartbeatRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId       string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	ActiveJobCount int32                  `protobuf:"varint,2,opt,name=active_job_count,json=activeJobCount,proto3" json:"active_job_count,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Surge extension: the jobs the worker holds now (pushed to it and not
+	// yet reported). When set, the heartbeat extends the leases of exactly
+	// these jobs; when absent (jq's workers), those of the jobs pushed on
+	// the worker's live stream.
+	Held          *HeldJobs `protobuf:"bytes,100,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -188,6 +193,60 @@ func (x *HeartbeatRequest) GetActiveJobCount() int32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetHeld() *HeldJobs {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+// Surge extension: what a worker process holds (HeartbeatRequest.held,
+// StreamJobsRequest.held). A message, so that "holds none" (set, empty)
+// differs from "does not say" (absent).
+type HeldJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []string               `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldJobs) Reset() {
+	*x = HeldJobs{}
+	mi := &file_jq_worker_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldJobs) ProtoMessage() {}
+
+func (x *HeldJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_jq_worker_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldJobs.ProtoReflect.Descriptor instead.
+func (*HeldJobs) Descriptor() ([]byte, []int) {
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HeldJobs) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -196,7 +255,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jq_worker_service_proto_msgTypes[3]
+	mi := &file_jq_worker_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -208,7 +267,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[3]
+	mi := &file_jq_worker_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -221,7 +280,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{3}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{4}
 }
 
 type StreamJobsRequest struct {
@@ -232,13 +291,19 @@ type StreamJobsRequest struct {
 	// such workers are sent cancellations: a jq worker would read one as a
 	// new assignment and run the job again.
 	AcceptsCancel bool `protobuf:"varint,100,opt,name=accepts_cancel,json=acceptsCancel,proto3" json:"accepts_cancel,omitempty"`
+	// Surge extension: the jobs this worker process holds as it (re)opens
+	// its stream. The worker's id keeps these; every other job the id
+	// holds is given back at once (a restarted process holds none). When
+	// absent (jq's workers), the jobs the id holds are pushed again on this
+	// stream.
+	Held          *HeldJobs `protobuf:"bytes,101,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamJobsRequest) Reset() {
 	*x = StreamJobsRequest{}
-	mi := &file_jq_worker_service_proto_msgTypes[4]
+	mi := &file_jq_worker_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +315,7 @@ func (x *StreamJobsRequest) String() string {
 func (*StreamJobsRequest) ProtoMessage() {}
 
 func (x *StreamJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[4]
+	mi := &file_jq_worker_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +328,7 @@ func (x *StreamJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{4}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StreamJobsRequest) GetWorkerId() string {
@@ -287,6 +352,13 @@ func (x *StreamJobsRequest) GetAcceptsCancel() bool {
 	return false
 }
 
+func (x *StreamJobsRequest) GetHeld() *HeldJobs {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
 type JobAssignment struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -306,7 +378,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_jq_worker_service_proto_msgTypes[5]
+	mi := &file_jq_worker_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +390,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[5]
+	mi := &file_jq_worker_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +403,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{5}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -389,7 +461,7 @@ type ReportResultRequest struct {
 
 func (x *ReportResultRequest) Reset() {
 	*x = ReportResultRequest{}
-	mi := &file_jq_worker_service_proto_msgTypes[6]
+	mi := &file_jq_worker_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +473,7 @@ func (x *ReportResultRequest) String() string {
 func (*ReportResultRequest) ProtoMessage() {}
 
 func (x *ReportResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[6]
+	mi := &file_jq_worker_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +486,7 @@ func (x *ReportResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResultRequest.ProtoReflect.Descriptor instead.
 func (*ReportResultRequest) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{6}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReportResultRequest) GetWorkerId() string {
@@ -460,7 +532,7 @@ type ReportResultResponse struct {
 
 func (x *ReportResultResponse) Reset() {
 	*x = ReportResultResponse{}
-	mi := &file_jq_worker_service_proto_msgTypes[7]
+	mi := &file_jq_worker_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +544,7 @@ func (x *ReportResultResponse) String() string {
 func (*ReportResultResponse) ProtoMessage() {}
 
 func (x *ReportResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[7]
+	mi := &file_jq_worker_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +557,7 @@ func (x *ReportResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResultResponse.ProtoReflect.Descriptor instead.
 func (*ReportResultResponse) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{7}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{8}
 }
 
 type DeregisterRequest struct {
@@ -497,7 +569,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_jq_worker_service_proto_msgTypes[8]
+	mi := &file_jq_worker_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +581,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[8]
+	mi := &file_jq_worker_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +594,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{8}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeregisterRequest) GetWorkerId() string {
@@ -540,7 +612,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_jq_worker_service_proto_msgTypes[9]
+	mi := &file_jq_worker_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +624,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[9]
+	mi := &file_jq_worker_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +637,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{9}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{10}
 }
 
 // Surge extension (WorkerService.AckJob).
@@ -579,7 +651,7 @@ type AckJobRequest struct {
 
 func (x *AckJobRequest) Reset() {
 	*x = AckJobRequest{}
-	mi := &file_jq_worker_service_proto_msgTypes[10]
+	mi := &file_jq_worker_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +663,7 @@ func (x *AckJobRequest) String() string {
 func (*AckJobRequest) ProtoMessage() {}
 
 func (x *AckJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[10]
+	mi := &file_jq_worker_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +676,7 @@ func (x *AckJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckJobRequest.ProtoReflect.Descriptor instead.
 func (*AckJobRequest) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{10}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AckJobRequest) GetWorkerId() string {
@@ -630,7 +702,7 @@ type AckJobResponse struct {
 
 func (x *AckJobResponse) Reset() {
 	*x = AckJobResponse{}
-	mi := &file_jq_worker_service_proto_msgTypes[11]
+	mi := &file_jq_worker_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +714,7 @@ func (x *AckJobResponse) String() string {
 func (*AckJobResponse) ProtoMessage() {}
 
 func (x *AckJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jq_worker_service_proto_msgTypes[11]
+	mi := &file_jq_worker_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +727,7 @@ func (x *AckJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckJobResponse.ProtoReflect.Descriptor instead.
 func (*AckJobResponse) Descriptor() ([]byte, []int) {
-	return file_jq_worker_service_proto_rawDescGZIP(), []int{11}
+	return file_jq_worker_service_proto_rawDescGZIP(), []int{12}
 }
 
 var File_jq_worker_service_proto protoreflect.FileDescriptor
@@ -669,15 +741,19 @@ const file_jq_worker_service_proto_rawDesc = "" +
 	"\vconcurrency\x18\x03 \x01(\x05R\vconcurrency\x12\x16\n" +
 	"\x06queues\x18\x04 \x03(\tR\x06queues\"5\n" +
 	"\x16RegisterWorkerResponse\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"Y\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"{\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12(\n" +
-	"\x10active_job_count\x18\x02 \x01(\x05R\x0eactiveJobCount\"\x13\n" +
-	"\x11HeartbeatResponse\"o\n" +
+	"\x10active_job_count\x18\x02 \x01(\x05R\x0eactiveJobCount\x12 \n" +
+	"\x04held\x18d \x01(\v2\f.jq.HeldJobsR\x04held\"#\n" +
+	"\bHeldJobs\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\x13\n" +
+	"\x11HeartbeatResponse\"\x91\x01\n" +
 	"\x11StreamJobsRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12%\n" +
-	"\x0eaccepts_cancel\x18d \x01(\bR\racceptsCancel\"\xb4\x01\n" +
+	"\x0eaccepts_cancel\x18d \x01(\bR\racceptsCancel\x12 \n" +
+	"\x04held\x18e \x01(\v2\f.jq.HeldJobsR\x04held\"\xb4\x01\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -723,39 +799,42 @@ func file_jq_worker_service_proto_rawDescGZIP() []byte {
 	return file_jq_worker_service_proto_rawDescData
 }
 
-var file_jq_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_jq_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_jq_worker_service_proto_goTypes = []any{
 	(*RegisterWorkerRequest)(nil),  // 0: jq.RegisterWorkerRequest
 	(*RegisterWorkerResponse)(nil), // 1: jq.RegisterWorkerResponse
 	(*HeartbeatRequest)(nil),       // 2: jq.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 3: jq.HeartbeatResponse
-	(*StreamJobsRequest)(nil),      // 4: jq.StreamJobsRequest
-	(*JobAssignment)(nil),          // 5: jq.JobAssignment
-	(*ReportResultRequest)(nil),    // 6: jq.ReportResultRequest
-	(*ReportResultResponse)(nil),   // 7: jq.ReportResultResponse
-	(*DeregisterRequest)(nil),      // 8: jq.DeregisterRequest
-	(*DeregisterResponse)(nil),     // 9: jq.DeregisterResponse
-	(*AckJobRequest)(nil),          // 10: jq.AckJobRequest
-	(*AckJobResponse)(nil),         // 11: jq.AckJobResponse
+	(*HeldJobs)(nil),               // 3: jq.HeldJobs
+	(*HeartbeatResponse)(nil),      // 4: jq.HeartbeatResponse
+	(*StreamJobsRequest)(nil),      // 5: jq.StreamJobsRequest
+	(*JobAssignment)(nil),          // 6: jq.JobAssignment
+	(*ReportResultRequest)(nil),    // 7: jq.ReportResultRequest
+	(*ReportResultResponse)(nil),   // 8: jq.ReportResultResponse
+	(*DeregisterRequest)(nil),      // 9: jq.DeregisterRequest
+	(*DeregisterResponse)(nil),     // 10: jq.DeregisterResponse
+	(*AckJobRequest)(nil),          // 11: jq.AckJobRequest
+	(*AckJobResponse)(nil),         // 12: jq.AckJobResponse
 }
 var file_jq_worker_service_proto_depIdxs = []int32{
-	0,  // 0: jq.WorkerService.RegisterWorker:input_type -> jq.RegisterWorkerRequest
-	2,  // 1: jq.WorkerService.Heartbeat:input_type -> jq.HeartbeatRequest
-	4,  // 2: jq.WorkerService.StreamJobs:input_type -> jq.StreamJobsRequest
-	6,  // 3: jq.WorkerService.ReportResult:input_type -> jq.ReportResultRequest
-	8,  // 4: jq.WorkerService.Deregister:input_type -> jq.DeregisterRequest
-	10, // 5: jq.WorkerService.AckJob:input_type -> jq.AckJobRequest
-	1,  // 6: jq.WorkerService.RegisterWorker:output_type -> jq.RegisterWorkerResponse
-	3,  // 7: jq.WorkerService.Heartbeat:output_type -> jq.HeartbeatResponse
-	5,  // 8: jq.WorkerService.StreamJobs:output_type -> jq.JobAssignment
-	7,  // 9: jq.WorkerService.ReportResult:output_type -> jq.ReportResultResponse
-	9,  // 10: jq.WorkerService.Deregister:output_type -> jq.DeregisterResponse
-	11, // 11: jq.WorkerService.AckJob:output_type -> jq.AckJobResponse
-	6,  // [6:12] is the sub-list for method output_type
-	0,  // [0:6] is the sub-list for method input_type
-	0,  // [0:0] is the sub-list for extension type_name
-	0,  // [0:0] is the sub-list for extension extendee
-	0,  // [0:0] is the sub-list for field type_name
+	3,  // 0: jq.HeartbeatRequest.held:type_name -> jq.HeldJobs
+	3,  // 1: jq.StreamJobsRequest.held:type_name -> jq.HeldJobs
+	0,  // 2: jq.WorkerService.RegisterWorker:input_type -> jq.RegisterWorkerRequest
+	2,  // 3: jq.WorkerService.Heartbeat:input_type -> jq.HeartbeatRequest
+	5,  // 4: jq.WorkerService.StreamJobs:input_type -> jq.StreamJobsRequest
+	7,  // 5: jq.WorkerService.ReportResult:input_type -> jq.ReportResultRequest
+	9,  // 6: jq.WorkerService.Deregister:input_type -> jq.DeregisterRequest
+	11, // 7: jq.WorkerService.AckJob:input_type -> jq.AckJobRequest
+	1,  // 8: jq.WorkerService.RegisterWorker:output_type -> jq.RegisterWorkerResponse
+	4,  // 9: jq.WorkerService.Heartbeat:output_type -> jq.HeartbeatResponse
+	6,  // 10: jq.WorkerService.StreamJobs:output_type -> jq.JobAssignment
+	8,  // 11: jq.WorkerService.ReportResult:output_type -> jq.ReportResultResponse
+	10, // 12: jq.WorkerService.Deregister:output_type -> jq.DeregisterResponse
+	12, // 13: jq.WorkerService.AckJob:output_type -> jq.AckJobResponse
+	8,  // [8:14] is the sub-list for method output_type
+	2,  // [2:8] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_jq_worker_service_proto_init() }
@@ -769,7 +848,7 @@ func file_jq_worker_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jq_worker_service_proto_rawDesc), len(file_jq_worker_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -76,6 +76,9 @@ type Config struct {
 	// MaxWorkers bounds the job worker registry; 0 means
 	// jobs.DefaultMaxWorkers.
 	MaxWorkers int
+	// WorkerGrace is how long an offline job worker keeps its place in
+	// the registry; 0 means jobs.DefaultWorkerGrace.
+	WorkerGrace time.Duration
 	// SeqRetention is how long a released sequencer message is kept when
 	// no consumer has passed it; 0 means 24h. Each message logs its own.
 	SeqRetention time.Duration
@@ -296,6 +299,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.JobLease < 0 {
 		return fmt.Errorf("--job-lease %v: must be a positive duration such as 30s", cfg.JobLease)
 	}
+	if cfg.WorkerGrace < 0 {
+		return fmt.Errorf("--worker-grace %v: must be a positive duration such as 30s", cfg.WorkerGrace)
+	}
 	if cfg.SeqRetention < 0 {
 		return fmt.Errorf("--seq-retention %v: must be a positive duration such as 24h", cfg.SeqRetention)
 	}
@@ -418,7 +424,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The hub exists before the engine, whose recovery may already
 	// complete commands that notify.
 	hub := commerce.NewHub(cfg.MaxWaiters)
-	jobHub := jobs.NewHub(cfg.MaxWorkers)
+	jobHub := jobs.NewHub(cfg.MaxWorkers).SetGrace(cfg.WorkerGrace)
 	seqHub := sequencer.NewHub(cfg.MaxWaiters)
 	engOpts.Notify = func(_ int, wl uint8, v any) {
 		switch wl {

@@ -40,9 +40,14 @@ func h2c() *http.Client {
 
 func newAPI(t *testing.T, lease time.Duration) *clients {
 	t.Helper()
+	return newAPIHub(t, lease, jobs.NewHub(0))
+}
+
+// newAPIHub is newAPI with the given worker registry.
+func newAPIHub(t *testing.T, lease time.Duration, hub *jobs.Hub) *clients {
+	t.Helper()
 	dir := t.TempDir()
 	const parts = 4
-	hub := jobs.NewHub(0)
 	opts := engine.Options{Partitions: parts, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
 		Logger: slog.New(slog.DiscardHandler),
 		Notify: func(_ int, wl uint8, v any) {

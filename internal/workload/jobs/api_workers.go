@@ -25,9 +25,14 @@ const (
 	MaxConcurrency = MaxLeaseBatch
 	// MaxWorkerQueues bounds the queues one worker takes jobs from.
 	MaxWorkerQueues = 64
-	// WorkerRetention: an offline worker is forgotten this long after it
-	// was last heard from.
-	WorkerRetention = time.Hour
+	// DefaultWorkerGrace: an OFFLINE worker (no stream, not heard from
+	// within a lease) is forgotten this long after it went offline, which
+	// frees its place under --max-workers (--worker-grace). A worker that
+	// deregisters is forgotten at once.
+	DefaultWorkerGrace = 30 * time.Second
+	// unsentTimeout bounds giving back jobs a stream could not push, after
+	// the stream's own context has ended.
+	unsentTimeout = 10 * time.Second
 	// cancelBacklog bounds cancel orders waiting for a stream to send
 	// them; a worker that reads none of them loses the excess (its jobs
 	// still end when it reports or its lease runs out).
@@ -38,11 +43,12 @@ const (
 // wait for which queues with free slots, and wakes them when the engine
 // notes that a queue gained ready jobs. It is not durable: a restarted
 // node learns its workers again as they re-register (their leases are in
-// the log and survive).
+// the log and survive, and each new stream settles them: Reclaim).
 type Hub struct {
 	mu      sync.Mutex
 	max     int
 	lease   time.Duration
+	grace   time.Duration
 	workers map[string]*worker
 	// byQueue: open streams by the queues they take jobs from.
 	byQueue map[string][]*stream
@@ -59,8 +65,20 @@ func NewHub(max int) *Hub {
 	if max <= 0 {
 		max = DefaultMaxWorkers
 	}
-	return &Hub{max: max, lease: DefaultLease, workers: map[string]*worker{}, byQueue: map[string][]*stream{},
+	return &Hub{max: max, lease: DefaultLease, grace: DefaultWorkerGrace, workers: map[string]*worker{}, byQueue: map[string][]*stream{},
 		owner: map[string]*worker{}, next: map[string]int{}, now: time.Now}
+}
+
+// SetGrace sets how long an offline worker is kept before it is forgotten
+// (0 or less: DefaultWorkerGrace).
+func (h *Hub) SetGrace(d time.Duration) *Hub {
+	if d <= 0 {
+		d = DefaultWorkerGrace
+	}
+	h.mu.Lock()
+	h.grace = d
+	h.mu.Unlock()
+	return h
 }
 
 type worker struct {
@@ -84,9 +102,11 @@ func (w *worker) free() int {
 	return w.concurrency - len(w.inflight)
 }
 
-// stream is one open StreamJobs call.
+// stream is one open StreamJobs call. Its session names it in the leases
+// of the jobs it pushes.
 type stream struct {
 	w             *worker
+	session       string
 	queues        []string
 	acceptsCancel bool
 	wake          chan struct{} // cap 1: work (or an end) may be waiting
@@ -155,6 +175,7 @@ func (h *Hub) counts() (active, total int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.now()
+	h.forgetLocked(now)
 	for _, w := range h.workers {
 		if h.statusLocked(w, now) != jqpb.WorkerStatus_OFFLINE {
 			active++
@@ -175,13 +196,26 @@ func (h *Hub) statusLocked(w *worker, now time.Time) jqpb.WorkerStatus {
 	return jqpb.WorkerStatus_OFFLINE
 }
 
-// forgetLocked drops workers offline for longer than WorkerRetention.
+// forgetLocked drops workers that have been OFFLINE for longer than the
+// grace. Their leases are the log's business: they run out, or a new
+// stream of the id settles them.
 func (h *Hub) forgetLocked(now time.Time) {
-	for id, w := range h.workers {
-		if w.stream == nil && len(w.inflight) == 0 && now.Sub(w.lastSeen) > WorkerRetention {
-			delete(h.workers, id)
+	for _, w := range h.workers {
+		if w.stream == nil && now.Sub(w.lastSeen) > h.lease+h.grace {
+			h.dropLocked(w)
 		}
 	}
+}
+
+// dropLocked removes w from the registry, freeing its place.
+func (h *Hub) dropLocked(w *worker) {
+	for jid := range w.inflight {
+		if h.owner[jid] == w {
+			delete(h.owner, jid)
+		}
+	}
+	clear(w.inflight)
+	delete(h.workers, w.id)
 }
 
 // --- WorkerService ---
@@ -219,7 +253,7 @@ func (a *API) RegisterWorker(ctx context.Context, req *connect.Request[jqpb.Regi
 	if w == nil {
 		h.forgetLocked(now)
 		if len(h.workers) >= h.max {
-			return nil, errf(connect.CodeResourceExhausted, "%d workers are registered, the limit; offline ones are forgotten %v after they were last heard from", len(h.workers), WorkerRetention)
+			return nil, errf(connect.CodeResourceExhausted, "%d workers are registered, the limit (--max-workers); a worker's place is freed when it deregisters, or %v after it went offline (--worker-grace)", len(h.workers), h.grace)
 		}
 		w = &worker{id: id, inflight: map[string]int64{}}
 		h.workers[id] = w
@@ -250,17 +284,56 @@ func checkQueues(qs []string) ([]string, error) {
 	return out, nil
 }
 
+// checkHeld validates the jobs a worker says it holds (nil: it does not
+// say, as jq's workers).
+func checkHeld(h *jqpb.HeldJobs) (ids []string, declared bool, err error) {
+	if h == nil {
+		return nil, false, nil
+	}
+	if len(h.JobIds) > MaxHeldJobs {
+		return nil, true, errf(connect.CodeInvalidArgument, "held.job_ids names %d jobs; at most %d", len(h.JobIds), MaxHeldJobs)
+	}
+	for _, id := range h.JobIds {
+		if err := checkID("held.job_ids", id); err != nil {
+			return nil, true, err
+		}
+	}
+	return h.JobIds, true, nil
+}
+
+// byPartition splits job ids by the partition that holds each.
+func (a *API) byPartition(ids []string) [][]string {
+	per := make([][]string, a.parts)
+	for _, id := range ids {
+		p := a.eng.PartitionOf(JobKey(id))
+		per[p] = append(per[p], id)
+	}
+	return per
+}
+
 func (a *API) Heartbeat(ctx context.Context, req *connect.Request[jqpb.HeartbeatRequest]) (*connect.Response[jqpb.HeartbeatResponse], error) {
 	id := req.Msg.WorkerId
 	if err := checkID("worker_id", id); err != nil {
 		return nil, err
 	}
+	ids, declared, err := checkHeld(req.Msg.Held)
+	if err != nil {
+		return nil, err
+	}
 	sent := a.hub.now().UnixNano()
-	// Leases are extended whether or not this node knows the worker: they
-	// are in the log and outlive a restart that emptied the registry.
+	// A worker that lists its jobs extends those, whether or not this node
+	// knows it (its leases are in the log and outlive a restart that
+	// emptied the registry). One that does not extends the jobs of its
+	// live stream here, and with none here, nothing: a process that
+	// restarted under the same id holds none of its predecessor's jobs.
+	session := ""
+	if !declared {
+		session = a.hub.liveSession(id)
+	}
+	per := a.byPartition(ids)
 	held := make([][]string, a.parts)
-	err := a.all(func(p int) error {
-		v, err := a.eng.Do(ctx, p, WorkloadID, &Heartbeat{Worker: id, LeaseNs: a.leaseNs})
+	err = a.all(func(p int) error {
+		v, err := a.eng.Do(ctx, p, WorkloadID, &Extend{Worker: id, Session: session, LeaseNs: a.leaseNs, Declared: declared, JobIDs: per[p]})
 		if err != nil {
 			return api.GRPCEngineError(err)
 		}
@@ -276,30 +349,45 @@ func (a *API) Heartbeat(ctx context.Context, req *connect.Request[jqpb.Heartbeat
 	if err != nil {
 		return nil, err
 	}
-	h := a.hub
+	a.hub.beat(id, req.Msg.ActiveJobCount, sent, held)
+	return connect.NewResponse(&jqpb.HeartbeatResponse{}), nil
+}
+
+// liveSession is the session of the worker's open stream on this node.
+func (h *Hub) liveSession(id string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if w := h.workers[id]; w != nil {
-		w.lastSeen, w.lastBeat, w.active = h.now(), h.now(), req.Msg.ActiveJobCount
-		// A job pushed before this heartbeat started and no longer held
-		// (its lease ran out, it was given to another) frees its slot.
-		still := map[string]bool{}
-		for _, ids := range held {
-			for _, id := range ids {
-				still[id] = true
-			}
-		}
-		for jid, at := range w.inflight {
-			if at < sent && !still[jid] {
-				delete(w.inflight, jid)
-				delete(h.owner, jid)
-			}
-		}
-		if w.stream != nil {
-			w.stream.poke()
+	if w := h.workers[id]; w != nil && w.stream != nil {
+		return w.stream.session
+	}
+	return ""
+}
+
+// beat records a heartbeat: a job pushed before it started (sent) and no
+// longer held (its lease ran out, it was given to another) frees its slot.
+func (h *Hub) beat(id string, active int32, sent int64, held [][]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.workers[id]
+	if w == nil {
+		return
+	}
+	w.lastSeen, w.lastBeat, w.active = h.now(), h.now(), active
+	still := map[string]bool{}
+	for _, ids := range held {
+		for _, id := range ids {
+			still[id] = true
 		}
 	}
-	return connect.NewResponse(&jqpb.HeartbeatResponse{}), nil
+	for jid, at := range w.inflight {
+		if at < sent && !still[jid] {
+			delete(w.inflight, jid)
+			delete(h.owner, jid)
+		}
+	}
+	if w.stream != nil {
+		w.stream.poke()
+	}
 }
 
 func (a *API) AckJob(ctx context.Context, req *connect.Request[jqpb.AckJobRequest]) (*connect.Response[jqpb.AckJobResponse], error) {
@@ -372,17 +460,12 @@ func (a *API) Deregister(ctx context.Context, req *connect.Request[jqpb.Deregist
 	h := a.hub
 	h.mu.Lock()
 	if w := h.workers[id]; w != nil {
-		for jid := range w.inflight {
-			delete(h.owner, jid)
-		}
-		clear(w.inflight)
 		if w.stream != nil && w.stream.end == nil {
 			w.stream.end = errDrained
 			w.stream.poke()
 		}
-		// Offline now, not a lease from now.
-		w.lastSeen = h.now().Add(-h.lease)
-		w.draining = false
+		// Gone: its place under --max-workers is free at once.
+		h.dropLocked(w)
 	}
 	h.mu.Unlock()
 	return connect.NewResponse(&jqpb.DeregisterResponse{}), nil
@@ -420,26 +503,81 @@ func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJo
 			return errf(connect.CodeNotFound, "no queue %q; create it first (AdminService.CreateQueue)", q)
 		}
 	}
-	// Jobs the worker still holds (from before a reconnect or a restart
-	// of this node) take slots.
-	per, err := a.eng.QueryAll(ctx, WorkloadID, WorkerJobs{Worker: m.WorkerId})
+	held, declared, err := checkHeld(m.Held)
 	if err != nil {
-		return api.GRPCEngineError(err)
+		return err
 	}
-	held := make([][]string, len(per))
-	for p, ids := range per {
-		held[p] = ids.([]string)
-	}
-	s, err := a.hub.open(m.WorkerId, queues, m.AcceptsCancel, held)
+	s, err := a.hub.open(m.WorkerId, queues, m.AcceptsCancel, a.newSession())
 	if err != nil {
 		return err
 	}
 	defer a.hub.close(s)
+	// Headers now: a gRPC client's call returns only once they arrive,
+	// and a worker may wait long for its first job.
+	if err := out.Send(nil); err != nil {
+		return err
+	}
+	if err := a.reclaim(ctx, s, out, declared, held); err != nil {
+		return err
+	}
 	return a.serveStream(ctx, s, out)
 }
 
+// newSession draws the id of a new stream.
+func (a *API) newSession() string {
+	rng := a.rngs.Get().(interface{ Uint64() uint64 })
+	defer a.rngs.Put(rng)
+	return "s-" + strconv.FormatUint(rng.Uint64(), 36)
+}
+
+// reclaim settles, on every partition, the jobs the worker's id holds
+// from older streams (Reclaim): those this one holds now take its slots,
+// and a worker that did not declare what it holds is sent them again.
+func (a *API) reclaim(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], declared bool, held []string) error {
+	per := a.byPartition(held)
+	got := make([][]*Job, a.parts)
+	// Not cancelled with the stream: a Reclaim applied but unanswered
+	// would leave jobs under this session with no one to send them to.
+	bg := context.WithoutCancel(ctx)
+	err := a.all(func(p int) error {
+		v, err := a.eng.Do(bg, p, WorkloadID, &Reclaim{Worker: s.w.id, Session: s.session, LeaseNs: a.leaseNs, Declared: declared, Keep: per[p]})
+		if err != nil {
+			return api.GRPCEngineError(err)
+		}
+		r := v.(*Result)
+		got[p] = r.Jobs
+		return outcomeErr(r)
+	})
+	var jobs []*Job
+	for _, js := range got {
+		jobs = append(jobs, js...)
+	}
+	adopted := a.hub.adopt(s, jobs)
+	if declared {
+		// The process holds what it declared: they stay its, under this
+		// session or (if a newer stream replaced this one) the next.
+		if !adopted {
+			return a.hub.ended(s)
+		}
+		a.hub.resendCancels(s, jobs)
+		return err
+	}
+	// Offered again but not sent: nobody has them.
+	n := 0
+	switch {
+	case !adopted:
+		err = a.hub.ended(s)
+	case err == nil:
+		n, err = sendJobs(ctx, out, jobs)
+	}
+	if n < len(jobs) {
+		a.unsent(ctx, s, jobs[n:])
+	}
+	return err
+}
+
 // open registers the stream, replacing an older one of the worker.
-func (h *Hub) open(id string, queues []string, acceptsCancel bool, held [][]string) (*stream, error) {
+func (h *Hub) open(id string, queues []string, acceptsCancel bool, session string) (*stream, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := h.workers[id]
@@ -457,21 +595,65 @@ func (h *Hub) open(id string, queues []string, acceptsCancel bool, held [][]stri
 		old.poke()
 		h.unlinkLocked(old)
 	}
-	for _, ids := range held {
-		for _, jid := range ids {
-			if _, ok := w.inflight[jid]; !ok {
-				w.inflight[jid] = 0
-				h.owner[jid] = w
-			}
-		}
-	}
-	s := &stream{w: w, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1)}
+	s := &stream{w: w, session: session, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1)}
 	w.stream, w.lastSeen = s, h.now()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], s)
 	}
 	s.poke() // look for work at once
 	return s, nil
+}
+
+// adopt makes the jobs the stream's Reclaim left to it the worker's
+// unreported ones: whatever older streams had counted is settled now. It
+// is false if the stream has ended or been replaced meanwhile.
+func (h *Hub) adopt(s *stream, jobs []*Job) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end != nil || s.w.stream != s {
+		return false
+	}
+	w := s.w
+	for jid := range w.inflight {
+		if h.owner[jid] == w {
+			delete(h.owner, jid)
+		}
+	}
+	clear(w.inflight)
+	now := h.now().UnixNano()
+	for _, j := range jobs {
+		w.inflight[j.ID] = now
+		h.owner[j.ID] = w
+	}
+	return true
+}
+
+// resendCancels queues cancel orders for kept jobs cancelled meanwhile:
+// an order sent while the worker had no stream was lost.
+func (h *Hub) resendCancels(s *stream, jobs []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !s.acceptsCancel {
+		return
+	}
+	for _, j := range jobs {
+		if j.CancelAsked && len(s.cancels) < cancelBacklog {
+			s.cancels = append(s.cancels, j.ID)
+		}
+	}
+	if len(s.cancels) > 0 {
+		s.poke()
+	}
+}
+
+// ended is how a stream that ended or was replaced returns.
+func (h *Hub) ended(s *stream) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end == nil || s.end == errDrained {
+		return nil
+	}
+	return s.end
 }
 
 func (h *Hub) unlinkLocked(s *stream) {
@@ -508,14 +690,50 @@ func (h *Hub) step(s *stream) (end error, cancels []string, free int) {
 	return nil, cancels, min(s.w.free(), MaxLeaseBatch)
 }
 
-// track records jobs pushed to the stream's worker.
-func (h *Hub) track(s *stream, jobs []*Job) {
+// track records jobs leased for the stream's worker; false if the stream
+// has ended or been replaced, and so will not push them.
+func (h *Hub) track(s *stream, jobs []*Job) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if s.end != nil || s.w.stream != s {
+		return false
+	}
 	now := h.now().UnixNano()
 	for _, j := range jobs {
 		s.w.inflight[j.ID] = now
 		h.owner[j.ID] = s.w
+	}
+	return true
+}
+
+// untrack forgets jobs given back.
+func (h *Hub) untrack(jobs []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range jobs {
+		h.untrackLocked(j.ID)
+	}
+}
+
+// unsent gives back jobs the stream leased but did not push: nobody has
+// them, so they must not wait for their leases to run out.
+func (a *API) unsent(ctx context.Context, s *stream, jobs []*Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	a.hub.untrack(jobs)
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsentTimeout)
+	defer cancel()
+	for p, ids := range a.byPartition(ids) {
+		if len(ids) == 0 {
+			continue
+		}
+		// On failure the leases still run out: at least once, later.
+		_, _ = a.eng.Do(uctx, p, WorkloadID, &Unsent{Worker: s.w.id, Session: s.session, JobIDs: ids})
 	}
 }
 
@@ -535,19 +753,20 @@ func WithBatchFlusher(ctx context.Context, f BatchFlusher) context.Context {
 	return context.WithValue(ctx, flusherKey{}, f)
 }
 
-// sendJobs sends a lease's jobs, with one flush if the server can batch.
-func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) error {
+// sendJobs sends a lease's jobs, with one flush if the server can batch;
+// n is how many were sent before an error.
+func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) (n int, err error) {
 	if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
 		f.Hold()
 		defer f.Release()
 	}
-	for _, j := range jobs {
+	for i, j := range jobs {
 		if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
 			TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return len(jobs), nil
 }
 
 // serveStream pushes jobs as they become ready: it leases from its
@@ -555,11 +774,9 @@ func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment]
 // opening) says there may be work, and sleeps otherwise. A wake-up that
 // finds nothing costs one unlogged Lease per queue.
 func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment]) error {
-	// Headers now: a gRPC client's call returns only once they arrive,
-	// and a worker may wait long for its first job.
-	if err := out.Send(nil); err != nil {
-		return err
-	}
+	// Leases are not cancelled with the stream: a lease applied but
+	// unanswered could not be given back.
+	bg := context.WithoutCancel(ctx)
 	next := 0
 	for {
 		end, cancels, free := a.hub.step(s)
@@ -577,7 +794,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 		retry := false
 		for i := 0; i < len(s.queues) && free > 0; i++ {
 			q := s.queues[(next+i)%len(s.queues)]
-			v, err := a.eng.Do(ctx, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs})
+			v, err := a.eng.Do(bg, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -595,10 +812,18 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 			if len(r.Jobs) == 0 {
 				continue
 			}
-			a.hub.track(s, r.Jobs)
-			if err := sendJobs(ctx, out, r.Jobs); err != nil {
-				// The worker is gone; its leases run out and the jobs go
-				// to others.
+			if ctx.Err() != nil || !a.hub.track(s, r.Jobs) {
+				a.unsent(ctx, s, r.Jobs)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return a.hub.ended(s)
+			}
+			if n, err := sendJobs(ctx, out, r.Jobs); err != nil {
+				// The worker is gone: what did not leave goes back now;
+				// what left is its until a new stream of it or the
+				// lease's end settles it.
+				a.unsent(ctx, s, r.Jobs[n:])
 				return err
 			}
 			// With no slot left, the queue may still hold ready jobs: a

@@ -33,6 +33,10 @@ const (
 	tagPurgeJobs
 	tagSubmitBatch
 	tagRelease
+	tagLeaseSession // Lease with the session that pushes the jobs
+	tagExtend
+	tagReclaim
+	tagUnsent
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -61,16 +65,46 @@ type (
 		IdempotencyKey string
 		RetentionNs    int64 // 0: DefaultRetentionNs
 	}
-	// Lease takes up to Max ready jobs for Worker for LeaseNs.
+	// Lease takes up to Max ready jobs for Worker's stream Session for
+	// LeaseNs.
 	Lease struct {
 		Queue, Worker string
 		Max           int32
 		LeaseNs       int64
+		Session       string
+		// legacy: decoded from a record written before sessions (tag
+		// tagLease, no Session), so that it re-encodes to its own bytes.
+		legacy bool
 	}
-	Ack       struct{ JobID, Worker string }
+	Ack struct{ JobID, Worker string }
+	// Heartbeat extends every lease of Worker: logs written before
+	// sessions hold it; the API sends Extend.
 	Heartbeat struct {
 		Worker  string
 		LeaseNs int64
+	}
+	// Extend is a heartbeat of Worker: it extends by LeaseNs the leases
+	// of the jobs JobIDs names if Declared (the worker listed what it
+	// holds), else those of the live stream Session ("" extends none).
+	Extend struct {
+		Worker, Session string
+		LeaseNs         int64
+		Declared        bool
+		JobIDs          []string
+	}
+	// Reclaim settles, as Worker's stream Session opens, the jobs older
+	// sessions of the id hold: kept if Declared and in Keep, given back
+	// if Declared and not, offered again on Session if not Declared.
+	Reclaim struct {
+		Worker, Session string
+		LeaseNs         int64
+		Declared        bool
+		Keep            []string
+	}
+	// Unsent gives back the jobs Session leased but could not push.
+	Unsent struct {
+		Worker, Session string
+		JobIDs          []string
 	}
 	Report struct {
 		JobID, Worker string
@@ -236,6 +270,20 @@ func (c *coder) bool(p *bool) {
 	}
 }
 
+// strs codes a list of strings; an empty one decodes as nil.
+func (c *coder) strs(p *[]string) {
+	n := c.count(len(*p), 1)
+	if c.r != nil {
+		*p = nil
+		if n > 0 {
+			*p = make([]string, n)
+		}
+	}
+	for i := range *p {
+		c.str(&(*p)[i])
+	}
+}
+
 func (c *coder) count(n, minSize int) int {
 	if c.w != nil {
 		c.w.Uvarint(uint64(n))
@@ -264,7 +312,14 @@ func (x *Submit) code(c *coder) {
 	c.str(&x.IdempotencyKey)
 	c.i64(&x.RetentionNs)
 }
-func (x *Lease) code(c *coder)     { c.str(&x.Queue, &x.Worker); c.i32(&x.Max); c.i64(&x.LeaseNs) }
+func (x *Lease) code(c *coder) {
+	c.str(&x.Queue, &x.Worker)
+	c.i32(&x.Max)
+	c.i64(&x.LeaseNs)
+	if !x.legacy {
+		c.str(&x.Session)
+	}
+}
 func (x *Ack) code(c *coder)       { c.str(&x.JobID, &x.Worker) }
 func (x *Heartbeat) code(c *coder) { c.str(&x.Worker); c.i64(&x.LeaseNs) }
 func (x *Report) code(c *coder) {
@@ -282,7 +337,20 @@ func (x *SubmitBatch) code(c *coder) {
 		x.Jobs[i].code(c)
 	}
 }
-func (x *Release) code(c *coder)      { c.str(&x.Worker, &x.JobID) }
+func (x *Release) code(c *coder) { c.str(&x.Worker, &x.JobID) }
+func (x *Extend) code(c *coder) {
+	c.str(&x.Worker, &x.Session)
+	c.i64(&x.LeaseNs)
+	c.bool(&x.Declared)
+	c.strs(&x.JobIDs)
+}
+func (x *Reclaim) code(c *coder) {
+	c.str(&x.Worker, &x.Session)
+	c.i64(&x.LeaseNs)
+	c.bool(&x.Declared)
+	c.strs(&x.Keep)
+}
+func (x *Unsent) code(c *coder)       { c.str(&x.Worker, &x.Session); c.strs(&x.JobIDs) }
 func (x *Cancel) code(c *coder)       { c.str(&x.JobID) }
 func (x *Retry) code(c *coder)        { c.str(&x.JobID) }
 func (x *LeaseExpired) code(c *coder) { c.str(&x.JobID) }
@@ -302,12 +370,17 @@ func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	return w.B, nil
 }
 
-func (x *CreateQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCreateQueue, x) }
-func (x *DeleteQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagDeleteQueue, x) }
-func (x *PauseQueue) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagPauseQueue, x) }
-func (x *ResumeQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagResumeQueue, x) }
-func (x *Submit) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagSubmit, x) }
-func (x *Lease) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagLease, x) }
+func (x *CreateQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagCreateQueue, x) }
+func (x *DeleteQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagDeleteQueue, x) }
+func (x *PauseQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagPauseQueue, x) }
+func (x *ResumeQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagResumeQueue, x) }
+func (x *Submit) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagSubmit, x) }
+func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
+	if x.legacy {
+		return encode(b, tagLease, x)
+	}
+	return encode(b, tagLeaseSession, x)
+}
 func (x *Ack) AppendBinary(b []byte) ([]byte, error)          { return encode(b, tagAck, x) }
 func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagHeartbeat, x) }
 func (x *Report) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagReport, x) }
@@ -320,6 +393,9 @@ func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b,
 func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
 func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
 func (x *Release) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagRelease, x) }
+func (x *Extend) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagExtend, x) }
+func (x *Reclaim) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagReclaim, x) }
+func (x *Unsent) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagUnsent, x) }
 
 func newCommand(tag byte) coded {
 	switch tag {
@@ -334,6 +410,8 @@ func newCommand(tag byte) coded {
 	case tagSubmit:
 		return &Submit{}
 	case tagLease:
+		return &Lease{legacy: true}
+	case tagLeaseSession:
 		return &Lease{}
 	case tagAck:
 		return &Ack{}
@@ -359,6 +437,12 @@ func newCommand(tag byte) coded {
 		return &SubmitBatch{}
 	case tagRelease:
 		return &Release{}
+	case tagExtend:
+		return &Extend{}
+	case tagReclaim:
+		return &Reclaim{}
+	case tagUnsent:
+		return &Unsent{}
 	}
 	return nil
 }
@@ -389,12 +473,17 @@ func Decode(data []byte) (engine.Command, error) {
 	return cmd, nil
 }
 
-// Snapshot encoding, version 1: the sequence counter; the queues by name,
-// each with its jobs in submission order; the purge queue in queue order.
-// Counts, ready heaps, idempotency keys, the submission order and the
-// worker lease index are derived and rebuilt on Restore, so the same
-// state always encodes to the same bytes whatever its history.
-const snapshotVersion = 1
+// Snapshot encoding: the sequence counter; the queues by name, each with
+// its jobs in submission order; the purge queue in queue order. Counts,
+// ready heaps, idempotency keys, the submission order and the worker
+// lease index are derived and rebuilt on Restore, so the same state
+// always encodes to the same bytes whatever its history. Version 2 adds
+// each job's lease session after its worker; Restore still reads version
+// 1 (no sessions: leases from before them).
+const (
+	snapshotVersion   = 2
+	snapshotVersionV1 = 1
+)
 
 func (x *Queue) code(c *coder) {
 	c.str(&x.Name)
@@ -404,7 +493,8 @@ func (x *Queue) code(c *coder) {
 	c.i64(&x.Processed, &x.Failures, &x.DurationSum)
 }
 
-func (x *Job) code(c *coder) {
+// code codes a job in snapshot version v.
+func (x *Job) code(c *coder, v uint64) {
 	c.str(&x.ID)
 	c.bytes(&x.Payload)
 	st := int64(x.Status)
@@ -413,6 +503,9 @@ func (x *Job) code(c *coder) {
 	c.i32(&x.Priority, &x.MaxRetries, &x.RetryCount)
 	c.i64(&x.CreatedAt, &x.StartedAt, &x.CompletedAt)
 	c.str(&x.Worker)
+	if v >= 2 {
+		c.str(&x.Session)
+	}
 	c.bytes(&x.Result)
 	c.i64(&x.NotBefore)
 	c.str(&x.Error)
@@ -463,7 +556,7 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 		c.count(q.jobs, 1)
 		for _, j := range q.order {
 			if j != nil {
-				j.code(c)
+				j.code(c, snapshotVersion)
 			}
 		}
 	}
@@ -490,8 +583,9 @@ func (m *Machine) Restore(data []byte) error {
 func (m *Machine) restore(data []byte) error {
 	r := wire.Reader{B: data}
 	c := &coder{r: &r}
-	if v := r.Uvarint(); r.Err == nil && v != snapshotVersion {
-		return fmt.Errorf("version %d, this build reads %d", v, snapshotVersion)
+	v := r.Uvarint()
+	if r.Err == nil && v != snapshotVersion && v != snapshotVersionV1 {
+		return fmt.Errorf("version %d, this build reads %d and %d", v, snapshotVersionV1, snapshotVersion)
 	}
 	clear(m.queues)
 	c.u64(&m.seq)
@@ -508,7 +602,7 @@ func (m *Machine) restore(data []byte) error {
 		var last uint64
 		for nj := c.count(0, 20); nj > 0 && r.Err == nil; nj-- {
 			j := &Job{Queue: q.Name}
-			j.code(c)
+			j.code(c, v)
 			if r.Err != nil {
 				break
 			}
@@ -563,6 +657,8 @@ func (m *Machine) checkJob(j *Job, lastSeq uint64) error {
 		return fmt.Errorf("job %q is ready but %s", j.ID, j.Status)
 	case (j.Status == Assigned || j.Status == Running) != (j.Worker != ""):
 		return fmt.Errorf("job %q is %s with worker %q", j.ID, j.Status, j.Worker)
+	case j.Session != "" && j.Worker == "":
+		return fmt.Errorf("job %q has a lease session but no worker", j.ID)
 	case len(j.Events) > MaxEventsPerJob:
 		return fmt.Errorf("job %q has %d events", j.ID, len(j.Events))
 	}

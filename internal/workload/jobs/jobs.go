@@ -34,10 +34,23 @@
 // declared Unchanged.
 //
 // For the API: CreateQueue, DeleteQueue, Pause/ResumeQueue, Submit,
-// SubmitBatch and Lease go to QueueKey(queue); Ack, Report, Cancel,
-// Retry and Release of one job to JobKey(id); Heartbeat and Release of
-// all of a worker's jobs to every partition (a worker's leases may be on
-// any; a partition where it holds none answers Same and logs nothing).
+// SubmitBatch, Lease and Unsent go to QueueKey(queue); Ack, Report,
+// Cancel, Retry and Release of one job to JobKey(id); Extend (a
+// heartbeat), Reclaim (a stream opening) and Release of all of a
+// worker's jobs to every partition (a worker's leases may be on any; a
+// partition where it holds none answers Same and logs nothing).
+//
+// Leases and worker processes. A lease names the worker id and the
+// session (one StreamJobs call) that pushed the job. A worker id outlives
+// its processes (a restarted worker comes back with the same id), so
+// the id alone does not say whether anyone still runs a job: a lease is
+// extended only by a heartbeat that names the job (Surge's workers list
+// what they hold) or that comes while the session that holds it is the
+// worker's live stream (jq's workers cannot list), and a new session of a
+// known id settles what older sessions hold at once (Reclaim): a worker
+// that lists what it holds keeps those and gives back the rest, one that
+// cannot list is offered them again. Heartbeat (every lease of the id)
+// is kept only to replay logs written before sessions.
 // Queries: GetJob, GetJobLogs and ListJobs on the job's or queue's
 // partition; ListQueues on every partition, merged. Notes: QueueReady
 // (push to workers waiting on that queue, then Lease), CancelRequested
@@ -98,23 +111,33 @@ const (
 	ReasonTTL           = "TTL"
 	ReasonManualRetry   = "MANUAL_RETRY"
 	ReasonReleased      = "RELEASED"
+	// A worker came back (a new stream of its id) without the job: lost
+	// with the process that had it.
+	ReasonWorkerLost = "WORKER_LOST"
+	// Pushed again on a worker's new stream (a worker that cannot say
+	// what it holds).
+	ReasonReoffered = "REOFFERED"
+	// The push never reached the worker: its stream was gone.
+	ReasonNotDelivered = "NOT_DELIVERED"
 )
 
 // Limits. A limit on everything keeps a partition's memory bounded; the
 // ones a deployment may want to change are in Limits.
 const (
-	DefaultQueue        = "default"
-	DefaultMaxRetries   = 3
-	MaxMaxRetries       = 100
-	MaxPriority         = 9
-	MaxNameLen          = 256
-	MaxIDLen            = 128
-	MaxKeyLen           = 256
-	MaxErrorLen         = 4096
-	MaxPayloadBytes     = 1 << 20
-	MaxLeaseBatch       = 1000
-	MaxSubmitBatch      = 1000
-	MaxEventsPerJob     = 100
+	DefaultQueue      = "default"
+	DefaultMaxRetries = 3
+	MaxMaxRetries     = 100
+	MaxPriority       = 9
+	MaxNameLen        = 256
+	MaxIDLen          = 128
+	MaxKeyLen         = 256
+	MaxErrorLen       = 4096
+	MaxPayloadBytes   = 1 << 20
+	MaxLeaseBatch     = 1000
+	MaxSubmitBatch    = 1000
+	MaxEventsPerJob   = 100
+	// MaxHeldJobs bounds the job ids a heartbeat or a new stream names.
+	MaxHeldJobs         = MaxLeaseBatch
 	DefaultRetentionNs  = int64(24 * 3600e9)
 	DefaultMaxQueueJobs = 100_000
 	DefaultMaxQueues    = 1_000
@@ -199,6 +222,7 @@ type Job struct {
 	StartedAt   int64
 	CompletedAt int64
 	Worker      string
+	Session     string // the stream that holds the lease (leased jobs only)
 	Result      []byte
 	NotBefore   int64
 	Error       string
@@ -375,6 +399,12 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
 		return m.ack(c, now)
 	case *Heartbeat:
 		return m.heartbeat(c, now, fx)
+	case *Extend:
+		return m.extend(c, now, fx)
+	case *Reclaim:
+		return m.reclaim(c, now, fx)
+	case *Unsent:
+		return m.unsent(c, now, fx)
 	case *Report:
 		return m.report(c, now, fx)
 	case *Release:
@@ -649,7 +679,7 @@ func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
 	if q == nil {
 		return fail(NotFound, "jobs: no queue %q", c.Queue)
 	}
-	if c.Worker == "" || len(c.Worker) > MaxIDLen || c.Max <= 0 || c.Max > MaxLeaseBatch || c.LeaseNs <= 0 {
+	if c.Worker == "" || len(c.Worker) > MaxIDLen || c.Max <= 0 || c.Max > MaxLeaseBatch || c.LeaseNs <= 0 || len(c.Session) > MaxIDLen {
 		return fail(Invalid, "jobs: a lease needs a worker id, 1 to %d jobs and a positive duration", MaxLeaseBatch)
 	}
 	if q.Paused {
@@ -661,7 +691,7 @@ func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
 		for len(*h) > 0 && len(out) < int(c.Max) {
 			j := h.pop()
 			m.move(q, j, Assigned, c.Worker, ReasonLeased, now)
-			j.Worker = c.Worker
+			j.Worker, j.Session = c.Worker, c.Session
 			// jq's workers never ack, so the attempt starts at the lease;
 			// an ack moves it to when the worker really started.
 			j.StartedAt = now
@@ -694,7 +724,7 @@ func (m *Machine) endLease(j *Job, fx Effects) {
 		}
 	}
 	fx.CancelTimer("lease/" + j.ID)
-	j.LeaseUntil = 0
+	j.LeaseUntil, j.Session = 0, ""
 }
 
 // --- worker reports ---
@@ -724,11 +754,39 @@ func (m *Machine) ack(c *Ack, now int64) *Result {
 	return &Result{Outcome: OK, Jobs: []*Job{copyJob(j)}}
 }
 
+// heartbeat extends every lease of the worker id: the rule of logs
+// written before sessions, kept so that they replay as they ran.
 func (m *Machine) heartbeat(c *Heartbeat, now int64, fx Effects) *Result {
 	if c.LeaseNs <= 0 {
 		return fail(Invalid, "jobs: a heartbeat needs a positive lease duration")
 	}
-	s := m.leases[c.Worker]
+	return m.extendWhere(c.Worker, now, c.LeaseNs, fx, func(*Job) bool { return true })
+}
+
+// extend is a heartbeat: it extends the leases of the worker's jobs that
+// the worker names (Declared) or that its live stream holds (Session).
+func (m *Machine) extend(c *Extend, now int64, fx Effects) *Result {
+	if c.LeaseNs <= 0 || len(c.JobIDs) > MaxHeldJobs {
+		return fail(Invalid, "jobs: a heartbeat needs a positive lease duration and names at most %d jobs", MaxHeldJobs)
+	}
+	named := make(map[string]bool, len(c.JobIDs))
+	for _, id := range c.JobIDs {
+		named[id] = true
+	}
+	return m.extendWhere(c.Worker, now, c.LeaseNs, fx, func(j *Job) bool {
+		if c.Declared {
+			return named[j.ID]
+		}
+		return c.Session != "" && j.Session == c.Session
+	})
+}
+
+// extendWhere extends the worker's leases that pick chooses. The reply
+// lists every job the worker holds here, extended or not: the API counts
+// a worker's unreported jobs from it, so a job whose lease ran out (and
+// went to someone else) stops taking a slot.
+func (m *Machine) extendWhere(worker string, now, leaseNs int64, fx Effects, pick func(*Job) bool) *Result {
+	s := m.leases[worker]
 	if len(s) == 0 {
 		return &Result{Outcome: Same}
 	}
@@ -737,17 +795,11 @@ func (m *Machine) heartbeat(c *Heartbeat, now int64, fx Effects) *Result {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids) // the timers' order must not follow the map's
-	until := addSat(now, c.LeaseNs)
-	// The reply lists every job the worker holds here, extended or not:
-	// the API counts a worker's unreported jobs from it, so a job whose
-	// lease ran out (and went to someone else) stops taking a slot.
 	out := make([]*Job, 0, len(ids))
 	extended := false
 	for _, id := range ids {
 		j := s[id]
-		if until > j.LeaseUntil {
-			j.LeaseUntil = until
-			m.setTimer(fx, "lease/"+j.ID, until, &LeaseExpired{JobID: j.ID})
+		if pick(j) && m.cover(j, j.Session, now, leaseNs, fx) {
 			extended = true
 		}
 		out = append(out, copyJob(j))
@@ -756,6 +808,93 @@ func (m *Machine) heartbeat(c *Heartbeat, now int64, fx Effects) *Result {
 		return &Result{Outcome: Same, Jobs: out}
 	}
 	return &Result{Outcome: OK, Jobs: out}
+}
+
+// cover gives j's lease to session and makes it last at least leaseNs
+// from now; it reports whether anything changed.
+func (m *Machine) cover(j *Job, session string, now, leaseNs int64, fx Effects) bool {
+	changed := j.Session != session
+	j.Session = session
+	if until := addSat(now, leaseNs); until > j.LeaseUntil {
+		j.LeaseUntil = until
+		m.setTimer(fx, "lease/"+j.ID, until, &LeaseExpired{JobID: j.ID})
+		changed = true
+	}
+	return changed
+}
+
+// heldBy lists the jobs worker holds here in submission order.
+func (m *Machine) heldBy(worker string) []*Job {
+	held := make([]*Job, 0, len(m.leases[worker]))
+	for _, j := range m.leases[worker] {
+		held = append(held, j)
+	}
+	sort.Slice(held, func(a, b int) bool { return held[a].Seq < held[b].Seq })
+	return held
+}
+
+// reclaim settles, when a worker opens a stream (Session), the jobs its
+// id holds from older sessions, so that none stays leased to a process
+// that is gone. A worker that declares what it holds keeps those (now
+// under the new session) and gives back the rest: one it never started
+// (ASSIGNED) goes back uncounted, one it started (RUNNING) was lost with
+// the process and counts as a retry, as an expired lease does. A worker
+// that cannot declare (jq's) is offered them again on the new stream: a
+// restarted one runs them, one that only reconnected gets a job it may
+// already run; each offer counts as a retry, so a job that kills its
+// worker does not come back for ever.
+func (m *Machine) reclaim(c *Reclaim, now int64, fx Effects) *Result {
+	if c.Worker == "" || c.Session == "" || len(c.Session) > MaxIDLen || c.LeaseNs <= 0 || len(c.Keep) > MaxHeldJobs {
+		return fail(Invalid, "jobs: reclaiming needs a worker, a session, a positive lease and at most %d kept jobs", MaxHeldJobs)
+	}
+	keep := make(map[string]bool, len(c.Keep))
+	for _, id := range c.Keep {
+		keep[id] = true
+	}
+	res := &Result{Outcome: Same}
+	for _, j := range m.heldBy(c.Worker) {
+		if j.Session == c.Session {
+			res.Jobs = append(res.Jobs, copyJob(j))
+			continue
+		}
+		res.Outcome = OK
+		q := m.queues[j.Queue]
+		switch {
+		case c.Declared && keep[j.ID]:
+			m.cover(j, c.Session, now, c.LeaseNs, fx)
+		case c.Declared && j.Status == Assigned:
+			m.giveBack(q, j, c.Worker, ReasonWorkerLost, now, fx)
+			continue
+		case c.Declared || j.CancelAsked || j.RetryCount >= j.MaxRetries:
+			m.loseAttempt(q, j, ReasonWorkerLost, now, fx)
+			continue
+		default:
+			j.RetryCount++
+			m.record(j, j.Status, j.Status, c.Worker, ReasonReoffered, now)
+			m.cover(j, c.Session, now, c.LeaseNs, fx)
+		}
+		res.Jobs = append(res.Jobs, copyJob(j))
+	}
+	return res
+}
+
+// unsent gives back, uncounted, jobs a session leased but could not push
+// (its stream was gone or replaced): nobody has them.
+func (m *Machine) unsent(c *Unsent, now int64, fx Effects) *Result {
+	if c.Worker == "" || c.Session == "" || len(c.JobIDs) == 0 || len(c.JobIDs) > MaxLeaseBatch {
+		return fail(Invalid, "jobs: unsent needs a worker, a session and 1 to %d jobs", MaxLeaseBatch)
+	}
+	res := &Result{Outcome: Same}
+	for _, id := range c.JobIDs {
+		j := m.jobs[id]
+		if j == nil || (j.Status != Assigned && j.Status != Running) || j.Worker != c.Worker || j.Session != c.Session {
+			continue // given back already, or another session's now
+		}
+		m.giveBack(m.queues[j.Queue], j, c.Worker, ReasonNotDelivered, now, fx)
+		res.Outcome = OK
+		res.Jobs = append(res.Jobs, copyJob(j))
+	}
+	return res
 }
 
 func (m *Machine) report(c *Report, now int64, fx Effects) *Result {
@@ -804,30 +943,29 @@ func (m *Machine) release(c *Release, now int64, fx Effects) *Result {
 		}
 		held = []*Job{j}
 	} else {
-		for _, j := range m.leases[c.Worker] {
-			held = append(held, j)
-		}
-		sort.Slice(held, func(a, b int) bool { return held[a].Seq < held[b].Seq })
+		held = m.heldBy(c.Worker)
 	}
 	if len(held) == 0 {
 		return &Result{Outcome: Same}
 	}
 	out := make([]*Job, 0, len(held))
 	for _, j := range held {
-		q := m.queues[j.Queue]
-		m.endLease(j, fx)
-		out = append(out, j)
-		if j.CancelAsked {
-			m.deadLetter(q, j, c.Worker, ReasonCancelled, now, fx)
-			continue
-		}
-		m.move(q, j, Pending, c.Worker, ReasonReleased, now)
-		m.makePending(q, j, now, fx)
-	}
-	for i, j := range out {
-		out[i] = copyJob(j)
+		m.giveBack(m.queues[j.Queue], j, c.Worker, ReasonReleased, now, fx)
+		out = append(out, copyJob(j))
 	}
 	return &Result{Outcome: OK, Jobs: out}
+}
+
+// giveBack ends a lease without counting a retry: the job goes back to
+// PENDING (or, if cancelled meanwhile, to the dead letters).
+func (m *Machine) giveBack(q *Queue, j *Job, worker, reason string, now int64, fx Effects) {
+	m.endLease(j, fx)
+	if j.CancelAsked {
+		m.deadLetter(q, j, worker, ReasonCancelled, now, fx)
+		return
+	}
+	m.move(q, j, Pending, worker, reason, now)
+	m.makePending(q, j, now, fx)
 }
 
 // afterFailure schedules the retry of a FAILED job or dead-letters it.
@@ -869,21 +1007,25 @@ func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx Effects) *Result {
 	if j == nil || (j.Status != Assigned && j.Status != Running) || j.LeaseUntil > now {
 		return fail(Same, "jobs: job %q holds no expired lease", c.JobID)
 	}
-	q := m.queues[j.Queue]
+	m.loseAttempt(m.queues[j.Queue], j, ReasonLeaseExpired, now, fx)
+	return &Result{Outcome: OK}
+}
+
+// loseAttempt ends a lease whose attempt was lost with its worker: it
+// counts as a retry, or dead-letters the job when none is left.
+func (m *Machine) loseAttempt(q *Queue, j *Job, reason string, now int64, fx Effects) {
 	worker := j.Worker
 	m.endLease(j, fx)
 	switch {
 	case j.CancelAsked:
 		m.deadLetter(q, j, worker, ReasonCancelled, now, fx)
 	case j.RetryCount >= j.MaxRetries:
-		m.deadLetter(q, j, worker, ReasonLeaseExpired, now, fx)
+		m.deadLetter(q, j, worker, reason, now, fx)
 	default:
-		// The attempt was lost with its worker: it counts as a retry.
 		j.RetryCount++
-		m.move(q, j, Pending, worker, ReasonLeaseExpired, now)
+		m.move(q, j, Pending, worker, reason, now)
 		m.makePending(q, j, now, fx)
 	}
-	return &Result{Outcome: OK}
 }
 
 func (m *Machine) readyDue(c *ReadyDue, now int64, fx Effects) *Result {

@@ -30,6 +30,7 @@ var allowed = map[[2]Status]bool{
 	{Running, Pending}:           true, // lease expired (issue)
 	{Running, DeadLettered}:      true, // cancelled running job ends, or expired with no retry left
 	{Running, Running}:           true, // cancel requested (issue): recorded, status kept
+	{Assigned, Assigned}:         true, // offered again on the worker's new stream (issue 17)
 	{DeadLettered, Pending}:      true, // manual retry
 }
 
@@ -172,7 +173,8 @@ func (md *model) step() {
 			md.checkSubmit(&b.Jobs[i], r.Each[i])
 		}
 	case k < 45:
-		h.client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.rng.IntN(4)), LeaseNs: int64(10+h.rng.IntN(30)) * 1e9})
+		h.client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.rng.IntN(4)), LeaseNs: int64(10+h.rng.IntN(30)) * 1e9,
+			Session: md.session(w)})
 	case k < 55:
 		id := md.leasedJob()
 		h.client(JobKey(id), &Ack{JobID: id, Worker: md.holder(id, w)})
@@ -191,9 +193,30 @@ func (md *model) step() {
 			}
 		}
 	case k < 76:
+		var cmd engine.Command
+		switch h.rng.IntN(3) {
+		case 0:
+			cmd = &Heartbeat{Worker: w, LeaseNs: 20e9} // as logs before sessions hold
+		case 1:
+			cmd = &Extend{Worker: w, Session: md.session(w), LeaseNs: 20e9}
+		default:
+			cmd = &Extend{Worker: w, LeaseNs: 20e9, Declared: true, JobIDs: []string{md.leasedJob(), md.leasedJob()}}
+		}
 		for p := range h.n {
-			data, _ := (&Heartbeat{Worker: w, LeaseNs: 20e9}).AppendBinary(nil)
+			data, _ := cmd.AppendBinary(nil)
 			h.apply(p, engine.FromClient, "", data)
+		}
+	case k < 78:
+		// A stream of w opens (a restart or a reconnect): it keeps some
+		// of w's jobs, gives back the others or is offered them again.
+		cmd := &Reclaim{Worker: w, Session: md.session(w), LeaseNs: 20e9, Declared: h.rng.IntN(2) == 0,
+			Keep: []string{md.leasedJob()}}
+		for p := range h.n {
+			data, _ := cmd.AppendBinary(nil)
+			h.apply(p, engine.FromClient, "", data)
+		}
+		if id := md.leasedJob(); h.rng.IntN(2) == 0 {
+			h.client(JobKey(id), &Unsent{Worker: md.holder(id, w), Session: md.session(w), JobIDs: []string{id}})
 		}
 	case k < 81:
 		id := md.rndJob()
@@ -230,6 +253,9 @@ func (md *model) step() {
 		h.advance(h.rng.Int64N(int64(40e9)))
 	}
 }
+
+// session is one of a few stream sessions of worker w.
+func (md *model) session(w string) string { return w + "/s" + strconv.Itoa(md.h.rng.IntN(3)) }
 
 // leasedJob is usually a job some worker holds.
 func (md *model) leasedJob() string {
