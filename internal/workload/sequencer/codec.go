@@ -76,7 +76,7 @@ type (
 		Group, Processor string
 		Seqs             []uint64
 	}
-	Commit  struct {
+	Commit struct {
 		Group, Consumer string
 		Position        uint64
 	}
@@ -281,8 +281,8 @@ func (x *CompleteBatch) code(c *coder) {
 		c.u64(&x.Seqs[i])
 	}
 }
-func (x *Extend) code(c *coder)        { c.str(&x.Group, &x.Processor); c.i64(&x.LeaseNs) }
-func (x *Release) code(c *coder)       { c.str(&x.Group, &x.Processor) }
+func (x *Extend) code(c *coder)  { c.str(&x.Group, &x.Processor); c.i64(&x.LeaseNs) }
+func (x *Release) code(c *coder) { c.str(&x.Group, &x.Processor) }
 
 // releaseSeqs codes a Release with Seqs: at least one, so that a decoded
 // record re-encodes under the same tag.
