@@ -214,6 +214,7 @@ type Stream struct {
 	rc       *http.ResponseController
 	s        *Streams
 	reserved int64
+	http1    bool
 }
 
 // OpenStream lifts the server's read and write timeouts from r's answer
@@ -222,10 +223,21 @@ type Stream struct {
 // server's 30 s write timeout cut every stream and every long poll that
 // waited longer.
 func OpenStream(w http.ResponseWriter, r *http.Request) *Stream {
-	st := &Stream{w: w, rc: http.NewResponseController(w), s: StreamsOf(r.Context())}
+	st := &Stream{w: w, rc: http.NewResponseController(w), s: StreamsOf(r.Context()), http1: r.ProtoMajor == 1}
 	_ = st.rc.SetReadDeadline(time.Time{})
 	_ = st.rc.SetWriteDeadline(time.Time{})
 	return st
+}
+
+// Close bounds what the server writes after the handler returns (on
+// HTTP/1.1 the end of a chunked body), which the handler's own deadlines
+// no longer cover: a reader that stopped reading would hold the
+// connection for ever. Handlers defer it.
+func (st *Stream) Close() {
+	st.Unreserve()
+	if st.http1 {
+		_ = st.rc.SetWriteDeadline(time.Now().Add(st.s.stall))
+	}
 }
 
 // Streams is the budget the stream draws on.

@@ -269,6 +269,7 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 	if wait > 0 {
 		// The wait may outlast the server's write timeout.
 		rs = api.OpenStream(w, r)
+		defer rs.Close()
 		if wt = a.hub.add(id); wt == nil {
 			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders; poll without wait, or retry after the Retry-After pause")
 		}
@@ -345,6 +346,7 @@ func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
 	// it holds one event (one order) at a time, written within the stall
 	// timeout.
 	rs := api.OpenStream(w, r)
+	defer rs.Close()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -531,6 +531,7 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 	// The wait may outlast the server's write timeout, and the answer
 	// must be known to have gone out (see replyLeased).
 	rs := api.OpenStream(w, r)
+	defer rs.Close()
 	var wt *waiter
 	if b.WaitMs > 0 {
 		if wt = a.hub.add(a.hub.ready, g); wt == nil {
@@ -711,6 +712,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx := r.Context()
 	rs := api.OpenStream(w, r) // the wait may outlast the server's write timeout
+	defer rs.Close()
 	var wt *waiter
 	if wait > 0 {
 		if wt = a.hub.add(a.hub.output, g); wt == nil {
@@ -771,6 +773,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 	}
 	defer a.hub.remove(a.hub.output, g, wt)
 	rs := api.OpenStream(w, r)
+	defer rs.Close()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -42,6 +42,7 @@ func (a *API) GRPCHandler(opts ...connect.HandlerOption) (string, http.Handler) 
 			return
 		}
 		st := api.OpenStream(w, r)
+		defer st.Close()
 		lc := &leaseCall{}
 		ctx := context.WithValue(api.WithStream(r.Context(), st), leaseKey{}, lc)
 		h.ServeHTTP(w, r.WithContext(ctx))
