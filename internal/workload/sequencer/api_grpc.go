@@ -50,9 +50,10 @@ func (a *API) GRPCHandler(opts ...connect.HandlerOption) (string, http.Handler) 
 			return
 		}
 		// The answer is written; it went out only if it can be flushed
-		// and the client has not given up on the call (the trailers,
-		// which end it, follow).
-		if st.Write(nil) != nil || r.Context().Err() != nil {
+		// and, over HTTP/2, the client has not given up on the call
+		// (the end of the stream follows). Over HTTP/1.1 a Connect
+		// client may have read the whole answer and gone already.
+		if st.Write(nil) != nil || (r.ProtoMajor >= 2 && r.Context().Err() != nil) {
 			a.giveBack(r.Context(), lc.group, lc.proc, lc.msgs)
 		}
 	})

@@ -58,9 +58,9 @@ func errBusy(w http.ResponseWriter) int {
 // writeMessages answers {"messages":[...], tail's fields} page by page,
 // each page reserved from the stream budget and written within the stall
 // timeout, so a lease of many large messages is never rendered whole.
-// Before the first page is written it may still fail with
-// api.ErrStreamBusy (nothing was sent); any later error leaves a broken
-// answer.
+// Only before the first page is written may it fail with
+// api.ErrStreamBusy (nothing was sent, the caller answers 503); any other
+// error leaves a broken answer.
 func writeMessages(ctx context.Context, st *api.Stream, w http.ResponseWriter, ms []Message, tail map[string]any) error {
 	end, err := json.Marshal(tail)
 	if err != nil {
@@ -70,7 +70,11 @@ func writeMessages(ctx context.Context, st *api.Stream, w http.ResponseWriter, m
 	for i := 0; i < len(ms) || i == 0; {
 		n := pageLen(ms[i:])
 		if err := st.Reserve(ctx, pageCost(ms[i:i+n])); err != nil {
-			st.Unreserve()
+			if i > 0 {
+				// Not ErrStreamBusy: the answer has begun, and only
+				// cutting it can end it now.
+				return fmt.Errorf("the answer was cut after %d messages: %v", i, err)
+			}
 			return err
 		}
 		for k := i; k < i+n; k++ {
