@@ -240,9 +240,6 @@ func (st *Stream) Close() {
 	}
 }
 
-// Streams is the budget the stream draws on.
-func (st *Stream) Streams() *Streams { return st.s }
-
 // Reserve takes n bytes of the shared budget for a page about to be
 // rendered, waiting up to the stall timeout (ErrStreamBusy past it). The
 // Write of the page, or Unreserve, gives them back.
