@@ -102,9 +102,6 @@ func StreamsOf(ctx context.Context) *Streams {
 	return defaultStreams
 }
 
-// StallTimeout is how long a write may block before its stream ends.
-func (s *Streams) StallTimeout() time.Duration { return s.stall }
-
 // Buffered is the bytes reserved now; Peak the most ever reserved at once;
 // Limit the budget.
 func (s *Streams) Buffered() int64 { s.mu.Lock(); defer s.mu.Unlock(); return s.used }
