@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/kafkalog"
 	"github.com/surge-run/surge/internal/server"
 	"github.com/surge-run/surge/internal/workload/commerce"
@@ -76,7 +77,7 @@ func parseBytes(s string) (int64, error) {
 
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
-	var memLimit string
+	var memLimit, streamBuffer string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Surge server (embedded log in --data-dir)",
@@ -99,6 +100,9 @@ the heap nears it instead of growing the process).`,
 			if cfg.MemoryLimit, err = parseBytes(memLimit); err != nil {
 				return fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
 			}
+			if cfg.StreamBuffer, err = parseBytes(streamBuffer); err != nil || cfg.StreamBuffer < 0 {
+				return fmt.Errorf("--stream-buffer (SURGE_STREAM_BUFFER): %q is not a size such as 256MiB", streamBuffer)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -118,6 +122,8 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
 	f.DurationVar(&cfg.SagaDeadline, "saga-deadline", envDurationOr("SURGE_SAGA_DEADLINE", 60*time.Second), "how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with (SURGE_SAGA_DEADLINE)")
 	f.DurationVar(&cfg.SagaRetention, "saga-retention", envDurationOr("SURGE_SAGA_RETENTION", commerce.DefaultSagaRetention), "how long an ended order saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT) stays readable at /api/sagas before it and its bookkeeping are purged; orders, payments and events are kept. 0 keeps them for ever; each order logs the retention it was created with (SURGE_SAGA_RETENTION)")
+	f.DurationVar(&cfg.StallTimeout, "stall-timeout", envDurationOr("SURGE_STALL_TIMEOUT", api.DefaultStallTimeout), "a write to a stream's or long poll's reader (SSE, gRPC Read, StreamJobs, ?wait=, waitMs) blocked this long ends it: the reader stopped reading (SURGE_STALL_TIMEOUT)")
+	f.StringVar(&streamBuffer, "stream-buffer", envOr("SURGE_STREAM_BUFFER", "256MiB"), "bytes of stream and long-poll pages (each at most 1MiB of messages) rendered and not yet written, over all readers; a page that cannot have its bytes within --stall-timeout ends its stream with reason server_busy (SURGE_STREAM_BUFFER)")
 	f.IntVar(&cfg.MaxWaiters, "max-waiters", envIntOr("SURGE_MAX_WAITERS", 10000), "order long polls (?wait=) and event streams open at once; beyond it they get 503 with Retry-After (SURGE_MAX_WAITERS)")
 	f.DurationVar(&cfg.JobLease, "job-lease", envDurationOr("SURGE_JOB_LEASE", jobs.DefaultLease), "how long a job pushed to a worker stays leased without a heartbeat; past it the job is retried elsewhere (SURGE_JOB_LEASE)")
 	f.DurationVar(&cfg.JobRetention, "job-retention", envDurationOr("SURGE_JOB_RETENTION", jobs.DefaultRetention), "how long a finished job (DONE or DEAD_LETTERED) and its log stay readable before they are purged; each job logs the retention it was submitted with (SURGE_JOB_RETENTION)")

@@ -4,6 +4,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -27,6 +28,12 @@ const (
 	// (Go's does by itself), which --max-conns and --max-inflight bound.
 	DefaultMaxStreams  = 128
 	DefaultMaxInflight = 4096
+	// Whole-request limits, so a client that trickles a body or never
+	// reads its answer cannot hold a handler forever. Streams and long
+	// polls lift them (OpenStream) and are bounded by StallTimeout and
+	// StreamBuffer instead.
+	DefaultReadTimeout  = 30 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // Limits bound what clients can hold. The zero value means the defaults.
@@ -44,6 +51,17 @@ type Limits struct {
 	// MaxInflight caps requests being handled at once over all connections
 	// (0: DefaultMaxInflight); beyond it a request gets 503 at once.
 	MaxInflight int
+	// ReadTimeout and WriteTimeout bound a whole request and its answer
+	// (0: DefaultReadTimeout, DefaultWriteTimeout), except streams and
+	// long polls.
+	ReadTimeout, WriteTimeout time.Duration
+	// StallTimeout ends a stream or long poll whose write has blocked
+	// this long (0: DefaultStallTimeout).
+	StallTimeout time.Duration
+	// StreamBuffer bounds the bytes all streams and long polls hold
+	// rendered and not yet written (0: DefaultStreamBuffer); at least
+	// StreamPageBytes.
+	StreamBuffer int64
 	// Exempt lists paths the in-flight cap does not apply to, so a health
 	// checker, the metrics scraper and a profiler still get through an
 	// overload. A path ending in "/" exempts every path under it.
@@ -64,7 +82,17 @@ func (l Limits) Resolve() (Limits, error) {
 		return l, fmt.Errorf("--max-streams %d: must be 0 (default %d) or more", l.MaxStreams, DefaultMaxStreams)
 	case l.MaxInflight < 0:
 		return l, fmt.Errorf("--max-inflight %d: must be 0 (default %d) or more", l.MaxInflight, DefaultMaxInflight)
+	case l.ReadTimeout < 0 || l.WriteTimeout < 0:
+		return l, fmt.Errorf("read timeout %v and write timeout %v: must be 0 (default %v) or more", l.ReadTimeout, l.WriteTimeout, DefaultWriteTimeout)
+	case l.StallTimeout < 0:
+		return l, fmt.Errorf("--stall-timeout %v: must be 0 (default %v) or more", l.StallTimeout, DefaultStallTimeout)
+	case l.StreamBuffer < 0 || (l.StreamBuffer > 0 && l.StreamBuffer < StreamPageBytes):
+		return l, fmt.Errorf("--stream-buffer %d: must be 0 (default %d) or at least one page, %d bytes", l.StreamBuffer, DefaultStreamBuffer, StreamPageBytes)
 	}
+	l.ReadTimeout = cmp.Or(l.ReadTimeout, DefaultReadTimeout)
+	l.WriteTimeout = cmp.Or(l.WriteTimeout, DefaultWriteTimeout)
+	l.StallTimeout = cmp.Or(l.StallTimeout, DefaultStallTimeout)
+	l.StreamBuffer = cmp.Or(l.StreamBuffer, DefaultStreamBuffer)
 	if l.IdleTimeout == 0 {
 		l.IdleTimeout = DefaultIdleTimeout
 	}
@@ -90,6 +118,7 @@ type Server struct {
 	err      error // from Resolve: Serve returns it
 	conns    *connTracker
 	inflight *inflightLimiter
+	streams  *Streams
 }
 
 // NewServer returns a Server for h on addr. If the limits do not resolve,
@@ -104,8 +133,10 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	}
 	s.conns = newConnTracker(lim.MaxConns)
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt)
+	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
 	if reg != nil {
 		registerMetrics(reg, s.conns, s.inflight)
+		s.streams.register(reg)
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -115,13 +146,15 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 		Handler:           s.inflight,
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
-		// Whole-request limits, so a client that trickles a body or never
-		// reads its answer cannot hold a handler forever. For HTTP/1.1 they
-		// restart with every request on a kept-alive connection; for HTTP/2
-		// they apply per stream, so long-lived h2c connections are fine.
-		ReadTimeout:    30 * time.Second,
-		WriteTimeout:   30 * time.Second,
-		IdleTimeout:    lim.IdleTimeout,
+		// For HTTP/1.1 they restart with every request on a kept-alive
+		// connection; for HTTP/2 they apply per stream, so long-lived h2c
+		// connections are fine. Streams and long polls lift them for
+		// their own answer (OpenStream).
+		ReadTimeout:  lim.ReadTimeout,
+		WriteTimeout: lim.WriteTimeout,
+		IdleTimeout:  lim.IdleTimeout,
+		// Every request finds the streams' budget in its context.
+		ConnContext:    func(ctx context.Context, _ net.Conn) context.Context { return withStreams(ctx, s.streams) },
 		MaxHeaderBytes: MaxHeaderBytes,
 		// HTTP/2 reports StateActive when a connection's first stream opens
 		// and StateIdle when its last one closes, so h2c connections are
@@ -136,6 +169,9 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 
 // Limits returns the resolved limits (MaxConns as derived).
 func (s *Server) Limits() Limits { return s.lim }
+
+// Streams returns the budget of the server's streams and long polls.
+func (s *Server) Streams() *Streams { return s.streams }
 
 // Serve accepts connections on ln until Shutdown or Close, which make it
 // return http.ErrServerClosed. It closes ln.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -91,11 +90,13 @@ func unlimitedStream(h http.Handler, paths ...string) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Time{})
-		_ = rc.SetWriteDeadline(time.Time{})
-		bw := &batchWriter{ResponseWriter: w, rc: rc}
-		h.ServeHTTP(bw, r.WithContext(jobs.WithBatchFlusher(r.Context(), bw)))
+		// The handler's writes are bounded by the stall timeout instead
+		// (api.Stream, found in the context).
+		st := api.OpenStream(w, r)
+		defer st.Close()
+		bw := &batchWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+		ctx := api.WithStream(jobs.WithBatchFlusher(r.Context(), bw), st)
+		h.ServeHTTP(bw, r.WithContext(ctx))
 	})
 }
 

@@ -53,6 +53,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	MaxStreams  int
 	MaxInflight int
+	// StallTimeout and StreamBuffer bound streams and long polls
+	// (api.Limits; 0 means the default).
+	StallTimeout time.Duration
+	StreamBuffer int64
 	// Retention is how long FAILED and CANCELLED reservations are kept
 	// before they are purged; 0 keeps them for ever.
 	Retention time.Duration
@@ -279,10 +283,12 @@ func Run(ctx context.Context, cfg Config) error {
 		exempt = append(exempt, cluster.CallPath)
 	}
 	limits, err := api.Limits{
-		MaxConns:    cfg.MaxConns,
-		IdleTimeout: cfg.IdleTimeout,
-		MaxStreams:  cfg.MaxStreams,
-		MaxInflight: cfg.MaxInflight,
+		MaxConns:     cfg.MaxConns,
+		IdleTimeout:  cfg.IdleTimeout,
+		MaxStreams:   cfg.MaxStreams,
+		MaxInflight:  cfg.MaxInflight,
+		StallTimeout: cfg.StallTimeout,
+		StreamBuffer: cfg.StreamBuffer,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
 		Exempt: exempt,

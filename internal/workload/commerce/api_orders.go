@@ -265,7 +265,11 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx := r.Context()
 	var wt *waiter
+	var rs *api.Stream
 	if wait > 0 {
+		// The wait may outlast the server's write timeout.
+		rs = api.OpenStream(w, r)
+		defer rs.Close()
 		if wt = a.hub.add(id); wt == nil {
 			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders; poll without wait, or retry after the Retry-After pause")
 		}
@@ -292,7 +296,14 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 			return engineError(w, err)
 		}
 	}
-	return writeJSON(w, http.StatusOK, orderOut(o))
+	if rs == nil {
+		return writeJSON(w, http.StatusOK, orderOut(o))
+	}
+	b, _ := json.Marshal(orderOut(o))
+	if rs.Reply(http.StatusOK, append(b, '\n')) != nil {
+		return 499
+	}
+	return http.StatusOK
 }
 
 func (a *API) orderSub(w http.ResponseWriter, r *http.Request) int {
@@ -331,18 +342,19 @@ func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
 	if o == nil {
 		return notFound(w, "order", id)
 	}
+	// It lives until the order ends, past the server's write timeout;
+	// it holds one event (one order) at a time, written within the stall
+	// timeout.
+	rs := api.OpenStream(w, r)
+	defer rs.Close()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
 	send := func(o *Order) bool {
 		b, _ := json.Marshal(orderOut(o))
-		if _, err := fmt.Fprintf(w, "event: status\nid: %s\ndata: %s\n\n", o.Status, b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return rs.Write(fmt.Appendf(nil, "event: status\nid: %s\ndata: %s\n\n", o.Status, b)) == nil
 	}
 	last := o.Status
 	if !send(o) {
@@ -354,7 +366,7 @@ func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
 		select {
 		case <-wt.ch:
 		case <-ping.C:
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil || rc.Flush() != nil {
+			if rs.Write([]byte(": ping\n\n")) != nil {
 				return http.StatusOK
 			}
 		case <-ctx.Done():

@@ -756,17 +756,33 @@ func WithBatchFlusher(ctx context.Context, f BatchFlusher) context.Context {
 // sendJobs sends a lease's jobs, with one flush if the server can batch;
 // n is how many were sent before an error.
 func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) (n int, err error) {
-	if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
-		f.Hold()
-		defer f.Release()
-	}
-	for i, j := range jobs {
-		if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
-			TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
-			return i, err
+	err = guarded(ctx, func() error {
+		if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
+			f.Hold()
+			defer f.Release()
 		}
+		for _, j := range jobs {
+			if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
+				TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// guarded runs a stream's send within the server's stall timeout when
+// the server gave the stream one (api.Stream): a worker that stops
+// reading ends its stream instead of holding it for ever, and the jobs
+// it did not read go back (Unsent). The stream holds one rendered
+// message at a time.
+func guarded(ctx context.Context, send func() error) error {
+	if st := api.StreamOf(ctx); st != nil {
+		return st.Send(send)
 	}
-	return len(jobs), nil
+	return send()
 }
 
 // serveStream pushes jobs as they become ready: it leases from its
@@ -787,7 +803,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 			return end
 		}
 		for _, id := range cancels {
-			if err := out.Send(&jqpb.JobAssignment{JobId: id, Cancel: true}); err != nil {
+			if err := guarded(ctx, func() error { return out.Send(&jqpb.JobAssignment{JobId: id, Cancel: true}) }); err != nil {
 				return err
 			}
 		}

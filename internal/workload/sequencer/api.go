@@ -3,6 +3,7 @@ package sequencer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -527,6 +528,10 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("waitMs must be from 0 to %d, got %d", MaxWait.Milliseconds(), b.WaitMs))
 	}
 	ctx := r.Context()
+	// The wait may outlast the server's write timeout, and the answer
+	// must be known to have gone out (see replyLeased).
+	rs := api.OpenStream(w, r)
+	defer rs.Close()
 	var wt *waiter
 	if b.WaitMs > 0 {
 		if wt = a.hub.add(a.hub.ready, g); wt == nil {
@@ -537,7 +542,9 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 	deadline := time.Now().Add(time.Duration(b.WaitMs) * time.Millisecond)
 	cmd := &Lease{Group: g, Processor: b.Processor, Max: b.Max, LeaseNs: int64(lease)}
 	for {
-		res, err := a.doRaw(ctx, g, cmd)
+		// Not cancelled with the request: a lease taken as its client
+		// goes must be known, to be given back.
+		res, err := a.doRaw(context.WithoutCancel(ctx), g, cmd)
 		if err != nil {
 			return engineError(w, err)
 		}
@@ -547,14 +554,14 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 			}
 		}
 		if len(res.Messages) > 0 || wt == nil {
-			return writeJSON(w, http.StatusOK, map[string]any{"messages": messagesOut(res.Messages), "position": res.Position})
+			return a.replyLeased(ctx, rs, w, g, b.Processor, res)
 		}
 		left := time.Until(deadline)
 		if left <= 0 || !a.sleep(ctx, wt, left) {
 			if ctx.Err() != nil {
 				return 499 // the client went away; nobody reads an answer
 			}
-			return writeJSON(w, http.StatusOK, map[string]any{"messages": []messageDTO{}, "position": res.Position})
+			return a.replyLeased(ctx, rs, w, g, b.Processor, res)
 		}
 	}
 }
@@ -704,6 +711,8 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, problem)
 	}
 	ctx := r.Context()
+	rs := api.OpenStream(w, r) // the wait may outlast the server's write timeout
+	defer rs.Close()
 	var wt *waiter
 	if wait > 0 {
 		if wt = a.hub.add(a.hub.output, g); wt == nil {
@@ -713,7 +722,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		out, err := a.read(ctx, g, after, int(limit))
+		out, err := a.readPage(ctx, g, after, int(limit))
 		if err != nil {
 			return engineError(w, err)
 		}
@@ -724,7 +733,15 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 			if !out.Found {
 				return api.Error(w, http.StatusNotFound, "no group "+api.Quote(g))
 			}
-			return writeJSON(w, http.StatusOK, map[string]any{"messages": messagesOut(out.Messages), "position": out.Position, "firstKept": out.FirstKept})
+			next := after
+			if n := len(out.Messages); n > 0 {
+				next = out.Messages[n-1].Seq
+			}
+			err := writeMessages(ctx, rs, w, out.Messages, map[string]any{"position": out.Position, "firstKept": out.FirstKept, "after": next})
+			if errors.Is(err, api.ErrStreamBusy) {
+				return errBusy(w)
+			}
+			return http.StatusOK
 		}
 	}
 }
@@ -755,47 +772,51 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; poll instead, or retry after the Retry-After pause")
 	}
 	defer a.hub.remove(a.hub.output, g, wt)
+	rs := api.OpenStream(w, r)
+	defer rs.Close()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if rc.Flush() != nil {
+	if rs.Write(nil) != nil {
 		return http.StatusOK
 	}
 	ping := time.NewTicker(streamPing)
 	defer ping.Stop()
-	var buf []byte
 	for {
-		out, err := a.read(ctx, g, after, maxReadLimit)
+		out, err := a.readPage(ctx, g, after, maxReadLimit)
 		if err != nil {
 			return http.StatusOK
 		}
 		if len(out.Messages) > 0 {
-			buf = buf[:0]
-			for i := range out.Messages {
-				m := &out.Messages[i]
-				b, _ := json.Marshal(messageOut(m))
-				buf = fmt.Appendf(buf, "event: message\nid: %d\ndata: %s\n\n", m.Seq, b)
-				after = m.Seq
-			}
-			if _, err := w.Write(buf); err != nil || rc.Flush() != nil {
+			// One page at a time, each reserved from the server's stream
+			// budget: a reader that does not keep up holds one page, not
+			// the group's output.
+			if err := rs.Reserve(ctx, pageCost(out.Messages)); err != nil {
+				if errors.Is(err, api.ErrStreamBusy) {
+					endEvent(rs, api.EndBusy, after, err.Error()+"; reconnect with Last-Event-ID to resume")
+				}
 				return http.StatusOK
 			}
-			if len(out.Messages) == maxReadLimit {
-				continue // more may be there already
+			if rs.Write(ssePage(out.Messages)) != nil {
+				return http.StatusOK
+			}
+			after = out.Messages[len(out.Messages)-1].Seq
+			if after < out.Position {
+				continue // more is there already
 			}
 		}
 		select {
 		case <-wt.ch:
 		case <-ping.C:
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil || rc.Flush() != nil {
+			if rs.Write([]byte(": ping\n\n")) != nil {
 				return http.StatusOK
 			}
 		case <-ctx.Done():
 			return http.StatusOK
 		case <-a.done:
+			endEvent(rs, api.EndShutdown, after, "the server is shutting down; reconnect with Last-Event-ID to resume")
 			return http.StatusOK
 		}
 	}

@@ -31,10 +31,42 @@ const (
 )
 
 // GRPCHandler returns the service's path prefix and handler, built with
-// opts, for the server's mux.
+// opts, for the server's mux. Read and Lease get an api.Stream: they may
+// outlast the server's timeouts, Read's pages are bounded like the SSE
+// stream's, and a Lease's answer that did not go out is given back.
 func (a *API) GRPCHandler(opts ...connect.HandlerOption) (string, http.Handler) {
-	return seqpbconnect.NewSequencerServiceHandler(a, opts...)
+	path, h := seqpbconnect.NewSequencerServiceHandler(a, opts...)
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != ReadPath && r.URL.Path != LeasePath {
+			h.ServeHTTP(w, r)
+			return
+		}
+		st := api.OpenStream(w, r)
+		defer st.Close()
+		lc := &leaseCall{}
+		ctx := context.WithValue(api.WithStream(r.Context(), st), leaseKey{}, lc)
+		h.ServeHTTP(w, r.WithContext(ctx))
+		if lc.msgs == nil {
+			return
+		}
+		// The answer is written; it went out only if it can be flushed
+		// and, over HTTP/2, the client has not given up on the call
+		// (the end of the stream follows). Over HTTP/1.1 a Connect
+		// client may have read the whole answer and gone already.
+		if st.Write(nil) != nil || (r.ProtoMajor >= 2 && r.Context().Err() != nil) {
+			a.giveBack(r.Context(), lc.group, lc.proc, lc.msgs)
+		}
+	})
 }
+
+// leaseCall records what a gRPC Lease took, for the handler wrapper to
+// give back if the answer does not go out.
+type leaseCall struct {
+	group, proc string
+	msgs        []Message
+}
+
+type leaseKey struct{}
 
 // --- errors ---
 
@@ -201,7 +233,9 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 	deadline := time.Now().Add(time.Duration(m.WaitMs) * time.Millisecond)
 	cmd := &Lease{Group: m.Group, Processor: m.Processor, Max: n, LeaseNs: int64(lease)}
 	for {
-		res, err := a.doRaw(ctx, m.Group, cmd)
+		// Not cancelled with the call: a lease taken as its client goes
+		// must be known, to be given back.
+		res, err := a.doRaw(context.WithoutCancel(ctx), m.Group, cmd)
 		if err != nil {
 			return nil, api.GRPCEngineError(err)
 		}
@@ -211,6 +245,13 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 			}
 		}
 		if len(res.Messages) > 0 || wt == nil {
+			if err := ctx.Err(); err != nil {
+				a.giveBack(ctx, m.Group, m.Processor, res.Messages)
+				return nil, api.GRPCEngineError(err)
+			}
+			if lc, ok := ctx.Value(leaseKey{}).(*leaseCall); ok && len(res.Messages) > 0 {
+				lc.group, lc.proc, lc.msgs = m.Group, m.Processor, res.Messages
+			}
 			return connect.NewResponse(&seqpb.LeaseResponse{Messages: messagesPB(res.Messages)}), nil
 		}
 		left := time.Until(deadline)
@@ -313,32 +354,59 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 	if err := out.Send(nil); err != nil {
 		return err
 	}
+	st := api.StreamOf(ctx)
 	after := m.After
 	for {
-		o, err := a.read(ctx, m.Group, after, maxReadLimit)
+		o, err := a.readPage(ctx, m.Group, after, maxReadLimit)
 		if err != nil {
 			if a.shuttingDown() {
 				return errShuttingDown
 			}
 			return api.GRPCEngineError(err)
 		}
-		for i := range o.Messages {
-			if err := out.Send(&seqpb.OutputMessage{Message: messagePB(&o.Messages[i])}); err != nil {
-				return err
+		if err := a.sendPage(ctx, st, out, o.Messages); err != nil {
+			if errors.Is(err, api.ErrStreamBusy) {
+				return grpcErr(connect.CodeResourceExhausted, "%v; resume with after=%d", err, after)
 			}
-			after = o.Messages[i].Seq
+			return err
 		}
-		if len(o.Messages) == maxReadLimit {
-			continue // more may be there already
+		if n := len(o.Messages); n > 0 {
+			after = o.Messages[n-1].Seq
+			if after < o.Position {
+				continue // more is there already
+			}
 		}
 		select {
 		case <-wt.ch:
 		case <-ctx.Done():
 			return api.GRPCEngineError(ctx.Err())
 		case <-a.done:
-			return errShuttingDown
+			if st != nil {
+				st.Ending(api.EndShutdown)
+			}
+			return grpcErr(connect.CodeUnavailable, "the server is shutting down; resume with after=%d", after)
 		}
 	}
+}
+
+// sendPage sends one page of output, reserved from the server's stream
+// budget and within the stall timeout (when served through GRPCHandler).
+func (a *API) sendPage(ctx context.Context, st *api.Stream, out *connect.ServerStream[seqpb.OutputMessage], ms []Message) error {
+	send := func() error {
+		for i := range ms {
+			if err := out.Send(&seqpb.OutputMessage{Message: messagePB(&ms[i])}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if st == nil || len(ms) == 0 {
+		return send()
+	}
+	if err := st.Reserve(ctx, pageCost(ms)); err != nil {
+		return err
+	}
+	return st.Send(send)
 }
 
 func (a *API) Commit(ctx context.Context, req *connect.Request[seqpb.CommitRequest]) (*connect.Response[seqpb.CommitResponse], error) {

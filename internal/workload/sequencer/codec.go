@@ -27,6 +27,7 @@ const (
 	tagLeaseExpired
 	tagPurgeMessages
 	tagCompleteBatch
+	tagReleaseSeqs // a Release with Seqs
 )
 
 // Client commands. Durations are in ns. The API fills in MsgID (a random
@@ -68,9 +69,14 @@ type (
 		Group, Processor string
 		LeaseNs          int64
 	}
-	// Release gives back every lease Processor holds in Group.
-	Release struct{ Group, Processor string }
-	Commit  struct {
+	// Release gives back every lease Processor holds in Group, or with
+	// Seqs only those of them (a lease whose answer never reached the
+	// processor).
+	Release struct {
+		Group, Processor string
+		Seqs             []uint64
+	}
+	Commit struct {
 		Group, Consumer string
 		Position        uint64
 	}
@@ -275,8 +281,26 @@ func (x *CompleteBatch) code(c *coder) {
 		c.u64(&x.Seqs[i])
 	}
 }
-func (x *Extend) code(c *coder)        { c.str(&x.Group, &x.Processor); c.i64(&x.LeaseNs) }
-func (x *Release) code(c *coder)       { c.str(&x.Group, &x.Processor) }
+func (x *Extend) code(c *coder)  { c.str(&x.Group, &x.Processor); c.i64(&x.LeaseNs) }
+func (x *Release) code(c *coder) { c.str(&x.Group, &x.Processor) }
+
+// releaseSeqs codes a Release with Seqs: at least one, so that a decoded
+// record re-encodes under the same tag.
+type releaseSeqs struct{ *Release }
+
+func (x releaseSeqs) code(c *coder) {
+	x.Release.code(c)
+	n := c.count(len(x.Seqs), 1)
+	if c.r != nil {
+		if n == 0 && c.r.Err == nil {
+			c.r.Err = errors.New("a release of listed seqs lists none")
+		}
+		x.Seqs = make([]uint64, n)
+	}
+	for i := range x.Seqs {
+		c.u64(&x.Seqs[i])
+	}
+}
 func (x *Commit) code(c *coder)        { c.str(&x.Group, &x.Consumer); c.u64(&x.Position) }
 func (x *DeleteGroup) code(c *coder)   { c.str(&x.Group) }
 func (x *LeaseExpired) code(c *coder)  { c.str(&x.Group); c.u64(&x.Seq) }
@@ -299,7 +323,12 @@ func (x *Lease) AppendBinary(b []byte) ([]byte, error)         { return encode(b
 func (x *Complete) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagComplete, x) }
 func (x *CompleteBatch) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagCompleteBatch, x) }
 func (x *Extend) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagExtend, x) }
-func (x *Release) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagRelease, x) }
+func (x *Release) AppendBinary(b []byte) ([]byte, error) {
+	if len(x.Seqs) > 0 {
+		return encode(b, tagReleaseSeqs, releaseSeqs{x})
+	}
+	return encode(b, tagRelease, x)
+}
 func (x *Commit) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagCommit, x) }
 func (x *DeleteGroup) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagDeleteGroup, x) }
 func (x *LeaseExpired) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagLeaseExpired, x) }
@@ -329,6 +358,8 @@ func newCommand(tag byte) coded {
 		return &PurgeMessages{}
 	case tagCompleteBatch:
 		return &CompleteBatch{}
+	case tagReleaseSeqs:
+		return releaseSeqs{&Release{}}
 	}
 	return nil
 }
@@ -355,6 +386,9 @@ func Decode(data []byte) (engine.Command, error) {
 	}
 	if r.Err != nil {
 		return nil, fmt.Errorf("sequencer: decoding command %d: %w", data[0], r.Err)
+	}
+	if rs, ok := cmd.(releaseSeqs); ok {
+		return rs.Release, nil
 	}
 	return cmd, nil
 }

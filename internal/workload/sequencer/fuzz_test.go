@@ -18,6 +18,7 @@ func seedCommands() []engine.Command {
 		&Complete{Group: "g", Seq: 1, Processor: "p"},
 		&Extend{Group: "g", Processor: "p", LeaseNs: 30e9},
 		&Release{Group: "g", Processor: "p"},
+		&Release{Group: "g", Processor: "p", Seqs: []uint64{2, 1 << 40}},
 		&Commit{Group: "g", Consumer: "c", Position: 5},
 		&DeleteGroup{Group: "g"},
 		&LeaseExpired{Group: "g", Seq: 1 << 40},

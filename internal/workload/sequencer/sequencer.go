@@ -859,6 +859,9 @@ func (m *Machine) release(c *Release, fx Effects) *Result {
 		return r
 	}
 	seqs := g.leasedBy(c.Processor)
+	if c.Seqs != nil {
+		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return !slices.Contains(c.Seqs, s) })
+	}
 	if len(seqs) == 0 {
 		return &Result{Outcome: Same, Position: g.position}
 	}
@@ -1094,11 +1097,13 @@ func (h *seqHeap) pop() uint64 {
 // Queries (Machine.Query); each answer is a copy.
 type (
 	// ReadOutput → *Output: released messages with seq > After, at most
-	// Limit (0: 100, at most 1000).
+	// Limit (0: 100, at most 1000), and with MaxBytes > 0 no more than
+	// that many bytes of ids and payloads but at least one message.
 	ReadOutput struct {
-		Group string
-		After uint64
-		Limit int
+		Group    string
+		After    uint64
+		Limit    int
+		MaxBytes int
 	}
 	GroupInfo  struct{ Group string } // → *Info, nil if no such group
 	ListGroups struct{}               // → []*Info by name
@@ -1166,8 +1171,14 @@ func (m *Machine) readOutput(q ReadOutput) *Output {
 	}
 	limit = min(limit, maxReadLimit)
 	out := &Output{Found: true, Position: g.position, FirstKept: g.base}
+	size := 0
 	for seq := max(q.After+1, g.base); seq <= g.position && len(out.Messages) < limit; seq++ {
-		out.Messages = append(out.Messages, g.message(seq, g.at(seq)))
+		x := g.at(seq)
+		size += len(x.ID) + len(x.Payload)
+		if q.MaxBytes > 0 && size > q.MaxBytes && len(out.Messages) > 0 {
+			break
+		}
+		out.Messages = append(out.Messages, g.message(seq, x))
 	}
 	return out
 }

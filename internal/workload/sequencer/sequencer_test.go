@@ -174,3 +174,28 @@ func TestQueries(t *testing.T) {
 }
 
 func (h *harness) rngID() string { return fmt.Sprint("id", h.rng.Uint64()) }
+
+// A Release with Seqs gives back only those of the processor's leases:
+// the API sends it for a lease whose answer never reached the processor,
+// which must not lose the leases it is working on.
+func TestReleaseListedSeqs(t *testing.T) {
+	h := one(t, Limits{})
+	for _, id := range []string{"a", "b", "c", "d"} {
+		h.want(Created, &Publish{Group: "g", MsgID: id})
+	}
+	h.want(OK, &Lease{Group: "g", Processor: "p", Max: 2, LeaseNs: 10e9})
+	h.want(OK, &Lease{Group: "g", Processor: "p", Max: 1, LeaseNs: 10e9})
+	h.want(OK, &Lease{Group: "g", Processor: "q", Max: 1, LeaseNs: 10e9})
+	h.want(OK, &Release{Group: "g", Processor: "p", Seqs: []uint64{3, 4}}) // 4 is q's
+	h.want(Same, &Release{Group: "g", Processor: "p", Seqs: []uint64{3}})
+	in := h.ms[0].Query(GroupInfo{Group: "g"}).(*Info)
+	if in.Leased != 3 || in.Pending != 1 {
+		t.Fatalf("after releasing seq 3 of p: %+v", in)
+	}
+	h.want(OK, &Complete{Group: "g", Seq: 1, Processor: "p"})
+	h.want(OK, &Complete{Group: "g", Seq: 4, Processor: "q"})
+	b, _ := (&Release{Group: "g", Processor: "p", Seqs: []uint64{3}}).AppendBinary(nil)
+	if c, err := Decode(b); err != nil || len(c.(*Release).Seqs) != 1 {
+		t.Fatalf("decoded %#v, %v", c, err)
+	}
+}
