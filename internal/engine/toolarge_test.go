@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/wire"
 )
@@ -22,8 +24,9 @@ import (
 // hold blocks its partition until the test closes the workload's channel.
 type blobs struct{ hold chan struct{} }
 
-func (blobs) ID() uint8    { return 9 }
-func (blobs) Name() string { return "blobs" }
+func (blobs) ID() uint8        { return 9 }
+func (blobs) WireTypes() []any { return []any{getSize{}, 0} }
+func (blobs) Name() string     { return "blobs" }
 func (w blobs) NewMachine(int) engine.Machine {
 	return &blobMachine{hold: w.hold, sizes: map[string]int{}}
 }
@@ -318,4 +321,95 @@ func TestBatchBytesAreBounded(t *testing.T) {
 		t.Fatalf("a batch held %d log bytes; the bound is %d", largest, engine.MaxBatchBytes)
 	}
 	t.Logf("%d batches, the largest %d bytes", batches, largest)
+}
+
+// sizeTransport records the largest body sent through it.
+type sizeTransport struct {
+	engine.Transport
+	largest atomic.Int64
+}
+
+func (s *sizeTransport) Call(ctx context.Context, part int, body []byte) ([]byte, error) {
+	for {
+		old := s.largest.Load()
+		if int64(len(body)) <= old || s.largest.CompareAndSwap(old, int64(len(body))) {
+			break
+		}
+	}
+	return s.Transport.Call(ctx, part, body)
+}
+
+// Large commands forwarded to another node at once go in calls of at most
+// MaxRemoteBytes, which the receiving node's transport accepts, and all
+// are applied.
+func TestForwardedBatchesAreBoundedInBytes(t *testing.T) {
+	w := blobs{hold: make(chan struct{})}
+	store, net := enginetest.NewStore(), &enginetest.Net{}
+	var nodes []*engine.Engine
+	var tr *sizeTransport
+	for i := range 2 {
+		var t0 engine.Transport = net.Transport(i)
+		if i == 1 {
+			tr = &sizeTransport{Transport: t0}
+			t0 = tr
+		}
+		e, err := engine.Open(engine.Options{Partitions: 1, Snapshots: store, Logger: quiet,
+			Cluster: &engine.Cluster{Transport: t0, ForwardTimeout: 30 * time.Second}}, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		net.Add(e)
+		nodes = append(nodes, e)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-w.hold:
+		default:
+			close(w.hold)
+		}
+		for _, e := range nodes {
+			e.Close()
+		}
+	})
+	if err := nodes[0].Acquire(0, store.Open(0)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The hold's call is out while the large commands queue behind it.
+	held := make(chan error, 1)
+	go func() { _, err := nodes[1].Do(ctx, 0, 9, &hold{}); held <- err }()
+	for engine.PendingForwards(nodes[1], 0) > 0 || engine.InboxLen(nodes[0], 0) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	const n = 5
+	size := engine.MaxCommandBytes - 1<<20
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = nodes[1].Do(ctx, 0, 9, putOf(fmt.Sprint("k", i), size)) })
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for engine.PendingForwards(nodes[1], 0) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d commands wait to be forwarded", engine.PendingForwards(nodes[1], 0), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(w.hold)
+	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+	}
+	if got := tr.largest.Load(); got > engine.MaxRemoteBytes {
+		t.Fatalf("a call carried %d bytes; the bound is %d", got, engine.MaxRemoteBytes)
+	}
+	v, err := nodes[1].Query(ctx, 0, 9, getSize{Key: "k4"})
+	if err != nil || v.(int) == 0 {
+		t.Fatalf("k4 after forwarding: %v %v", v, err)
+	}
 }
