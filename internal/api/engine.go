@@ -4,21 +4,26 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
 	"connectrpc.com/connect"
 
+	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
 )
 
 // EngineError answers an engine failure with a status a client can act on.
 // busy words the 429: the engine refused the command before applying it,
-// so the client can safely retry after the Retry-After that Error sets.
+// so the client can safely retry after the Retry-After that Error sets. A
+// command too large for the log is 413, naming the limit.
 func EngineError(w http.ResponseWriter, err error, busy string) int {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
 		return Error(w, http.StatusTooManyRequests, busy)
+	case errors.Is(err, engine.ErrTooLarge):
+		return Error(w, http.StatusRequestEntityTooLarge, tooLargeMsg(err))
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrFailed),
 		errors.Is(err, engine.ErrNotOwner), errors.Is(err, engine.ErrOutcomeUnknown):
 		return Error(w, http.StatusServiceUnavailable, err.Error())
@@ -28,14 +33,16 @@ func EngineError(w http.ResponseWriter, err error, busy string) int {
 	return Error(w, http.StatusInternalServerError, err.Error())
 }
 
-// GRPCEngineError is EngineError for gRPC handlers: overload is
-// RESOURCE_EXHAUSTED (the command was refused before it was applied, so a
+// GRPCEngineError is EngineError for gRPC handlers: overload and a command
+// too large for the log are RESOURCE_EXHAUSTED (the command was refused before it was applied, so a
 // retry after a pause is safe), a failed or closing node UNAVAILABLE
 // (retry, elsewhere if possible).
 func GRPCEngineError(err error) error {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
 		return connect.NewError(connect.CodeResourceExhausted, errors.New("the server is overloaded: nothing was done; retry after a short pause"))
+	case errors.Is(err, engine.ErrTooLarge):
+		return connect.NewError(connect.CodeResourceExhausted, errors.New(tooLargeMsg(err)))
 	case errors.Is(err, engine.ErrFailed):
 		return connect.NewError(connect.CodeUnavailable, errors.New("the command log failed; this node refuses all requests until it is restarted"))
 	case errors.Is(err, engine.ErrClosed):
@@ -48,6 +55,13 @@ func GRPCEngineError(err error) error {
 		return connect.NewError(connect.CodeCanceled, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
+}
+
+// tooLargeMsg words engine.ErrTooLarge: the engine's message names the
+// size and the limit.
+func tooLargeMsg(err error) string {
+	return fmt.Sprintf("request too large: %v. A command may take at most %d bytes in the log; nothing was done: send less in one request",
+		err, cmdlog.MaxEntryBytes)
 }
 
 // BodyPool holds the buffers request bodies are read into.

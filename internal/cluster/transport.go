@@ -25,8 +25,11 @@ const CallPath = "/internal/cluster/v1/call"
 // applying it to the wrong data.
 const HeaderCluster = "Surge-Cluster"
 
-// MaxCallBytes bounds a forwarded request's body.
-const MaxCallBytes = 64 << 20
+// MaxCallBytes bounds a forwarded request's body and its answer. The
+// engine splits what it sends into bodies of at most
+// engine.MaxRemoteBytes, so one command of the largest legal size always
+// goes through; the rest is room for answers (query replies).
+const MaxCallBytes = 2 * engine.MaxRemoteBytes
 
 // transport carries the engine's forwarded requests to their owners.
 type transport struct {
@@ -136,6 +139,10 @@ func (t *transport) post(ctx context.Context, addr string, body []byte) ([]byte,
 	ans, err := io.ReadAll(io.LimitReader(resp.Body, MaxCallBytes+1))
 	if err != nil {
 		return nil, 0, err
+	}
+	if len(ans) > MaxCallBytes {
+		// Cut short, it would only fail to decode.
+		return nil, 0, fmt.Errorf("the answer is larger than the limit of %d bytes (MaxCallBytes)", MaxCallBytes)
 	}
 	return ans, resp.StatusCode, nil
 }

@@ -102,6 +102,16 @@ const (
 	defaultResendAfter    = 2 * time.Second
 	defaultForwardTimeout = 15 * time.Second
 	maxCourierMail        = 1 << 17
+	maxCallMail           = 4096 // mails in one call
+
+	// MaxRemoteBytes bounds the body of one request the engine sends
+	// to another node (a batch of forwarded requests, a batch of mail):
+	// the transport must accept that much. A single command of
+	// cmdlog.MaxEntryBytes always fits; batches are split to fit.
+	MaxRemoteBytes = 32 << 20
+	// maxForwardQueryBytes bounds a query's encoding for another node
+	// (queries are small; a huge one is a bug, refused with ErrTooLarge).
+	maxForwardQueryBytes = cmdlog.MaxEntryBytes
 )
 
 func (e *Engine) clusterMode() bool { return e.opts.Cluster != nil }
@@ -438,7 +448,7 @@ func (c *courier) run(stop <-chan struct{}) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				for len(ms) > 0 {
-					n := min(len(ms), 4096)
+					n := mailChunk(ms)
 					body := encodeMailRequest(target, ms[:n])
 					if _, err := c.e.opts.Cluster.Transport.Call(ctx, target, body); err != nil {
 						c.e.log.Debug("delivering messages to another node failed; their senders will send them again", "partition", target, "err", err)
@@ -478,7 +488,12 @@ const (
 
 // Error codes on the wire, so that the caller's errors.Is sees the same
 // sentinel the owner returned.
-var remoteErrs = []error{nil, ErrNotOwner, ErrOverloaded, ErrClosed, ErrFailed, ErrUndecodable, ErrApplyPanicked, context.Canceled, context.DeadlineExceeded, ErrOutcomeUnknown}
+// New codes are appended: a node reads an unknown one as a malformed
+// answer.
+var remoteErrs = []error{nil, ErrNotOwner, ErrOverloaded, ErrClosed, ErrFailed, ErrUndecodable, ErrApplyPanicked, context.Canceled, context.DeadlineExceeded, ErrOutcomeUnknown, ErrTooLarge}
+
+// codeOutcomeUnknown is what any other error is sent as.
+const codeOutcomeUnknown = 9
 
 // wireValue carries a query, reply or note inside an interface. gob
 // cannot carry a nil pointer, slice or map, nor a struct without exported
@@ -545,6 +560,23 @@ func remoteHead(kind byte, part int, wl uint8) []byte {
 	b[6] = wl
 	return b
 }
+
+// mailChunk is how many of ms, at least one, go in one call: at most
+// maxCallMail, in at most MaxRemoteBytes (every message is bounded by
+// Effects.Send, far below it).
+func mailChunk(ms []mail) int {
+	size := remoteHeader + 4
+	for i := range ms {
+		size += mailWireBytes + len(ms[i].data)
+		if i >= maxCallMail || i > 0 && size > MaxRemoteBytes {
+			return i
+		}
+	}
+	return len(ms)
+}
+
+// mailWireBytes is the fixed part of one mail in a kindMail request.
+const mailWireBytes = 1 + 4 + 8 + 8 + 1 + 4
 
 func encodeMailRequest(target int, ms []mail) []byte {
 	b := remoteHead(kindMail, target, 0)
@@ -616,7 +648,7 @@ func errCode(err error) byte {
 			return byte(i)
 		}
 	}
-	return byte(len(remoteErrs) - 1)
+	return codeOutcomeUnknown
 }
 
 // decodeErrAnswer reads a statusErr answer.
@@ -715,10 +747,18 @@ func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q
 		if payload, err = cmd.AppendBinary(nil); err != nil {
 			return nil, fmt.Errorf("engine: encoding command: %w", err)
 		}
+		// The owner would refuse it the same way: refusing it here keeps
+		// every forwarded request within what a call carries.
+		if n := envHeader + len(payload); n > cmdlog.MaxEntryBytes {
+			return nil, tooLarge("command", n)
+		}
 	} else {
 		kind = kindQuery
 		if payload, err = encodeValue(nil, q); err != nil {
 			return nil, fmt.Errorf("engine: encoding the query (%T) for another node: %w; the workload must list its query types in WireTypes", q, err)
+		}
+		if len(payload) > maxForwardQueryBytes {
+			return nil, fmt.Errorf("%w: the query encodes to %d bytes for another node; the limit is %d", ErrTooLarge, len(payload), maxForwardQueryBytes)
 		}
 	}
 	deadline := time.Now().Add(e.opts.Cluster.ForwardTimeout)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/wire"
 )
 
@@ -23,6 +24,23 @@ import (
 const envelopeVersion = 1
 
 const envHeader = 11
+
+// msgHeader is the envelope of a FromMessage record.
+const msgHeader = envHeader + 4 + 8
+
+// MaxCommandBytes is the largest encoding of a client command (or of a
+// timer's command) the engine takes: its log entry, envelope included, is
+// then at most cmdlog.MaxEntryBytes. Larger ones get ErrTooLarge.
+const MaxCommandBytes = cmdlog.MaxEntryBytes - envHeader
+
+// maxMessageBytes is the largest encoding of a message Effects.Send takes:
+// its entry at the receiver is at most cmdlog.MaxEntryBytes.
+const maxMessageBytes = cmdlog.MaxEntryBytes - msgHeader
+
+// tooLarge is the error of a log entry of n bytes that no log takes.
+func tooLarge(what string, n int) error {
+	return fmt.Errorf("%w: the %s would need a log entry of %d bytes; the limit is %d bytes", ErrTooLarge, what, n, cmdlog.MaxEntryBytes)
+}
 
 type envelope struct {
 	kind     InputKind

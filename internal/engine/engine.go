@@ -35,6 +35,18 @@ const (
 	maxInflightBatches   = 4 // per partition, between apply and durable
 	snapshotQueueLen     = 64
 	maxPartitions        = 1 << 12
+
+	// MaxBatchBytes bounds the log bytes of one batch (one append), so
+	// that with commands of up to cmdlog.MaxEntryBytes a partition's
+	// in-flight batches hold tens of megabytes, not gigabytes, and one
+	// WAL write or Kafka transaction stays that size. Client requests are
+	// taken into a batch only while the largest legal entry still fits
+	// below it, with room kept for one entry of pending mail and for
+	// timerBatchBytes of due timers; those wait for the next batch too
+	// once their share is full. A single command of cmdlog.MaxEntryBytes
+	// always fits a batch alone.
+	MaxBatchBytes   = 2*cmdlog.MaxEntryBytes + timerBatchBytes
+	timerBatchBytes = 4 << 20
 )
 
 // SnapshotStore keeps each partition's latest snapshot and the log position
@@ -77,6 +89,8 @@ type Options struct {
 	// shedMinQueue: see defaultShedMinQueue; tests lower it to shed with
 	// few submitters.
 	shedMinQueue int
+	// batchBytes, for tests, is told the log bytes of every batch.
+	batchBytes func(n int)
 }
 
 // Engine owns the partitions. Create with Open, stop with Close.

@@ -65,7 +65,7 @@ func (e *Engine) sendForwards(part int, leader bool) {
 	f := &e.fwd[part]
 	for {
 		f.mu.Lock()
-		n := min(len(f.pending), maxForwardBatch)
+		n := forwardChunk(f.pending)
 		if n == 0 {
 			f.sending = false
 			f.mu.Unlock()
@@ -91,6 +91,23 @@ func (e *Engine) sendForwards(part int, leader bool) {
 		}
 	}
 }
+
+// forwardChunk is how many of the pending requests, at least one if any,
+// go in the next batch: at most maxForwardBatch, in a body of at most
+// MaxRemoteBytes (forward bounds each request well below it).
+func forwardChunk(pending []*fwdReq) int {
+	size := remoteHeader + 4
+	for i, r := range pending {
+		size += fwdWireBytes + len(r.payload)
+		if i >= maxForwardBatch || i > 0 && size > MaxRemoteBytes {
+			return i
+		}
+	}
+	return len(pending)
+}
+
+// fwdWireBytes is the fixed part of one request in a forwarded batch.
+const fwdWireBytes = 1 + 1 + 4
 
 func (e *Engine) sendBatch(part int, batch []*fwdReq) {
 	body := remoteHead(kindBatch, part, 0)

@@ -4,6 +4,8 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+
+	"github.com/surge-run/surge/internal/cmdlog"
 )
 
 // Command is a workload command. The engine encodes it into the log before
@@ -111,7 +113,7 @@ func (fx *Effects) Unchanged() { fx.unchanged = true }
 // than logged, where every replay would meet it again. The check is the
 // same in replay, so the outcome is too.
 func (fx *Effects) Send(key string, wl uint8, cmd Command) error {
-	data, err := fx.encode(wl, cmd)
+	data, err := fx.encode(wl, cmd, maxMessageBytes)
 	if err != nil {
 		return fmt.Errorf("engine: message to %q refused: %w", key, err)
 	}
@@ -121,14 +123,15 @@ func (fx *Effects) Send(key string, wl uint8, cmd Command) error {
 
 // SetTimer arranges for cmd to be applied to this machine (as FromTimer
 // input) at or after atNs. Setting an id again replaces the earlier timer.
-// Like Send, it refuses a command its machine could not decode, and an id
+// Like Send, it refuses a command its machine could not decode, one larger
+// than a client command may be (MaxCommandBytes, ErrTooLarge), and an id
 // longer than MaxTimerIDBytes.
 func (fx *Effects) SetTimer(id string, atNs int64, cmd Command) error {
 	if len(id) > MaxTimerIDBytes {
 		return fmt.Errorf("engine: timer id of %d bytes refused (limit %d)", len(id), MaxTimerIDBytes)
 	}
 	// The workload is the one applying; check learns it from the engine.
-	data, err := fx.encode(timerWorkload, cmd)
+	data, err := fx.encode(timerWorkload, cmd, MaxCommandBytes)
 	if err != nil {
 		return fmt.Errorf("engine: timer %q refused: %w", id, err)
 	}
@@ -142,13 +145,17 @@ const MaxTimerIDBytes = 1<<15 - 1
 // timerWorkload tells check to use the workload whose Apply is running.
 const timerWorkload = 0xff
 
-func (fx *Effects) encode(wl uint8, cmd Command) ([]byte, error) {
+func (fx *Effects) encode(wl uint8, cmd Command, limit int) ([]byte, error) {
 	if cmd == nil {
 		return nil, errors.New("nil command")
 	}
 	data, err := cmd.AppendBinary(nil)
 	if err != nil {
 		return nil, fmt.Errorf("encoding: %w", err)
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("%w: the command encodes to %d bytes, the limit is %d (a log entry takes at most %d bytes)",
+			ErrTooLarge, len(data), limit, cmdlog.MaxEntryBytes)
 	}
 	if fx.check != nil {
 		if err := fx.check(wl, data); err != nil {
@@ -195,6 +202,10 @@ var (
 	// ErrApplyPanicked means the workload panicked applying the command
 	// (a bug); the command was dropped with its effects.
 	ErrApplyPanicked = errors.New("engine: the workload failed to apply the command")
+	// ErrTooLarge means a command (or a message or timer it made) would
+	// need a log entry larger than cmdlog.MaxEntryBytes, which no log
+	// takes: it was refused before it was applied, and nothing changed.
+	ErrTooLarge = errors.New("engine: command refused: too large for the log")
 	// ErrFailed means the log failed; the engine refuses all work because
 	// its memory may be ahead of what is on disk.
 	ErrFailed = errors.New("engine: the command log failed; restart the server")

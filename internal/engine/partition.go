@@ -47,6 +47,15 @@ type mail struct {
 	data     []byte
 }
 
+// recordBytes is the size of the log record m becomes (acknowledgements
+// become none).
+func (m *mail) recordBytes() int {
+	if m.ack {
+		return 0
+	}
+	return msgHeader + len(m.data)
+}
+
 // mailbox is unbounded on purpose: it is filled from the log's completion
 // callback, which must never block (a full inbox there could deadlock two
 // partitions that message each other). Its growth is bounded by the
@@ -67,12 +76,21 @@ func (m *mailbox) push(x mail) {
 	}
 }
 
-// take removes up to max of the oldest pending items into dst. Whatever
+// take removes up to max of the oldest pending items into dst, as long as
+// their log records fit in maxBytes. Whatever
 // is left re-arms the signal, so the processor comes back for it in its
-// next batch: a batch never holds more than MaxBatch inputs.
-func (m *mailbox) take(dst []mail, max int) []mail {
+// next batch: a batch never holds more than MaxBatch inputs, nor, since
+// Effects.Send bounds every message, more than MaxBatchBytes.
+func (m *mailbox) take(dst []mail, max, maxBytes int) []mail {
 	m.mu.Lock()
-	n := min(max, len(m.items))
+	n, size := 0, 0
+	for n < min(max, len(m.items)) {
+		size += m.items[n].recordBytes()
+		if size > maxBytes {
+			break
+		}
+		n++
+	}
 	dst = append(dst, m.items[:n]...)
 	rest := copy(m.items, m.items[n:])
 	clear(m.items[rest:])
@@ -133,6 +151,11 @@ func (b *batch) reset() {
 	b.reqs = b.reqs[:0]
 	b.offsets = b.offsets[:0]
 	b.buf = b.buf[:0]
+	if cap(b.buf) > MaxBatchBytes {
+		// Grown by a command refused as too large (or by append's
+		// doubling): not worth keeping for every later batch.
+		b.buf = nil
+	}
 	clear(b.entries)
 	b.entries = b.entries[:0]
 	clear(b.sends)
@@ -287,7 +310,19 @@ func (p *partition) run() {
 		if at, ok := p.timers.next(); ok && at <= now {
 			timerShare = max(1, maxBatch/8)
 		}
-		clientMax := maxBatch - min(p.mail.len(), maxBatch/2) - timerShare
+		pendingMail := p.mail.len()
+		clientMax := maxBatch - min(pendingMail, maxBatch/2) - timerShare
+		// In bytes the same shares: client requests are taken only while
+		// the largest legal entry still fits below clientBytes, which
+		// leaves room for one of pending mail's and for due timers.
+		timerBytes := 0
+		if timerShare > 0 {
+			timerBytes = timerBatchBytes
+		}
+		clientBytes := MaxBatchBytes - timerBytes
+		if pendingMail > 0 {
+			clientBytes -= cmdlog.MaxEntryBytes
+		}
 		taken := 0
 		if first != nil {
 			taken++
@@ -296,7 +331,7 @@ func (p *partition) run() {
 			}
 		}
 	drain:
-		for taken < clientMax {
+		for taken < clientMax && len(b.buf)+cmdlog.MaxEntryBytes <= clientBytes {
 			select {
 			case r := <-p.inbox:
 				taken++
@@ -310,14 +345,14 @@ func (p *partition) run() {
 		p.learn(&waits)
 		inputs := len(b.reqs)
 		if room := maxBatch - inputs - timerShare; room > 0 {
-			p.mailBuf = p.mail.take(p.mailBuf[:0], room)
+			p.mailBuf = p.mail.take(p.mailBuf[:0], room, MaxBatchBytes-timerBytes-len(b.buf))
 			for i := range p.mailBuf {
 				p.handleMail(b, &p.mailBuf[i], now)
 			}
 			inputs += len(p.mailBuf)
 			clear(p.mailBuf)
 		}
-		p.dueKeys = p.timers.popDue(now, p.dueKeys[:0], maxBatch-inputs)
+		p.dueKeys = p.timers.popDue(now, p.dueKeys[:0], maxBatch-inputs, MaxBatchBytes-len(b.buf))
 		for _, k := range p.dueKeys {
 			p.fireTimer(b, k, now)
 		}
@@ -478,6 +513,13 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 	if err != nil {
 		b.buf = b.buf[:start]
 		r.err = fmt.Errorf("engine: encoding command: %w", err)
+		return
+	}
+	// Refused alone, before it is applied: no log takes the entry, and a
+	// log that refused it after the apply would leave memory ahead of it.
+	if n := len(b.buf) - start; n > cmdlog.MaxEntryBytes {
+		b.buf = b.buf[:start]
+		r.err = tooLarge("command", n)
 		return
 	}
 	// Apply what replay will apply: the command decoded from the bytes
@@ -702,6 +744,9 @@ func (p *partition) replay(data []byte) error {
 func (p *partition) commit(b *batch) {
 	if mt := p.e.opts.Metrics; mt != nil && b.applyCount > 0 {
 		mt.observeBatch(b.applyCount, time.Now().UnixNano()-b.startedNano)
+	}
+	if fn := p.e.opts.batchBytes; fn != nil {
+		fn(len(b.buf))
 	}
 	if len(b.offsets) == 0 {
 		p.mu.Lock()

@@ -66,12 +66,18 @@ func (t *timerTable) next() (int64, bool) {
 }
 
 // popDue removes and returns the keys of up to max live timers due at
-// nowNs. They stay in byKey until their FromTimer record is applied, so a
-// crash before that fires them again after restart.
-func (t *timerTable) popDue(nowNs int64, dst []timerKey, max int) []timerKey {
+// nowNs whose FromTimer records fit in maxBytes.
+// They stay in byKey until their FromTimer record is applied, so a crash
+// before that fires them again after restart.
+func (t *timerTable) popDue(nowNs int64, dst []timerKey, max, maxBytes int) []timerKey {
+	size := 0
 	for len(dst) < max {
 		at, ok := t.next()
 		if !ok || at > nowNs {
+			return dst
+		}
+		size += timerRecordBytes(t.due[0].key.id)
+		if size > maxBytes {
 			return dst
 		}
 		r := heap.Pop(&t.due).(timerRef)
@@ -79,6 +85,9 @@ func (t *timerTable) popDue(nowNs int64, dst []timerKey, max int) []timerKey {
 	}
 	return dst
 }
+
+// timerRecordBytes is the size of the FromTimer record of timer id.
+func timerRecordBytes(id string) int { return envHeader + 2 + len(id) }
 
 func (t *timerTable) sorted() []*timer {
 	out := make([]*timer, 0, len(t.byKey))

@@ -97,6 +97,9 @@ func (c Config) check() error {
 	if c.Cluster == "" {
 		return errors.New("kafkalog: no cluster name configured")
 	}
+	if len(c.NodeID) > MaxNodeIDBytes {
+		return fmt.Errorf("kafkalog: node id of %d bytes; the limit is %d", len(c.NodeID), MaxNodeIDBytes)
+	}
 	return nil
 }
 

@@ -100,6 +100,9 @@ func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// Each cycle flushes at once; lingering would only add latency.
 		kgo.ProducerLinger(0),
+		// The default (1 MB) would refuse a record holding one large
+		// entry; the topic takes this much (EnsureTopics checks).
+		kgo.ProducerBatchMaxBytes(MaxMessageBytes),
 		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	)
 	if err != nil {
@@ -254,6 +257,9 @@ func (l *Log) cycle(batch []*request) {
 // commit produces one record per append (more only for a very large one)
 // in one transaction and commits it.
 func (l *Log) commit(batch []*request) error {
+	if err := checkEntries(batch); err != nil {
+		return fmt.Errorf("kafkalog: partition %d: append refused, nothing was written: %w", l.partition, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TxnTimeout)
 	defer cancel()
 	if err := l.cl.BeginTransaction(); err != nil {
@@ -316,6 +322,19 @@ func (l *Log) commit(batch []*request) error {
 			return l.fenced(err)
 		}
 		return fmt.Errorf("kafkalog: partition %d: %w: %w", l.partition, ErrCommitUnknown, err)
+	}
+	return nil
+}
+
+// checkEntries refuses entries no record may hold, before anything of the
+// cycle is produced.
+func checkEntries(batch []*request) error {
+	for _, r := range batch {
+		for _, e := range r.entries {
+			if len(e.Data) > cmdlog.MaxEntryBytes {
+				return fmt.Errorf("%w: an entry of %d bytes; the limit is %d", ErrEntryTooLarge, len(e.Data), cmdlog.MaxEntryBytes)
+			}
+		}
 	}
 	return nil
 }

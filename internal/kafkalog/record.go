@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/surge-run/surge/internal/cmdlog"
 )
 
 // A log record's value carries the entries of one Append (or a part of it):
@@ -14,10 +16,35 @@ import (
 // offsets, transaction bookkeeping) off every single command.
 const recordVersion = 1
 
-// maxRecordBytes keeps a record under the producer's and the broker's
-// default size limits (1 MB) with room for headers and batch framing; an
-// append larger than this is split over several records.
+// maxRecordBytes is what packEntries fills a record's value up to: small
+// entries share records of moderate size (replay fetches them a few at a
+// time); an entry larger than this gets a record of its own.
 const maxRecordBytes = 900 << 10
+
+// recordOverheadBytes bounds what a record batch adds to the largest
+// value written into it: the value's own framing (version, count and
+// length varints, at most 1+10+10 bytes), the record's framing, its
+// headers (surge-node with a node id of at most MaxNodeIDBytes,
+// surge-epoch, surge-snap) and the batch header (61 bytes). Generous on
+// purpose: it is a few percent of the limits it is added to.
+const recordOverheadBytes = 64 << 10
+
+// MaxMessageBytes is the largest record batch the log's producer writes:
+// one record holding a single entry of cmdlog.MaxEntryBytes. The log
+// topic is created with max.message.bytes set to it, and a node refuses
+// to start against an existing log topic that takes less.
+const MaxMessageBytes = cmdlog.MaxEntryBytes + recordOverheadBytes
+
+// MaxNodeIDBytes bounds Config.NodeID, which every record carries in a
+// header (see recordOverheadBytes).
+const MaxNodeIDBytes = 1024
+
+// ErrEntryTooLarge is wrapped by the error an append's done gets when one
+// of its entries is larger than cmdlog.MaxEntryBytes, which the engine
+// never hands over. Like any failed append it stops the log (later
+// batches were applied on top of it), but it names the cause instead of
+// leaving Kafka to answer MESSAGE_TOO_LARGE.
+var ErrEntryTooLarge = errors.New("kafkalog: log entry larger than the limit")
 
 // Header keys.
 const (

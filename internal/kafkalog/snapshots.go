@@ -39,6 +39,10 @@ const (
 	chunkHeaderBytes   = 1 + 8 + 4
 	headerSnapChunk    = "surge-snap"
 	manifestBytes      = 1 + 8 + 8 + 4 + 4 + 8 + 4 + 8 + 8
+	// snapshotMessageBytes is the largest record batch the snapshot
+	// producer writes (one chunk and its framing); the snapshot topic must
+	// take it.
+	snapshotMessageBytes = snapshotChunkBytes + recordOverheadBytes
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -75,7 +79,7 @@ func OpenSnapshots(ctx context.Context, cfg Config) (*Snapshots, error) {
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchMaxBytes(snapshotChunkBytes+64<<10),
+		kgo.ProducerBatchMaxBytes(snapshotMessageBytes),
 		kgo.ProducerLinger(0),
 		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	)
