@@ -515,16 +515,16 @@ func Run(ctx context.Context, cfg Config) error {
 	healthy := func() bool { return ready.Load() && !eng.Failed() }
 	japi := jobs.NewAPI(eng, jobHub).SetLease(cfg.JobLease).SetRetention(cfg.JobRetention).SetHealth(healthy)
 	var grpcServices []grpcService
-	for _, s := range japi.Handlers(grpcHandlerOptions()...) {
+	for _, s := range japi.Handlers(grpcHandlerOptions(jobs.MaxMessageBytes)...) {
 		h := s.Handler
 		if s.Name == jqpbconnect.WorkerServiceName {
 			h = unlimitedStream(h, jobs.StreamPath)
 		}
-		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h})
+		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h, maxMessage: jobs.MaxMessageBytes})
 	}
-	seqPath, seqHandler := sapi.GRPCHandler(grpcHandlerOptions()...)
+	seqPath, seqHandler := sapi.GRPCHandler(grpcHandlerOptions(sequencer.MaxMessageBytes)...)
 	grpcServices = append(grpcServices, grpcService{name: seqpbconnect.SequencerServiceName, path: seqPath,
-		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath)})
+		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath), maxMessage: sequencer.MaxMessageBytes})
 	mountGRPC(mux, m, healthy, grpcServices)
 	if node != nil {
 		mountCluster(mux, m, node, eng)
