@@ -1,0 +1,125 @@
+package jobs
+
+import (
+	crand "crypto/rand"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/jqpb"
+)
+
+// longest is a value of exactly n bytes that every field rule accepts,
+// made of multi-byte characters (the codec stores strings as their UTF-8
+// bytes, so a byte is a byte whatever the character).
+func longest(n int) string {
+	s := strings.Repeat("é", n/2)
+	if n%2 == 1 {
+		s += "q"
+	}
+	return s
+}
+
+func edgeAPI() *API {
+	a := &API{parts: 64, leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention)}
+	a.rngs.New = func() any {
+		var seed [32]byte
+		_, _ = crand.Read(seed[:])
+		return rand.NewChaCha8(seed)
+	}
+	return a
+}
+
+// Every command a jobs RPC makes, built from the largest request the
+// documented limits allow through the handler's own checks and command
+// building, fits one log entry with its envelope: a legal request never
+// makes a command the log refuses.
+func TestEveryRPCCommandFitsALogEntry(t *testing.T) {
+	a := edgeAPI()
+	queue, worker, job := longest(MaxNameLen), longest(MaxIDLen), longest(MaxIDLen)
+	maxSubmit := func(payload int) *jqpb.SubmitJobRequest {
+		return &jqpb.SubmitJobRequest{QueueName: queue, Payload: make([]byte, payload), Priority: MaxPriority, MaxRetries: MaxMaxRetries,
+			TtlSeconds: MaxTTLSeconds, IdempotencyKey: longest(MaxKeyLen), NotBefore: timestamppb.New(time.Date(2199, 1, 1, 0, 0, 0, 0, time.UTC))}
+	}
+	// The largest batch: MaxSubmitBatch jobs whose payloads add up to
+	// the batch limit.
+	batch := make([]*jqpb.SubmitJobRequest, MaxSubmitBatch)
+	for i := range batch {
+		batch[i] = maxSubmit(MaxSubmitBatchBytes / MaxSubmitBatch)
+	}
+	batch[0].Payload = make([]byte, MaxSubmitBatchBytes-(MaxSubmitBatch-1)*(MaxSubmitBatchBytes/MaxSubmitBatch))
+	mustOK := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("the worst legal request was refused: %v", err)
+		}
+	}
+	for _, c := range []struct {
+		rpc   string
+		build func() (engine.Command, error)
+	}{
+		{"JobService/SubmitJob", func() (engine.Command, error) {
+			s, err := a.submitOf(maxSubmit(MaxPayloadBytes))
+			s.JobID = job
+			return &s, err
+		}},
+		{"JobService/SubmitJobs", func() (engine.Command, error) { return a.submitBatchOf(batch) }},
+		{"JobService/CancelJob", func() (engine.Command, error) { return &Cancel{JobID: job}, checkJobID(job) }},
+		{"JobService/RetryJob", func() (engine.Command, error) { return &Retry{JobID: job}, checkJobID(job) }},
+		{"AdminService/CreateQueue", func() (engine.Command, error) {
+			return &CreateQueue{Name: queue, MaxRetries: MaxMaxRetries, TTLNs: MaxTTLSeconds * 1e9}, checkQueueName("name", queue)
+		}},
+		{"AdminService/DeleteQueue", func() (engine.Command, error) {
+			return &DeleteQueue{Name: queue, Force: true}, checkQueueName("name", queue)
+		}},
+		{"AdminService/PauseQueue", func() (engine.Command, error) { return &PauseQueue{Name: queue}, checkQueueName("name", queue) }},
+		{"AdminService/ResumeQueue", func() (engine.Command, error) { return &ResumeQueue{Name: queue}, checkQueueName("name", queue) }},
+		{"WorkerService/Heartbeat", func() (engine.Command, error) {
+			return &Heartbeat{Worker: worker, LeaseNs: a.leaseNs}, checkWorkerID(worker)
+		}},
+		{"WorkerService/AckJob", func() (engine.Command, error) { return &Ack{JobID: job, Worker: worker}, checkWorkerID(worker) }},
+		{"WorkerService/ReportResult", func() (engine.Command, error) {
+			msg := longest(MaxErrorLen)
+			return &Report{JobID: job, Worker: worker, Result: make([]byte, MaxPayloadBytes), Error: msg}, checkErrorMessage(msg)
+		}},
+		{"WorkerService/Deregister", func() (engine.Command, error) { return &Release{Worker: worker}, checkWorkerID(worker) }},
+		{"WorkerService/StreamJobs", func() (engine.Command, error) {
+			return &Lease{Queue: queue, Worker: worker, Max: MaxLeaseBatch, LeaseNs: a.leaseNs}, checkWorkerID(worker)
+		}},
+	} {
+		cmd, err := c.build()
+		mustOK(err)
+		b, err := cmd.AppendBinary(nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.rpc, err)
+		}
+		if len(b) > api.MaxCommandBytes || len(b)+api.EnvelopeReserve > cmdlog.MaxEntryBytes {
+			t.Errorf("%s: the worst legal request makes a %d-byte command; a log entry holds %d with its envelope", c.rpc, len(b), cmdlog.MaxEntryBytes)
+		}
+		t.Logf("%s: %d bytes at most", c.rpc, len(b))
+	}
+}
+
+// A batch whose jobs are each within the payload limit but add up past
+// the batch's limit is refused as too large, naming the limit and the
+// size, before any job id is drawn.
+func TestSubmitBatchTotalLimit(t *testing.T) {
+	a := edgeAPI()
+	for _, n := range []int{17, MaxSubmitBatch} {
+		reqs := make([]*jqpb.SubmitJobRequest, n)
+		for i := range reqs {
+			reqs[i] = &jqpb.SubmitJobRequest{QueueName: "default", Payload: make([]byte, MaxPayloadBytes)}
+		}
+		_, err := a.submitBatchOf(reqs)
+		if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "4194304") {
+			t.Errorf("%d jobs of %d bytes: %v, want RESOURCE_EXHAUSTED naming the limit 4194304", n, MaxPayloadBytes, err)
+		}
+	}
+}
