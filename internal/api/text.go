@@ -25,8 +25,8 @@ func IsBidiControl(r rune) bool {
 
 // CheckName is the rule for names that name a thing (a queue, a group, a
 // worker, a processor, a consumer): 1 to max bytes of printable text and
-// nothing path-like ('/', '\', or ".."), since names end up in URL paths,
-// logs and operators' commands.
+// nothing path-like ('/', '\', "..", or "." alone), since names end up
+// in URL paths, logs and operators' commands.
 func CheckName(s string, max int) string {
 	if p := checkLen(s, 1, max); p != "" {
 		return p
@@ -37,8 +37,8 @@ func CheckName(s string, max int) string {
 	if i := strings.IndexAny(s, `/\`); i >= 0 {
 		return fmt.Sprintf("contains %q at byte %d; a name is not a path", s[i], i)
 	}
-	if strings.Contains(s, "..") {
-		return `contains ".."; a name is not a path`
+	if s == "." || strings.Contains(s, "..") {
+		return `is or contains a path's dots ("." or ".."); a name is not a path`
 	}
 	return ""
 }

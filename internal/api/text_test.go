@@ -45,7 +45,7 @@ func FuzzCheckName(f *testing.F) {
 		if p := CheckName(s, max); p != "" {
 			return
 		}
-		if len(s) < 1 || len(s) > max || !printable(s) || strings.ContainsAny(s, `/\`) || strings.Contains(s, "..") {
+		if len(s) < 1 || len(s) > max || !printable(s) || strings.ContainsAny(s, `/\`) || strings.Contains(s, "..") || s == "." {
 			t.Fatalf("CheckName(%q, %d) accepted it", s, max)
 		}
 	})

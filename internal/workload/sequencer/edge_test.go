@@ -115,7 +115,7 @@ func badMsg(b *badInput) string {
 }
 
 // newBothServer serves the HTTP routes and the gRPC service of one API.
-func newBothServer(t *testing.T) (*httptest.Server, seqpbconnect.SequencerServiceClient) {
+func newBothServer(t testing.TB) (*httptest.Server, seqpbconnect.SequencerServiceClient) {
 	t.Helper()
 	hub := NewHub(0)
 	eng := openAPIEngine(t, func(_ int, wl uint8, v any) {
@@ -303,4 +303,112 @@ func TestFieldRulesAcrossTransports(t *testing.T) {
 	if st, b := post("/messages", `{"name":"`+strings.Repeat("n", MaxBenchName+1)+`","numberOfMessages":1}`); st != http.StatusBadRequest {
 		t.Errorf("benchmark name of %d bytes: %d %s, want 400", MaxBenchName+1, st, b)
 	}
+}
+
+// verdictServer is one server for a fuzz target's inputs.
+type verdictServer struct {
+	srv *httptest.Server
+	c   seqpbconnect.SequencerServiceClient
+}
+
+// verdict reads an HTTP status and a gRPC error as accepted (true),
+// refused as bad input (false), or neither (ok false: another outcome).
+func httpVerdict(st int) (accepted, ok bool) {
+	switch {
+	case st == http.StatusOK || st == http.StatusCreated:
+		return true, true
+	case st == http.StatusBadRequest:
+		return false, true
+	}
+	return false, false
+}
+
+func grpcVerdict(err error) (accepted, ok bool) {
+	switch connect.CodeOf(err) {
+	case 0:
+		return err == nil, err == nil
+	case connect.CodeInvalidArgument:
+		return false, true
+	}
+	return false, false
+}
+
+// FuzzNameVerdict: a group name and a processor name get the same verdict
+// over HTTP (the group in the path, the processor in the JSON body) and
+// over gRPC; an accepted one is printable and no path.
+func FuzzNameVerdict(f *testing.F) {
+	for _, s := range append([]string{"g", "p-1", "é", "🎫", "a.b", ".", "..", "a b", "%2F", "?x", "#"}, mapValues(badText, badPath)...) {
+		f.Add(s)
+	}
+	srv, c := newBothServer(f)
+	vs := &verdictServer{srv, c}
+	f.Fuzz(func(t *testing.T, s string) {
+		if s == "" || !utf8.ValidString(s) {
+			return // no path segment; protobuf refuses it in the client
+		}
+		ctx := gctx(t)
+		for _, where := range []string{"group", "processor"} {
+			group, proc := "g", "p"
+			if where == "group" {
+				group = s
+			} else {
+				proc = s
+			}
+			st, b := call(t, vs.srv, "POST", "/v1/groups/"+url.PathEscape(group)+"/lease", `{"processor":`+jsonString(proc)+`}`)
+			_, err := vs.c.Lease(ctx, connect.NewRequest(&seqpb.LeaseRequest{Group: group, Processor: proc}))
+			h, hok := httpVerdict(st)
+			g, gok := grpcVerdict(err)
+			if hok && gok && h != g {
+				t.Fatalf("%s %q: HTTP %d %s, gRPC %v", where, s, st, b, err)
+			}
+			if h || g {
+				if p := api.CheckName(s, MaxNameLen); p != "" {
+					t.Fatalf("%s %q accepted (HTTP %d, gRPC %v), but it %s", where, s, st, err, p)
+				}
+			}
+		}
+	})
+}
+
+// FuzzPayloadVerdict: a payload gets the same verdict over HTTP (inline
+// JSON) and over gRPC (bytes); what is not a JSON value is refused by
+// gRPC, and what is accepted is JSON text.
+func FuzzPayloadVerdict(f *testing.F) {
+	for _, s := range append([]string{`1`, `null`, `"x"`, `{"k":[1,"é"]}`, ` 1 `, `1,"seq":5`, `"\ud83c\udfab"`, `{`, `x`}, mapValues(badPayloads)...) {
+		f.Add([]byte(s))
+	}
+	srv, c := newBothServer(f)
+	vs := &verdictServer{srv, c}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if len(p) == 0 || len(p) > 1<<16 {
+			return // empty is no payload over gRPC, and no JSON over HTTP
+		}
+		ctx := gctx(t)
+		_, err := vs.c.Publish(ctx, connect.NewRequest(&seqpb.PublishRequest{Group: "g", Messages: []*seqpb.PublishMessage{{Payload: p}}}))
+		g, gok := grpcVerdict(err)
+		if g && api.CheckJSONText(p) != "" {
+			t.Fatalf("gRPC accepted the payload %q: %s", p, api.CheckJSONText(p))
+		}
+		if !json.Valid(p) {
+			if g {
+				t.Fatalf("gRPC accepted %q, which is not JSON", p)
+			}
+			return // spliced into a body it is other JSON, or none
+		}
+		st, b := call(t, vs.srv, "POST", "/v1/groups/g/messages", `{"payload":`+string(p)+`}`)
+		h, hok := httpVerdict(st)
+		if hok && gok && h != g {
+			t.Fatalf("payload %q: HTTP %d %s, gRPC %v", p, st, b, err)
+		}
+	})
+}
+
+func mapValues(ms ...map[string]string) []string {
+	var out []string
+	for _, m := range ms {
+		for _, v := range m {
+			out = append(out, v)
+		}
+	}
+	return out
 }
