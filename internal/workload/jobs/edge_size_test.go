@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -122,4 +123,56 @@ func TestSubmitBatchTotalLimit(t *testing.T) {
 			t.Errorf("%d jobs of %d bytes: %v, want RESOURCE_EXHAUSTED naming the limit 4194304", n, MaxPayloadBytes, err)
 		}
 	}
+}
+
+// FuzzFieldRules: what each field's rule accepts is printable text within
+// the field's length (names: no path either), and the machine accepts it
+// too, so nothing the edge lets through is refused later for its shape.
+func FuzzFieldRules(f *testing.F) {
+	for _, s := range []string{"default", "w-1", "é", "a\tb", "a\x00b", "invoice\u202efdp.exe", "../x", "a/b", ".", "a..b", "\xff",
+		"line\nline", strings.Repeat("q", MaxNameLen+1)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rules := []struct {
+			name   string
+			err    error
+			min    int
+			max    int
+			isName bool
+			lines  bool
+		}{
+			{"queue", checkQueueName("queue_name", s), 1, MaxNameLen, true, false},
+			{"worker", checkWorkerID(s), 1, MaxIDLen, true, false},
+			{"job", checkJobID(s), 1, MaxIDLen, false, false},
+			{"key", checkIdempotencyKey(s), 0, MaxKeyLen, false, false},
+			{"hostname", checkHostname(s), 0, MaxNameLen, false, false},
+			{"error_message", checkErrorMessage(s), 0, MaxErrorLen, false, true},
+		}
+		for _, r := range rules {
+			if r.err != nil {
+				if connect.CodeOf(r.err) != connect.CodeInvalidArgument {
+					t.Fatalf("%s %q refused with %v, want INVALID_ARGUMENT", r.name, s, r.err)
+				}
+				continue
+			}
+			if len(s) < r.min || len(s) > r.max || !utf8.ValidString(s) {
+				t.Fatalf("%s %q accepted: %d bytes, want %d to %d of UTF-8", r.name, s, len(s), r.min, r.max)
+			}
+			for _, c := range s {
+				if r.lines && (c == '\n' || c == '\t' || c == '\r') {
+					continue
+				}
+				if c < 0x20 || 0x7f <= c && c <= 0x9f || api.IsBidiControl(c) {
+					t.Fatalf("%s %q accepted with U+%04X", r.name, s, c)
+				}
+			}
+			if r.isName && (strings.ContainsAny(s, `/\`) || strings.Contains(s, "..") || s == ".") {
+				t.Fatalf("%s %q accepted, a path", r.name, s)
+			}
+		}
+		if checkQueueName("queue_name", s) == nil && validName("queue name", s) != "" {
+			t.Fatalf("queue %q passes the edge and the machine refuses it: %s", s, validName("queue name", s))
+		}
+	})
 }
