@@ -44,6 +44,9 @@ type Limits struct {
 	// MaxInflight caps requests being handled at once over all connections
 	// (0: DefaultMaxInflight); beyond it a request gets 503 at once.
 	MaxInflight int
+	// BodyMemory is the body budget (Bodies): bytes of large request
+	// bodies held at once (0: DefaultBodyMemory).
+	BodyMemory int64
 	// Exempt lists paths the in-flight cap does not apply to, so a health
 	// checker, the metrics scraper and a profiler still get through an
 	// overload. A path ending in "/" exempts every path under it.
@@ -64,6 +67,11 @@ func (l Limits) Resolve() (Limits, error) {
 		return l, fmt.Errorf("--max-streams %d: must be 0 (default %d) or more", l.MaxStreams, DefaultMaxStreams)
 	case l.MaxInflight < 0:
 		return l, fmt.Errorf("--max-inflight %d: must be 0 (default %d) or more", l.MaxInflight, DefaultMaxInflight)
+	case l.BodyMemory < 0 || 0 < l.BodyMemory && l.BodyMemory < SmallBody:
+		return l, fmt.Errorf("--max-body-memory %d: must be 0 (default %d) or at least %d", l.BodyMemory, DefaultBodyMemory, SmallBody)
+	}
+	if l.BodyMemory == 0 {
+		l.BodyMemory = DefaultBodyMemory
 	}
 	if l.IdleTimeout == 0 {
 		l.IdleTimeout = DefaultIdleTimeout
@@ -102,6 +110,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	if err != nil {
 		return s
 	}
+	Bodies.resize(lim.BodyMemory)
 	s.conns = newConnTracker(lim.MaxConns)
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt)
 	if reg != nil {

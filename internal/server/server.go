@@ -53,6 +53,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	MaxStreams  int
 	MaxInflight int
+	// MaxBodyMemory bounds the bytes of large request bodies held at once
+	// (api.Limits.BodyMemory; 0: api.DefaultBodyMemory).
+	MaxBodyMemory int64
 	// Retention is how long FAILED and CANCELLED reservations are kept
 	// before they are purged; 0 keeps them for ever.
 	Retention time.Duration
@@ -280,6 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 		IdleTimeout: cfg.IdleTimeout,
 		MaxStreams:  cfg.MaxStreams,
 		MaxInflight: cfg.MaxInflight,
+		BodyMemory:  cfg.MaxBodyMemory,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
 		Exempt: exempt,
