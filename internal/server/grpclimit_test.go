@@ -43,13 +43,14 @@ func (b *hugeBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// A request message far over a service's limit (64 MiB) is refused with
-// RESOURCE_EXHAUSTED having read at most about the limit, not the whole
-// body into memory, over gRPC (h2c) and over Connect (HTTP/1.1), for the
-// jobs and the sequencer services; the server serves normally after.
+// A request message far over a service's limit (256 MiB, as in the
+// report) is refused with RESOURCE_EXHAUSTED having read at most about
+// the limit, not the whole body into memory, over gRPC (h2c) and over
+// Connect (HTTP/1.1), for the jobs and the sequencer services; the server
+// serves normally after.
 func TestGRPCRequestTooLargeIsNotRead(t *testing.T) {
 	base := serveForTest(t, Config{})
-	const huge = 64 << 20
+	const huge = 256 << 20
 	for _, tc := range []struct {
 		name, path string
 		limit      int
@@ -94,8 +95,18 @@ func TestGRPCRequestTooLargeIsNotRead(t *testing.T) {
 			} else if !strings.Contains(string(answer), "resource_exhausted") {
 				t.Errorf("HTTP %d %s, want a resource_exhausted error", resp.StatusCode, answer)
 			}
-			if n := body.read.Load(); n > int64(2*tc.limit) {
-				t.Errorf("the server read %d bytes of a %d-byte message whose limit is %d", n, huge, tc.limit)
+			// What left the client's reader: what the server read plus
+			// what sat in buffers when it stopped. HTTP/2's flow control
+			// bounds the buffers; over HTTP/1.1 the kernel's socket
+			// buffers do (Linux lets a loopback receive buffer grow to
+			// 32 MiB).
+			bound := int64(2 * tc.limit)
+			if !tc.grpc {
+				bound = int64(tc.limit) + 40<<20
+			}
+			t.Logf("%d bytes left the client (bound %d)", body.read.Load(), bound)
+			if n := body.read.Load(); n > bound {
+				t.Errorf("%d bytes of a %d-byte message whose limit is %d left the client; want at most %d", n, huge, tc.limit, bound)
 			}
 		})
 	}
