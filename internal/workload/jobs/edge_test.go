@@ -1,15 +1,23 @@
 package jobs_test
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/surge-run/surge/internal/api/apitest"
+	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
+	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/jobs"
 )
 
@@ -165,4 +173,64 @@ func newJSONClients(c *clients) *clients {
 		admin:  jqpbconnect.NewAdminServiceClient(http.DefaultClient, base, opts...),
 		engine: c.engine,
 	}
+}
+
+// The largest legal SubmitJob and SubmitJobs, through the handlers to the
+// log: the entries the log receives (command and envelope) are within
+// cmdlog.MaxEntryBytes.
+func TestAPIWorstSubmitsFitALogEntry(t *testing.T) {
+	dir := t.TempDir()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := &apitest.EntryLog{Log: lg}
+	eng, err := engine.Open(engine.Options{Partitions: 4, Log: el, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
+		Logger: slog.New(slog.DiscardHandler)}, &jobs.Workload{Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := jobs.NewAPI(eng, jobs.NewHub(0))
+	mux := http.NewServeMux()
+	for _, s := range a.Handlers() {
+		mux.Handle(s.Path, s.Handler)
+	}
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
+	ctx := ctxT(t)
+	c := jqpbconnect.NewJobServiceClient(h2c(), srv.URL, connect.WithGRPC())
+	admin := jqpbconnect.NewAdminServiceClient(h2c(), srv.URL, connect.WithGRPC())
+	long := func(n int) string { return strings.Repeat("é", n/2) + strings.Repeat("q", n%2) }
+	queue := long(jobs.MaxNameLen)
+	if _, err := admin.CreateQueue(ctx, connect.NewRequest(&jqpb.CreateQueueRequest{Name: queue, MaxRetries: jobs.MaxMaxRetries, TtlSeconds: jobs.MaxTTLSeconds})); err != nil {
+		t.Fatal(err)
+	}
+	check := func(rpc string) {
+		t.Helper()
+		n := el.TakeMax()
+		if n == 0 || n > cmdlog.MaxEntryBytes {
+			t.Fatalf("%s: largest log entry %d bytes, want 1 to %d", rpc, n, cmdlog.MaxEntryBytes)
+		}
+		t.Logf("%s: largest entry %d bytes", rpc, n)
+	}
+	check("CreateQueue")
+	job := func(payload, i int) *jqpb.SubmitJobRequest {
+		return &jqpb.SubmitJobRequest{QueueName: queue, Payload: make([]byte, payload), Priority: jobs.MaxPriority, MaxRetries: jobs.MaxMaxRetries,
+			TtlSeconds: jobs.MaxTTLSeconds, IdempotencyKey: fmt.Sprintf("%06d", i) + long(jobs.MaxKeyLen-6)}
+	}
+	if _, err := c.SubmitJob(ctx, connect.NewRequest(job(jobs.MaxPayloadBytes, -1))); err != nil {
+		t.Fatal(err)
+	}
+	check("SubmitJob")
+	batch := make([]*jqpb.SubmitJobRequest, jobs.MaxSubmitBatch)
+	for i := range batch {
+		batch[i] = job(jobs.MaxSubmitBatchBytes/jobs.MaxSubmitBatch, i)
+	}
+	if _, err := c.SubmitJobs(ctx, connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: batch})); err != nil {
+		t.Fatal(err)
+	}
+	check("SubmitJobs")
 }

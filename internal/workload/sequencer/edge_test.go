@@ -3,22 +3,28 @@ package sequencer
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/seqpb"
 	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
+	"github.com/surge-run/surge/internal/wal"
 )
 
 // longest is a value of exactly n bytes every field rule accepts.
@@ -411,4 +417,71 @@ func mapValues(ms ...map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// The largest legal publish over gRPC and over HTTP (a body at its 8 MiB
+// limit), through the handlers to the log: the entries the log receives
+// are within cmdlog.MaxEntryBytes.
+func TestWorstPublishFitsALogEntry(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: enginePartitions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := &apitest.EntryLog{Log: lg}
+	eng, err := engine.Open(engine.Options{Partitions: enginePartitions, Log: el, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
+		Logger: slog.New(slog.DiscardHandler)}, &Workload{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAPI(eng, NewHub(0))
+	mux := http.NewServeMux()
+	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
+	mux.Handle(a.GRPCHandler())
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	c := seqpbconnect.NewSequencerServiceClient(&http.Client{Transport: &http.Transport{Protocols: &p}}, srv.URL, connect.WithGRPC())
+	check := func(route string) {
+		t.Helper()
+		n := el.TakeMax()
+		if n == 0 || n > cmdlog.MaxEntryBytes {
+			t.Fatalf("%s: largest log entry %d bytes, want 1 to %d", route, n, cmdlog.MaxEntryBytes)
+		}
+		t.Logf("%s: largest entry %d bytes", route, n)
+	}
+	group := longest(MaxNameLen)
+	per := MaxBatchPayloadBytes / MaxBatch
+	msgs := make([]*seqpb.PublishMessage, MaxBatch)
+	for i := range msgs {
+		msgs[i] = &seqpb.PublishMessage{Id: fmt.Sprintf("g%05d", i) + longest(MaxIDLen-6), Payload: []byte(`"` + strings.Repeat("x", per-2) + `"`)}
+	}
+	if _, err := c.Publish(gctx(t), connect.NewRequest(&seqpb.PublishRequest{Group: group, Messages: msgs})); err != nil {
+		t.Fatal(err)
+	}
+	check("gRPC Publish")
+	// The HTTP batch whose body is just under its limit.
+	var body strings.Builder
+	body.WriteString(`{"messages":[`)
+	room := maxBatchBody - MaxBatch*len(`{"id":"","payload":""},`) - MaxBatch*MaxIDLen - 16
+	for i := range MaxBatch {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"id":"h%05d%s","payload":"%s"}`, i, strings.Repeat("q", MaxIDLen-6), strings.Repeat("x", room/MaxBatch))
+	}
+	body.WriteString(`]}`)
+	st, b := call(t, srv, "POST", "/v1/groups/"+url.PathEscape(group)+"/messages", body.String())
+	if st != http.StatusCreated {
+		t.Fatalf("HTTP batch of %d bytes: %d %.300s", body.Len(), st, b)
+	}
+	check(fmt.Sprintf("POST /v1/groups/{group}/messages (a %d-byte body)", body.Len()))
 }
