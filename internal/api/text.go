@@ -53,21 +53,21 @@ func CheckID(s string, min, max int) string {
 	return checkIdent(s)
 }
 
-// CheckMessage is the rule for free text a person reads (an error
-// message, a description): at most max bytes of text, lines allowed
-// (tab, newline, carriage return), no other control character and no
-// bidi control.
+// CheckMessage is the rule for free text a program reports (a failed
+// job's error message, often the tail of a process's stderr): at most max
+// bytes of valid UTF-8 without NUL. Other control characters (line
+// breaks, terminal colours) and bidi controls are kept, as the peers keep
+// them: refusing them would lose the outcome of work already done.
+// Whoever displays such text escapes it.
 func CheckMessage(s string, max int) string {
 	if len(s) > max {
 		return fmt.Sprintf("must be at most %d bytes, got %d", max, len(s))
 	}
-	for i, r := range s {
-		if r == '\t' || r == '\n' || r == '\r' {
-			continue
-		}
-		if p := checkRune(s, i, r); p != "" {
-			return p
-		}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8; send text as UTF-8"
+	}
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Sprintf("contains NUL (U+0000) at byte %d", i)
 	}
 	return ""
 }

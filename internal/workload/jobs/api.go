@@ -237,7 +237,8 @@ func checkIdempotencyKey(s string) error {
 // checkHostname: a worker's hostname, as it reports it (empty allowed).
 func checkHostname(s string) error { return invalid("hostname", api.CheckID(s, 0, MaxNameLen)) }
 
-// checkErrorMessage: a failed job's message, lines allowed.
+// checkErrorMessage: a failed job's message, as a worker reports it (the
+// tail of a process's stderr, say): any UTF-8 but NUL, as jq kept it.
 func checkErrorMessage(s string) error {
 	return invalid("error_message", api.CheckMessage(s, MaxErrorLen))
 }

@@ -140,7 +140,7 @@ func FuzzFieldRules(f *testing.F) {
 			min    int
 			max    int
 			isName bool
-			lines  bool
+			free   bool
 		}{
 			{"queue", checkQueueName("queue_name", s), 1, MaxNameLen, true, false},
 			{"worker", checkWorkerID(s), 1, MaxIDLen, true, false},
@@ -159,10 +159,13 @@ func FuzzFieldRules(f *testing.F) {
 			if len(s) < r.min || len(s) > r.max || !utf8.ValidString(s) {
 				t.Fatalf("%s %q accepted: %d bytes, want %d to %d of UTF-8", r.name, s, len(s), r.min, r.max)
 			}
-			for _, c := range s {
-				if r.lines && (c == '\n' || c == '\t' || c == '\r') {
-					continue
+			if r.free {
+				if strings.ContainsRune(s, 0) {
+					t.Fatalf("%s %q accepted with NUL", r.name, s)
 				}
+				continue
+			}
+			for _, c := range s {
 				if c < 0x20 || 0x7f <= c && c <= 0x9f || api.IsBidiControl(c) {
 					t.Fatalf("%s %q accepted with U+%04X", r.name, s, c)
 				}
