@@ -179,3 +179,17 @@ func TestHoldGRPCBody(t *testing.T) {
 		t.Fatalf("small message: read %d bytes, held %d", len(got), b.Held())
 	}
 }
+
+// --max-body-memory: 0 is the default; a negative size, or one too small
+// to hold any counted body, is refused naming the flag.
+func TestBodyMemoryLimit(t *testing.T) {
+	l, err := Limits{}.Resolve()
+	if err != nil || l.BodyMemory != DefaultBodyMemory {
+		t.Fatalf("default: %d, %v", l.BodyMemory, err)
+	}
+	for _, bad := range []int64{-1, SmallBody - 1} {
+		if _, err := (Limits{BodyMemory: bad}).Resolve(); err == nil || !strings.Contains(err.Error(), "--max-body-memory") {
+			t.Errorf("BodyMemory %d: %v", bad, err)
+		}
+	}
+}
