@@ -42,6 +42,11 @@ func edgeAPI() *API {
 // documented limits allow through the handler's own checks and command
 // building, fits one log entry with its envelope: a legal request never
 // makes a command the log refuses.
+//
+// The RPCs not listed log nothing: RegisterWorker, DrainWorker and
+// ShutdownWorker change only the in-memory registry; GetJobStatus,
+// GetJobLogs, ListJobs, ListQueues, GetQueueStats, ListWorkers and
+// GetSystemStatus are queries.
 func TestEveryRPCCommandFitsALogEntry(t *testing.T) {
 	a := edgeAPI()
 	queue, worker, job := longest(MaxNameLen), longest(MaxIDLen), longest(MaxIDLen)

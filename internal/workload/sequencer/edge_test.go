@@ -39,6 +39,10 @@ func longest(n int) string {
 // Every command a sequencer route or call makes, built from the largest
 // request the documented limits allow through the handlers' own checks
 // and command building, fits one log entry with its envelope.
+//
+// The routes and calls not listed log nothing: GET /v1/groups,
+// GET /v1/groups/{group}, the output reads and stream, gRPC GetGroup and
+// Read, and the benchmark's GET /list/* are queries.
 func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 	a := &API{retention: MaxLease}
 	group, id, proc := longest(MaxNameLen), longest(MaxIDLen), longest(MaxIDLen)
@@ -339,9 +343,10 @@ func grpcVerdict(err error) (accepted, ok bool) {
 	return false, false
 }
 
-// FuzzNameVerdict: a group name and a processor name get the same verdict
-// over HTTP (the group in the path, the processor in the JSON body) and
-// over gRPC; an accepted one is printable and no path.
+// FuzzNameVerdict: a group, processor or consumer name and a message id
+// get the same verdict over HTTP (in the path or the JSON body) and over
+// gRPC; an accepted one follows its field's rule (printable; names no
+// path).
 func FuzzNameVerdict(f *testing.F) {
 	for _, s := range append([]string{"g", "p-1", "é", "🎫", "a.b", ".", "..", "a b", "%2F", "?x", "#"}, mapValues(badText, badPath)...) {
 		f.Add(s)
@@ -353,23 +358,49 @@ func FuzzNameVerdict(f *testing.F) {
 			return // no path segment; protobuf refuses it in the client
 		}
 		ctx := gctx(t)
-		for _, where := range []string{"group", "processor"} {
-			group, proc := "g", "p"
-			if where == "group" {
-				group = s
-			} else {
-				proc = s
-			}
-			st, b := call(t, vs.srv, "POST", "/v1/groups/"+url.PathEscape(group)+"/lease", `{"processor":`+jsonString(proc)+`}`)
-			_, err := vs.c.Lease(ctx, connect.NewRequest(&seqpb.LeaseRequest{Group: group, Processor: proc}))
+		type field struct {
+			name string
+			http func() (int, string)
+			grpc func() error
+			rule func(string) string
+		}
+		name := func(s string) string { return api.CheckName(s, MaxIDLen) }
+		for _, f := range []field{
+			{"group", func() (int, string) {
+				return call(t, vs.srv, "POST", "/v1/groups/"+url.PathEscape(s)+"/lease", `{"processor":"p"}`)
+			}, func() error {
+				_, err := vs.c.Lease(ctx, connect.NewRequest(&seqpb.LeaseRequest{Group: s, Processor: "p"}))
+				return err
+			}, func(s string) string { return api.CheckName(s, MaxNameLen) }},
+			{"processor", func() (int, string) {
+				return call(t, vs.srv, "POST", "/v1/groups/g/lease", `{"processor":`+jsonString(s)+`}`)
+			}, func() error {
+				_, err := vs.c.Lease(ctx, connect.NewRequest(&seqpb.LeaseRequest{Group: "g", Processor: s}))
+				return err
+			}, name},
+			{"consumer", func() (int, string) {
+				return call(t, vs.srv, "POST", "/v1/groups/g/consumers/"+url.PathEscape(s)+"/commit", `{"position":0}`)
+			}, func() error {
+				_, err := vs.c.Commit(ctx, connect.NewRequest(&seqpb.CommitRequest{Group: "g", Consumer: s}))
+				return err
+			}, name},
+			{"message id", func() (int, string) {
+				return call(t, vs.srv, "POST", "/v1/groups/g/messages", `{"messages":[{"id":`+jsonString(s)+`}]}`)
+			}, func() error {
+				_, err := vs.c.Publish(ctx, connect.NewRequest(&seqpb.PublishRequest{Group: "g", Messages: []*seqpb.PublishMessage{{Id: s}}}))
+				return err
+			}, func(s string) string { return api.CheckID(s, 1, MaxIDLen) }},
+		} {
+			st, b := f.http()
+			err := f.grpc()
 			h, hok := httpVerdict(st)
 			g, gok := grpcVerdict(err)
 			if hok && gok && h != g {
-				t.Fatalf("%s %q: HTTP %d %s, gRPC %v", where, s, st, b, err)
+				t.Fatalf("%s %q: HTTP %d %s, gRPC %v", f.name, s, st, b, err)
 			}
 			if h || g {
-				if p := api.CheckName(s, MaxNameLen); p != "" {
-					t.Fatalf("%s %q accepted (HTTP %d, gRPC %v), but it %s", where, s, st, err, p)
+				if p := f.rule(s); p != "" {
+					t.Fatalf("%s %q accepted (HTTP %d, gRPC %v), but it %s", f.name, s, st, err, p)
 				}
 			}
 		}
