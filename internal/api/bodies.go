@@ -163,10 +163,12 @@ func HoldBody(w http.ResponseWriter, r *http.Request, limit int64) int {
 
 // HoldGRPCBody is HoldBody for a gRPC, gRPC-Web or Connect call whose
 // message is at most limit bytes: the size is the declared length, or
-// for the gRPC protocols the length in the message's envelope, read
-// before anything else. A refused wait ends the call UNAVAILABLE.
+// for enveloped bodies the length in the first message's envelope, read
+// before anything else (a stream then holds nothing for a small first
+// message however long it lasts). A refused wait ends the call
+// UNAVAILABLE.
 func HoldGRPCBody(r *http.Request, limit int64) {
-	if r.ContentLength >= 0 || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+	if r.ContentLength >= 0 || !enveloped(r.Header.Get("Content-Type")) {
 		n := limit
 		if r.ContentLength >= 0 {
 			n = min(r.ContentLength, limit)
@@ -177,6 +179,12 @@ func HoldGRPCBody(r *http.Request, limit int64) {
 		return
 	}
 	r.Body = &heldBody{ReadCloser: r.Body, r: r, limit: limit, envelope: true}
+}
+
+// enveloped: the body is length-prefixed messages (gRPC, gRPC-Web, and
+// Connect's streaming calls), not one bare message (Connect unary).
+func enveloped(contentType string) bool {
+	return strings.HasPrefix(contentType, "application/grpc") || strings.HasPrefix(contentType, "application/connect+")
 }
 
 // heldBody acquires its budget at its first read: n bytes, or with
