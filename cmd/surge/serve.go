@@ -77,7 +77,7 @@ func parseBytes(s string) (int64, error) {
 
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
-	var memLimit, streamBuffer string
+	var memLimit, streamBuffer, bodyMemory string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Surge server (embedded log in --data-dir)",
@@ -103,6 +103,9 @@ the heap nears it instead of growing the process).`,
 			if cfg.StreamBuffer, err = parseBytes(streamBuffer); err != nil || cfg.StreamBuffer < 0 {
 				return fmt.Errorf("--stream-buffer (SURGE_STREAM_BUFFER): %q is not a size such as 256MiB", streamBuffer)
 			}
+			if cfg.MaxBodyMemory, err = parseBytes(bodyMemory); err != nil || cfg.MaxBodyMemory < 0 {
+				return fmt.Errorf("--max-body-memory (SURGE_MAX_BODY_MEMORY): %q is not a size such as 256MiB", bodyMemory)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -118,6 +121,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", envDurationOr("SURGE_IDLE_TIMEOUT", 30*time.Second), "close a keep-alive connection with no request in flight after this long (SURGE_IDLE_TIMEOUT)")
 	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 128), "concurrent HTTP/2 streams per connection; a client sends more over more connections (SURGE_MAX_STREAMS)")
 	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it 503 with Retry-After at once (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
+	f.StringVar(&bodyMemory, "max-body-memory", envOr("SURGE_MAX_BODY_MEMORY", "256MiB"), "bytes of large request bodies (over 64KiB) held at once over all requests; a body that does not fit waits, before it is read, until others are answered (up to 30s, then 503 / UNAVAILABLE) (SURGE_MAX_BODY_MEMORY)")
 	f.DurationVar(&cfg.Retention, "retention", envDurationOr("SURGE_RETENTION", ticketing.DefaultRetention), "how long a FAILED or CANCELLED reservation stays readable (and its Idempotency-Key remembered) before it is purged; 0 keeps them for ever (SURGE_RETENTION)")
 	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a reservation may wait in its partition's queue: past half of it new ones get 429 at once, past it a queued one is refused unapplied; 0 means 250ms, negative turns it off (SURGE_MAX_QUEUE_DELAY)")
 	f.DurationVar(&cfg.SagaDeadline, "saga-deadline", envDurationOr("SURGE_SAGA_DEADLINE", 60*time.Second), "how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with (SURGE_SAGA_DEADLINE)")

@@ -67,10 +67,14 @@ func tooLargeMsg(err error) string {
 // BodyPool holds the buffers request bodies are read into.
 var BodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// ReadJSON reads a size-limited JSON body into v (CheckBody, then
-// DecodeJSON); it returns the status it answered with, or 0.
+// ReadJSON reads a size-limited JSON body into v (CheckBody, room in the
+// body budget, then DecodeJSON); it returns the status it answered with,
+// or 0.
 func ReadJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
 	if st := CheckBody(w, r, limit); st != 0 {
+		return st
+	}
+	if st := HoldBody(w, r, limit); st != 0 {
 		return st
 	}
 	buf := BodyPool.Get().(*bytes.Buffer)

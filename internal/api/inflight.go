@@ -92,5 +92,13 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 			Name: "surge_http_requests_refused_total",
 			Help: "Requests answered 503 because --max-inflight requests were already being handled.",
 		}, func() float64 { return float64(l.refused.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_body_bytes_held",
+			Help: "Bytes of large request bodies held now, counted against --max-body-memory.",
+		}, func() float64 { return float64(Bodies.Held()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http_body_waits_total",
+			Help: "Requests whose body waited for room under --max-body-memory before it was read.",
+		}, func() float64 { return float64(Bodies.waits.Load()) }),
 	)
 }

@@ -62,6 +62,9 @@ type Limits struct {
 	// rendered and not yet written (0: DefaultStreamBuffer); at least
 	// StreamPageBytes.
 	StreamBuffer int64
+	// BodyMemory is the body budget (Bodies): bytes of large request
+	// bodies held at once (0: DefaultBodyMemory).
+	BodyMemory int64
 	// Exempt lists paths the in-flight cap does not apply to, so a health
 	// checker, the metrics scraper and a profiler still get through an
 	// overload. A path ending in "/" exempts every path under it.
@@ -88,7 +91,10 @@ func (l Limits) Resolve() (Limits, error) {
 		return l, fmt.Errorf("--stall-timeout %v: must be 0 (default %v) or more", l.StallTimeout, DefaultStallTimeout)
 	case l.StreamBuffer < 0 || (l.StreamBuffer > 0 && l.StreamBuffer < StreamPageBytes):
 		return l, fmt.Errorf("--stream-buffer %d: must be 0 (default %d) or at least one page, %d bytes", l.StreamBuffer, DefaultStreamBuffer, StreamPageBytes)
+	case l.BodyMemory < 0 || 0 < l.BodyMemory && l.BodyMemory < SmallBody:
+		return l, fmt.Errorf("--max-body-memory %d: must be 0 (default %d) or at least %d", l.BodyMemory, DefaultBodyMemory, SmallBody)
 	}
+	l.BodyMemory = cmp.Or(l.BodyMemory, DefaultBodyMemory)
 	l.ReadTimeout = cmp.Or(l.ReadTimeout, DefaultReadTimeout)
 	l.WriteTimeout = cmp.Or(l.WriteTimeout, DefaultWriteTimeout)
 	l.StallTimeout = cmp.Or(l.StallTimeout, DefaultStallTimeout)
@@ -131,6 +137,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	if err != nil {
 		return s
 	}
+	Bodies.resize(lim.BodyMemory)
 	s.conns = newConnTracker(lim.MaxConns)
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)

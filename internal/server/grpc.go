@@ -21,7 +21,19 @@ type grpcService struct {
 	name    string
 	path    string
 	handler http.Handler
+	// maxMessage is the largest request message the service reads (the
+	// connect.WithReadMaxBytes it was built with).
+	maxMessage int
 }
+
+// grpcSmallMessage bounds the request messages of the health and
+// reflection services, which are a few names at most.
+const grpcSmallMessage = 64 << 10
+
+// grpcBodySlack is what a request body may hold beyond its one message:
+// the 5-byte envelope of gRPC and gRPC-Web, and what compression can add
+// to a message that does not compress.
+const grpcBodySlack = 64 << 10
 
 // grpcHealthPath is the health service's prefix: exempt from the in-flight
 // limit like the HTTP health routes, so probes get through an overload.
@@ -42,19 +54,19 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 	for _, s := range services {
 		names = append(names, s.name)
 	}
-	opts := grpcHandlerOptions()
+	opts := grpcHandlerOptions(grpcSmallMessage)
 	path, h := grpchealth.NewHandler(healthChecker{names: names, healthy: healthy}, opts...)
-	all := append([]grpcService{{name: grpchealth.HealthV1ServiceName, path: path, handler: h}}, services...)
+	all := append([]grpcService{{name: grpchealth.HealthV1ServiceName, path: path, handler: h, maxMessage: grpcSmallMessage}}, services...)
 	reflector := grpcreflect.NewStaticReflector(names...)
 	// v1alpha too: grpcurl and ghz releases still in use ask for it.
 	for _, newHandler := range []func(*grpcreflect.Reflector, ...connect.HandlerOption) (string, http.Handler){
 		grpcreflect.NewHandlerV1, grpcreflect.NewHandlerV1Alpha,
 	} {
 		path, h := newHandler(reflector, opts...)
-		all = append(all, grpcService{path: path, handler: h})
+		all = append(all, grpcService{path: path, handler: h, maxMessage: grpcSmallMessage})
 	}
 	for _, s := range all {
-		h := s.handler
+		h := limitBody(s.handler, int64(s.maxMessage)+grpcBodySlack)
 		// Counted and timed like the HTTP routes. The HTTP status of a
 		// gRPC call is 200 whatever its outcome (that is in grpc-status),
 		// so the route's count is of calls, not of successes.
@@ -65,9 +77,26 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 	}
 }
 
+// limitBody stops reading a request body past max bytes. connect's
+// WithReadMaxBytes alone refuses an oversized message but first reads it
+// to the end to discard it (a 256 MiB message was read in full); cut
+// here, the read fails at max, the call ends RESOURCE_EXHAUSTED, and the
+// connection (HTTP/1.1) or stream (HTTP/2) is closed instead of drained.
+//
+// A large message also waits for room in the body budget (api.Bodies)
+// before it is read.
+func limitBody(h http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		api.HoldGRPCBody(r, max)
+		h.ServeHTTP(w, r)
+	})
+}
+
 // grpcHandlerOptions are the options of every gRPC service the server
-// mounts.
-func grpcHandlerOptions() []connect.HandlerOption {
+// mounts; maxMessage bounds a request message (RESOURCE_EXHAUSTED beyond,
+// before more of it is read), as grpc-go servers bound theirs.
+func grpcHandlerOptions(maxMessage int) []connect.HandlerOption {
 	// A panic is a bug, and becomes INTERNAL with grpc-status trailers
 	// instead of an HTTP 500 body no gRPC client can read.
 	return []connect.HandlerOption{connect.WithRecover(func(context.Context, connect.Spec, http.Header, any) error {
@@ -76,7 +105,8 @@ func grpcHandlerOptions() []connect.HandlerOption {
 		// Go's connect clients ask for gzip by default, and compressing
 		// a 40-byte SubmitJob reply cost 17 % of the server's CPU in the
 		// jobs bench while saving nothing.
-		connect.WithCompressMinBytes(1024)}
+		connect.WithCompressMinBytes(1024),
+		connect.WithReadMaxBytes(maxMessage)}
 }
 
 // unlimitedStream lifts the server's read and write timeouts (there for

@@ -57,6 +57,9 @@ type Config struct {
 	// (api.Limits; 0 means the default).
 	StallTimeout time.Duration
 	StreamBuffer int64
+	// MaxBodyMemory bounds the bytes of large request bodies held at once
+	// (api.Limits.BodyMemory; 0: api.DefaultBodyMemory).
+	MaxBodyMemory int64
 	// Retention is how long FAILED and CANCELLED reservations are kept
 	// before they are purged; 0 keeps them for ever.
 	Retention time.Duration
@@ -289,6 +292,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxInflight:  cfg.MaxInflight,
 		StallTimeout: cfg.StallTimeout,
 		StreamBuffer: cfg.StreamBuffer,
+		BodyMemory:   cfg.MaxBodyMemory,
 		// Health checks, scrapes and profiles must get through an
 		// overload.
 		Exempt: exempt,
@@ -527,16 +531,16 @@ func Run(ctx context.Context, cfg Config) error {
 	healthy := func() bool { return ready.Load() && !eng.Failed() }
 	japi := jobs.NewAPI(eng, jobHub).SetLease(cfg.JobLease).SetRetention(cfg.JobRetention).SetHealth(healthy)
 	var grpcServices []grpcService
-	for _, s := range japi.Handlers(grpcHandlerOptions()...) {
+	for _, s := range japi.Handlers(grpcHandlerOptions(jobs.MaxMessageBytes)...) {
 		h := s.Handler
 		if s.Name == jqpbconnect.WorkerServiceName {
 			h = unlimitedStream(h, jobs.StreamPath)
 		}
-		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h})
+		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h, maxMessage: jobs.MaxMessageBytes})
 	}
-	seqPath, seqHandler := sapi.GRPCHandler(grpcHandlerOptions()...)
+	seqPath, seqHandler := sapi.GRPCHandler(grpcHandlerOptions(sequencer.MaxMessageBytes)...)
 	grpcServices = append(grpcServices, grpcService{name: seqpbconnect.SequencerServiceName, path: seqPath,
-		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath)})
+		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath), maxMessage: sequencer.MaxMessageBytes})
 	mountGRPC(mux, m, healthy, grpcServices)
 	if node != nil {
 		mountCluster(mux, m, node, eng)

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -32,6 +31,15 @@ const (
 	DefaultRetention = 24 * time.Hour
 	// MaxTTLSeconds bounds ttl_seconds (a year): a larger one is a typo.
 	MaxTTLSeconds = 366 * 24 * 3600
+	// MaxMessageBytes bounds one request message of the three services,
+	// as grpc-go's default receive limit bounds jq's server: a jq client
+	// sends no more.
+	MaxMessageBytes = 4 << 20
+	// MaxSubmitBatchBytes bounds the sum of a SubmitJobs batch's payloads:
+	// 1,000 jobs of 1 MiB each would make one log entry of 1 GB, past
+	// cmdlog.MaxEntryBytes. With it the largest batch's command stays
+	// under 5 MiB.
+	MaxSubmitBatchBytes = 4 << 20
 )
 
 // API serves jq's JobService, WorkerService and AdminService
@@ -206,18 +214,40 @@ func statsPB(s *Stats) *jqpb.QueueStats {
 
 // --- checks done before anything is logged ---
 
-func checkName(what, s string) error {
-	if s == "" || len(s) > MaxNameLen || !utf8.ValidString(s) {
-		return errf(connect.CodeInvalidArgument, "%s must be 1 to %d bytes of UTF-8, got %d bytes", what, MaxNameLen, len(s))
-	}
-	return nil
+// The rule for each field a client names, the same for every call and
+// every transport (gRPC, gRPC-Web, Connect): see api.CheckName and its
+// siblings. Each returns INVALID_ARGUMENT naming the field.
+
+// checkQueueName: a queue's name.
+func checkQueueName(field, s string) error { return invalid(field, api.CheckName(s, MaxNameLen)) }
+
+// checkWorkerID: a worker's id, a name too (no '/', no "..").
+func checkWorkerID(s string) error { return invalid("worker_id", api.CheckName(s, MaxIDLen)) }
+
+// checkJobID: a job's id. Surge draws UUIDs, but a job id is only looked
+// up, so any printable id up to MaxIDLen is a well-formed one that names
+// no job (NOT_FOUND), as before.
+func checkJobID(s string) error { return invalid("job_id", api.CheckID(s, 1, MaxIDLen)) }
+
+// checkIdempotencyKey: empty is no key.
+func checkIdempotencyKey(s string) error {
+	return invalid("idempotency_key", api.CheckID(s, 0, MaxKeyLen))
 }
 
-func checkID(what, s string) error {
-	if s == "" || len(s) > MaxIDLen {
-		return errf(connect.CodeInvalidArgument, "%s must be 1 to %d bytes, got %d", what, MaxIDLen, len(s))
+// checkHostname: a worker's hostname, as it reports it (empty allowed).
+func checkHostname(s string) error { return invalid("hostname", api.CheckID(s, 0, MaxNameLen)) }
+
+// checkErrorMessage: a failed job's message, as a worker reports it (the
+// tail of a process's stderr, say): any UTF-8 but NUL, as jq kept it.
+func checkErrorMessage(s string) error {
+	return invalid("error_message", api.CheckMessage(s, MaxErrorLen))
+}
+
+func invalid(field, problem string) error {
+	if problem == "" {
+		return nil
 	}
-	return nil
+	return errf(connect.CodeInvalidArgument, "%s %s", field, problem)
 }
 
 func checkTTL(ttl int32) error {
@@ -230,7 +260,7 @@ func checkTTL(ttl int32) error {
 // submitOf checks a SubmitJobRequest and turns it into a Submit (without
 // its job id).
 func (a *API) submitOf(r *jqpb.SubmitJobRequest) (Submit, error) {
-	if err := checkName("queue_name", r.QueueName); err != nil {
+	if err := checkQueueName("queue_name", r.QueueName); err != nil {
 		return Submit{}, err
 	}
 	switch {
@@ -240,8 +270,9 @@ func (a *API) submitOf(r *jqpb.SubmitJobRequest) (Submit, error) {
 		return Submit{}, errf(connect.CodeInvalidArgument, "max_retries must be 0 (the queue's) to %d, got %d", MaxMaxRetries, r.MaxRetries)
 	case len(r.Payload) > MaxPayloadBytes:
 		return Submit{}, errf(connect.CodeResourceExhausted, "payload of %d bytes is over the limit of %d", len(r.Payload), MaxPayloadBytes)
-	case len(r.IdempotencyKey) > MaxKeyLen:
-		return Submit{}, errf(connect.CodeInvalidArgument, "idempotency_key must be at most %d bytes, got %d", MaxKeyLen, len(r.IdempotencyKey))
+	}
+	if err := checkIdempotencyKey(r.IdempotencyKey); err != nil {
+		return Submit{}, err
 	}
 	if err := checkTTL(r.TtlSeconds); err != nil {
 		return Submit{}, err
@@ -290,28 +321,11 @@ func (a *API) SubmitJob(ctx context.Context, req *connect.Request[jqpb.SubmitJob
 }
 
 func (a *API) SubmitJobs(ctx context.Context, req *connect.Request[jqpb.SubmitJobsRequest]) (*connect.Response[jqpb.SubmitJobsResponse], error) {
-	reqs := req.Msg.Jobs
-	if len(reqs) == 0 || len(reqs) > MaxSubmitBatch {
-		return nil, errf(connect.CodeInvalidArgument, "jobs must hold 1 to %d jobs, got %d", MaxSubmitBatch, len(reqs))
+	b, err := a.submitBatchOf(req.Msg.Jobs)
+	if err != nil {
+		return nil, err
 	}
-	b := &SubmitBatch{Jobs: make([]Submit, len(reqs))}
-	for i, r := range reqs {
-		s, err := a.submitOf(r)
-		if err != nil {
-			var ce *connect.Error
-			errors.As(err, &ce)
-			return nil, errf(ce.Code(), "jobs[%d]: %s (nothing was submitted)", i, ce.Message())
-		}
-		if s.Queue != reqs[0].QueueName {
-			return nil, errf(connect.CodeInvalidArgument, "jobs[%d] names queue %q, jobs[0] %q: one SubmitJobs call submits to one queue (nothing was submitted)",
-				i, s.Queue, reqs[0].QueueName)
-		}
-		if s.JobID, err = a.newJobID(s.Queue); err != nil {
-			return nil, err
-		}
-		b.Jobs[i] = s
-	}
-	r, err := a.do(ctx, QueueKey(reqs[0].QueueName), b)
+	r, err := a.do(ctx, QueueKey(b.Jobs[0].Queue), b)
 	if err != nil {
 		return nil, err
 	}
@@ -322,8 +336,42 @@ func (a *API) SubmitJobs(ctx context.Context, req *connect.Request[jqpb.SubmitJo
 	return connect.NewResponse(&jqpb.SubmitJobsResponse{JobIds: ids}), nil
 }
 
+// submitBatchOf checks a SubmitJobs batch and turns it into its command,
+// job ids drawn.
+func (a *API) submitBatchOf(reqs []*jqpb.SubmitJobRequest) (*SubmitBatch, error) {
+	if len(reqs) == 0 || len(reqs) > MaxSubmitBatch {
+		return nil, errf(connect.CodeInvalidArgument, "jobs must hold 1 to %d jobs, got %d", MaxSubmitBatch, len(reqs))
+	}
+	total := 0
+	for _, r := range reqs {
+		total += len(r.GetPayload())
+	}
+	if total > MaxSubmitBatchBytes {
+		return nil, errf(connect.CodeResourceExhausted, "the batch's payloads add up to %d bytes, over the limit of %d for one SubmitJobs (nothing was submitted); split it into smaller batches",
+			total, MaxSubmitBatchBytes)
+	}
+	b := &SubmitBatch{Jobs: make([]Submit, len(reqs))}
+	for i, r := range reqs {
+		s, err := a.submitOf(r)
+		if err != nil {
+			var ce *connect.Error
+			errors.As(err, &ce)
+			return nil, errf(ce.Code(), "jobs[%d]: %s (nothing was submitted)", i, ce.Message())
+		}
+		if s.Queue != reqs[0].QueueName {
+			return nil, errf(connect.CodeInvalidArgument, "jobs[%d] names queue %s, jobs[0] %s: one SubmitJobs call submits to one queue (nothing was submitted)",
+				i, api.Quote(s.Queue), api.Quote(reqs[0].QueueName))
+		}
+		if s.JobID, err = a.newJobID(s.Queue); err != nil {
+			return nil, err
+		}
+		b.Jobs[i] = s
+	}
+	return b, nil
+}
+
 func (a *API) CancelJob(ctx context.Context, req *connect.Request[jqpb.CancelJobRequest]) (*connect.Response[jqpb.CancelJobResponse], error) {
-	if err := checkID("job_id", req.Msg.JobId); err != nil {
+	if err := checkJobID(req.Msg.JobId); err != nil {
 		return nil, err
 	}
 	if _, err := a.do(ctx, JobKey(req.Msg.JobId), &Cancel{JobID: req.Msg.JobId}); err != nil {
@@ -333,7 +381,7 @@ func (a *API) CancelJob(ctx context.Context, req *connect.Request[jqpb.CancelJob
 }
 
 func (a *API) RetryJob(ctx context.Context, req *connect.Request[jqpb.RetryJobRequest]) (*connect.Response[jqpb.RetryJobResponse], error) {
-	if err := checkID("job_id", req.Msg.JobId); err != nil {
+	if err := checkJobID(req.Msg.JobId); err != nil {
 		return nil, err
 	}
 	if _, err := a.do(ctx, JobKey(req.Msg.JobId), &Retry{JobID: req.Msg.JobId}); err != nil {
@@ -343,7 +391,7 @@ func (a *API) RetryJob(ctx context.Context, req *connect.Request[jqpb.RetryJobRe
 }
 
 func (a *API) getJob(ctx context.Context, id string) (*Job, error) {
-	if err := checkID("job_id", id); err != nil {
+	if err := checkJobID(id); err != nil {
 		return nil, err
 	}
 	v, err := a.query(ctx, JobKey(id), GetJob{ID: id})
@@ -367,7 +415,7 @@ func (a *API) GetJobStatus(ctx context.Context, req *connect.Request[jqpb.GetJob
 
 func (a *API) GetJobLogs(ctx context.Context, req *connect.Request[jqpb.GetJobLogsRequest]) (*connect.Response[jqpb.GetJobLogsResponse], error) {
 	id := req.Msg.JobId
-	if err := checkID("job_id", id); err != nil {
+	if err := checkJobID(id); err != nil {
 		return nil, err
 	}
 	v, err := a.query(ctx, JobKey(id), GetJobLogs{ID: id})
@@ -388,7 +436,7 @@ func (a *API) GetJobLogs(ctx context.Context, req *connect.Request[jqpb.GetJobLo
 
 func (a *API) ListJobs(ctx context.Context, req *connect.Request[jqpb.ListJobsRequest]) (*connect.Response[jqpb.ListJobsResponse], error) {
 	m := req.Msg
-	if err := checkName("queue_name", m.QueueName); err != nil {
+	if err := checkQueueName("queue_name", m.QueueName); err != nil {
 		return nil, err
 	}
 	if m.Limit < 0 || m.Limit > 100 {
@@ -419,7 +467,7 @@ func (a *API) ListJobs(ctx context.Context, req *connect.Request[jqpb.ListJobsRe
 
 func (a *API) CreateQueue(ctx context.Context, req *connect.Request[jqpb.CreateQueueRequest]) (*connect.Response[jqpb.CreateQueueResponse], error) {
 	m := req.Msg
-	if err := checkName("name", m.Name); err != nil {
+	if err := checkQueueName("name", m.Name); err != nil {
 		return nil, err
 	}
 	if m.MaxRetries < 0 || m.MaxRetries > MaxMaxRetries {
@@ -441,7 +489,7 @@ func (a *API) CreateQueue(ctx context.Context, req *connect.Request[jqpb.CreateQ
 }
 
 func (a *API) DeleteQueue(ctx context.Context, req *connect.Request[jqpb.DeleteQueueRequest]) (*connect.Response[jqpb.DeleteQueueResponse], error) {
-	if err := checkName("name", req.Msg.Name); err != nil {
+	if err := checkQueueName("name", req.Msg.Name); err != nil {
 		return nil, err
 	}
 	if _, err := a.do(ctx, QueueKey(req.Msg.Name), &DeleteQueue{Name: req.Msg.Name, Force: req.Msg.Force}); err != nil {
@@ -451,7 +499,7 @@ func (a *API) DeleteQueue(ctx context.Context, req *connect.Request[jqpb.DeleteQ
 }
 
 func (a *API) pause(ctx context.Context, name string, pause bool) (*jqpb.Queue, error) {
-	if err := checkName("name", name); err != nil {
+	if err := checkQueueName("name", name); err != nil {
 		return nil, err
 	}
 	var cmd engine.Command = &ResumeQueue{Name: name}
@@ -516,7 +564,7 @@ func (a *API) ListQueues(ctx context.Context, _ *connect.Request[jqpb.ListQueues
 }
 
 func (a *API) GetQueueStats(ctx context.Context, req *connect.Request[jqpb.GetQueueStatsRequest]) (*connect.Response[jqpb.GetQueueStatsResponse], error) {
-	if err := checkName("name", req.Msg.Name); err != nil {
+	if err := checkQueueName("name", req.Msg.Name); err != nil {
 		return nil, err
 	}
 	v, err := a.query(ctx, QueueKey(req.Msg.Name), GetStats{Name: req.Msg.Name})

@@ -30,6 +30,8 @@ type clients struct {
 	work   jqpbconnect.WorkerServiceClient
 	admin  jqpbconnect.AdminServiceClient
 	engine *engine.Engine
+	// baseURL is the server's, for clients of other protocols.
+	baseURL string
 }
 
 func h2c() *http.Client {
@@ -81,10 +83,11 @@ func newAPIHub(t *testing.T, lease time.Duration, hub *jobs.Hub) *clients {
 	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
 	hc := h2c()
 	return &clients{
-		jobs:   jqpbconnect.NewJobServiceClient(hc, srv.URL, connect.WithGRPC()),
-		work:   jqpbconnect.NewWorkerServiceClient(hc, srv.URL, connect.WithGRPC()),
-		admin:  jqpbconnect.NewAdminServiceClient(hc, srv.URL, connect.WithGRPC()),
-		engine: eng,
+		jobs:    jqpbconnect.NewJobServiceClient(hc, srv.URL, connect.WithGRPC()),
+		work:    jqpbconnect.NewWorkerServiceClient(hc, srv.URL, connect.WithGRPC()),
+		admin:   jqpbconnect.NewAdminServiceClient(hc, srv.URL, connect.WithGRPC()),
+		engine:  eng,
+		baseURL: srv.URL,
 	}
 }
 

@@ -228,11 +228,11 @@ func (a *API) RegisterWorker(ctx context.Context, req *connect.Request[jqpb.Regi
 		id = "w-" + strconv.FormatUint(rng.Uint64(), 36)
 		a.rngs.Put(rng)
 	}
-	if err := checkID("worker_id", id); err != nil {
+	if err := checkWorkerID(id); err != nil {
 		return nil, err
 	}
-	if len(m.Hostname) > MaxNameLen {
-		return nil, errf(connect.CodeInvalidArgument, "hostname must be at most %d bytes", MaxNameLen)
+	if err := checkHostname(m.Hostname); err != nil {
+		return nil, err
 	}
 	conc := int(m.Concurrency)
 	if conc == 0 {
@@ -274,7 +274,7 @@ func checkQueues(qs []string) ([]string, error) {
 	}
 	out := make([]string, 0, len(qs))
 	for _, q := range qs {
-		if err := checkName("queue name", q); err != nil {
+		if err := checkQueueName("queues", q); err != nil {
 			return nil, err
 		}
 		if !slices.Contains(out, q) {
@@ -294,7 +294,7 @@ func checkHeld(h *jqpb.HeldJobs) (ids []string, declared bool, err error) {
 		return nil, true, errf(connect.CodeInvalidArgument, "held.job_ids names %d jobs; at most %d", len(h.JobIds), MaxHeldJobs)
 	}
 	for _, id := range h.JobIds {
-		if err := checkID("held.job_ids", id); err != nil {
+		if err := invalid("held.job_ids", api.CheckID(id, 1, MaxIDLen)); err != nil {
 			return nil, true, err
 		}
 	}
@@ -313,7 +313,7 @@ func (a *API) byPartition(ids []string) [][]string {
 
 func (a *API) Heartbeat(ctx context.Context, req *connect.Request[jqpb.HeartbeatRequest]) (*connect.Response[jqpb.HeartbeatResponse], error) {
 	id := req.Msg.WorkerId
-	if err := checkID("worker_id", id); err != nil {
+	if err := checkWorkerID(id); err != nil {
 		return nil, err
 	}
 	ids, declared, err := checkHeld(req.Msg.Held)
@@ -392,10 +392,10 @@ func (h *Hub) beat(id string, active int32, sent int64, held [][]string) {
 
 func (a *API) AckJob(ctx context.Context, req *connect.Request[jqpb.AckJobRequest]) (*connect.Response[jqpb.AckJobResponse], error) {
 	m := req.Msg
-	if err := checkID("worker_id", m.WorkerId); err != nil {
+	if err := checkWorkerID(m.WorkerId); err != nil {
 		return nil, err
 	}
-	if err := checkID("job_id", m.JobId); err != nil {
+	if err := checkJobID(m.JobId); err != nil {
 		return nil, err
 	}
 	if _, err := a.do(ctx, JobKey(m.JobId), &Ack{JobID: m.JobId, Worker: m.WorkerId}); err != nil {
@@ -406,14 +406,14 @@ func (a *API) AckJob(ctx context.Context, req *connect.Request[jqpb.AckJobReques
 
 func (a *API) ReportResult(ctx context.Context, req *connect.Request[jqpb.ReportResultRequest]) (*connect.Response[jqpb.ReportResultResponse], error) {
 	m := req.Msg
-	if err := checkID("worker_id", m.WorkerId); err != nil {
+	if err := checkWorkerID(m.WorkerId); err != nil {
 		return nil, err
 	}
-	if err := checkID("job_id", m.JobId); err != nil {
+	if err := checkJobID(m.JobId); err != nil {
 		return nil, err
 	}
-	if len(m.ErrorMessage) > MaxErrorLen {
-		return nil, errf(connect.CodeInvalidArgument, "error_message must be at most %d bytes, got %d", MaxErrorLen, len(m.ErrorMessage))
+	if err := checkErrorMessage(m.ErrorMessage); err != nil {
+		return nil, err
 	}
 	if len(m.Result) > MaxPayloadBytes {
 		return nil, errf(connect.CodeResourceExhausted, "result of %d bytes is over the limit of %d", len(m.Result), MaxPayloadBytes)
@@ -451,7 +451,7 @@ func (a *API) release(ctx context.Context, id string) error {
 
 func (a *API) Deregister(ctx context.Context, req *connect.Request[jqpb.DeregisterRequest]) (*connect.Response[jqpb.DeregisterResponse], error) {
 	id := req.Msg.WorkerId
-	if err := checkID("worker_id", id); err != nil {
+	if err := checkWorkerID(id); err != nil {
 		return nil, err
 	}
 	if err := a.release(ctx, id); err != nil {
@@ -475,7 +475,7 @@ func (a *API) Deregister(ctx context.Context, req *connect.Request[jqpb.Deregist
 
 func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJobsRequest], out *connect.ServerStream[jqpb.JobAssignment]) error {
 	m := req.Msg
-	if err := checkID("worker_id", m.WorkerId); err != nil {
+	if err := checkWorkerID(m.WorkerId); err != nil {
 		return err
 	}
 	var queues []string
@@ -917,7 +917,7 @@ func (a *API) ShutdownWorker(ctx context.Context, req *connect.Request[jqpb.Shut
 }
 
 func (a *API) endWorker(id string, drain bool) error {
-	if err := checkID("worker_id", id); err != nil {
+	if err := checkWorkerID(id); err != nil {
 		return err
 	}
 	h := a.hub

@@ -22,6 +22,14 @@ const (
 	maxBody      = MaxPayloadBytes + 64<<10
 	maxBatchBody = 8 << 20
 	maxSmallBody = 64 << 10
+	// MaxMessageBytes bounds a gRPC request message: the HTTP batch
+	// body's limit, so a batch fits both.
+	MaxMessageBytes = maxBatchBody
+	// MaxBatchPayloadBytes bounds the sum of a publish batch's payloads
+	// (413 / RESOURCE_EXHAUSTED beyond): 1,000 messages of 1 MiB would be
+	// one log entry of 1 GB, past cmdlog.MaxEntryBytes. With it the
+	// largest batch's command stays under 9 MiB.
+	MaxBatchPayloadBytes = 8 << 20
 	// MaxWait bounds a long poll's wait.
 	MaxWait = 60 * time.Second
 	// DefaultMaxWaiters bounds the long polls and streams open at once.
@@ -181,14 +189,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) int {
 	return status
 }
 
-// checkName refuses a group, processor or consumer name the machine
-// would refuse, before anything is logged.
+// checkName is the rule for a group, processor or consumer name, on
+// every route and call (api.CheckName): what the machine would refuse,
+// and text that is no name (control or bidi characters, a path), refused
+// before anything is logged.
 func checkName(what, s string, max int) string {
-	if s == "" || len(s) > max {
-		return fmt.Sprintf("%s must be 1 to %d bytes, got %s", what, max, api.Quote(s))
-	}
-	if p := api.CheckText(s); p != "" {
+	if p := api.CheckName(s, max); p != "" {
 		return what + " " + p
+	}
+	return ""
+}
+
+// checkMessageID is the rule for a message id a publisher picks: printable
+// text, '/' allowed.
+func checkMessageID(s string) string {
+	if p := api.CheckID(s, 1, MaxIDLen); p != "" {
+		return "id " + p
+	}
+	return ""
+}
+
+// checkPayload is the rule for a payload: JSON (the HTTP routes serve it
+// inline) with text strings, as an HTTP body's strings must be, and no
+// bidi controls.
+func checkPayload(b []byte) string {
+	if p := api.CheckJSONText(b); p != "" {
+		return "payload " + p
 	}
 	return ""
 }
@@ -393,29 +419,74 @@ type publishBatchBody struct {
 	Messages []publishBody `json:"messages"`
 }
 
-// toPublish checks one message and makes its command.
-func (a *API) toPublish(g string, b *publishBody, i int) (Publish, string) {
+// badInput is a publish refused before anything is logged: too large
+// (413, RESOURCE_EXHAUSTED) or invalid (400, INVALID_ARGUMENT).
+type badInput struct {
+	tooLarge bool
+	msg      string
+}
+
+func (b *badInput) status() int {
+	if b.tooLarge {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
+
+// publishOf checks one message (the i-th of a batch, or alone if i < 0)
+// and makes its command. The HTTP routes and the gRPC call both use it.
+func (a *API) publishOf(g string, b *publishBody, i int) (Publish, *badInput) {
 	where := ""
 	if i >= 0 {
 		where = fmt.Sprintf("message %d: ", i)
 	}
+	if n := len(b.Payload); n > MaxPayloadBytes {
+		return Publish{}, &badInput{true, fmt.Sprintf("%spayload of %d bytes is over the limit of %d", where, n, MaxPayloadBytes)}
+	}
 	id := ""
 	if b.ID != nil {
 		id = *b.ID
-		if p := checkName("id", id, MaxIDLen); p != "" {
-			return Publish{}, where + p
+		if p := checkMessageID(id); p != "" {
+			return Publish{}, &badInput{msg: where + p}
 		}
 	} else {
 		id = newID()
 	}
 	if b.Seq > 1<<63-1 {
-		return Publish{}, fmt.Sprintf("%sseq must be at most %d", where, int64(1<<63-1))
+		return Publish{}, &badInput{msg: fmt.Sprintf("%sseq must be at most %d", where, int64(1<<63-1))}
 	}
 	var payload []byte
 	if len(b.Payload) > 0 && string(b.Payload) != "null" {
+		if p := checkPayload(b.Payload); p != "" {
+			return Publish{}, &badInput{msg: where + p}
+		}
 		payload = []byte(b.Payload)
 	}
-	return Publish{Group: g, MsgID: id, Seq: b.Seq, Payload: payload, RetentionNs: int64(a.retention)}, ""
+	return Publish{Group: g, MsgID: id, Seq: b.Seq, Payload: payload, RetentionNs: int64(a.retention)}, nil
+}
+
+// publishBatchOf checks a batch, all or nothing, and makes its command.
+func (a *API) publishBatchOf(g string, msgs []publishBody) (*PublishBatch, *badInput) {
+	if len(msgs) == 0 || len(msgs) > MaxBatch {
+		return nil, &badInput{msg: fmt.Sprintf("messages must hold 1 to %d messages, got %d", MaxBatch, len(msgs))}
+	}
+	total := 0
+	for i := range msgs {
+		total += len(msgs[i].Payload)
+	}
+	if total > MaxBatchPayloadBytes {
+		return nil, &badInput{true, fmt.Sprintf("the batch's payloads add up to %d bytes, over the limit of %d for one publish; split it into smaller batches",
+			total, MaxBatchPayloadBytes)}
+	}
+	batch := &PublishBatch{Msgs: make([]Publish, len(msgs))}
+	for i := range msgs {
+		p, bad := a.publishOf(g, &msgs[i], i)
+		if bad != nil {
+			return nil, bad
+		}
+		batch.Msgs[i] = p
+	}
+	return batch, nil
 }
 
 // publish serves POST /v1/groups/{group}/messages: one message, or a
@@ -430,12 +501,9 @@ func (a *API) publish(w http.ResponseWriter, r *http.Request) int {
 		return st
 	}
 	if b.Messages == nil {
-		if len(b.Payload) > MaxPayloadBytes {
-			return api.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("payload of %d bytes is over %d", len(b.Payload), MaxPayloadBytes))
-		}
-		p, problem := a.toPublish(g, &b.publishBody, -1)
-		if problem != "" {
-			return api.Error(w, http.StatusBadRequest, problem)
+		p, bad := a.publishOf(g, &b.publishBody, -1)
+		if bad != nil {
+			return api.Error(w, bad.status(), bad.msg)
 		}
 		res, st := a.do(r.Context(), w, g, &p)
 		if st != 0 {
@@ -450,19 +518,9 @@ func (a *API) publish(w http.ResponseWriter, r *http.Request) int {
 	if b.ID != nil || b.Seq != 0 || len(b.Payload) > 0 {
 		return api.Error(w, http.StatusBadRequest, "send either one message (id, seq, payload) or a batch under \"messages\", not both")
 	}
-	if len(b.Messages) == 0 || len(b.Messages) > MaxBatch {
-		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("messages must hold 1 to %d messages, got %d", MaxBatch, len(b.Messages)))
-	}
-	batch := &PublishBatch{Msgs: make([]Publish, len(b.Messages))}
-	for i := range b.Messages {
-		if n := len(b.Messages[i].Payload); n > MaxPayloadBytes {
-			return api.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("message %d: payload of %d bytes is over %d", i, n, MaxPayloadBytes))
-		}
-		p, problem := a.toPublish(g, &b.Messages[i], i)
-		if problem != "" {
-			return api.Error(w, http.StatusBadRequest, problem)
-		}
-		batch.Msgs[i] = p
+	batch, bad := a.publishBatchOf(g, b.Messages)
+	if bad != nil {
+		return api.Error(w, bad.status(), bad.msg)
 	}
 	res, st := a.do(r.Context(), w, g, batch)
 	if st != 0 {

@@ -26,6 +26,10 @@ const (
 	DefaultBenchProcessors = 32
 	// MaxBenchMessages bounds numberOfMessages: the machine's window.
 	MaxBenchMessages = DefaultMaxUnreleased
+	// MaxBenchName bounds a benchmark group's name: its messages' ids are
+	// "<name>-<n>", at most MaxIDLen bytes; a longer name made every
+	// background publish fail after the 202.
+	MaxBenchName = MaxIDLen - len("-1000000")
 	// MaxBenchDelay bounds creationDelay and processingTime (ms).
 	MaxBenchDelay = 60_000
 	// benchLeaseBatch: how many messages a processor leases at once. Its
@@ -327,7 +331,7 @@ func (a *API) benchCreate(w http.ResponseWriter, r *http.Request) int {
 	if st := api.ReadJSON(w, r, maxSmallBody, &b); st != 0 {
 		return st
 	}
-	if p := checkName("name", b.Name, MaxNameLen); p != "" {
+	if p := checkName("name", b.Name, MaxBenchName); p != "" {
 		return api.Error(w, http.StatusBadRequest, p)
 	}
 	if b.NumberOfMessages < 1 || b.NumberOfMessages > MaxBenchMessages {

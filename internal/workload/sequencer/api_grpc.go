@@ -2,7 +2,6 @@ package sequencer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -155,37 +154,32 @@ func messagesPB(ms []Message) []*seqpb.Message {
 
 // --- the calls ---
 
-// Publish publishes a batch all or nothing, as the HTTP batch does. A
-// payload must be JSON (or empty): the HTTP API serves the same messages
-// with the payload inline as JSON, and bytes it cannot embed would make
-// every read of the group fail there.
+// Publish publishes a batch all or nothing, as the HTTP batch does, with
+// its checks (publishBatchOf). A payload must be JSON text (or empty):
+// the HTTP API serves the same messages with the payload inline as JSON,
+// and bytes it cannot embed would make every read of the group fail
+// there.
 func (a *API) Publish(ctx context.Context, req *connect.Request[seqpb.PublishRequest]) (*connect.Response[seqpb.PublishResponse], error) {
 	m := req.Msg
 	if err := checkNameErr("group name", m.Group, MaxNameLen); err != nil {
 		return nil, err
 	}
-	if len(m.Messages) == 0 || len(m.Messages) > MaxBatch {
-		return nil, grpcErr(connect.CodeInvalidArgument, "messages must hold 1 to %d messages, got %d", MaxBatch, len(m.Messages))
-	}
-	batch := &PublishBatch{Msgs: make([]Publish, len(m.Messages))}
+	// The HTTP batch's checks and command: an empty id is drawn there too,
+	// and a JSON null is no payload in both.
+	msgs := make([]publishBody, len(m.Messages))
 	for i, pm := range m.Messages {
-		if n := len(pm.Payload); n > MaxPayloadBytes {
-			return nil, grpcErr(connect.CodeResourceExhausted, "message %d: payload of %d bytes is over %d (nothing was published)", i, n, MaxPayloadBytes)
-		}
-		if len(pm.Payload) > 0 && !json.Valid(pm.Payload) {
-			return nil, grpcErr(connect.CodeInvalidArgument, "message %d: payload must be JSON, as the HTTP API serves it (nothing was published)", i)
-		}
-		// The same checks as the HTTP body's; an empty id is drawn there
-		// too, and a JSON null is no payload in both.
-		b := publishBody{Seq: pm.Seq, Payload: pm.Payload}
+		msgs[i] = publishBody{Seq: pm.Seq, Payload: pm.Payload}
 		if pm.Id != "" {
-			b.ID = &pm.Id
+			msgs[i].ID = &pm.Id
 		}
-		p, problem := a.toPublish(m.Group, &b, i)
-		if problem != "" {
-			return nil, grpcErr(connect.CodeInvalidArgument, "%s (nothing was published)", problem)
+	}
+	batch, bad := a.publishBatchOf(m.Group, msgs)
+	if bad != nil {
+		code := connect.CodeInvalidArgument
+		if bad.tooLarge {
+			code = connect.CodeResourceExhausted
 		}
-		batch.Msgs[i] = p
+		return nil, grpcErr(code, "%s (nothing was published)", bad.msg)
 	}
 	res, err := a.doGRPC(ctx, m.Group, batch, true)
 	if err != nil {

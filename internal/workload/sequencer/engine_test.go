@@ -19,14 +19,14 @@ const enginePartitions = 4
 
 // openAPIEngine is the engine of the API tests: embedded, or with
 // SURGE_TEST_FORWARD set a cluster node that forwards every request.
-func openAPIEngine(t *testing.T, notify func(int, uint8, any)) *engine.Engine {
+func openAPIEngine(t testing.TB, notify func(int, uint8, any)) *engine.Engine {
 	if enginetest.Forward() {
 		return enginetest.Forwarding(t, engine.Options{Partitions: enginePartitions, Notify: notify}, &Workload{})
 	}
 	return openEngine(t, t.TempDir(), notify)
 }
 
-func openEngine(t *testing.T, dir string, notify func(int, uint8, any)) *engine.Engine {
+func openEngine(t testing.TB, dir string, notify func(int, uint8, any)) *engine.Engine {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
 		t.Fatal(err)

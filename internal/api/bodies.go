@@ -1,0 +1,240 @@
+package api
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// Request bodies held at once. --max-inflight (4096) requests with bodies
+// of up to 8 MiB could hold 32 GiB; the body budget bounds what large
+// bodies hold together: a request whose body is over SmallBody waits,
+// before reading it, until that many bytes of the budget are free, and
+// holds them until it is answered. Small bodies are not counted (their
+// total is bounded by --max-inflight × SmallBody), so the requests of a
+// normal load never wait.
+const (
+	// DefaultBodyMemory is the budget when --max-body-memory is 0.
+	DefaultBodyMemory = 256 << 20
+	// SmallBody: bodies up to this size are not counted.
+	SmallBody = 64 << 10
+	// MaxBodyWait bounds the wait for room, as the server's read timeout
+	// bounds reading a body: past it the request is refused (503,
+	// UNAVAILABLE), nothing done.
+	MaxBodyWait = 30 * time.Second
+)
+
+// BodyBudget is a count of bytes handed out first come, first served: a
+// large body waiting is not overtaken by later ones.
+type BodyBudget struct {
+	mu      sync.Mutex
+	total   int64
+	free    int64
+	waiting []*bodyWaiter
+	held    atomic.Int64
+	waits   atomic.Uint64
+}
+
+type bodyWaiter struct {
+	n     int64
+	ready chan struct{}
+}
+
+// NewBodyBudget returns a budget of total bytes.
+func NewBodyBudget(total int64) *BodyBudget {
+	return &BodyBudget{total: total, free: total}
+}
+
+// Bodies is the process's budget; NewServer sizes it from Limits.
+var Bodies = NewBodyBudget(DefaultBodyMemory)
+
+// ErrBodyBudget: the wait for room in the budget passed MaxBodyWait.
+var ErrBodyBudget = errors.New("the server is holding its limit of request bodies (--max-body-memory); nothing was done, retry after a pause")
+
+// resize sets the budget's total; bytes held stay held.
+func (b *BodyBudget) resize(total int64) {
+	b.mu.Lock()
+	b.free += total - b.total
+	b.total = total
+	b.wakeLocked()
+	b.mu.Unlock()
+}
+
+// Acquire waits until n bytes are free (n is cut to the total, so one
+// body never waits for ever), ctx ends, or MaxBodyWait passes. The
+// release gives them back once.
+func (b *BodyBudget) Acquire(ctx context.Context, n int64) (release func(), err error) {
+	b.mu.Lock()
+	n = min(n, b.total)
+	if len(b.waiting) == 0 && b.free >= n {
+		b.free -= n
+		b.mu.Unlock()
+		return b.releaser(n), nil
+	}
+	w := &bodyWaiter{n: n, ready: make(chan struct{})}
+	b.waiting = append(b.waiting, w)
+	b.mu.Unlock()
+	b.waits.Add(1)
+	t := time.NewTimer(MaxBodyWait)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+		return b.releaser(n), nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrBodyBudget
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-w.ready: // granted meanwhile: give it back
+		b.free += n
+		b.wakeLocked()
+	default:
+		for i, x := range b.waiting {
+			if x == w {
+				b.waiting = append(b.waiting[:i], b.waiting[i+1:]...)
+				break
+			}
+		}
+		b.wakeLocked() // a large waiter gone may let smaller ones in
+	}
+	return nil, err
+}
+
+func (b *BodyBudget) releaser(n int64) func() {
+	b.held.Add(n)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.held.Add(-n)
+			b.mu.Lock()
+			b.free += n
+			b.wakeLocked()
+			b.mu.Unlock()
+		})
+	}
+}
+
+func (b *BodyBudget) wakeLocked() {
+	for len(b.waiting) > 0 && b.free >= b.waiting[0].n {
+		w := b.waiting[0]
+		b.waiting = b.waiting[1:]
+		b.free -= w.n
+		close(w.ready)
+	}
+}
+
+// Held is the bytes held now.
+func (b *BodyBudget) Held() int64 { return b.held.Load() }
+
+// HoldBody counts a body of up to n bytes (its declared length, or the
+// route's limit when none is declared) against the budget until the
+// request is answered, waiting for room first. It answers 503 itself and
+// returns its status if the wait ends without room.
+func HoldBody(w http.ResponseWriter, r *http.Request, limit int64) int {
+	n := limit
+	if r.ContentLength >= 0 {
+		n = min(r.ContentLength, limit)
+	}
+	if n <= SmallBody {
+		return 0
+	}
+	release, err := Bodies.Acquire(r.Context(), n)
+	if err != nil {
+		if errors.Is(err, ErrBodyBudget) {
+			return Error(w, http.StatusServiceUnavailable, err.Error())
+		}
+		return Error(w, http.StatusServiceUnavailable, "request cancelled before its body was read")
+	}
+	context.AfterFunc(r.Context(), release)
+	return 0
+}
+
+// HoldGRPCBody is HoldBody for a gRPC, gRPC-Web or Connect call whose
+// message is at most limit bytes: the size is the declared length, or
+// for enveloped bodies the length in the first message's envelope, read
+// before anything else (a stream then holds nothing for a small first
+// message however long it lasts). A refused wait ends the call
+// UNAVAILABLE.
+func HoldGRPCBody(r *http.Request, limit int64) {
+	if r.ContentLength >= 0 || !enveloped(r.Header.Get("Content-Type")) {
+		n := limit
+		if r.ContentLength >= 0 {
+			n = min(r.ContentLength, limit)
+		}
+		if n > SmallBody {
+			r.Body = &heldBody{ReadCloser: r.Body, r: r, n: n}
+		}
+		return
+	}
+	r.Body = &heldBody{ReadCloser: r.Body, r: r, limit: limit, envelope: true}
+}
+
+// enveloped: the body is length-prefixed messages (gRPC, gRPC-Web, and
+// Connect's streaming calls), not one bare message (Connect unary).
+func enveloped(contentType string) bool {
+	return strings.HasPrefix(contentType, "application/grpc") || strings.HasPrefix(contentType, "application/connect+")
+}
+
+// heldBody acquires its budget at its first read: n bytes, or with
+// envelope the size the first 5 bytes declare.
+type heldBody struct {
+	io.ReadCloser
+	r        *http.Request
+	n, limit int64
+	envelope bool
+	prefix   []byte
+	started  bool
+	err      error
+}
+
+func (h *heldBody) Read(p []byte) (int, error) {
+	if !h.started {
+		h.started = true
+		h.err = h.start()
+	}
+	if h.err != nil {
+		return 0, h.err
+	}
+	if len(h.prefix) > 0 {
+		n := copy(p, h.prefix)
+		h.prefix = h.prefix[n:]
+		return n, nil
+	}
+	return h.ReadCloser.Read(p)
+}
+
+func (h *heldBody) start() error {
+	if h.envelope {
+		var pre [5]byte
+		k, err := io.ReadFull(h.ReadCloser, pre[:])
+		h.prefix = pre[:k]
+		if err != nil {
+			return nil // too short for an envelope: the protocol's reader says so
+		}
+		h.n = min(int64(binary.BigEndian.Uint32(pre[1:]))+5, h.limit)
+		if h.n <= SmallBody {
+			return nil
+		}
+	}
+	release, err := Bodies.Acquire(h.r.Context(), h.n)
+	if err != nil {
+		if errors.Is(err, ErrBodyBudget) {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w", err))
+		}
+		return err
+	}
+	context.AfterFunc(h.r.Context(), release)
+	return nil
+}

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The budget hands out bytes first come, first served: a request that
+// does not fit waits (a later small one does not overtake it), gets its
+// room when another is released, and a wait whose context ends takes
+// nothing and lets the next one in.
+func TestBodyBudget(t *testing.T) {
+	b := NewBodyBudget(100)
+	ctx := context.Background()
+	r1, err := b.Acquire(ctx, 60)
+	if err != nil || b.Held() != 60 {
+		t.Fatalf("first: %v, held %d", err, b.Held())
+	}
+	got := make(chan string, 3)
+	go func() {
+		r, err := b.Acquire(ctx, 95) // with it held, the small one does not fit
+		if err == nil {
+			got <- "big"
+			r()
+		}
+	}()
+	waitFor(t, func() bool { return b.waits.Load() == 1 })
+	go func() {
+		r, err := b.Acquire(ctx, 10) // fits, but must not overtake the big one
+		if err == nil {
+			got <- "small"
+			r()
+		}
+	}()
+	waitFor(t, func() bool { return b.waits.Load() == 2 })
+	select {
+	case w := <-got:
+		t.Fatalf("%s got room while 60 of 100 bytes were held by a request not yet answered", w)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r1()
+	r1() // a second release gives nothing back twice
+	if a, c := <-got, <-got; a != "big" || c != "small" {
+		t.Fatalf("order %s, %s; want big, small", a, c)
+	}
+	waitFor(t, func() bool { return b.Held() == 0 })
+
+	// A body larger than the budget is cut to it, so it never waits for
+	// ever.
+	r, err := b.Acquire(ctx, 1000)
+	if err != nil || b.Held() != 100 {
+		t.Fatalf("a body over the budget: %v, held %d", err, b.Held())
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { _, err := b.Acquire(cctx, 50); errc <- err }()
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiting) == 1 })
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("a wait whose context ended got room")
+	}
+	r()
+	if r, err := b.Acquire(ctx, 100); err != nil {
+		t.Fatalf("after a cancelled wait the budget is not whole: %v", err)
+	} else {
+		r()
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 30s")
+		}
+	}
+}
+
+// withBudget swaps the process's budget for the test.
+func withBudget(t *testing.T, total int64) *BodyBudget {
+	old := Bodies
+	Bodies = NewBodyBudget(total)
+	t.Cleanup(func() { Bodies = old })
+	return Bodies
+}
+
+// A large JSON body waits, before it is read, until the bodies held leave
+// room, and holds its bytes until its request is answered; a small one
+// never waits.
+func TestReadJSONWaitsForBodyRoom(t *testing.T) {
+	b := withBudget(t, 1<<20)
+	big := `{"s":"` + strings.Repeat("x", 700<<10) + `"}`
+	entered, finish := make(chan struct{}, 2), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v struct{ S string }
+		if ReadJSON(w, r, 8<<20, &v) != 0 {
+			return
+		}
+		entered <- struct{}{}
+		<-finish
+		Write(w, http.StatusOK, false, []byte("ok"))
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func(body string) chan int {
+		c := make(chan int, 1)
+		go func() {
+			resp, err := http.Post(srv.URL, "application/json", strings.NewReader(body))
+			if err != nil {
+				c <- 0
+				return
+			}
+			resp.Body.Close()
+			c <- resp.StatusCode
+		}()
+		return c
+	}
+	first := post(big)
+	<-entered
+	if b.Held() != int64(len(big)) {
+		t.Fatalf("held %d while a %d-byte body is being handled", b.Held(), len(big))
+	}
+	second := post(big)
+	waitFor(t, func() bool { return b.waits.Load() == 1 })
+	small := post(`{"s":"x"}`)
+	<-entered // the small one is not held up
+	select {
+	case <-entered:
+		t.Fatal("a second large body was read with no room for it")
+	case <-time.After(50 * time.Millisecond):
+	}
+	finish <- struct{}{}
+	finish <- struct{}{}
+	<-entered
+	close(finish)
+	for _, c := range []chan int{first, small, second} {
+		if st := <-c; st != http.StatusOK {
+			t.Fatalf("status %d", st)
+		}
+	}
+	waitFor(t, func() bool { return b.Held() == 0 })
+}
+
+// A gRPC message's size is read from its envelope before its budget is
+// taken, and the bytes the handler then reads are the body's, unchanged.
+func TestHoldGRPCBody(t *testing.T) {
+	b := withBudget(t, 1<<20)
+	msg := bytes.Repeat([]byte{7}, 200<<10)
+	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	body = append(body, msg...)
+	req := httptest.NewRequest("POST", "/jq.JobService/SubmitJob", bytes.NewReader(body))
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", "application/grpc+proto")
+	ctx, cancel := context.WithCancel(context.Background())
+	req = req.WithContext(ctx)
+	HoldGRPCBody(req, 4<<20)
+	got, err := io.ReadAll(req.Body)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read %d bytes (%v), want the %d sent", len(got), err, len(body))
+	}
+	if b.Held() != int64(len(body)) {
+		t.Fatalf("held %d for a %d-byte message", b.Held(), len(body))
+	}
+	cancel() // the call is answered
+	waitFor(t, func() bool { return b.Held() == 0 })
+
+	// A small first message holds nothing, whatever the protocol's limit:
+	// a worker's stream lives long.
+	for _, ct := range []string{"application/grpc", "application/grpc-web+proto", "application/connect+json"} {
+		small := httptest.NewRequest("POST", "/jq.WorkerService/StreamJobs", bytes.NewReader([]byte{0, 0, 0, 0, 3, 1, 2, 3}))
+		small.ContentLength = -1
+		small.Header.Set("Content-Type", ct)
+		HoldGRPCBody(small, 4<<20)
+		if got, _ := io.ReadAll(small.Body); len(got) != 8 || b.Held() != 0 {
+			t.Fatalf("%s, small message: read %d bytes, held %d", ct, len(got), b.Held())
+		}
+	}
+}
+
+// --max-body-memory: 0 is the default; a negative size, or one too small
+// to hold any counted body, is refused naming the flag.
+func TestBodyMemoryLimit(t *testing.T) {
+	l, err := Limits{}.Resolve()
+	if err != nil || l.BodyMemory != DefaultBodyMemory {
+		t.Fatalf("default: %d, %v", l.BodyMemory, err)
+	}
+	for _, bad := range []int64{-1, SmallBody - 1} {
+		if _, err := (Limits{BodyMemory: bad}).Resolve(); err == nil || !strings.Contains(err.Error(), "--max-body-memory") {
+			t.Errorf("BodyMemory %d: %v", bad, err)
+		}
+	}
+}
