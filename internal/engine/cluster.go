@@ -158,9 +158,11 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		return fmt.Errorf("engine: partition %d: the log starts at position %d (older records were deleted by retention) but %s; serving it would lose those records. Keep the log's retention longer than the snapshot interval, and restore the snapshot topic if it was lost",
 			part, logStart, have)
 	}
+	p.markSnapshot(e.now())
 	replayed := 0
 	err = lg.Replay(pos, func(at cmdlog.Position, en cmdlog.Entry) error {
 		p.records++
+		p.snapBytes += int64(len(en.Data))
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying partition %d at position %d: %w", part, at, err)
 		}
@@ -289,7 +291,7 @@ func (p *partition) resetState() {
 	p.hwm = make(map[uint32]uint64)
 	p.timers = newTimerTable()
 	p.records = 0
-	p.sinceSnap = 0
+	p.markSnapshot(0)
 	p.lastEnd.Store(0)
 	p.snapPos.Store(0)
 	p.mu.Lock()

@@ -31,6 +31,14 @@ const (
 	DefaultInboxLen      = 4096
 	DefaultMaxBatch      = 1024
 	DefaultSnapshotEvery = 100_000
+	// DefaultSnapshotBytes and DefaultSnapshotInterval: see Options and
+	// docs/BENCHMARKS.md ("Restart after kill -9") for how they were chosen.
+	DefaultSnapshotBytes    = 16 << 20
+	DefaultSnapshotInterval = 60 * time.Second
+	// snapshotRetryDelay is how soon the time trigger tries again on a
+	// partition that still had a batch in flight (its snapshot position
+	// must be the end of a durable batch).
+	snapshotRetryDelay = 50 * time.Millisecond
 	DefaultMaxQueueDelay = 250 * time.Millisecond
 	maxInflightBatches   = 4 // per partition, between apply and durable
 	snapshotQueueLen     = 64
@@ -52,6 +60,19 @@ type Options struct {
 	InboxLen      int
 	MaxBatch      int
 	SnapshotEvery int // commands applied in a partition between snapshots
+	// SnapshotBytes: a partition also snapshots once it has written this
+	// many bytes of log records since its last snapshot (records it
+	// replayed at startup count), so that what a restart replays is
+	// bounded whatever the commands' size. 0 means DefaultSnapshotBytes;
+	// negative turns this trigger off.
+	SnapshotBytes int64
+	// SnapshotInterval: a partition that logged anything since its last
+	// snapshot takes one at most this long after it, even if it has gone
+	// quiet (a partition that logged nothing is never snapshotted again).
+	// A changed partition otherwise pins the whole log: segments are
+	// released only up to the oldest position a partition still needs.
+	// 0 means DefaultSnapshotInterval; negative turns this trigger off.
+	SnapshotInterval time.Duration
 	// MaxQueueDelay bounds how long a client command waits in its
 	// partition's inbox before the processor starts it (see admission in
 	// partition.go). 0 means DefaultMaxQueueDelay; negative turns the
@@ -151,6 +172,12 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	}
 	if opts.SnapshotEvery <= 0 {
 		opts.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if opts.SnapshotBytes == 0 {
+		opts.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if opts.SnapshotInterval == 0 {
+		opts.SnapshotInterval = DefaultSnapshotInterval
 	}
 	if opts.shedMinQueue <= 0 {
 		opts.shedMinQueue = defaultShedMinQueue
@@ -582,6 +609,7 @@ func (e *Engine) recover() error {
 			return &MissingRecordsError{Partition: p.id, Released: released[p.id], Covered: p.records, Snapshot: ok, LogStart: start, Store: store}
 		}
 		from = min(from, uint64(pos))
+		p.markSnapshot(e.now())
 	}
 	// A partition idle since its snapshot may hold one older than the
 	// log's start; it has no records in between (checked above), so
@@ -597,6 +625,7 @@ func (e *Engine) recover() error {
 			return nil
 		}
 		p.records++
+		p.snapBytes += int64(len(en.Data))
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying record at position %d: %w", pos, err)
 		}

@@ -173,10 +173,20 @@ type partition struct {
 	// covers every record the log has released.
 	records uint64
 
-	fx        Effects
-	applying  uint8 // workload whose Apply is running (for SetTimer checks)
-	sinceSnap int
-	snapSize  atomic.Int64 // size of the last snapshot written
+	fx       Effects
+	applying uint8 // workload whose Apply is running (for SetTimer checks)
+	// What changed since the last snapshot was captured, for its three
+	// triggers (see snapshotDue): inputs applied, bytes of records logged
+	// (replayed ones included), the engine clock at the capture, and
+	// records then (more records now means the state changed).
+	sinceSnap   int
+	snapBytes   int64
+	snapAtNs    int64
+	snapRecords uint64
+	// snapRetryNs: the time trigger found a batch in flight and tries
+	// again no sooner than this.
+	snapRetryNs int64
+	snapSize    atomic.Int64 // size of the last snapshot written
 	dueKeys   []timerKey
 	mailBuf   []mail
 
@@ -241,6 +251,9 @@ func (p *partition) run() {
 	tmr := time.NewTimer(time.Hour)
 	tmr.Stop()
 	armed := int64(0)
+	snapTmr := time.NewTimer(time.Hour)
+	snapTmr.Stop()
+	snapArmed := int64(0)
 	stopping := false
 	var resendC <-chan time.Time
 	if p.e.clusterMode() {
@@ -260,6 +273,16 @@ func (p *partition) run() {
 			}
 			timerC = tmr.C
 		}
+		var snapC <-chan time.Time
+		if at, ok := p.idleSnapshotAt(); ok {
+			// Re-armed also when already due: the clock may have moved
+			// past it without the real timer knowing (a simulated clock).
+			if d := at - p.e.now(); at != snapArmed || d <= 0 {
+				snapTmr.Reset(time.Duration(d))
+				snapArmed = at
+			}
+			snapC = snapTmr.C
+		}
 		var first *Request
 		if !stopping {
 			select {
@@ -269,6 +292,9 @@ func (p *partition) run() {
 				armed = 0
 			case <-resendC:
 				p.resend()
+			case <-snapC:
+				snapArmed = 0
+				p.snapshotIdle()
 			case <-p.stopCh:
 				stopping = true
 			}
@@ -745,16 +771,11 @@ func (p *partition) commit(b *batch) {
 		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
 	}
 	p.records += uint64(len(b.entries))
-	if p.sinceSnap >= p.e.opts.SnapshotEvery {
+	p.snapBytes += int64(len(b.buf))
+	if now := p.e.now(); p.snapshotDue(now) {
 		// Only the capture stalls this partition; the snapshotter encodes
 		// once the batch is durable.
-		start := time.Now()
-		b.snap = p.forkSnapshot()
-		b.snapSize = p.snapshotBufSize()
-		p.sinceSnap = 0
-		if mt := p.e.opts.Metrics; mt != nil {
-			mt.SnapshotForkSeconds.Observe(time.Since(start).Seconds())
-		}
+		b.snap, b.snapSize = p.captureSnapshot(now)
 	}
 	p.mu.Lock()
 	p.last = b
@@ -764,6 +785,73 @@ func (p *partition) commit(b *batch) {
 		return
 	}
 	p.e.opts.Log.Append(b.entries, b.doneFn)
+}
+
+// snapshotDue says whether the batch being committed should carry a
+// snapshot: after SnapshotEvery inputs, SnapshotBytes of log, or
+// SnapshotInterval since the last one, whichever comes first. The first
+// two bound what a restart replays; the time one lets the log go.
+func (p *partition) snapshotDue(now int64) bool {
+	o := &p.e.opts
+	return p.sinceSnap >= o.SnapshotEvery ||
+		(o.SnapshotBytes > 0 && p.snapBytes >= o.SnapshotBytes) ||
+		(o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval))
+}
+
+// captureSnapshot takes a view of the state to encode off the partition
+// and restarts the triggers' counts.
+func (p *partition) captureSnapshot(now int64) (encode func(dst []byte) []byte, size int) {
+	start := time.Now()
+	encode, size = p.forkSnapshot(), p.snapshotBufSize()
+	p.markSnapshot(now)
+	if mt := p.e.opts.Metrics; mt != nil {
+		mt.SnapshotForkSeconds.Observe(time.Since(start).Seconds())
+	}
+	return encode, size
+}
+
+// markSnapshot restarts the snapshot triggers' counts from the state now
+// (captured, restored or empty).
+func (p *partition) markSnapshot(now int64) {
+	p.sinceSnap, p.snapBytes, p.snapAtNs, p.snapRecords, p.snapRetryNs = 0, 0, now, p.records, 0
+}
+
+// idleSnapshotAt is when the time trigger should snapshot this partition
+// even if no batch comes to carry the snapshot: only if it logged records
+// since its last one. The crash simulation writes snapshots on the log's
+// goroutine only, so it leaves the trigger to committed batches.
+func (p *partition) idleSnapshotAt() (int64, bool) {
+	iv := p.e.opts.SnapshotInterval
+	if iv <= 0 || p.e.opts.inlineSnapshots || p.records == p.snapRecords {
+		return 0, false
+	}
+	return max(p.snapAtNs+int64(iv), p.snapRetryNs), true
+}
+
+// snapshotIdle takes the time trigger's snapshot of a partition that
+// changed and then went quiet. Its position is the end of the partition's
+// newest durable batch, so no batch may be in flight: if one is, it tries
+// again shortly (that batch's done has then also queued any snapshot it
+// carried, so the snapshotter never sees an older one after this one).
+func (p *partition) snapshotIdle() {
+	now := p.e.now()
+	if at, ok := p.idleSnapshotAt(); !ok || at > now || p.failed.Load() || p.e.failed.Load() {
+		return
+	}
+	p.mu.Lock()
+	busy := p.last != nil
+	p.mu.Unlock()
+	if busy {
+		p.snapRetryNs = now + int64(snapshotRetryDelay)
+		return
+	}
+	pos := cmdlog.Position(p.lastEnd.Load())
+	encode, size := p.captureSnapshot(now)
+	select {
+	case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: pos, encode: encode, size: size}:
+	default:
+		p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
+	}
 }
 
 // SnapshotSizeHinter is optionally implemented by a Machine to estimate
@@ -846,7 +934,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 			case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: end, encode: b.snap, size: b.snapSize}:
 			default:
 				// The writer is behind; skip this one; the partition takes
-				// another after SnapshotEvery more commands.
+				// another at its next trigger.
 				p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
 			}
 		}
