@@ -38,7 +38,7 @@ const (
 	// snapshotRetryDelay is how soon the time trigger tries again on a
 	// partition that still had a batch in flight (its snapshot position
 	// must be the end of a durable batch).
-	snapshotRetryDelay = 50 * time.Millisecond
+	snapshotRetryDelay   = 50 * time.Millisecond
 	DefaultMaxQueueDelay = 250 * time.Millisecond
 	maxInflightBatches   = 4 // per partition, between apply and durable
 	snapshotQueueLen     = 64

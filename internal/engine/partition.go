@@ -173,22 +173,23 @@ type partition struct {
 	// covers every record the log has released.
 	records uint64
 
-	fx       Effects
-	applying uint8 // workload whose Apply is running (for SetTimer checks)
-	// What changed since the last snapshot was captured, for its three
-	// triggers (see snapshotDue): inputs applied, bytes of records logged
-	// (replayed ones included), the engine clock at the capture, and
-	// records then (more records now means the state changed).
-	sinceSnap   int
+	fx        Effects
+	applying  uint8 // workload whose Apply is running (for SetTimer checks)
+	sinceSnap int
+	snapSize  atomic.Int64 // size of the last snapshot written
+	dueKeys   []timerKey
+	mailBuf   []mail
+
+	// What changed since the last snapshot was captured, for its
+	// triggers (see snapshotDue) besides sinceSnap, the inputs applied:
+	// bytes of records logged (replayed ones included), the engine clock
+	// at the capture, and the record count then (more records now means
+	// the state changed). snapRetryNs: the time trigger found a batch in
+	// flight and tries again no sooner than this.
 	snapBytes   int64
 	snapAtNs    int64
 	snapRecords uint64
-	// snapRetryNs: the time trigger found a batch in flight and tries
-	// again no sooner than this.
 	snapRetryNs int64
-	snapSize    atomic.Int64 // size of the last snapshot written
-	dueKeys   []timerKey
-	mailBuf   []mail
 
 	lastEnd atomic.Uint64 // end of the newest durable batch (or replayed record + 1)
 	snapPos atomic.Uint64 // position the newest written snapshot covers
