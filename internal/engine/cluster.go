@@ -297,10 +297,7 @@ func (p *partition) resetState() {
 	p.mu.Lock()
 	p.last = nil
 	p.mu.Unlock()
-	p.mail.mu.Lock()
-	clear(p.mail.items)
-	p.mail.items = p.mail.items[:0]
-	p.mail.mu.Unlock()
+	p.mail.reset()
 }
 
 // lost is called on the log's completion goroutine when the partition's

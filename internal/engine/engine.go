@@ -579,6 +579,7 @@ func (e *MissingRecordsError) Error() string {
 // same apply path the processors use, and re-sends every message that is
 // not known to be acknowledged (receivers drop duplicates).
 func (e *Engine) recover() error {
+	began := time.Now()
 	start, released := e.opts.Log.Start()
 	if len(released) != len(e.parts) {
 		return fmt.Errorf("engine: the log was created with %d partitions, not %d; keys would move to other partitions. Start with the partition count the data was written with",
@@ -637,7 +638,9 @@ func (e *Engine) recover() error {
 		return err
 	}
 	e.doneEnd.Store(end)
-	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from)
+	acked := e.dropDelivered()
+	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from,
+		"took", time.Since(began).Round(time.Millisecond), "delivered_messages_dropped", acked)
 	for _, p := range e.parts {
 		seqs := slices.Sorted(maps.Keys(p.outbox))
 		for _, s := range seqs {
@@ -646,4 +649,28 @@ func (e *Engine) recover() error {
 		}
 	}
 	return nil
+}
+
+// dropDelivered removes from the recovered outboxes every message its
+// receiver's recovered state already holds (its high-water mark for the
+// sender is at or past it): the receiver applied it in a durable record,
+// and only the acknowledgement, which is never logged, was lost with the
+// process. Replay rebuilds the outbox of every message sent since the
+// sender's snapshot, so after a kill -9 re-sending them all would flood
+// the mailboxes with duplicates that receivers only drop and acknowledge.
+// Every partition is local and recovered here, so their marks are exact.
+// The outbox is built anew: a map keeps the size it once had.
+func (e *Engine) dropDelivered() int {
+	n := 0
+	for _, p := range e.parts {
+		kept := make(map[uint64]*outMsg)
+		for seq, m := range p.outbox {
+			if seq > e.parts[m.target].hwm[uint32(p.id)] {
+				kept[seq] = m
+			}
+		}
+		n += len(p.outbox) - len(kept)
+		p.outbox = kept
+	}
+	return n
 }

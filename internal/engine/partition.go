@@ -54,6 +54,7 @@ type mail struct {
 type mailbox struct {
 	mu     sync.Mutex
 	items  []mail
+	head   int // items before it were taken
 	signal chan struct{}
 }
 
@@ -69,14 +70,22 @@ func (m *mailbox) push(x mail) {
 
 // take removes up to max of the oldest pending items into dst. Whatever
 // is left re-arms the signal, so the processor comes back for it in its
-// next batch: a batch never holds more than MaxBatch inputs.
+// next batch: a batch never holds more than MaxBatch inputs. The rest is
+// moved down only once the taken part is the larger half, so draining a
+// long mailbox (a restart re-sends every unacknowledged message at once)
+// costs each item one move, not one per batch taken before it.
 func (m *mailbox) take(dst []mail, max int) []mail {
 	m.mu.Lock()
-	n := min(max, len(m.items))
-	dst = append(dst, m.items[:n]...)
-	rest := copy(m.items, m.items[n:])
-	clear(m.items[rest:])
-	m.items = m.items[:rest]
+	n := min(max, len(m.items)-m.head)
+	dst = append(dst, m.items[m.head:m.head+n]...)
+	clear(m.items[m.head : m.head+n])
+	m.head += n
+	if m.head >= len(m.items)-m.head {
+		rest := copy(m.items, m.items[m.head:])
+		clear(m.items[rest:])
+		m.items, m.head = m.items[:rest], 0
+	}
+	rest := len(m.items) - m.head
 	m.mu.Unlock()
 	if rest > 0 {
 		select {
@@ -90,7 +99,15 @@ func (m *mailbox) take(dst []mail, max int) []mail {
 func (m *mailbox) len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.items)
+	return len(m.items) - m.head
+}
+
+// reset drops every pending item.
+func (m *mailbox) reset() {
+	m.mu.Lock()
+	clear(m.items)
+	m.items, m.head = m.items[:0], 0
+	m.mu.Unlock()
 }
 
 // note is one Effects.Notify value waiting for its batch to be durable.
