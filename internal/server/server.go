@@ -610,4 +610,3 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return nil
 }
-
