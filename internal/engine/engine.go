@@ -60,11 +60,14 @@ type Options struct {
 	InboxLen      int
 	MaxBatch      int
 	SnapshotEvery int // commands applied in a partition between snapshots
-	// SnapshotBytes: a partition also snapshots once it has written this
-	// many bytes of log records since its last snapshot (records it
-	// replayed at startup count), so that what a restart replays is
-	// bounded whatever the commands' size. 0 means DefaultSnapshotBytes;
-	// negative turns this trigger off.
+	// SnapshotBytes bounds the log a restart replays, over all
+	// partitions: a partition also snapshots once it has logged its share
+	// of it (SnapshotBytes / Partitions) since its last snapshot, records
+	// it replayed at startup included. Replay time follows the bytes
+	// replayed more closely than the commands (a command may be a batch
+	// of thousands), and dividing by the partitions keeps the bound
+	// whatever their number. 0 means DefaultSnapshotBytes; negative turns
+	// this trigger off.
 	SnapshotBytes int64
 	// SnapshotInterval: a partition that logged anything since its last
 	// snapshot takes one at most this long after it, even if it has gone
@@ -112,6 +115,10 @@ type Engine struct {
 	// doneEnd is the end of the newest batch whose done callback has
 	// finished; every partition's lastEnd is up to date below it.
 	doneEnd atomic.Uint64
+
+	// snapShare is each partition's share of Options.SnapshotBytes (0:
+	// that trigger is off).
+	snapShare int64
 
 	// mono is a monotonic clock in nanoseconds for queue delays (the
 	// workload's clock, opts.now, may be simulated). maxWaitNs is the
@@ -197,6 +204,9 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 		stop:      make(chan struct{}),
 		snapCh:    make(chan snapJob, snapshotQueueLen),
 		log:       opts.Logger,
+	}
+	if opts.SnapshotBytes > 0 {
+		e.snapShare = max(1, opts.SnapshotBytes/int64(opts.Partitions))
 	}
 	epoch := time.Now()
 	e.mono = func() int64 { return int64(time.Since(epoch)) }

@@ -19,3 +19,19 @@ func SnapshotRecords(data []byte) uint64 {
 	r.U32() // partition count
 	return r.U64()
 }
+
+// RecoveredOutboxes recovers an engine from opts without starting it and
+// returns how many messages its outboxes hold (what it would re-send),
+// then closes the log.
+func RecoveredOutboxes(opts Options, workloads ...Workload) (int, error) {
+	e, err := recovered(opts, workloads...)
+	if err != nil {
+		opts.Log.Close()
+		return 0, err
+	}
+	n := 0
+	for _, p := range e.parts {
+		n += len(p.outbox)
+	}
+	return n, opts.Log.Close()
+}

@@ -806,13 +806,13 @@ func (p *partition) commit(b *batch) {
 }
 
 // snapshotDue says whether the batch being committed should carry a
-// snapshot: after SnapshotEvery inputs, SnapshotBytes of log, or
-// SnapshotInterval since the last one, whichever comes first. The first
+// snapshot: after SnapshotEvery inputs, its share of SnapshotBytes of log,
+// or SnapshotInterval since the last one, whichever comes first. The first
 // two bound what a restart replays; the time one lets the log go.
 func (p *partition) snapshotDue(now int64) bool {
 	o := &p.e.opts
 	return p.sinceSnap >= o.SnapshotEvery ||
-		(o.SnapshotBytes > 0 && p.snapBytes >= o.SnapshotBytes) ||
+		(p.e.snapShare > 0 && p.snapBytes >= p.e.snapShare) ||
 		(o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval))
 }
 
