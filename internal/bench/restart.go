@@ -45,6 +45,13 @@ type RestartResult struct {
 	SnapshotBytes  int64   `json:"snapshotBytes"`
 	LoadCPUSeconds float64 `json:"loadCpuSeconds"`
 	LoadPeakRSS    int64   `json:"loadPeakRssBytes"`
+	// The snapshots the loaded server took, from its /metrics: how many,
+	// the partitions' total and longest stall to capture them, and the
+	// snapshot writer's encoding time.
+	SnapshotsTaken float64 `json:"snapshotsTaken"`
+	ForkSeconds    float64 `json:"snapshotForkSeconds"`
+	ForkCount      float64 `json:"snapshotForks"`
+	EncodeSeconds  float64 `json:"snapshotEncodeSeconds"`
 	// The restart, timed from exec: /healthz answers 200, then the first
 	// command (POST /api/customers) answers 201.
 	ReadySeconds        float64 `json:"readySeconds"`
@@ -145,6 +152,11 @@ func restartOne(ctx context.Context, o RestartOptions, wl, dir string) *RestartR
 	loadErr := runLoad(ctx, o, wl, srv.baseURL(), filepath.Join(dir, "load.log"))
 	if loadErr != nil {
 		return fail(fmt.Errorf("load: %w (its output: %s)", loadErr, filepath.Join(dir, "load.log")))
+	}
+	if m, err := scrapeMetrics(ctx, srv.baseURL()); err == nil {
+		r.SnapshotsTaken = m["surge_engine_snapshots_total"]
+		r.ForkSeconds, r.ForkCount = m["surge_engine_snapshot_fork_seconds_sum"], m["surge_engine_snapshot_fork_seconds_count"]
+		r.EncodeSeconds = m["surge_engine_snapshot_encode_seconds_sum"]
 	}
 	r.LoadCPUSeconds, _ = srv.cpuSeconds()
 	r.LoadPeakRSS, _, _ = srv.memory()
@@ -277,6 +289,34 @@ func recoveryLine(path string) (records int64, seconds float64) {
 	return records, seconds
 }
 
+// scrapeMetrics reads the unlabelled samples of a server's /metrics.
+func scrapeMetrics(ctx context.Context, base string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || strings.HasPrefix(f[0], "#") || strings.Contains(f[0], "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+			out[f[0]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
 func dirBytes(dir, ext string) int64 {
 	var n int64
 	entries, _ := os.ReadDir(dir)
@@ -304,7 +344,12 @@ func printRestart(w io.Writer, r *RestartResult) {
 		fmt.Fprintf(w, "%-10s FAILED: %s\n", r.Workload, r.Error)
 		return
 	}
-	fmt.Fprintf(w, "%-10s load %.0f s (CPU %.1f s, peak RSS %s): log %s, %d snapshots %s | after kill -9: replayed %d records (recovery %.2f s), /healthz 200 at %.2f s, first command at %.2f s, CPU %.2f s, peak RSS %s\n",
-		r.Workload, r.LoadSeconds, r.LoadCPUSeconds, mib(r.LoadPeakRSS), mib(r.LogBytes), r.Snapshots, mib(r.SnapshotBytes),
-		r.ReplayedRecords, r.RecoverySeconds, r.ReadySeconds, r.FirstRequestSeconds, r.RestartCPUSeconds, mib(r.RestartPeakRSS))
+	fork := 0.0
+	if r.ForkCount > 0 {
+		fork = r.ForkSeconds / r.ForkCount * 1000
+	}
+	fmt.Fprintf(w, "%-10s load %.0f s (CPU %.1f s, peak RSS %s; %.0f snapshots taken, capture %.1f ms each on average, encoding %.2f s in all): at the kill log %s, %d snapshot files %s\n",
+		r.Workload, r.LoadSeconds, r.LoadCPUSeconds, mib(r.LoadPeakRSS), r.SnapshotsTaken, fork, r.EncodeSeconds, mib(r.LogBytes), r.Snapshots, mib(r.SnapshotBytes))
+	fmt.Fprintf(w, "%-10s after kill -9: replayed %d records (recovery %.2f s), /healthz 200 at %.2f s, first command at %.2f s, CPU %.2f s, peak RSS %s\n",
+		"", r.ReplayedRecords, r.RecoverySeconds, r.ReadySeconds, r.FirstRequestSeconds, r.RestartCPUSeconds, mib(r.RestartPeakRSS))
 }
