@@ -149,6 +149,7 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		}
 		p.snapPos.Store(uint64(pos))
 		p.lastEnd.Store(uint64(pos))
+		p.snapSize.Store(int64(len(data)))
 	}
 	if logStart := lg.Start(); uint64(pos) < uint64(logStart) {
 		have := "it has no snapshot"

@@ -35,6 +35,9 @@ const (
 	// docs/BENCHMARKS.md ("Restart after kill -9") for how they were chosen.
 	DefaultSnapshotBytes    = 16 << 20
 	DefaultSnapshotInterval = 60 * time.Second
+	// snapshotLogRatio: the byte trigger waits for at least the last
+	// snapshot's size divided by this (see snapshotDue).
+	snapshotLogRatio = 2
 	// snapshotRetryDelay is how soon the time trigger tries again on a
 	// partition that still had a batch in flight (its snapshot position
 	// must be the end of a durable batch).
@@ -611,6 +614,7 @@ func (e *Engine) recover() error {
 				return err
 			}
 			p.snapPos.Store(uint64(pos))
+			p.snapSize.Store(int64(len(data)))
 			if uint64(pos) > end {
 				return fmt.Errorf("engine: partition %d: its snapshot covers the log up to position %d, but the log ends at %d: acknowledged records are missing from the log. "+
 					"Restore the data directory from a backup; keep it as it is", p.id, pos, end)

@@ -808,11 +808,15 @@ func (p *partition) commit(b *batch) {
 // snapshotDue says whether the batch being committed should carry a
 // snapshot: after SnapshotEvery inputs, its share of SnapshotBytes of log,
 // or SnapshotInterval since the last one, whichever comes first. The first
-// two bound what a restart replays; the time one lets the log go.
+// two bound what a restart replays; the time one lets the log go. A
+// partition whose state is larger than its share waits for
+// 1/snapshotLogRatio of its last snapshot's size: writing a 27 MiB state
+// for every 2 MiB of log would cost 13 times the log, while a restart
+// loads that state anyway and replays half its size more.
 func (p *partition) snapshotDue(now int64) bool {
 	o := &p.e.opts
 	return p.sinceSnap >= o.SnapshotEvery ||
-		(p.e.snapShare > 0 && p.snapBytes >= p.e.snapShare) ||
+		(p.e.snapShare > 0 && p.snapBytes >= max(p.e.snapShare, p.snapSize.Load()/snapshotLogRatio)) ||
 		(o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval))
 }
 
