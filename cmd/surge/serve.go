@@ -104,16 +104,9 @@ the heap nears it instead of growing the process).`,
 			if cfg.MemoryLimit, err = parseBytes(memLimit); err != nil {
 				return fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
 			}
-			if cfg.SnapshotBytes, err = parseBytes(snapBytes); err != nil {
-				return fmt.Errorf("--snapshot-bytes (SURGE_SNAPSHOT_BYTES): %w", err)
+			if err := snapshotTriggers(&cfg, snapBytes); err != nil {
+				return err
 			}
-			if cfg.SnapshotInterval < 0 {
-				return fmt.Errorf("--snapshot-interval %v (SURGE_SNAPSHOT_INTERVAL): must be a duration such as 1m, or 0 to turn the time trigger off", cfg.SnapshotInterval)
-			}
-			// 0 on the command line is "off"; in server.Config it is
-			// "the default".
-			cfg.SnapshotBytes = offIfZero(cfg.SnapshotBytes)
-			cfg.SnapshotInterval = offIfZero(cfg.SnapshotInterval)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -156,6 +149,21 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", envDurationOr("SURGE_KAFKA_MIN_CYCLE", kafkalog.DefaultMinCycle), "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none (SURGE_KAFKA_MIN_CYCLE)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
+}
+
+// snapshotTriggers puts --snapshot-bytes and --snapshot-interval into cfg.
+// 0 on the command line is "off"; in server.Config it is "the default".
+func snapshotTriggers(cfg *server.Config, snapBytes string) error {
+	n, err := parseBytes(snapBytes)
+	if err != nil {
+		return fmt.Errorf("--snapshot-bytes (SURGE_SNAPSHOT_BYTES): %w", err)
+	}
+	if cfg.SnapshotInterval < 0 {
+		return fmt.Errorf("--snapshot-interval %v (SURGE_SNAPSHOT_INTERVAL): must be a duration such as 1m, or 0 to turn the time trigger off", cfg.SnapshotInterval)
+	}
+	cfg.SnapshotBytes = offIfZero(n)
+	cfg.SnapshotInterval = offIfZero(cfg.SnapshotInterval)
+	return nil
 }
 
 // offIfZero maps a snapshot trigger's 0 on the command line ("off") to
