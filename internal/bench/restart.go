@@ -265,7 +265,10 @@ func firstCommand(ctx context.Context, base string) error {
 	}
 }
 
-var recoveredRE = regexp.MustCompile(`msg=recovered .*replayed_records=(\d+).* took=([0-9.]+(?:ms|s|µs))`)
+var (
+	recoveredRE = regexp.MustCompile(`msg=recovered .*replayed_records=(\d+)`)
+	tookRE      = regexp.MustCompile(` took=([0-9.]+(?:ms|s|µs))`) // older builds do not log it
+)
 
 // recoveryLine reads the last start's "recovered" line from the server's
 // log: the records it replayed and how long the engine's recovery took.
@@ -279,9 +282,14 @@ func recoveryLine(path string) (records int64, seconds float64) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if m := recoveredRE.FindStringSubmatch(sc.Text()); m != nil {
-			records, _ = strconv.ParseInt(m[1], 10, 64)
-			if d, err := time.ParseDuration(m[2]); err == nil {
+		m := recoveredRE.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		records, _ = strconv.ParseInt(m[1], 10, 64)
+		seconds = -1
+		if t := tookRE.FindStringSubmatch(sc.Text()); t != nil {
+			if d, err := time.ParseDuration(t[1]); err == nil {
 				seconds = d.Seconds()
 			}
 		}

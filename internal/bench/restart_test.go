@@ -21,4 +21,12 @@ time=2026-11-26T03:30:25.681Z level=INFO msg=recovered partitions=8 replayed_rec
 	if n != 230696 || secs != 1.25 {
 		t.Fatalf("recoveryLine = %d records, %v s; want 230696, 1.25", n, secs)
 	}
+	// An older build's line has no took=.
+	old := "time=2026-11-26T03:29:25.681Z level=INFO msg=recovered partitions=8 replayed_records=807303 from=0\n"
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, secs := recoveryLine(path); n != 807303 || secs != -1 {
+		t.Fatalf("recoveryLine = %d records, %v s; want 807303, -1 (not logged)", n, secs)
+	}
 }
