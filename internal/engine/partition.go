@@ -857,7 +857,13 @@ func (p *partition) idleSnapshotAt() (int64, bool) {
 // carried, so the snapshotter never sees an older one after this one).
 func (p *partition) snapshotIdle() {
 	now := p.e.now()
-	if at, ok := p.idleSnapshotAt(); !ok || at > now || p.failed.Load() || p.e.failed.Load() {
+	if at, ok := p.idleSnapshotAt(); !ok || at > now {
+		return
+	}
+	if p.failed.Load() || p.e.failed.Load() {
+		// Nothing may be written from a state the log refused; the
+		// timer must not fire again at once either.
+		p.snapRetryNs = now + int64(p.e.opts.SnapshotInterval)
 		return
 	}
 	p.mu.Lock()
