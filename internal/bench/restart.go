@@ -201,6 +201,10 @@ func runLoad(ctx context.Context, o RestartOptions, wl, target, logPath string) 
 	lctx, cancel := context.WithTimeout(ctx, o.Load)
 	defer cancel()
 	for round := uint64(1); lctx.Err() == nil; round++ {
+		if time.Until(deadlineOf(lctx)) < time.Second {
+			<-lctx.Done() // too short for a generator's set-up
+			break
+		}
 		err := loadRound(lctx, o, wl, target, round, out)
 		if err != nil && lctx.Err() == nil && !errors.Is(err, ErrFailed) {
 			return err
