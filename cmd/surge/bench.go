@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Run load generators that reproduce peers' published tests",
 	}
-	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchJobsCmd(), benchSequencerCmd(), benchNullServerCmd())
+	cmd.AddCommand(benchTicketingCmd(), benchCommerceCmd(), benchOverloadCmd(), benchJobsCmd(), benchSequencerCmd(), benchRestartCmd(), benchNullServerCmd())
 	return cmd
 }
 
@@ -338,4 +338,43 @@ func benchNullServerCmd() *cobra.Command {
 func benchIsTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func benchRestartCmd() *cobra.Command {
+	o := bench.RestartOptions{}
+	cmd := &cobra.Command{
+		Use:   "restart",
+		Short: "Time the restart after kill -9 of a server loaded with each workload",
+		Long: `For each of --workloads, starts ` + "`surge serve`" + ` on a fresh data dir (with
+--serve-flag's flags), loads it with that workload's generator (the
+ticketing native spike, the commerce mix at --commerce-rate, jobs submitted
+and run by workers, the sequencer peer scenario) for --load, kills it with
+SIGKILL while the load runs, and starts it again on the same data dir. It
+reports the log and snapshots on disk at the kill, the records the restart
+replayed, the seconds from exec to the first /healthz 200 and to the first
+command answered (POST /api/customers, 201), and the restart's CPU time and
+peak resident memory.`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Exe = exe
+			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.RunRestart(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Workloads, "workloads", bench.RestartWorkloads, "workloads to load the server with, one restart each")
+	f.DurationVar(&o.Load, "load", 60*time.Second, "how long each workload loads the server before the kill -9")
+	f.Float64Var(&o.CommerceRate, "commerce-rate", 1000, "iterations/s of the commerce load")
+	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "a flag for the started servers, e.g. --serve-flag=--snapshot-bytes=16MiB (repeatable)")
+	f.StringVar(&o.DataDir, "data-dir", "", "parent of the servers' data dirs (default: a temp dir, removed after)")
+	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one)")
+	f.StringVar(&o.JSONPath, "json", "", "also write the results as JSON to this file")
+	return cmd
 }

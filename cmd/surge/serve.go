@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/kafkalog"
 	"github.com/surge-run/surge/internal/server"
 	"github.com/surge-run/surge/internal/workload/commerce"
@@ -75,9 +76,13 @@ func parseBytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// defaultSnapshotBytes is engine.DefaultSnapshotBytes as --snapshot-bytes
+// shows it.
+var defaultSnapshotBytes = fmt.Sprintf("%dMiB", engine.DefaultSnapshotBytes>>20)
+
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
-	var memLimit, streamBuffer, bodyMemory string
+	var memLimit, streamBuffer, bodyMemory, snapBytes string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Surge server (embedded log in --data-dir)",
@@ -106,6 +111,9 @@ the heap nears it instead of growing the process).`,
 			if cfg.MaxBodyMemory, err = parseBytes(bodyMemory); err != nil || cfg.MaxBodyMemory < 0 {
 				return fmt.Errorf("--max-body-memory (SURGE_MAX_BODY_MEMORY): %q is not a size such as 256MiB", bodyMemory)
 			}
+			if err := snapshotTriggers(&cfg, snapBytes); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -116,6 +124,8 @@ the heap nears it instead of growing the process).`,
 	f.StringVar(&cfg.DataDir, "data-dir", envOr("SURGE_DATA_DIR", "surge-data"), "directory for the log and snapshots (SURGE_DATA_DIR)")
 	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's (or with --kafka the cluster's) count, or 8 for a new one (SURGE_PARTITIONS)")
 	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", envIntOr("SURGE_SNAPSHOT_EVERY", 0), "commands a partition applies between snapshots; 0 means 100000 (SURGE_SNAPSHOT_EVERY)")
+	f.StringVar(&snapBytes, "snapshot-bytes", envOr("SURGE_SNAPSHOT_BYTES", defaultSnapshotBytes), "the log a restart after a crash replays at most, over all partitions: each partition takes a snapshot once it has logged its share (this divided by the partition count) since its last one, records replayed at startup included; e.g. 16MiB, or off (or 0) to turn this trigger off (SURGE_SNAPSHOT_BYTES)")
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", envDurationOr("SURGE_SNAPSHOT_INTERVAL", engine.DefaultSnapshotInterval), "a partition that logged anything since its last snapshot takes one at most this long after it, even if it has gone quiet; 0 turns this trigger off (SURGE_SNAPSHOT_INTERVAL)")
 	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
 	f.IntVar(&cfg.MaxConns, "max-conns", envIntOr("SURGE_MAX_CONNS", 0), "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused (SURGE_MAX_CONNS)")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", envDurationOr("SURGE_IDLE_TIMEOUT", 30*time.Second), "close a keep-alive connection with no request in flight after this long (SURGE_IDLE_TIMEOUT)")
@@ -150,4 +160,28 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", envDurationOr("SURGE_KAFKA_MIN_CYCLE", kafkalog.DefaultMinCycle), "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none (SURGE_KAFKA_MIN_CYCLE)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	return cmd
+}
+
+// snapshotTriggers puts --snapshot-bytes and --snapshot-interval into cfg.
+// 0 on the command line is "off"; in server.Config it is "the default".
+func snapshotTriggers(cfg *server.Config, snapBytes string) error {
+	n, err := parseBytes(snapBytes)
+	if err != nil {
+		return fmt.Errorf("--snapshot-bytes (SURGE_SNAPSHOT_BYTES): %w", err)
+	}
+	if cfg.SnapshotInterval < 0 {
+		return fmt.Errorf("--snapshot-interval %v (SURGE_SNAPSHOT_INTERVAL): must be a duration such as 1m, or 0 to turn the time trigger off", cfg.SnapshotInterval)
+	}
+	cfg.SnapshotBytes = offIfZero(n)
+	cfg.SnapshotInterval = offIfZero(cfg.SnapshotInterval)
+	return nil
+}
+
+// offIfZero maps a snapshot trigger's 0 on the command line ("off") to
+// the engine's negative, its 0 being "the default".
+func offIfZero[T int64 | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -1,6 +1,14 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/server"
+)
 
 func TestParseBytes(t *testing.T) {
 	for in, want := range map[string]int64{
@@ -35,6 +43,48 @@ func TestServeClusterFlagsFromEnv(t *testing.T) {
 	} {
 		if got := f.Lookup(name).Value.String(); got != want {
 			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// The snapshot triggers: defaults, SURGE_* variables, and 0 or off on the
+// command line turning a trigger off (in server.Config, 0 is the default).
+func TestServeSnapshotTriggers(t *testing.T) {
+	for _, c := range []struct {
+		env, args     []string
+		bytes         int64
+		interval      time.Duration
+		wantErrSubstr string
+	}{
+		{bytes: engine.DefaultSnapshotBytes, interval: engine.DefaultSnapshotInterval},
+		{env: []string{"SURGE_SNAPSHOT_BYTES", "4MiB", "SURGE_SNAPSHOT_INTERVAL", "10s"}, bytes: 4 << 20, interval: 10 * time.Second},
+		{env: []string{"SURGE_SNAPSHOT_BYTES", "4MiB"}, args: []string{"--snapshot-bytes", "off", "--snapshot-interval", "0"}, bytes: -1, interval: -1},
+		{args: []string{"--snapshot-bytes", "0"}, bytes: -1, interval: engine.DefaultSnapshotInterval},
+		{args: []string{"--snapshot-bytes", "lots"}, wantErrSubstr: "--snapshot-bytes"},
+		{args: []string{"--snapshot-interval", "-1s"}, wantErrSubstr: "--snapshot-interval"},
+	} {
+		for i := 0; i < len(c.env); i += 2 {
+			t.Setenv(c.env[i], c.env[i+1])
+		}
+		cmd := newServeCmd()
+		if err := cmd.Flags().Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		var cfg server.Config
+		cfg.SnapshotInterval, _ = cmd.Flags().GetDuration("snapshot-interval")
+		err := snapshotTriggers(&cfg, cmd.Flags().Lookup("snapshot-bytes").Value.String())
+		switch {
+		case c.wantErrSubstr != "":
+			if err == nil || !strings.Contains(err.Error(), c.wantErrSubstr) {
+				t.Errorf("%v %v: error %v, want one naming %s", c.env, c.args, err, c.wantErrSubstr)
+			}
+		case err != nil:
+			t.Errorf("%v %v: %v", c.env, c.args, err)
+		case cfg.SnapshotBytes != c.bytes || cfg.SnapshotInterval != c.interval:
+			t.Errorf("%v %v: bytes %d interval %v, want %d %v", c.env, c.args, cfg.SnapshotBytes, cfg.SnapshotInterval, c.bytes, c.interval)
+		}
+		for i := 0; i < len(c.env); i += 2 {
+			os.Unsetenv(c.env[i])
 		}
 	}
 }

@@ -159,6 +159,7 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		}
 		p.snapPos.Store(uint64(pos))
 		p.lastEnd.Store(uint64(pos))
+		p.snapSize.Store(int64(len(data)))
 	}
 	if logStart := lg.Start(); uint64(pos) < uint64(logStart) {
 		have := "it has no snapshot"
@@ -168,9 +169,11 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		return fmt.Errorf("engine: partition %d: the log starts at position %d (older records were deleted by retention) but %s; serving it would lose those records. Keep the log's retention longer than the snapshot interval, and restore the snapshot topic if it was lost",
 			part, logStart, have)
 	}
+	p.markSnapshot(e.now())
 	replayed := 0
 	err = lg.Replay(pos, func(at cmdlog.Position, en cmdlog.Entry) error {
 		p.records++
+		p.snapBytes += int64(len(en.Data))
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying partition %d at position %d: %w", part, at, err)
 		}
@@ -299,16 +302,13 @@ func (p *partition) resetState() {
 	p.hwm = make(map[uint32]uint64)
 	p.timers = newTimerTable()
 	p.records = 0
-	p.sinceSnap = 0
+	p.markSnapshot(0)
 	p.lastEnd.Store(0)
 	p.snapPos.Store(0)
 	p.mu.Lock()
 	p.last = nil
 	p.mu.Unlock()
-	p.mail.mu.Lock()
-	clear(p.mail.items)
-	p.mail.items = p.mail.items[:0]
-	p.mail.mu.Unlock()
+	p.mail.reset()
 }
 
 // lost is called on the log's completion goroutine when the partition's

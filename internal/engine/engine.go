@@ -31,6 +31,17 @@ const (
 	DefaultInboxLen      = 4096
 	DefaultMaxBatch      = 1024
 	DefaultSnapshotEvery = 100_000
+	// DefaultSnapshotBytes and DefaultSnapshotInterval: see Options and
+	// docs/BENCHMARKS.md ("Restart after kill -9") for how they were chosen.
+	DefaultSnapshotBytes    = 16 << 20
+	DefaultSnapshotInterval = 60 * time.Second
+	// snapshotLogRatio: the byte trigger waits for at least the last
+	// snapshot's size divided by this (see snapshotDue).
+	snapshotLogRatio = 2
+	// snapshotRetryDelay is how soon the time trigger tries again on a
+	// partition that still had a batch in flight (its snapshot position
+	// must be the end of a durable batch).
+	snapshotRetryDelay   = 50 * time.Millisecond
 	DefaultMaxQueueDelay = 250 * time.Millisecond
 	maxInflightBatches   = 4 // per partition, between apply and durable
 	snapshotQueueLen     = 64
@@ -64,6 +75,22 @@ type Options struct {
 	InboxLen      int
 	MaxBatch      int
 	SnapshotEvery int // commands applied in a partition between snapshots
+	// SnapshotBytes bounds the log a restart replays, over all
+	// partitions: a partition also snapshots once it has logged its share
+	// of it (SnapshotBytes / Partitions) since its last snapshot, records
+	// it replayed at startup included. Replay time follows the bytes
+	// replayed more closely than the commands (a command may be a batch
+	// of thousands), and dividing by the partitions keeps the bound
+	// whatever their number. 0 means DefaultSnapshotBytes; negative turns
+	// this trigger off.
+	SnapshotBytes int64
+	// SnapshotInterval: a partition that logged anything since its last
+	// snapshot takes one at most this long after it, even if it has gone
+	// quiet (a partition that logged nothing is never snapshotted again).
+	// A changed partition otherwise pins the whole log: segments are
+	// released only up to the oldest position a partition still needs.
+	// 0 means DefaultSnapshotInterval; negative turns this trigger off.
+	SnapshotInterval time.Duration
 	// MaxQueueDelay bounds how long a client command waits in its
 	// partition's inbox before the processor starts it (see admission in
 	// partition.go). 0 means DefaultMaxQueueDelay; negative turns the
@@ -105,6 +132,10 @@ type Engine struct {
 	// doneEnd is the end of the newest batch whose done callback has
 	// finished; every partition's lastEnd is up to date below it.
 	doneEnd atomic.Uint64
+
+	// snapShare is each partition's share of Options.SnapshotBytes (0:
+	// that trigger is off).
+	snapShare int64
 
 	// mono is a monotonic clock in nanoseconds for queue delays (the
 	// workload's clock, opts.now, may be simulated). maxWaitNs is the
@@ -166,6 +197,12 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	if opts.SnapshotEvery <= 0 {
 		opts.SnapshotEvery = DefaultSnapshotEvery
 	}
+	if opts.SnapshotBytes == 0 {
+		opts.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if opts.SnapshotInterval == 0 {
+		opts.SnapshotInterval = DefaultSnapshotInterval
+	}
 	if opts.shedMinQueue <= 0 {
 		opts.shedMinQueue = defaultShedMinQueue
 	}
@@ -184,6 +221,9 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 		stop:      make(chan struct{}),
 		snapCh:    make(chan snapJob, snapshotQueueLen),
 		log:       opts.Logger,
+	}
+	if opts.SnapshotBytes > 0 {
+		e.snapShare = max(1, opts.SnapshotBytes/int64(opts.Partitions))
 	}
 	epoch := time.Now()
 	e.mono = func() int64 { return int64(time.Since(epoch)) }
@@ -566,6 +606,7 @@ func (e *MissingRecordsError) Error() string {
 // same apply path the processors use, and re-sends every message that is
 // not known to be acknowledged (receivers drop duplicates).
 func (e *Engine) recover() error {
+	began := time.Now()
 	start, released := e.opts.Log.Start()
 	if len(released) != len(e.parts) {
 		return fmt.Errorf("engine: the log was created with %d partitions, not %d; keys would move to other partitions. Start with the partition count the data was written with",
@@ -587,6 +628,7 @@ func (e *Engine) recover() error {
 				return err
 			}
 			p.snapPos.Store(uint64(pos))
+			p.snapSize.Store(int64(len(data)))
 			if uint64(pos) > end {
 				return fmt.Errorf("engine: partition %d: its snapshot covers the log up to position %d, but the log ends at %d: acknowledged records are missing from the log. "+
 					"Restore the data directory from a backup; keep it as it is", p.id, pos, end)
@@ -596,6 +638,7 @@ func (e *Engine) recover() error {
 			return &MissingRecordsError{Partition: p.id, Released: released[p.id], Covered: p.records, Snapshot: ok, LogStart: start, Store: store}
 		}
 		from = min(from, uint64(pos))
+		p.markSnapshot(e.now())
 	}
 	// A partition idle since its snapshot may hold one older than the
 	// log's start; it has no records in between (checked above), so
@@ -611,6 +654,7 @@ func (e *Engine) recover() error {
 			return nil
 		}
 		p.records++
+		p.snapBytes += int64(len(en.Data))
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying record at position %d: %w", pos, err)
 		}
@@ -622,7 +666,9 @@ func (e *Engine) recover() error {
 		return err
 	}
 	e.doneEnd.Store(end)
-	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from)
+	acked := e.dropDelivered()
+	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from,
+		"took", time.Since(began).Round(time.Millisecond), "delivered_messages_dropped", acked)
 	for _, p := range e.parts {
 		seqs := slices.Sorted(maps.Keys(p.outbox))
 		for _, s := range seqs {
@@ -631,4 +677,28 @@ func (e *Engine) recover() error {
 		}
 	}
 	return nil
+}
+
+// dropDelivered removes from the recovered outboxes every message its
+// receiver's recovered state already holds (its high-water mark for the
+// sender is at or past it): the receiver applied it in a durable record,
+// and only the acknowledgement, which is never logged, was lost with the
+// process. Replay rebuilds the outbox of every message sent since the
+// sender's snapshot, so after a kill -9 re-sending them all would flood
+// the mailboxes with duplicates that receivers only drop and acknowledge.
+// Every partition is local and recovered here, so their marks are exact.
+// The outbox is built anew: a map keeps the size it once had.
+func (e *Engine) dropDelivered() int {
+	n := 0
+	for _, p := range e.parts {
+		kept := make(map[uint64]*outMsg)
+		for seq, m := range p.outbox {
+			if seq > e.parts[m.target].hwm[uint32(p.id)] {
+				kept[seq] = m
+			}
+		}
+		n += len(p.outbox) - len(kept)
+		p.outbox = kept
+	}
+	return n
 }

@@ -63,6 +63,7 @@ func (m *mail) recordBytes() int {
 type mailbox struct {
 	mu     sync.Mutex
 	items  []mail
+	head   int // items before it were taken
 	signal chan struct{}
 }
 
@@ -80,21 +81,29 @@ func (m *mailbox) push(x mail) {
 // their log records fit in maxBytes. Whatever
 // is left re-arms the signal, so the processor comes back for it in its
 // next batch: a batch never holds more than MaxBatch inputs, nor, since
-// Effects.Send bounds every message, more than MaxBatchBytes.
+// Effects.Send bounds every message, more than MaxBatchBytes. The rest is
+// moved down only once the taken part is the larger half, so draining a
+// long mailbox (a restart re-sends every unacknowledged message at once)
+// costs each item one move, not one per batch taken before it.
 func (m *mailbox) take(dst []mail, max, maxBytes int) []mail {
 	m.mu.Lock()
 	n, size := 0, 0
-	for n < min(max, len(m.items)) {
-		size += m.items[n].recordBytes()
+	for n < min(max, len(m.items)-m.head) {
+		size += m.items[m.head+n].recordBytes()
 		if size > maxBytes {
 			break
 		}
 		n++
 	}
-	dst = append(dst, m.items[:n]...)
-	rest := copy(m.items, m.items[n:])
-	clear(m.items[rest:])
-	m.items = m.items[:rest]
+	dst = append(dst, m.items[m.head:m.head+n]...)
+	clear(m.items[m.head : m.head+n])
+	m.head += n
+	if m.head >= len(m.items)-m.head {
+		rest := copy(m.items, m.items[m.head:])
+		clear(m.items[rest:])
+		m.items, m.head = m.items[:rest], 0
+	}
+	rest := len(m.items) - m.head
 	m.mu.Unlock()
 	if rest > 0 {
 		select {
@@ -108,7 +117,15 @@ func (m *mailbox) take(dst []mail, max, maxBytes int) []mail {
 func (m *mailbox) len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.items)
+	return len(m.items) - m.head
+}
+
+// reset drops every pending item.
+func (m *mailbox) reset() {
+	m.mu.Lock()
+	clear(m.items)
+	m.items, m.head = m.items[:0], 0
+	m.mu.Unlock()
 }
 
 // note is one Effects.Notify value waiting for its batch to be durable.
@@ -203,6 +220,17 @@ type partition struct {
 	dueKeys   []timerKey
 	mailBuf   []mail
 
+	// What changed since the last snapshot was captured, for its
+	// triggers (see snapshotDue) besides sinceSnap, the inputs applied:
+	// bytes of records logged (replayed ones included), the engine clock
+	// at the capture, and the record count then (more records now means
+	// the state changed). snapRetryNs: the time trigger found a batch in
+	// flight and tries again no sooner than this.
+	snapBytes   int64
+	snapAtNs    int64
+	snapRecords uint64
+	snapRetryNs int64
+
 	lastEnd atomic.Uint64 // end of the newest durable batch (or replayed record + 1)
 	snapPos atomic.Uint64 // position the newest written snapshot covers
 
@@ -264,6 +292,9 @@ func (p *partition) run() {
 	tmr := time.NewTimer(time.Hour)
 	tmr.Stop()
 	armed := int64(0)
+	snapTmr := time.NewTimer(time.Hour)
+	snapTmr.Stop()
+	snapArmed := int64(0)
 	stopping := false
 	var resendC <-chan time.Time
 	if p.e.clusterMode() {
@@ -283,6 +314,16 @@ func (p *partition) run() {
 			}
 			timerC = tmr.C
 		}
+		var snapC <-chan time.Time
+		if at, ok := p.idleSnapshotAt(); ok {
+			// Re-armed also when already due: the clock may have moved
+			// past it without the real timer knowing (a simulated clock).
+			if d := at - p.e.now(); at != snapArmed || d <= 0 {
+				snapTmr.Reset(time.Duration(d))
+				snapArmed = at
+			}
+			snapC = snapTmr.C
+		}
 		var first *Request
 		if !stopping {
 			select {
@@ -292,6 +333,9 @@ func (p *partition) run() {
 				armed = 0
 			case <-resendC:
 				p.resend()
+			case <-snapC:
+				snapArmed = 0
+				p.snapshotIdle()
 			case <-p.stopCh:
 				stopping = true
 			}
@@ -790,16 +834,11 @@ func (p *partition) commit(b *batch) {
 		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
 	}
 	p.records += uint64(len(b.entries))
-	if p.sinceSnap >= p.e.opts.SnapshotEvery {
+	p.snapBytes += int64(len(b.buf))
+	if now := p.e.now(); p.snapshotDue(now) {
 		// Only the capture stalls this partition; the snapshotter encodes
 		// once the batch is durable.
-		start := time.Now()
-		b.snap = p.forkSnapshot()
-		b.snapSize = p.snapshotBufSize()
-		p.sinceSnap = 0
-		if mt := p.e.opts.Metrics; mt != nil {
-			mt.SnapshotForkSeconds.Observe(time.Since(start).Seconds())
-		}
+		b.snap, b.snapSize = p.captureSnapshot(now)
 	}
 	p.mu.Lock()
 	p.last = b
@@ -809,6 +848,83 @@ func (p *partition) commit(b *batch) {
 		return
 	}
 	p.e.opts.Log.Append(b.entries, b.doneFn)
+}
+
+// snapshotDue says whether the batch being committed should carry a
+// snapshot: after SnapshotEvery inputs, its share of SnapshotBytes of log,
+// or SnapshotInterval since the last one, whichever comes first. The first
+// two bound what a restart replays; the time one lets the log go. A
+// partition whose state is larger than its share waits for
+// 1/snapshotLogRatio of its last snapshot's size: writing a 27 MiB state
+// for every 2 MiB of log would cost 13 times the log, while a restart
+// loads that state anyway and replays half its size more.
+func (p *partition) snapshotDue(now int64) bool {
+	o := &p.e.opts
+	return p.sinceSnap >= o.SnapshotEvery ||
+		(p.e.snapShare > 0 && p.snapBytes >= max(p.e.snapShare, p.snapSize.Load()/snapshotLogRatio)) ||
+		(o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval))
+}
+
+// captureSnapshot takes a view of the state to encode off the partition
+// and restarts the triggers' counts.
+func (p *partition) captureSnapshot(now int64) (encode func(dst []byte) []byte, size int) {
+	start := time.Now()
+	encode, size = p.forkSnapshot(), p.snapshotBufSize()
+	p.markSnapshot(now)
+	if mt := p.e.opts.Metrics; mt != nil {
+		mt.SnapshotForkSeconds.Observe(time.Since(start).Seconds())
+	}
+	return encode, size
+}
+
+// markSnapshot restarts the snapshot triggers' counts from the state now
+// (captured, restored or empty).
+func (p *partition) markSnapshot(now int64) {
+	p.sinceSnap, p.snapBytes, p.snapAtNs, p.snapRecords, p.snapRetryNs = 0, 0, now, p.records, 0
+}
+
+// idleSnapshotAt is when the time trigger should snapshot this partition
+// even if no batch comes to carry the snapshot: only if it logged records
+// since its last one. The crash simulation writes snapshots on the log's
+// goroutine only, so it leaves the trigger to committed batches.
+func (p *partition) idleSnapshotAt() (int64, bool) {
+	iv := p.e.opts.SnapshotInterval
+	if iv <= 0 || p.e.opts.inlineSnapshots || p.records == p.snapRecords {
+		return 0, false
+	}
+	return max(p.snapAtNs+int64(iv), p.snapRetryNs), true
+}
+
+// snapshotIdle takes the time trigger's snapshot of a partition that
+// changed and then went quiet. Its position is the end of the partition's
+// newest durable batch, so no batch may be in flight: if one is, it tries
+// again shortly (that batch's done has then also queued any snapshot it
+// carried, so the snapshotter never sees an older one after this one).
+func (p *partition) snapshotIdle() {
+	now := p.e.now()
+	if at, ok := p.idleSnapshotAt(); !ok || at > now {
+		return
+	}
+	if p.failed.Load() || p.e.failed.Load() {
+		// Nothing may be written from a state the log refused; the
+		// timer must not fire again at once either.
+		p.snapRetryNs = now + int64(p.e.opts.SnapshotInterval)
+		return
+	}
+	p.mu.Lock()
+	busy := p.last != nil
+	p.mu.Unlock()
+	if busy {
+		p.snapRetryNs = now + int64(snapshotRetryDelay)
+		return
+	}
+	pos := cmdlog.Position(p.lastEnd.Load())
+	encode, size := p.captureSnapshot(now)
+	select {
+	case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: pos, encode: encode, size: size}:
+	default:
+		p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
+	}
 }
 
 // SnapshotSizeHinter is optionally implemented by a Machine to estimate
@@ -891,7 +1007,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 			case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: end, encode: b.snap, size: b.snapSize}:
 			default:
 				// The writer is behind; skip this one; the partition takes
-				// another after SnapshotEvery more commands.
+				// another at its next trigger.
 				p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
 			}
 		}

@@ -42,7 +42,12 @@ type Config struct {
 	DataDir       string
 	Partitions    int
 	SnapshotEvery int
-	SyncInterval  time.Duration
+	// SnapshotBytes and SnapshotInterval are the other two snapshot
+	// triggers (engine.Options): 0 means the engine's default, negative
+	// turns the trigger off.
+	SnapshotBytes    int64
+	SnapshotInterval time.Duration
+	SyncInterval     time.Duration
 	// MaxQueueDelay is engine.Options.MaxQueueDelay: 0 for the default,
 	// negative for no limit.
 	MaxQueueDelay   time.Duration
@@ -300,6 +305,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.SnapshotEvery < 0 {
+		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
+	}
 	if cfg.Retention < 0 {
 		return fmt.Errorf("--retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.Retention)
 	}
@@ -380,10 +388,12 @@ func Run(ctx context.Context, cfg Config) error {
 		closeLog func()
 		node     *cluster.Node
 		engOpts  = engine.Options{
-			SnapshotEvery: cfg.SnapshotEvery,
-			MaxQueueDelay: cfg.MaxQueueDelay,
-			Metrics:       engine.NewMetrics(reg),
-			Logger:        logger,
+			SnapshotEvery:    cfg.SnapshotEvery,
+			SnapshotBytes:    cfg.SnapshotBytes,
+			SnapshotInterval: cfg.SnapshotInterval,
+			MaxQueueDelay:    cfg.MaxQueueDelay,
+			Metrics:          engine.NewMetrics(reg),
+			Logger:           logger,
 		}
 	)
 	if clustered {
