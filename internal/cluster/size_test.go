@@ -9,16 +9,16 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/kafkatest"
+	"github.com/surge-run/surge/internal/workload/jobs"
 )
 
-// A command of 1.5 MB, over Kafka's default record limit, is taken by the
-// owner and through a node that forwards it, and nobody's partitions move;
-// one too large for any log is refused as RESOURCE_EXHAUSTED, naming the
-// limit, and changes nothing either.
+// The largest legal submit (about 4 MB, over Kafka's default record
+// limit) is taken by the owner and through a node that forwards it, and
+// nobody's partitions move; a request too large for any log is refused as
+// RESOURCE_EXHAUSTED, naming the limit, and changes nothing either.
 func TestLargeCommandsKeepTheirPartitionOwned(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	name := kafkatest.Topic(t, "big")
@@ -39,15 +39,17 @@ func TestLargeCommandsKeepTheirPartitionOwned(t *testing.T) {
 		return err
 	}
 	for _, n := range nodes {
-		// Two jobs of 750,000 bytes: one command of 1.5 MB.
-		if err := submit(n, 2, 750_000); err != nil {
-			t.Fatalf("1.5 MB through node %s: %v", n.id, err)
+		// The largest legal submit, four jobs of 1,000,000 bytes: one
+		// command of about 4 MB, four times Kafka's default message size.
+		if err := submit(n, 4, 1_000_000); err != nil {
+			t.Fatalf("4 MB through node %s: %v", n.id, err)
 		}
 	}
-	// 11 MB: more than any log takes.
+	// 11 MB: more than any request may carry, refused at the edge before
+	// it is read (its limit composes with the log's, cmdlog.MaxEntryBytes).
 	err := submit(nodes[1], 11, 1_000_000)
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), fmt.Sprint(cmdlog.MaxEntryBytes)) {
-		t.Fatalf("11 MB: got %v, want RESOURCE_EXHAUSTED naming %d", err, cmdlog.MaxEntryBytes)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), fmt.Sprint(jobs.MaxMessageBytes)) {
+		t.Fatalf("11 MB: got %v, want RESOURCE_EXHAUSTED naming %d", err, jobs.MaxMessageBytes)
 	}
 	for _, n := range nodes {
 		var mine []int

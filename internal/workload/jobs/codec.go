@@ -499,7 +499,9 @@ func (x *Job) code(c *coder, v uint64) {
 	c.bytes(&x.Payload)
 	st := int64(x.Status)
 	c.i64(&st)
-	x.Status = Status(st)
+	if c.r != nil {
+		x.Status = Status(st)
+	}
 	c.i32(&x.Priority, &x.MaxRetries, &x.RetryCount)
 	c.i64(&x.CreatedAt, &x.StartedAt, &x.CompletedAt)
 	c.str(&x.Worker)

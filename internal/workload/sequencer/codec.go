@@ -404,7 +404,12 @@ const snapshotVersion = 1
 func (x *msg) code(c *coder) {
 	st := uint8(x.State)
 	c.u8(&st)
-	x.State = State(st)
+	if c.r != nil {
+		// Only when decoding: a snapshot encodes a fork's slots off the
+		// partition while the partition reads them (a write of the same
+		// value is still a race).
+		x.State = State(st)
+	}
 	if x.State == MsgGap {
 		return
 	}
@@ -421,7 +426,9 @@ func (g *Group) code(c *coder) {
 	c.str(&g.Name)
 	mode := uint8(g.Mode)
 	c.u8(&mode)
-	g.Mode = Mode(mode)
+	if c.r != nil {
+		g.Mode = Mode(mode)
+	}
 	c.i64(&g.CreatedAt)
 	c.u64(&g.base, &g.position)
 }
