@@ -121,7 +121,9 @@ free_port() {
 }
 
 # A Kafka cluster id is a 16-byte UUID in unpadded base64url: 22 characters.
-# Generating it here spares a JVM start (`kafka-storage random-uuid`).
+# Generating it here spares a JVM start (`kafka-storage random-uuid`). One
+# in 64 starts with '-', so it is passed as --cluster-id=ID: given as a
+# separate argument, the tool's parser takes it for an option and fails.
 cluster_id() {
 	head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
 }
@@ -214,7 +216,7 @@ start_once() {
 	read -r -a jopts <<<"$(java_opts)"
 	jopts+=("-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$LIBS/*")
 	if ! java "${jopts[@]}" "$STORAGE_TOOL" format --ignore-formatted \
-		-t "$(cluster_id)" -c "$dir/server.properties" >"$dir/format.out" 2>&1; then
+		--cluster-id="$(cluster_id)" -c "$dir/server.properties" >"$dir/format.out" 2>&1; then
 		cat "$dir/format.out" >&2
 		die "formatting the KRaft log dir in $dir failed"
 	fi
