@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// maxErrorKinds bounds the distinct error kinds a crowd keeps apart; the
+// rest are counted as one "other" kind.
+const maxErrorKinds = 64
+
+// crowdTally is what every reservation of a crowd adds to, from up to a
+// million goroutines: atomics for the hot counters, a mutex for the maps.
+type crowdTally struct {
+	posts, gets, retries atomic.Int64
+	dials                atomic.Int64
+
+	mu         sync.Mutex
+	refusals   map[int]int64    // 429 and 5xx answers, retried or not
+	retryAfter map[string]int64 // the Retry-After of each refusal ("" when absent)
+	errors     map[string]int64 // reservations that ended in an error, by kind
+	samples    []string
+}
+
+func newCrowdTally() *crowdTally {
+	return &crowdTally{refusals: map[int]int64{}, retryAfter: map[string]int64{}, errors: map[string]int64{}}
+}
+
+// reset zeroes every count; the clients keep their pointer to dials.
+func (t *crowdTally) reset() {
+	t.posts.Store(0)
+	t.gets.Store(0)
+	t.retries.Store(0)
+	t.dials.Store(0)
+	t.mu.Lock()
+	clear(t.refusals)
+	clear(t.retryAfter)
+	clear(t.errors)
+	t.samples = nil
+	t.mu.Unlock()
+}
+
+func (t *crowdTally) refused(status int, retryAfter string) {
+	t.mu.Lock()
+	t.refusals[status]++
+	t.retryAfter[retryAfter]++
+	t.mu.Unlock()
+}
+
+func (t *crowdTally) fail(kind, detail string) {
+	t.mu.Lock()
+	if _, ok := t.errors[kind]; !ok && len(t.errors) >= maxErrorKinds {
+		kind = "other"
+	}
+	t.errors[kind]++
+	if len(t.samples) < maxSamples {
+		t.samples = append(t.samples, kind+": "+detail)
+	}
+	t.mu.Unlock()
+}
+
+// newCrowdClient is one of the peer's HTTP clients: cleartext HTTP/2 with
+// prior knowledge, no timeouts of its own (the per-request contexts bound
+// everything), and a new connection whenever every open one has reached
+// the server's stream limit, which is what x/net/http2's Transport does
+// with StrictMaxConcurrentStreams false (net/http bundles that code and
+// names the switch StrictMaxConcurrentRequests).
+func newCrowdClient(dials *atomic.Int64) *http.Client {
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		},
+		DisableCompression: true,
+		HTTP2:              &http.HTTP2Config{StrictMaxConcurrentRequests: false},
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr.Protocols = &p
+	return &http.Client{Transport: tr}
+}
+
+// crowdAnswer is the last answer of a request and its retries.
+type crowdAnswer struct {
+	status int
+	body   []byte
+}
+
+// send is retryablehttp's Client.Do with the peer's rules: it sends the
+// request, retries what rules.shouldRetry says after rules.backoff, and
+// gives up after rules.Max retries or when ctx ends. It returns the first
+// answer not to retry; an error's kind names why it ended.
+func (c *crowdRunner) send(ctx context.Context, hc *http.Client, method, url string, body []byte) (crowdAnswer, string, error) {
+	var last crowdAnswer
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			c.tally.retries.Add(1)
+		}
+		if method == http.MethodPost {
+			c.tally.posts.Add(1)
+		} else {
+			c.tally.gets.Add(1)
+		}
+		var retryAfter string
+		last, retryAfter, lastErr = c.attempt(ctx, hc, method, url, body)
+		if lastErr == nil && (last.status == http.StatusTooManyRequests || last.status >= 500) {
+			c.tally.refused(last.status, retryAfter)
+		}
+		if ctx.Err() != nil {
+			return last, method + " deadline exceeded", ctx.Err()
+		}
+		if !c.rules.shouldRetry(ctx, last.status, lastErr) {
+			if lastErr != nil {
+				return last, method + " " + errorKind(lastErr), lastErr
+			}
+			return last, "", nil
+		}
+		if attempt >= c.rules.Max {
+			why := fmt.Sprintf("status %d", last.status)
+			if lastErr != nil {
+				why = errorKind(lastErr)
+			}
+			return last, fmt.Sprintf("%s gave up after %d attempts (last: %s)", method, attempt+1, why),
+				fmt.Errorf("%w after %d attempt(s): %s", errGaveUp, attempt+1, why)
+		}
+		t := time.NewTimer(c.rules.backoff(attempt, last.status, retryAfter))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last, method + " deadline exceeded", ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// attempt sends once and reads the whole answer. A reply that fails to
+// read counts as a transport error, as a retried one would in the peer.
+func (c *crowdRunner) attempt(ctx context.Context, hc *http.Client, method, url string, body []byte) (crowdAnswer, string, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return crowdAnswer{}, "", err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return crowdAnswer{}, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+	if err != nil {
+		return crowdAnswer{}, "", err
+	}
+	return crowdAnswer{status: resp.StatusCode, body: b}, resp.Header.Get("Retry-After"), nil
+}
+
+var addrPattern = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
+
+// errorKind names a transport error without the URL and addresses that
+// would make every occurrence a kind of its own.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline exceeded"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
+	case errors.Is(err, syscall.EMFILE):
+		return "too many open files"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "connection closed (EOF)"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := addrPattern.ReplaceAllString(err.Error(), "ADDR")
+	if len(msg) > 80 {
+		msg = msg[:80]
+	}
+	return msg
+}
