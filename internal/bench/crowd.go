@@ -86,7 +86,7 @@ type CrowdStats struct {
 	Posts               int64   `json:"postRequests"`
 	Gets                int64   `json:"getRequests"`
 	Retries             int64   `json:"retries"`
-	Connections         int64   `json:"connectionsOpened"`
+	Connections         int64   `json:"connectionsOpened"` // by the clients, set-up included
 	// RefusalsByStatus counts 429 and 5xx answers; RetryAfter counts
 	// their Retry-After values ("" for none).
 	RefusalsByStatus map[string]int64 `json:"refusalsByStatus"`

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // maxErrorKinds bounds the distinct error kinds a crowd keeps apart; the
@@ -37,12 +40,12 @@ func newCrowdTally() *crowdTally {
 	return &crowdTally{refusals: map[int]int64{}, retryAfter: map[string]int64{}, errors: map[string]int64{}}
 }
 
-// reset zeroes every count; the clients keep their pointer to dials.
+// reset zeroes the request counts of the set-up; dials keep counting, as
+// the connections the health checks opened serve the crowd too.
 func (t *crowdTally) reset() {
 	t.posts.Store(0)
 	t.gets.Store(0)
 	t.retries.Store(0)
-	t.dials.Store(0)
 	t.mu.Lock()
 	clear(t.refusals)
 	clear(t.retryAfter)
@@ -70,25 +73,24 @@ func (t *crowdTally) fail(kind, detail string) {
 	t.mu.Unlock()
 }
 
-// newCrowdClient is one of the peer's HTTP clients: cleartext HTTP/2 with
-// prior knowledge, no timeouts of its own (the per-request contexts bound
-// everything), and a new connection whenever every open one has reached
-// the server's stream limit, which is what x/net/http2's Transport does
-// with StrictMaxConcurrentStreams false (net/http bundles that code and
-// names the switch StrictMaxConcurrentRequests).
+// newCrowdClient is one of the peer's HTTP clients: an x/net/http2
+// Transport with AllowHTTP dialing plain TCP (h2c with prior knowledge),
+// no timeouts of its own (the per-request contexts bound everything). With
+// StrictMaxConcurrentStreams false its pool opens another connection when
+// every open one is at the server's stream limit, one dial at a time.
+// (net/http's own h2c Transport would not do: a burst past the limit
+// makes it dial once per waiting request, tens of thousands of
+// connections where the peer's client opens a few hundred.)
 func newCrowdClient(dials *atomic.Int64) *http.Client {
 	d := &net.Dialer{KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := &http2.Transport{
+		AllowHTTP:          true,
+		DisableCompression: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 			dials.Add(1)
 			return d.DialContext(ctx, network, addr)
 		},
-		DisableCompression: true,
-		HTTP2:              &http.HTTP2Config{StrictMaxConcurrentRequests: false},
 	}
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr.Protocols = &p
 	return &http.Client{Transport: tr}
 }
 
