@@ -101,6 +101,7 @@ unless --baseline=false. --serve-flag passes flags to the started server.`,
 	f.StringVar(&o.KafkaScript, "kafka-script", "", "with --cluster and no broker: path of scripts/kafka.sh (default: found above the surge binary or the working directory)")
 	f.BoolVar(&o.Pprof, "pprof", false, "the cluster's nodes serve /debug/pprof/ (for profiling during the spike)")
 	f.BoolVar(&o.Crowd, "crowd", false, "run the peer's own spike client: every reservation at once, its retries and deadlines (see above)")
+	f.StringVar(&o.CrowdTransport, "crowd-transport", bench.CrowdTransportXNet, "with --crowd: the clients' HTTP/2 transport, x/net (the peer's x/net/http2, one dial at a time when every connection is full) or net/http (its h2c Transport, which dials once per waiting request)")
 	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "with --crowd: a flag for the started server, e.g. --serve-flag=--max-inflight=100000 (repeatable)")
 	return cmd
 }
@@ -110,8 +111,8 @@ unless --baseline=false. --serve-flag passes flags to the started server.`,
 func crowdDefaults(cmd *cobra.Command, o *bench.TicketingOptions) error {
 	f := cmd.Flags()
 	if !o.Crowd {
-		if len(o.ServeArgs) > 0 {
-			return fmt.Errorf("--serve-flag is for --crowd only")
+		if len(o.ServeArgs) > 0 || f.Changed("crowd-transport") {
+			return fmt.Errorf("--serve-flag and --crowd-transport are for --crowd only")
 		}
 		return nil
 	}

@@ -24,6 +24,12 @@ const (
 	crowdPeerRequests = 200_000
 )
 
+// Client transports of --crowd-transport.
+const (
+	CrowdTransportXNet    = "x/net" // the peer's: x/net/http2 with AllowHTTP
+	CrowdTransportNetHTTP = "net/http"
+)
+
 // CrowdAreas is the number of areas that keeps the peer's ratio of seats
 // to reservations (80 areas of 400 seats for 200,000 reservations, 0.16
 // seats each) for n reservations per group, at least one.
@@ -47,6 +53,7 @@ type CrowdConfig struct {
 	CheckSeats  bool
 	PostTimeout time.Duration // each POST with its retries
 	GetTimeout  time.Duration // each GET with its retries
+	Transport   string        // CrowdTransportXNet (default) or CrowdTransportNetHTTP
 	Label       string
 	Progress    io.Writer // a progress line every few seconds; nil for none
 
@@ -63,6 +70,8 @@ func (c *CrowdConfig) validate() error {
 		return fmt.Errorf("reservations %d: want at least 1", c.Reservations)
 	case c.Clients < 1:
 		return fmt.Errorf("clients %d: want at least 1", c.Clients)
+	case c.Transport != "" && c.Transport != CrowdTransportXNet && c.Transport != CrowdTransportNetHTTP:
+		return fmt.Errorf("client transport %q: want %s or %s", c.Transport, CrowdTransportXNet, CrowdTransportNetHTTP)
 	case c.PostTimeout <= 0 || c.GetTimeout <= 0:
 		return fmt.Errorf("POST and GET timeouts must be positive")
 	}
@@ -148,7 +157,7 @@ func newCrowd(cfg CrowdConfig) (*crowdRunner, error) {
 		gr.postURL = base + "/v1/event/" + gr.eventID + "/reservation"
 		gr.getPrefix = base + "/v1/reservation/"
 		for range cfg.Clients {
-			gr.clients = append(gr.clients, newCrowdClient(&c.tally.dials))
+			gr.clients = append(gr.clients, newCrowdClient(&c.tally.dials, cfg.Transport))
 		}
 		c.groups = append(c.groups, gr)
 	}

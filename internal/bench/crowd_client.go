@@ -81,8 +81,11 @@ func (t *crowdTally) fail(kind, detail string) {
 // (net/http's own h2c Transport would not do: a burst past the limit
 // makes it dial once per waiting request, tens of thousands of
 // connections where the peer's client opens a few hundred.)
-func newCrowdClient(dials *atomic.Int64) *http.Client {
+func newCrowdClient(dials *atomic.Int64, transport string) *http.Client {
 	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	if transport == CrowdTransportNetHTTP {
+		return newNetHTTPCrowdClient(d, dials)
+	}
 	tr := &http2.Transport{
 		AllowHTTP:          true,
 		DisableCompression: true,
@@ -91,6 +94,23 @@ func newCrowdClient(dials *atomic.Int64) *http.Client {
 			return d.DialContext(ctx, network, addr)
 		},
 	}
+	return &http.Client{Transport: tr}
+}
+
+// newNetHTTPCrowdClient is net/http's own h2c client, for comparison: a
+// client written with it instead of x/net/http2 meets the same server with
+// a storm of connections.
+func newNetHTTPCrowdClient(d *net.Dialer, dials *atomic.Int64) *http.Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		},
+		DisableCompression: true,
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr.Protocols = &p
 	return &http.Client{Transport: tr}
 }
 

@@ -45,6 +45,7 @@ type CrowdShape struct {
 	ReservationsPerGrp  int      `json:"reservationsPerGroup"`
 	Areas               int      `json:"areasPerGroup"`
 	ClientsPerGroup     int      `json:"clientsPerGroup"`
+	Transport           string   `json:"clientTransport"`
 	RetryMax            int      `json:"retryMax"`
 	RetryWaitMinSeconds float64  `json:"retryWaitMinSeconds"`
 	RetryWaitMaxSeconds float64  `json:"retryWaitMaxSeconds"`
@@ -143,14 +144,14 @@ func RunCrowd(ctx context.Context, o TicketingOptions) error {
 func (o TicketingOptions) crowdConfig(base string, check bool) CrowdConfig {
 	return CrowdConfig{
 		BaseURL: base, Groups: o.Groups, Reservations: o.Reservations, Areas: o.Areas,
-		Clients: o.Clients, Seed: o.Seed, CheckSeats: check,
+		Clients: o.Clients, Seed: o.Seed, CheckSeats: check, Transport: o.CrowdTransport,
 		PostTimeout: crowdPostTimeout, GetTimeout: crowdGetTimeout, Progress: o.Stderr,
 	}
 }
 
 func (o TicketingOptions) crowdShape() CrowdShape {
 	return CrowdShape{
-		Groups: o.Groups, ReservationsPerGrp: o.Reservations, Areas: o.Areas, ClientsPerGroup: o.Clients,
+		Groups: o.Groups, ReservationsPerGrp: o.Reservations, Areas: o.Areas, ClientsPerGroup: o.Clients, Transport: o.CrowdTransport,
 		RetryMax: crowdRetryMax, RetryWaitMinSeconds: crowdRetryWaitMin.Seconds(), RetryWaitMaxSeconds: crowdRetryWaitMax.Seconds(),
 		PostTimeoutSeconds: crowdPostTimeout.Seconds(), GetTimeoutSeconds: crowdGetTimeout.Seconds(),
 		Target: o.Target, ServeArgs: o.ServeArgs, Seed: o.Seed,
@@ -364,8 +365,8 @@ func writeJSONValue(path string, v any) error {
 // writeCrowd prints the report as Markdown: one column per server.
 func writeCrowd(w io.Writer, rep *CrowdReport) {
 	c := rep.Config
-	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d h2c clients per group\n\n",
-		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup)
+	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d h2c clients (%s) per group\n\n",
+		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup, c.Transport)
 	fmt.Fprintf(w, "The peer's client rules: up to %d retries of connection errors, 429 and 5xx; Retry-After honoured on 429/503, otherwise %g s × 2^n up to %g s; %g s per POST and %g s per GET, retries included.\n",
 		c.RetryMax, c.RetryWaitMinSeconds, c.RetryWaitMaxSeconds, c.PostTimeoutSeconds, c.GetTimeoutSeconds)
 	fmt.Fprintf(w, "Machine: %d CPUs, %s, load average at start %s.\n\n", rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.LoadAvg)

@@ -216,7 +216,7 @@ func TestCrowdReportFields(t *testing.T) {
 		Groups: 1, Reservations: 10, Areas: 1, Clients: 1})
 	run := &CrowdRun{Server: "surge", CrowdStats: *s, ServerCounters: map[string]float64{`surge_engine_shed_total{reason="queue_delay"}`: 5}}
 	run.setCPU(0.5)
-	rep := &CrowdReport{Benchmark: "ticketing-crowd", Config: TicketingOptions{Groups: 1, Reservations: 10, Areas: 1, Clients: 1}.crowdShape(),
+	rep := &CrowdReport{Benchmark: "ticketing-crowd", Config: TicketingOptions{Groups: 1, Reservations: 10, Areas: 1, Clients: 1, CrowdTransport: CrowdTransportXNet}.crowdShape(),
 		Server: run, Problems: []string{}, Machine: machineInfo()}
 	b, err := json.Marshal(rep)
 	if err != nil {

@@ -50,6 +50,9 @@ type TicketingOptions struct {
 	// Crowd runs the peer's own spike client instead (crowd.go): every
 	// reservation at once, with the peer's retries and deadlines.
 	Crowd bool
+	// CrowdTransport is the crowd's HTTP/2 client: CrowdTransportXNet (the
+	// peer's) or CrowdTransportNetHTTP.
+	CrowdTransport string
 	// ServeArgs are extra flags for the started `surge serve` (crowd only).
 	ServeArgs []string
 
