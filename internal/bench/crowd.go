@@ -102,9 +102,12 @@ type CrowdStats struct {
 	Refusals         int64            `json:"refusals"`
 	RefusalPercent   float64          `json:"refusalPercentOfRequests"`
 	RetryAfter       map[string]int64 `json:"retryAfter"`
-	SeatsSold        int64            `json:"seatsSold"`
-	SeatsOffered     int64            `json:"seatsOffered"`
-	DoubleBookings   []DoubleBooking  `json:"doubleBookings"`
+	// AttemptErrors counts the transport errors of single attempts (the
+	// retries that were not refusals), by kind.
+	AttemptErrors  map[string]int64 `json:"attemptErrorsByKind"`
+	SeatsSold      int64            `json:"seatsSold"`
+	SeatsOffered   int64            `json:"seatsOffered"`
+	DoubleBookings []DoubleBooking  `json:"doubleBookings"`
 	// Latency of the reservations that got an answer, POST to GET's end,
 	// retries and waits included.
 	P50Us               int64    `json:"p50Us"`
@@ -362,6 +365,7 @@ func (c *crowdRunner) collect(elapsed time.Duration, cpu float64) *CrowdStats {
 		ErrorsByKind:        map[string]int64{},
 		RefusalsByStatus:    map[string]int64{},
 		RetryAfter:          map[string]int64{},
+		AttemptErrors:       map[string]int64{},
 		DoubleBookings:      []DoubleBooking{},
 	}
 	s.Requests = s.Posts + s.Gets
@@ -376,6 +380,9 @@ func (c *crowdRunner) collect(elapsed time.Duration, cpu float64) *CrowdStats {
 	}
 	for k, v := range t.retryAfter {
 		s.RetryAfter[k] = v
+	}
+	for k, v := range t.attemptErrors {
+		s.AttemptErrors[k] = v
 	}
 	s.ErrorSamples = append([]string(nil), t.samples...)
 	t.mu.Unlock()

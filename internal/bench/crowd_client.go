@@ -33,11 +33,14 @@ type crowdTally struct {
 	refusals   map[int]int64    // 429 and 5xx answers, retried or not
 	retryAfter map[string]int64 // the Retry-After of each refusal ("" when absent)
 	errors     map[string]int64 // reservations that ended in an error, by kind
-	samples    []string
+	// attemptErrors counts transport errors of single attempts, retried
+	// or not, by kind: what the retries were spent on besides refusals.
+	attemptErrors map[string]int64
+	samples       []string
 }
 
 func newCrowdTally() *crowdTally {
-	return &crowdTally{refusals: map[int]int64{}, retryAfter: map[string]int64{}, errors: map[string]int64{}}
+	return &crowdTally{refusals: map[int]int64{}, retryAfter: map[string]int64{}, errors: map[string]int64{}, attemptErrors: map[string]int64{}}
 }
 
 // reset zeroes the request counts of the set-up; dials keep counting, as
@@ -50,6 +53,7 @@ func (t *crowdTally) reset() {
 	clear(t.refusals)
 	clear(t.retryAfter)
 	clear(t.errors)
+	clear(t.attemptErrors)
 	t.samples = nil
 	t.mu.Unlock()
 }
@@ -58,6 +62,16 @@ func (t *crowdTally) refused(status int, retryAfter string) {
 	t.mu.Lock()
 	t.refusals[status]++
 	t.retryAfter[retryAfter]++
+	t.mu.Unlock()
+}
+
+func (t *crowdTally) attemptFailed(err error) {
+	kind := errorKind(err)
+	t.mu.Lock()
+	if _, ok := t.attemptErrors[kind]; !ok && len(t.attemptErrors) >= maxErrorKinds {
+		kind = "other"
+	}
+	t.attemptErrors[kind]++
 	t.mu.Unlock()
 }
 
@@ -138,7 +152,10 @@ func (c *crowdRunner) send(ctx context.Context, hc *http.Client, method, url str
 		}
 		var retryAfter string
 		last, retryAfter, lastErr = c.attempt(ctx, hc, method, url, body)
-		if lastErr == nil && (last.status == http.StatusTooManyRequests || last.status >= 500) {
+		switch {
+		case lastErr != nil && ctx.Err() == nil:
+			c.tally.attemptFailed(lastErr)
+		case lastErr == nil && (last.status == http.StatusTooManyRequests || last.status >= 500):
 			c.tally.refused(last.status, retryAfter)
 		}
 		if ctx.Err() != nil {

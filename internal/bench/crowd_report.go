@@ -425,6 +425,12 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 				fmt.Fprintf(w, "- %s: %s\n", k, grouped(r.ErrorsByKind[k]))
 			}
 		}
+		if len(r.AttemptErrors) > 0 {
+			fmt.Fprintf(w, "\nTransport errors of single attempts, retried or not (%s):\n", r.Server)
+			for _, k := range sortedKeys(r.AttemptErrors) {
+				fmt.Fprintf(w, "- %s: %s\n", k, grouped(r.AttemptErrors[k]))
+			}
+		}
 		if len(r.ServerCounters) > 0 {
 			fmt.Fprintf(w, "\nServer refusal counters over the crowd (%s /metrics):\n", r.Server)
 			for _, k := range sortedKeys(r.ServerCounters) {

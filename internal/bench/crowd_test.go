@@ -190,6 +190,9 @@ func TestCrowdRetriesConnectionErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	kind := "POST gave up after 3 attempts (last: connection refused)"
+	if s.AttemptErrors["connection refused"] != 9 {
+		t.Errorf("attempt errors %v, want 9 connection refused", s.AttemptErrors)
+	}
 	if s.ErrorsByKind[kind] != 3 || s.Posts != 9 {
 		t.Errorf("errors %v, posts %d; want 3 × %q and 9 posts", s.ErrorsByKind, s.Posts, kind)
 	}
@@ -229,7 +232,7 @@ func TestCrowdReportFields(t *testing.T) {
 	srv := got["server"].(map[string]any)
 	for _, k := range []string{"errors", "errorsByKind", "completionSeconds", "requests", "retries", "refusalsByStatus",
 		"retryAfter", "seatsSold", "seatsOffered", "doubleBookings", "serverCpuSeconds",
-		"serverCpuMsPerAnsweredReservation", "serverCpuUsPerRequest", "serverCounters"} {
+		"serverCpuMsPerAnsweredReservation", "serverCpuUsPerRequest", "serverCounters", "attemptErrorsByKind"} {
 		if _, ok := srv[k]; !ok {
 			t.Errorf("JSON server run has no %q", k)
 		}
