@@ -186,7 +186,9 @@ func (c *crowdRunner) send(ctx context.Context, hc *http.Client, method, url str
 }
 
 // attempt sends once and reads the whole answer. A reply that fails to
-// read counts as a transport error, as a retried one would in the peer.
+// read is retried like a transport error; retryablehttp would hand that
+// body to its caller unread, a difference only for a connection lost in
+// the middle of a reply.
 func (c *crowdRunner) attempt(ctx context.Context, hc *http.Client, method, url string, body []byte) (crowdAnswer, string, error) {
 	var rd io.Reader
 	if body != nil {
