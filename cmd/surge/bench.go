@@ -46,7 +46,21 @@ nodes on loopback (one new --cluster name per flow), each HTTP client sticking
 to one node, round-robin, so most reservations are forwarded to the
 partition's owner. The broker is --kafka-brokers ($SURGE_KAFKA_BROKERS) or one
 the bench starts with scripts/kafka.sh. CPU per reservation counts every node
-and the broker's java process (its share shown apart).`,
+and the broker's java process (its share shown apart).
+
+With --crowd it runs the peer's own Go spike client instead, as a flash
+crowd: --groups groups (default 5, the peer's processes) of --reservations
+reservations each, every one in its own goroutine and all started at once,
+over the compatibility flow (POST, then GET the decision); --clients h2c
+clients per group open more connections whenever the server's stream limit
+is reached. Each request is retried like hashicorp/go-retryablehttp with
+RetryMax 20 (connection errors, 429 and 5xx; Retry-After honoured on 429
+and 503, otherwise 1 s doubling up to 30 s) within 30 s per POST and 300 s
+per GET. --areas defaults to the peer's ratio of seats to reservations (80
+areas for 200,000). It reports errors by kind, completion time, requests
+and refusals (with their Retry-After), seats sold, double bookings, the
+server's CPU and peak resident memory, first against the do-nothing server
+unless --baseline=false. --serve-flag passes flags to the started server.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -57,6 +71,9 @@ and the broker's java process (its share shown apart).`,
 			o.Exe = exe
 			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.ProgressTTY = benchIsTerminal(os.Stderr)
+			if err := crowdDefaults(cmd, &o); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return bench.RunTicketing(ctx, o)
@@ -83,7 +100,32 @@ and the broker's java process (its share shown apart).`,
 	f.IntVar(&o.KafkaPID, "kafka-pid", 0, "with --kafka-brokers: the broker's java process id, to count its CPU (otherwise it is reported as not measured)")
 	f.StringVar(&o.KafkaScript, "kafka-script", "", "with --cluster and no broker: path of scripts/kafka.sh (default: found above the surge binary or the working directory)")
 	f.BoolVar(&o.Pprof, "pprof", false, "the cluster's nodes serve /debug/pprof/ (for profiling during the spike)")
+	f.BoolVar(&o.Crowd, "crowd", false, "run the peer's own spike client: every reservation at once, its retries and deadlines (see above)")
+	f.StringVar(&o.CrowdTransport, "crowd-transport", bench.CrowdTransportXNet, "with --crowd: the clients' HTTP/2 transport, x/net (the peer's x/net/http2, one dial at a time when every connection is full) or net/http (its h2c Transport, which dials once per waiting request)")
+	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "with --crowd: a flag for the started server, e.g. --serve-flag=--max-inflight=100000 (repeatable)")
 	return cmd
+}
+
+// crowdDefaults gives --crowd the peer's shape where the flags were not
+// set: its 5 processes and its ratio of seats to reservations.
+func crowdDefaults(cmd *cobra.Command, o *bench.TicketingOptions) error {
+	f := cmd.Flags()
+	if !o.Crowd {
+		if len(o.ServeArgs) > 0 || f.Changed("crowd-transport") {
+			return fmt.Errorf("--serve-flag and --crowd-transport are for --crowd only")
+		}
+		return nil
+	}
+	if o.Cluster > 0 || f.Changed("flow") || f.Changed("inflight") {
+		return fmt.Errorf("--crowd is the compat flow with every reservation at once, on one server: it takes no --cluster, --flow or --inflight")
+	}
+	if !f.Changed("groups") {
+		o.Groups = bench.CrowdGroups
+	}
+	if !f.Changed("areas") {
+		o.Areas = bench.CrowdAreas(o.Reservations)
+	}
+	return nil
 }
 
 func benchCommerceCmd() *cobra.Command {

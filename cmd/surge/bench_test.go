@@ -157,3 +157,55 @@ func TestBenchRestart(t *testing.T) {
 	}
 	t.Logf("%d snapshots taken, replayed %d records", int(r.SnapshotsTaken), r.ReplayedRecords)
 }
+
+// TestBenchTicketingCrowdFlags: --crowd takes the peer's 5 groups and its
+// seat ratio unless told otherwise, and refuses flags that do not apply.
+// The do-nothing server answers every GET with the same two seats, so the
+// run must fail with double bookings.
+func TestBenchTicketingCrowdFlags(t *testing.T) {
+	srv := httptest.NewUnstartedServer(bench.NullHandler())
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	defer srv.Close()
+	jsonPath := filepath.Join(t.TempDir(), "crowd.json")
+	run := func(args ...string) (string, error) {
+		cmd := newBenchCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"ticketing"}, args...))
+		err := cmd.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+	out, err := run("--crowd", "--target", srv.URL, "--baseline=false", "-n", "40", "--json", jsonPath)
+	if err != bench.ErrFailed {
+		t.Fatalf("err %v, want the run to fail on double booking\n%s", err, out)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.CrowdReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Config; c.Groups != bench.CrowdGroups || c.Areas != bench.CrowdAreas(40) || c.ClientsPerGroup != 4 || c.Transport != bench.CrowdTransportXNet {
+		t.Fatalf("config %+v: want the peer's 5 groups, its seat ratio, 4 x/net clients", c)
+	}
+	if s := rep.Server; s == nil || s.Reservations != 200 || len(s.DoubleBookings) == 0 || rep.OK {
+		t.Fatalf("report %s", b)
+	}
+	for _, bad := range [][]string{
+		{"--crowd", "--flow", "native"},
+		{"--crowd", "--cluster", "3"},
+		{"--serve-flag=--pprof"},
+		{"--crowd-transport", "net/http"},
+	} {
+		if _, err := run(append(bad, "--target", srv.URL)...); err == nil || err == bench.ErrFailed {
+			t.Errorf("%v: err %v, want the flags refused", bad, err)
+		}
+	}
+}

@@ -47,6 +47,14 @@ type TicketingOptions struct {
 	KafkaPID    int
 	KafkaScript string
 	Pprof       bool // the started servers serve /debug/pprof/
+	// Crowd runs the peer's own spike client instead (crowd.go): every
+	// reservation at once, with the peer's retries and deadlines.
+	Crowd bool
+	// CrowdTransport is the crowd's HTTP/2 client: CrowdTransportXNet (the
+	// peer's) or CrowdTransportNetHTTP.
+	CrowdTransport string
+	// ServeArgs are extra flags for the started `surge serve` (crowd only).
+	ServeArgs []string
 
 	Exe string // the surge binary, to spawn `serve` and `bench nullserver`
 	// ServeExe, if set, is the binary started for `serve` instead of Exe:
@@ -65,6 +73,9 @@ var ErrFailed = errors.New("ticketing bench failed")
 // RunTicketing runs the spike for each requested flow, against the real
 // server and the do-nothing baseline, prints the report and writes the JSON.
 func RunTicketing(ctx context.Context, o TicketingOptions) error {
+	if o.Crowd {
+		return RunCrowd(ctx, o)
+	}
 	flows := []string{o.Flow}
 	if o.Flow == FlowBoth {
 		flows = []string{FlowCompat, FlowNative}

@@ -1,0 +1,440 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// The peer's published crowd: 5 processes of `-a 80 -n 200000 -c 4`.
+const (
+	CrowdGroups       = 5
+	crowdPeerAreas    = 80
+	crowdPeerRequests = 200_000
+)
+
+// Client transports of --crowd-transport.
+const (
+	CrowdTransportXNet    = "x/net" // the peer's: x/net/http2 with AllowHTTP
+	CrowdTransportNetHTTP = "net/http"
+)
+
+// CrowdAreas is the number of areas that keeps the peer's ratio of seats
+// to reservations (80 areas of 400 seats for 200,000 reservations, 0.16
+// seats each) for n reservations per group, at least one.
+func CrowdAreas(n int) int {
+	return max(1, (crowdPeerAreas*n+crowdPeerRequests/2)/crowdPeerRequests)
+}
+
+// CrowdConfig is one flash crowd: Groups stand for the peer's processes,
+// each with its own event of Areas areas and Clients HTTP clients, and all
+// Groups × Reservations reservations start at once, each in its own
+// goroutine, over the compatibility flow (POST, then GET the decision).
+type CrowdConfig struct {
+	BaseURL      string
+	Groups       int
+	Reservations int // per group
+	Areas        int
+	Clients      int // per group
+	Seed         uint64
+	// CheckSeats turns on the seat checks; the do-nothing server's fixed
+	// answers would fail them.
+	CheckSeats  bool
+	PostTimeout time.Duration // each POST with its retries
+	GetTimeout  time.Duration // each GET with its retries
+	Transport   string        // CrowdTransportXNet (default) or CrowdTransportNetHTTP
+	Label       string
+	Progress    io.Writer // a progress line every few seconds; nil for none
+
+	rules retryRules // the peer's unless a test shortens the waits
+}
+
+func (c *CrowdConfig) validate() error {
+	switch {
+	case c.Groups < 1 || c.Groups >= maxGroups:
+		return fmt.Errorf("groups %d: want 1..%d", c.Groups, maxGroups-1)
+	case c.Areas < 1 || c.Areas >= maxAreas:
+		return fmt.Errorf("areas %d: want 1..%d", c.Areas, maxAreas-1)
+	case c.Reservations < 1:
+		return fmt.Errorf("reservations %d: want at least 1", c.Reservations)
+	case c.Clients < 1:
+		return fmt.Errorf("clients %d: want at least 1", c.Clients)
+	case c.Transport != "" && c.Transport != CrowdTransportXNet && c.Transport != CrowdTransportNetHTTP:
+		return fmt.Errorf("client transport %q: want %s or %s", c.Transport, CrowdTransportXNet, CrowdTransportNetHTTP)
+	case c.PostTimeout <= 0 || c.GetTimeout <= 0:
+		return fmt.Errorf("POST and GET timeouts must be positive")
+	}
+	return nil
+}
+
+// CrowdStats is what one crowd measured.
+type CrowdStats struct {
+	Reservations int64            `json:"reservations"`
+	Reserved     int64            `json:"reserved"`
+	Failed       int64            `json:"failed"` // answered FAILED (sold out): a served answer, not an error
+	Errors       int64            `json:"errors"`
+	ErrorPercent float64          `json:"errorPercent"`
+	ErrorsByKind map[string]int64 `json:"errorsByKind"`
+	// CompletionSeconds is from the crowd's start until its last
+	// reservation ended (answered or given up).
+	CompletionSeconds float64 `json:"completionSeconds"`
+	// LastSeatSoldSeconds is when the last RESERVED answer arrived.
+	LastSeatSoldSeconds float64 `json:"lastSeatSoldSeconds"`
+	Requests            int64   `json:"requests"` // every attempt, retries included
+	Posts               int64   `json:"postRequests"`
+	Gets                int64   `json:"getRequests"`
+	Retries             int64   `json:"retries"`
+	Connections         int64   `json:"connectionsOpened"` // by the clients, set-up included
+	// RefusalsByStatus counts 429 and 5xx answers; RetryAfter counts
+	// their Retry-After values ("" for none).
+	RefusalsByStatus map[string]int64 `json:"refusalsByStatus"`
+	Refusals         int64            `json:"refusals"`
+	RefusalPercent   float64          `json:"refusalPercentOfRequests"`
+	RetryAfter       map[string]int64 `json:"retryAfter"`
+	// AttemptErrors counts the transport errors of single attempts (the
+	// retries that were not refusals), by kind.
+	AttemptErrors  map[string]int64 `json:"attemptErrorsByKind"`
+	SeatsSold      int64            `json:"seatsSold"`
+	SeatsOffered   int64            `json:"seatsOffered"`
+	DoubleBookings []DoubleBooking  `json:"doubleBookings"`
+	// Latency of the reservations that got an answer, POST to GET's end,
+	// retries and waits included.
+	P50Us               int64    `json:"p50Us"`
+	P95Us               int64    `json:"p95Us"`
+	P99Us               int64    `json:"p99Us"`
+	MaxUs               int64    `json:"maxUs"`
+	GeneratorCPUSeconds float64  `json:"generatorCpuSeconds"`
+	ErrorSamples        []string `json:"errorSamples,omitempty"`
+}
+
+type crowdRunner struct {
+	cfg    CrowdConfig
+	rules  retryRules
+	tally  *crowdTally
+	groups []*crowdGroup
+	done   atomic.Int64
+	errs   atomic.Int64
+	start  time.Time
+	lastUs atomic.Int64 // µs from start to the last RESERVED answer
+}
+
+type crowdGroup struct {
+	idx       int
+	eventID   string
+	clients   []*http.Client
+	postURL   string
+	getPrefix string
+	latUs     []uint32 // per reservation; 0 for one that ended in an error
+
+	reserved, failed, seatsSold atomic.Int64
+
+	mu     sync.Mutex
+	ledger Ledger
+}
+
+func newCrowd(cfg CrowdConfig) (*crowdRunner, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	base := strings.TrimRight(cfg.BaseURL, "/")
+	if !strings.HasPrefix(base, "http://") {
+		return nil, fmt.Errorf("target %q: want http://host:port", cfg.BaseURL)
+	}
+	c := &crowdRunner{cfg: cfg, rules: cfg.rules, tally: newCrowdTally()}
+	if c.rules == (retryRules{}) {
+		c.rules = peerRetryRules()
+	}
+	for gi := range cfg.Groups {
+		gr := &crowdGroup{idx: gi, eventID: "event-" + newUUID(), latUs: make([]uint32, cfg.Reservations)}
+		gr.postURL = base + "/v1/event/" + gr.eventID + "/reservation"
+		gr.getPrefix = base + "/v1/reservation/"
+		for range cfg.Clients {
+			gr.clients = append(gr.clients, newCrowdClient(&c.tally.dials, cfg.Transport))
+		}
+		c.groups = append(c.groups, gr)
+	}
+	return c, nil
+}
+
+func (c *crowdRunner) close() {
+	for _, gr := range c.groups {
+		for _, hc := range gr.clients {
+			hc.CloseIdleConnections()
+		}
+	}
+}
+
+// setup creates each group's event and has every client call the health
+// check, as the peer's client does before it starts.
+func (c *crowdRunner) setup(ctx context.Context) error {
+	base := strings.TrimRight(c.cfg.BaseURL, "/")
+	for _, gr := range c.groups {
+		if err := c.createEvent(ctx, base, gr); err != nil {
+			return fmt.Errorf("create event %s: %w", gr.eventID, err)
+		}
+		for _, hc := range gr.clients {
+			ans, _, err := c.send(ctx, hc, http.MethodGet, base+"/v1/health_check", nil)
+			if err == nil && ans.status != http.StatusOK {
+				err = fmt.Errorf("status %d", ans.status)
+			}
+			if err != nil {
+				return fmt.Errorf("health check: %w", err)
+			}
+		}
+	}
+	c.tally.reset() // the set-up's requests are not the crowd's
+	return nil
+}
+
+func (c *crowdRunner) createEvent(ctx context.Context, base string, gr *crowdGroup) error {
+	type area struct {
+		AreaID   string `json:"areaId"`
+		Price    int    `json:"price"`
+		RowCount int    `json:"rowCount"`
+		ColCount int    `json:"colCount"`
+	}
+	ev := struct {
+		EventName string `json:"eventName"`
+		Artist    string `json:"artist"`
+		Areas     []area `json:"areas"`
+	}{EventName: gr.eventID, Artist: "go-load-test"}
+	for a := range c.cfg.Areas {
+		ev.Areas = append(ev.Areas, area{AreaID: strconv.Itoa(a), Price: 100, RowCount: gridRows, ColCount: gridCols})
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	ans, _, err := c.send(ctx, gr.clients[0], http.MethodPost, base+"/v1/event", body)
+	if err != nil {
+		return err
+	}
+	if ans.status != http.StatusOK {
+		return fmt.Errorf("status %d: %s", ans.status, clip(ans.body))
+	}
+	return nil
+}
+
+// run starts every reservation of every group at once and returns when
+// each has an answer or has given up.
+func (c *crowdRunner) run(ctx context.Context) (*CrowdStats, error) {
+	total := int64(c.cfg.Groups) * int64(c.cfg.Reservations)
+	stop := c.startProgress(total)
+	cpu0 := selfCPUSeconds()
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, gr := range c.groups {
+		for i := range c.cfg.Reservations {
+			wg.Go(func() {
+				<-gate
+				c.reserve(ctx, gr, i)
+				c.done.Add(1)
+			})
+		}
+	}
+	c.start = time.Now()
+	close(gate)
+	wg.Wait()
+	elapsed := time.Since(c.start)
+	cpu := selfCPUSeconds() - cpu0
+	stop()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.collect(elapsed, cpu), nil
+}
+
+// reserve is one of the peer's goroutines: POST a RANDOM reservation of
+// 1..4 seats in a random area, then GET its decision, each under its own
+// deadline with the peer's retries.
+func (c *crowdRunner) reserve(ctx context.Context, gr *crowdGroup, i int) {
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, uint64(gr.idx)<<32|uint64(i)))
+	area, n := rng.IntN(c.cfg.Areas), 1+rng.IntN(maxSeats)
+	body := fmt.Appendf(nil, `{"userId":"user123","eventId":%q,"areaId":"%d","numOfSeats":%d,"type":"RANDOM"}`, gr.eventID, area, n)
+	hc := gr.clients[i%len(gr.clients)]
+	start := time.Now()
+
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.PostTimeout)
+	ans, kind, err := c.send(pctx, hc, http.MethodPost, gr.postURL, body)
+	cancel()
+	if err != nil {
+		c.fail(kind, err.Error())
+		return
+	}
+	id := bytes.TrimSpace(ans.body)
+	if ans.status != http.StatusOK {
+		c.fail(fmt.Sprintf("POST status %d", ans.status), clip(ans.body))
+		return
+	}
+	if !validID(id) {
+		c.fail("POST reply is not a reservation id", clip(ans.body))
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, c.cfg.GetTimeout)
+	ans, kind, err = c.send(gctx, hc, http.MethodGet, gr.getPrefix+string(id), nil)
+	cancel()
+	if err != nil {
+		c.fail(kind, err.Error())
+		return
+	}
+	if ans.status != http.StatusOK {
+		c.fail(fmt.Sprintf("GET status %d", ans.status), clip(ans.body))
+		return
+	}
+	if !c.decided(gr, area, n, ans.body) {
+		return
+	}
+	gr.latUs[i] = uint32(min(max(time.Since(start).Microseconds(), 1), maxLatencyUs))
+}
+
+// decided reads the GET's reservation and records it; false if the reply
+// was an error.
+func (c *crowdRunner) decided(gr *crowdGroup, area, n int, body []byte) bool {
+	var rep reservationReply
+	if err := parseReservation(body, &rep); err != nil {
+		c.fail("GET reply malformed", clip(body))
+		return false
+	}
+	switch {
+	case bytes.Equal(rep.state, stateFailed):
+		gr.failed.Add(1)
+		return true
+	case !bytes.Equal(rep.state, stateReserved):
+		c.fail(fmt.Sprintf("GET state %q", clip(rep.state)), clip(body))
+		return false
+	}
+	if !c.cfg.CheckSeats {
+		gr.reserved.Add(1)
+		return true
+	}
+	why := checkRandomSeats(rep.seats, n, gridRows, gridCols)
+	if string(rep.areaID) != strconv.Itoa(area) {
+		why = fmt.Sprintf("asked area %d, reply is for area %q", area, rep.areaID)
+	}
+	// Seats named in a wrong reply were still taken; they count for
+	// double booking.
+	gr.mu.Lock()
+	for _, s := range rep.seats {
+		if s.Row >= 0 && s.Row < gridRows && s.Col >= 0 && s.Col < gridCols {
+			gr.ledger.Add(gr.idx, area, s)
+		}
+	}
+	gr.mu.Unlock()
+	if why != "" {
+		c.fail("GET reserved seats break the RANDOM contract", why)
+		return false
+	}
+	gr.reserved.Add(1)
+	gr.seatsSold.Add(int64(len(rep.seats)))
+	us := time.Since(c.start).Microseconds()
+	for {
+		last := c.lastUs.Load()
+		if us <= last || c.lastUs.CompareAndSwap(last, us) {
+			return true
+		}
+	}
+}
+
+func (c *crowdRunner) fail(kind, detail string) {
+	c.errs.Add(1)
+	c.tally.fail(kind, detail)
+}
+
+func (c *crowdRunner) collect(elapsed time.Duration, cpu float64) *CrowdStats {
+	t := c.tally
+	s := &CrowdStats{
+		CompletionSeconds:   elapsed.Seconds(),
+		LastSeatSoldSeconds: float64(c.lastUs.Load()) / 1e6,
+		Posts:               t.posts.Load(),
+		Gets:                t.gets.Load(),
+		Retries:             t.retries.Load(),
+		Connections:         t.dials.Load(),
+		SeatsOffered:        int64(c.cfg.Groups) * int64(c.cfg.Areas) * gridRows * gridCols,
+		GeneratorCPUSeconds: cpu,
+		ErrorsByKind:        map[string]int64{},
+		RefusalsByStatus:    map[string]int64{},
+		RetryAfter:          map[string]int64{},
+		AttemptErrors:       map[string]int64{},
+		DoubleBookings:      []DoubleBooking{},
+	}
+	s.Requests = s.Posts + s.Gets
+	t.mu.Lock()
+	for k, v := range t.errors {
+		s.ErrorsByKind[k] = v
+		s.Errors += v
+	}
+	for st, v := range t.refusals {
+		s.RefusalsByStatus[strconv.Itoa(st)] = v
+		s.Refusals += v
+	}
+	for k, v := range t.retryAfter {
+		s.RetryAfter[k] = v
+	}
+	for k, v := range t.attemptErrors {
+		s.AttemptErrors[k] = v
+	}
+	s.ErrorSamples = append([]string(nil), t.samples...)
+	t.mu.Unlock()
+
+	h := hdrhistogram.New(1, maxLatencyUs, 3)
+	var ledgers []*Ledger
+	for _, gr := range c.groups {
+		s.Reserved += gr.reserved.Load()
+		s.Failed += gr.failed.Load()
+		s.SeatsSold += gr.seatsSold.Load()
+		for _, us := range gr.latUs {
+			if us > 0 {
+				_ = h.RecordValue(int64(us))
+			}
+		}
+		ledgers = append(ledgers, &gr.ledger)
+	}
+	s.Reservations = s.Reserved + s.Failed + s.Errors
+	if s.Reservations > 0 {
+		s.ErrorPercent = 100 * float64(s.Errors) / float64(s.Reservations)
+	}
+	if s.Requests > 0 {
+		s.RefusalPercent = 100 * float64(s.Refusals) / float64(s.Requests)
+	}
+	s.P50Us, s.P95Us, s.P99Us = h.ValueAtQuantile(50), h.ValueAtQuantile(95), h.ValueAtQuantile(99)
+	s.MaxUs = h.Max()
+	if c.cfg.CheckSeats {
+		s.DoubleBookings = append(s.DoubleBookings, FindDoubleBookings(ledgers...)...)
+	}
+	return s
+}
+
+func (c *crowdRunner) startProgress(total int64) (stop func()) {
+	if c.cfg.Progress == nil {
+		return func() {}
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tk := time.NewTicker(2 * time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tk.C:
+				t := c.tally
+				fmt.Fprintf(c.cfg.Progress, "%s  %.0f s  %d/%d done  errors %d  requests %d  connections %d\n",
+					c.cfg.Label, time.Since(c.start).Seconds(), c.done.Load(), total, c.errs.Load(),
+					t.posts.Load()+t.gets.Load(), t.dials.Load())
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}

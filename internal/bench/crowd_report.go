@@ -1,0 +1,476 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// crowdCounterFamilies are the server's /metrics counters that say where
+// its refusals came from; the report gives their change over the crowd.
+var crowdCounterFamilies = []string{
+	"surge_http_requests_refused_total",
+	"surge_http_connections_refused_total",
+	"surge_http_connections_shed_total",
+	"surge_engine_shed_total",
+	"surge_engine_dropped_inputs_total",
+}
+
+// CrowdReport is what `surge bench ticketing --crowd` measured; --json
+// writes it.
+type CrowdReport struct {
+	Benchmark string      `json:"benchmark"`
+	Config    CrowdShape  `json:"config"`
+	Baseline  *CrowdRun   `json:"baseline,omitempty"`
+	Server    *CrowdRun   `json:"server,omitempty"`
+	OK        bool        `json:"ok"`
+	Problems  []string    `json:"problems"`
+	Machine   MachineInfo `json:"machine"`
+}
+
+// CrowdShape is the crowd's configuration, the peer's rules included.
+type CrowdShape struct {
+	Groups              int      `json:"groups"`
+	ReservationsPerGrp  int      `json:"reservationsPerGroup"`
+	Areas               int      `json:"areasPerGroup"`
+	ClientsPerGroup     int      `json:"clientsPerGroup"`
+	Transport           string   `json:"clientTransport"`
+	RetryMax            int      `json:"retryMax"`
+	RetryWaitMinSeconds float64  `json:"retryWaitMinSeconds"`
+	RetryWaitMaxSeconds float64  `json:"retryWaitMaxSeconds"`
+	PostTimeoutSeconds  float64  `json:"postTimeoutSeconds"`
+	GetTimeoutSeconds   float64  `json:"getTimeoutSeconds"`
+	Target              string   `json:"target,omitempty"`
+	ServeArgs           []string `json:"serveArgs,omitempty"`
+	Seed                uint64   `json:"seed"`
+}
+
+// MachineInfo is what the figures depend on.
+type MachineInfo struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpuModel"`
+	LoadAvg  string `json:"loadAverageAtStart"`
+}
+
+// CrowdRun is one crowd against one server.
+type CrowdRun struct {
+	Server string `json:"server"` // "surge", "null" or the --target URL
+	CrowdStats
+	ServerCPUSeconds *float64 `json:"serverCpuSeconds"`
+	// CPU per reservation that got an answer, and per request received
+	// (refusals and retries included).
+	CPUPerAnsweredMs *float64 `json:"serverCpuMsPerAnsweredReservation"`
+	CPUPerRequestUs  *float64 `json:"serverCpuUsPerRequest"`
+	PeakRSSBytes     *int64   `json:"serverPeakRssBytes,omitempty"`
+	// ServerCounters is the change of the server's refusal counters over
+	// the crowd, by series; nil when /metrics could not be read.
+	ServerCounters map[string]float64 `json:"serverCounters,omitempty"`
+}
+
+func (r *CrowdRun) setCPU(cpu float64) {
+	r.ServerCPUSeconds = &cpu
+	if answered := r.Reserved + r.Failed; answered > 0 {
+		v := 1e3 * cpu / float64(answered)
+		r.CPUPerAnsweredMs = &v
+	}
+	if r.Requests > 0 {
+		v := 1e6 * cpu / float64(r.Requests)
+		r.CPUPerRequestUs = &v
+	}
+}
+
+// RunCrowd runs the crowd against the do-nothing server (unless
+// o.Baseline is false) and then against `surge serve` (or o.Target),
+// prints the report and writes the JSON.
+func RunCrowd(ctx context.Context, o TicketingOptions) error {
+	if _, err := newCrowd(o.crowdConfig("http://127.0.0.1:1", false)); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "surge-crowd-")
+	if err != nil {
+		return err
+	}
+	r := &ticketingRun{o: o, tmp: tmp}
+	defer r.cleanup()
+	rep := &CrowdReport{Benchmark: "ticketing-crowd", Config: o.crowdShape(), Problems: []string{}, Machine: machineInfo()}
+	if o.Baseline {
+		if rep.Baseline, err = r.crowdBaseline(ctx); err != nil {
+			rep.Problems = append(rep.Problems, "baseline: "+err.Error())
+		}
+	}
+	if ctx.Err() == nil {
+		if rep.Server, err = r.crowdServer(ctx); err != nil {
+			rep.Problems = append(rep.Problems, err.Error())
+		}
+	}
+	if s := rep.Server; s != nil {
+		if n := len(s.DoubleBookings); n > 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("DOUBLE BOOKING of %d seat(s)", n))
+		}
+		if s.Errors > 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d reservations ended in an error (%.1f %%)", s.Errors, s.Reservations, s.ErrorPercent))
+		}
+	}
+	rep.OK = len(rep.Problems) == 0
+	writeCrowd(o.Stdout, rep)
+	if o.JSONPath != "" {
+		if err := writeJSONValue(o.JSONPath, rep); err != nil {
+			return fmt.Errorf("write JSON: %w", err)
+		}
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted; servers stopped")
+	}
+	if !rep.OK {
+		r.keepTmp = true
+		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
+		return ErrFailed
+	}
+	fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors")
+	return nil
+}
+
+func (o TicketingOptions) crowdConfig(base string, check bool) CrowdConfig {
+	return CrowdConfig{
+		BaseURL: base, Groups: o.Groups, Reservations: o.Reservations, Areas: o.Areas,
+		Clients: o.Clients, Seed: o.Seed, CheckSeats: check, Transport: o.CrowdTransport,
+		PostTimeout: crowdPostTimeout, GetTimeout: crowdGetTimeout, Progress: o.Stderr,
+	}
+}
+
+func (o TicketingOptions) crowdShape() CrowdShape {
+	return CrowdShape{
+		Groups: o.Groups, ReservationsPerGrp: o.Reservations, Areas: o.Areas, ClientsPerGroup: o.Clients, Transport: o.CrowdTransport,
+		RetryMax: crowdRetryMax, RetryWaitMinSeconds: crowdRetryWaitMin.Seconds(), RetryWaitMaxSeconds: crowdRetryWaitMax.Seconds(),
+		PostTimeoutSeconds: crowdPostTimeout.Seconds(), GetTimeoutSeconds: crowdGetTimeout.Seconds(),
+		Target: o.Target, ServeArgs: o.ServeArgs, Seed: o.Seed,
+	}
+}
+
+func (r *ticketingRun) crowdBaseline(ctx context.Context) (*CrowdRun, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r.logf("crowd: starting the do-nothing server on %s", addr)
+	c, err := r.spawn("null-crowd", []string{"bench", "nullserver", "--addr", addr}, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.kill()
+	if _, err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	run, err := r.crowd(ctx, c.baseURL(), false, c.cpuSeconds)
+	if err != nil {
+		return nil, err
+	}
+	run.Server = "null"
+	if peak, _, err := c.memory(); err == nil {
+		run.PeakRSSBytes = &peak
+	}
+	if err := c.stop(); err != nil {
+		r.logf("warning: do-nothing server: %v", err)
+	}
+	return run, nil
+}
+
+func (r *ticketingRun) crowdServer(ctx context.Context) (*CrowdRun, error) {
+	base, srv := r.o.Target, (*child)(nil)
+	if base == "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		dataDir := filepath.Join(r.tmp, "data-crowd")
+		if r.o.DataDir != "" {
+			dataDir = filepath.Join(r.o.DataDir, "crowd")
+		}
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return nil, err
+		}
+		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
+		if r.o.Partitions > 0 {
+			args = append(args, "--partitions", strconv.Itoa(r.o.Partitions))
+		}
+		args = append(args, r.o.ServeArgs...)
+		r.logf("crowd: starting surge %s", strings.Join(args[1:], " "))
+		if srv, err = r.spawn("surge-crowd", args, addr); err != nil {
+			return nil, err
+		}
+		if _, err := srv.waitReady(ctx); err != nil {
+			return nil, fmt.Errorf("surge serve failed to start: %w", err)
+		}
+		base = srv.baseURL()
+	}
+	cpu := func() (float64, error) {
+		if srv != nil {
+			return srv.cpuSeconds()
+		}
+		return metricsCPUSeconds(ctx, base)
+	}
+	before, berr := scrapeCounters(ctx, base, crowdCounterFamilies)
+	run, err := r.crowd(ctx, base, true, cpu)
+	if err != nil {
+		return nil, err
+	}
+	run.Server = "surge"
+	if r.o.Target != "" {
+		run.Server = r.o.Target
+	}
+	if after, aerr := scrapeCounters(ctx, base, crowdCounterFamilies); berr == nil && aerr == nil {
+		run.ServerCounters = counterDeltas(before, after)
+	}
+	if srv != nil {
+		if peak, _, err := srv.memory(); err == nil {
+			run.PeakRSSBytes = &peak
+		}
+		if err := srv.stop(); err != nil {
+			r.logf("warning: surge serve did not exit cleanly: %v", err)
+		}
+	}
+	return run, nil
+}
+
+// crowd runs one crowd against base, reading the server's CPU around the
+// crowd alone (event creation and health checks excluded).
+func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu func() (float64, error)) (*CrowdRun, error) {
+	cfg := r.o.crowdConfig(base, check)
+	cfg.Label = "crowd (surge)"
+	if !check {
+		cfg.Label = "crowd (do-nothing server)"
+	}
+	c, err := newCrowd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	if err := c.setup(ctx); err != nil {
+		return nil, err
+	}
+	cpu0, cerr := cpu()
+	stats, err := c.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run := &CrowdRun{CrowdStats: *stats}
+	if cerr == nil {
+		var cpu1 float64
+		if cpu1, cerr = cpu(); cerr == nil {
+			run.setCPU(cpu1 - cpu0)
+		}
+	}
+	if cerr != nil {
+		r.logf("warning: %s: server CPU not available: %v", cfg.Label, cerr)
+	}
+	r.logf("%s: %s reservations in %.1f s, %s errors", cfg.Label, grouped(stats.Reservations), stats.CompletionSeconds, grouped(stats.Errors))
+	return run, nil
+}
+
+// scrapeCounters reads the series of the given families from /metrics.
+func scrapeCounters(ctx context.Context, base string, families []string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: status %d", resp.StatusCode)
+	}
+	return parseCounters(resp.Body, families)
+}
+
+func parseCounters(r io.Reader, families []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		series := line[:i]
+		name, _, _ := strings.Cut(series, "{")
+		if !slices.Contains(families, name) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("/metrics line %q: %w", line, err)
+		}
+		out[series] = v
+	}
+	return out, sc.Err()
+}
+
+// counterDeltas keeps the series that changed.
+func counterDeltas(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func machineInfo() MachineInfo {
+	m := MachineInfo{CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}
+
+func writeJSONValue(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeCrowd prints the report as Markdown: one column per server.
+func writeCrowd(w io.Writer, rep *CrowdReport) {
+	c := rep.Config
+	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d h2c clients (%s) per group\n\n",
+		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup, c.Transport)
+	fmt.Fprintf(w, "The peer's client rules: up to %d retries of connection errors, 429 and 5xx; Retry-After honoured on 429/503, otherwise %g s × 2^n up to %g s; %g s per POST and %g s per GET, retries included.\n",
+		c.RetryMax, c.RetryWaitMinSeconds, c.RetryWaitMaxSeconds, c.PostTimeoutSeconds, c.GetTimeoutSeconds)
+	fmt.Fprintf(w, "Machine: %d CPUs, %s, load average at start %s.\n\n", rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.LoadAvg)
+	var runs []*CrowdRun
+	header := "|"
+	for _, r := range []*CrowdRun{rep.Baseline, rep.Server} {
+		if r != nil {
+			runs = append(runs, r)
+			header += " " + r.Server + " |"
+		}
+	}
+	if len(runs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "| | %s\n|---|%s\n", header[2:], strings.Repeat("---|", len(runs)))
+	row := func(name string, cell func(r *CrowdRun) string) {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, r := range runs {
+			fmt.Fprintf(w, " %s |", cell(r))
+		}
+		fmt.Fprintln(w)
+	}
+	row("reservations", func(r *CrowdRun) string { return grouped(r.Reservations) })
+	row("errors", func(r *CrowdRun) string { return fmt.Sprintf("%s (%.1f %%)", grouped(r.Errors), r.ErrorPercent) })
+	row("reserved / failed (sold out)", func(r *CrowdRun) string { return grouped(r.Reserved) + " / " + grouped(r.Failed) })
+	row("seats sold / offered", func(r *CrowdRun) string { return grouped(r.SeatsSold) + " / " + grouped(r.SeatsOffered) })
+	row("double bookings", func(r *CrowdRun) string { return strconv.Itoa(len(r.DoubleBookings)) })
+	row("completion", func(r *CrowdRun) string { return fmt.Sprintf("%.1f s", r.CompletionSeconds) })
+	row("last seat sold at", func(r *CrowdRun) string { return fmt.Sprintf("%.1f s", r.LastSeatSoldSeconds) })
+	row("latency p50 / p99 / max (answered)", func(r *CrowdRun) string {
+		return micros(r.P50Us) + " / " + micros(r.P99Us) + " / " + micros(r.MaxUs)
+	})
+	row("requests (POST + GET)", func(r *CrowdRun) string {
+		return fmt.Sprintf("%s (%s + %s)", grouped(r.Requests), grouped(r.Posts), grouped(r.Gets))
+	})
+	row("retries", func(r *CrowdRun) string { return grouped(r.Retries) })
+	row("refusals (% of requests)", func(r *CrowdRun) string {
+		return fmt.Sprintf("%s (%.1f %%): %s", grouped(r.Refusals), r.RefusalPercent, countList(r.RefusalsByStatus))
+	})
+	row("Retry-After seen", func(r *CrowdRun) string { return countList(r.RetryAfter) })
+	row("connections opened", func(r *CrowdRun) string { return grouped(r.Connections) })
+	row("server CPU", func(r *CrowdRun) string { return optFloat(r.ServerCPUSeconds, "%.1f s") })
+	row("server CPU per answered reservation", func(r *CrowdRun) string { return optFloat(r.CPUPerAnsweredMs, "%.3f ms") })
+	row("server CPU per request", func(r *CrowdRun) string { return optFloat(r.CPUPerRequestUs, "%.0f µs") })
+	row("server peak RSS", func(r *CrowdRun) string {
+		if r.PeakRSSBytes == nil {
+			return "n/a"
+		}
+		return mib(*r.PeakRSSBytes)
+	})
+	row("generator CPU", func(r *CrowdRun) string { return fmt.Sprintf("%.1f s", r.GeneratorCPUSeconds) })
+	for _, r := range runs {
+		if len(r.ErrorsByKind) > 0 {
+			fmt.Fprintf(w, "\nErrors by kind (%s):\n", r.Server)
+			for _, k := range sortedKeys(r.ErrorsByKind) {
+				fmt.Fprintf(w, "- %s: %s\n", k, grouped(r.ErrorsByKind[k]))
+			}
+		}
+		if len(r.AttemptErrors) > 0 {
+			fmt.Fprintf(w, "\nTransport errors of single attempts, retried or not (%s):\n", r.Server)
+			for _, k := range sortedKeys(r.AttemptErrors) {
+				fmt.Fprintf(w, "- %s: %s\n", k, grouped(r.AttemptErrors[k]))
+			}
+		}
+		if len(r.ServerCounters) > 0 {
+			fmt.Fprintf(w, "\nServer refusal counters over the crowd (%s /metrics):\n", r.Server)
+			for _, k := range sortedKeys(r.ServerCounters) {
+				fmt.Fprintf(w, "- %s: %s\n", k, grouped(int64(r.ServerCounters[k])))
+			}
+		}
+		for _, d := range r.DoubleBookings {
+			fmt.Fprintf(w, "- DOUBLE BOOKING (%s): %s\n", r.Server, d)
+		}
+	}
+}
+
+func optFloat(v *float64, format string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+// countList renders {"503": 10, "429": 3} as "429: 3, 503: 10".
+func countList[V int64 | float64](m map[string]V) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		name := k
+		if name == "" {
+			name = "(none)"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s", name, grouped(int64(m[k]))))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
