@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -198,21 +197,7 @@ func (c *crowdRunner) setup(ctx context.Context) error {
 }
 
 func (c *crowdRunner) createEvent(ctx context.Context, base string, gr *crowdGroup) error {
-	type area struct {
-		AreaID   string `json:"areaId"`
-		Price    int    `json:"price"`
-		RowCount int    `json:"rowCount"`
-		ColCount int    `json:"colCount"`
-	}
-	ev := struct {
-		EventName string `json:"eventName"`
-		Artist    string `json:"artist"`
-		Areas     []area `json:"areas"`
-	}{EventName: gr.eventID, Artist: "go-load-test"}
-	for a := range c.cfg.Areas {
-		ev.Areas = append(ev.Areas, area{AreaID: strconv.Itoa(a), Price: 100, RowCount: gridRows, ColCount: gridCols})
-	}
-	body, err := json.Marshal(ev)
+	body, err := peerEventBody(gr.eventID, c.cfg.Areas)
 	if err != nil {
 		return err
 	}

@@ -291,21 +291,7 @@ func (g *Generator) Setup(ctx context.Context) error {
 }
 
 func (g *Generator) createEvent(ctx context.Context, gr *genGroup) error {
-	type area struct {
-		AreaID   string `json:"areaId"`
-		Price    int    `json:"price"`
-		RowCount int    `json:"rowCount"`
-		ColCount int    `json:"colCount"`
-	}
-	ev := struct {
-		EventName string `json:"eventName"`
-		Artist    string `json:"artist"`
-		Areas     []area `json:"areas"`
-	}{EventName: gr.eventID, Artist: "go-load-test"}
-	for a := range g.cfg.Areas {
-		ev.Areas = append(ev.Areas, area{AreaID: strconv.Itoa(a), Price: 100, RowCount: gridRows, ColCount: gridCols})
-	}
-	body, err := json.Marshal(ev)
+	body, err := peerEventBody(gr.eventID, g.cfg.Areas)
 	if err != nil {
 		return err
 	}
@@ -794,4 +780,24 @@ func selfCPUSeconds() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// peerEventBody is the event the peer's load test creates: areas of the
+// seat grid, each named by its index.
+func peerEventBody(eventID string, areas int) ([]byte, error) {
+	type area struct {
+		AreaID   string `json:"areaId"`
+		Price    int    `json:"price"`
+		RowCount int    `json:"rowCount"`
+		ColCount int    `json:"colCount"`
+	}
+	ev := struct {
+		EventName string `json:"eventName"`
+		Artist    string `json:"artist"`
+		Areas     []area `json:"areas"`
+	}{EventName: eventID, Artist: "go-load-test"}
+	for a := range areas {
+		ev.Areas = append(ev.Areas, area{AreaID: strconv.Itoa(a), Price: 100, RowCount: gridRows, ColCount: gridCols})
+	}
+	return json.Marshal(ev)
 }
