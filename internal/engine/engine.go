@@ -413,7 +413,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	ahead := len(p.inbox)
 	if cmd != nil && p.tooBusy(ahead) {
 		p.shed(shedQueueDelay)
-		return nil, ErrOverloaded
+		return nil, p.overload(ErrOverloaded, ahead)
 	}
 	r := e.reqPool.Get().(*Request)
 	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
@@ -432,7 +432,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 		r.ctx = nil
 		e.reqPool.Put(r)
 		p.shed(shedInboxFull)
-		return nil, ErrOverloaded
+		return nil, p.overload(ErrOverloaded, ahead)
 	}
 }
 
