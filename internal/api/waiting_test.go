@@ -124,13 +124,22 @@ func TestWaitingRoomServesBurstInOrder(t *testing.T) {
 	}
 	// One slot at a time, so that the order the handler sees is the
 	// order slots were handed out.
-	for range 2 {
-		<-h.entered
+	next := func(what string) {
+		t.Helper()
+		select {
+		case <-h.entered:
+		case r := <-out:
+			t.Fatalf("waiting for %s: request %d answered %v %d %q", what, r.i, r.err, r.status, r.body)
+		case <-time.After(hang):
+			t.Fatalf("waiting for %s: timed out", what)
+		}
 	}
+	next("the first request")
+	next("the second request")
 	for k := range burst {
 		h.release <- struct{}{}
 		if k < burst-2 {
-			<-h.entered
+			next("request " + strconv.Itoa(k+2))
 		}
 	}
 	for range burst {
