@@ -629,7 +629,7 @@ func TestInflightCap(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, addr := startServer(t, h, Limits{MaxInflight: 2, MaxWait: time.Nanosecond, Exempt: []string{"/healthz", "/debug/"}}, reg)
 	// A slot frees every second, far beyond the patience: no one waits.
-	s.inflight.slotNs.Store(int64(time.Second))
+	s.inflight.fastNs.Store(int64(time.Second))
 	base := "http://" + addr
 	client := &http.Client{Timeout: hang}
 	var wg sync.WaitGroup

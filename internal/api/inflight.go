@@ -17,9 +17,13 @@ const (
 	// DefaultMaxWait is the patience: a request whose predicted wait for
 	// an in-flight slot is longer is refused at once. Common clients give
 	// a call 30 s including their retries (the ticketing peer's spike
-	// client, go-retryablehttp users); 10 s of waiting leaves time for
-	// the answer itself and for one more try after a refusal.
-	DefaultMaxWait = 10 * time.Second
+	// client, go-retryablehttp users); 20 s leaves 10 s for the answer.
+	// Not less: while a crowd's streams are still arriving the release
+	// rate is at its slowest and the prediction 2–3× the wait that
+	// follows (5 × 20,000 reservations on 2 cores: predicted 11–16 s,
+	// everyone served within 8 s), and a refusal sends the client away
+	// for longer than the patience.
+	DefaultMaxWait = 20 * time.Second
 	// DefaultWaitingRoom bounds the requests waiting at once. A waiter
 	// adds about 100 bytes here, but its h2 stream or HTTP/1.1 connection
 	// costs ≈ 7 KB in net/http (handler goroutine stack, request, stream
@@ -31,6 +35,9 @@ const (
 	// is re-estimated: releases come in bursts (a log batch completes
 	// many requests at once), so single intervals would swing wildly.
 	slotWindow = 10 * time.Millisecond
+	// fastRise: the fastest recent rate moves 1/fastRise of the way to a
+	// slower window each window (half way in ≈ 0.9 s of 10 ms windows).
+	fastRise = 128
 )
 
 // Waiting room outcomes, for the metrics.
@@ -62,6 +69,7 @@ type inflightLimiter struct {
 	refused  atomic.Uint64
 	outcomes [waitOutcomes]atomic.Uint64
 	slotNs   atomic.Int64 // smoothed time between slot releases while some wait
+	fastNs   atomic.Int64 // the fastest recent slotNs: what predictions use
 
 	patienceNs int64
 	roomMax    int
@@ -70,7 +78,7 @@ type inflightLimiter struct {
 	mu         sync.Mutex
 	head, tail *waiter
 	count      int
-	winStart   int64 // when the current estimation window began (ns since epoch)
+	winStart   int64 // when the current estimation window began (ns since epoch; -1: at the next grant)
 	winGrants  int64
 }
 
@@ -137,7 +145,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		l.mu.Unlock()
 		return true
 	}
-	predicted := int64(l.count+1) * l.slotNs.Load()
+	predicted := int64(l.count+1) * l.fastNs.Load()
 	switch {
 	case l.count >= l.roomMax:
 		n := l.count
@@ -204,6 +212,12 @@ func (l *inflightLimiter) dispatchLocked() {
 // window of at least slotWindow, smoothed like the engine's slotNs.
 func (l *inflightLimiter) noteGrant() {
 	now := int64(time.Since(l.epoch))
+	if l.winStart < 0 {
+		// The first grant of a busy period starts the window: the time
+		// before it was the in-flight requests' own, not a release rate.
+		l.winStart, l.winGrants = now, 0
+		return
+	}
 	l.winGrants++
 	el := now - l.winStart
 	if el < int64(slotWindow) {
@@ -214,13 +228,23 @@ func (l *inflightLimiter) noteGrant() {
 		est = old + (est-old)/4
 	}
 	l.slotNs.Store(est)
+	// The prediction follows the fastest recent rate: it drops to a
+	// faster window at once and rises slowly. A burst slows releases
+	// while its streams arrive (the CPU sets them up) and they speed up
+	// once it is in; judged at the slow rate, a whole crowd that would be
+	// served in time is sent away for longer than its patience, while
+	// admitting one that then waits too long costs only its place.
+	if fast := l.fastNs.Load(); fast <= 0 || est < fast {
+		l.fastNs.Store(est)
+	} else {
+		l.fastNs.Store(fast + (est-fast)/fastRise)
+	}
 	l.winStart, l.winGrants = now, 0
 }
 
 func (l *inflightLimiter) push(wt *waiter) {
 	if l.count == 0 {
-		// A new busy period: time from now, not from the last one.
-		l.winStart, l.winGrants = int64(time.Since(l.epoch)), 0
+		l.winStart = -1 // a new busy period: see noteGrant
 	}
 	wt.prev, wt.next = l.tail, nil
 	if l.tail != nil {
@@ -280,7 +304,7 @@ func seconds(ns int64) string {
 
 // predictedNs is the wait a request arriving now would be predicted.
 func (l *inflightLimiter) predictedNs() int64 {
-	return (l.queued.Load() + 1) * l.slotNs.Load()
+	return (l.queued.Load() + 1) * l.fastNs.Load()
 }
 
 func (l *inflightLimiter) isExempt(path string) bool {
@@ -334,7 +358,7 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 		}, func() float64 { return float64(l.roomMax) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_waiting_predicted_seconds",
-			Help: "Predicted wait for an in-flight slot of a request arriving now (room depth + 1 × time per slot release).",
+			Help: "Predicted wait for an in-flight slot of a request arriving now ((room depth + 1) × the fastest recent time per slot release).",
 		}, func() float64 { return float64(l.predictedNs()) / 1e9 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_waiting_slot_seconds",
