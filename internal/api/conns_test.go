@@ -630,6 +630,7 @@ func TestInflightCap(t *testing.T) {
 	s, addr := startServer(t, h, Limits{MaxInflight: 2, MaxWait: time.Nanosecond, Exempt: []string{"/healthz", "/debug/"}}, reg)
 	// A slot frees every second, far beyond the patience: no one waits.
 	s.inflight.fastNs.Store(int64(time.Second))
+	s.inflight.grants = 1 << 20 // learnt, and trusted
 	base := "http://" + addr
 	client := &http.Client{Timeout: hang}
 	var wg sync.WaitGroup

@@ -198,6 +198,7 @@ func TestWaitingRoomRefusesBeyondPatience(t *testing.T) {
 	// As if slots had been freed every 1.5 s: the first waiter expects
 	// 1.5 s (within 2 s), the second 3 s.
 	s.inflight.fastNs.Store(int64(1500 * time.Millisecond))
+	s.inflight.grants = 1 << 20 // learnt, and trusted
 	base := "http://" + addr
 	out := make(chan blockResult, 3)
 	sendBlock(context.Background(), base, 0, out)
@@ -228,6 +229,7 @@ func TestWaitingRoomFull(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 2, MaxWait: time.Hour}, reg)
 	s.inflight.fastNs.Store(int64(2 * time.Second))
+	s.inflight.grants = 1 << 20 // learnt, and trusted
 	base := "http://" + addr
 	out := make(chan blockResult, 4)
 	sendBlock(context.Background(), base, 0, out)
