@@ -73,6 +73,7 @@ type inflightLimiter struct {
 
 	patienceNs int64
 	roomMax    int
+	trustAfter int64 // grants before the patience is judged (see wait)
 	epoch      time.Time
 
 	mu         sync.Mutex
@@ -95,6 +96,10 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan str
 func newInflightLimiter(next http.Handler, max int, exempt []string, maxWait time.Duration, room int) *inflightLimiter {
 	l := &inflightLimiter{next: next, max: int64(max), exempt: map[string]bool{},
 		patienceNs: int64(maxWait), roomMax: room, epoch: time.Now()}
+	l.trustAfter = int64(room)
+	if l.trustAfter < l.max {
+		l.trustAfter = l.max
+	}
 	for _, p := range exempt {
 		if strings.HasSuffix(p, "/") {
 			l.prefixes = append(l.prefixes, p)
@@ -154,11 +159,13 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		l.refuse(w, waitRefusedFull, predicted, "the server's waiting room is full ("+strconv.Itoa(n)+
 			" requests wait for one of its "+strconv.FormatInt(l.max, 10)+" in-flight slots, --waiting-room)")
 		return false
-	case predicted > l.patienceNs && l.grants >= l.max:
-		// Judged only once every slot has turned over at least once:
-		// the first windows of a cold server measure its warm-up, and
-		// a refusal on a wrong prediction costs a client far more than a
-		// wait.
+	case predicted > l.patienceNs && l.grants >= l.trustAfter:
+		// Judged only once the server has handed over a full room's
+		// worth of slots: while a crowd's streams arrive the release
+		// rate is at its slowest (the CPU sets up streams and the woken
+		// waiters queue behind them), so a cold server predicts 2–8×
+		// the wait that follows, and a refusal on a wrong prediction
+		// costs a client far more than a wait costs the server.
 		l.mu.Unlock()
 		l.refuse(w, waitRefusedPatience, predicted, "the server is handling its limit of "+strconv.FormatInt(l.max, 10)+
 			" requests at once and the predicted wait for a slot, "+seconds(predicted)+", is beyond its patience of "+
