@@ -303,3 +303,30 @@ func TestRetryAfterSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestColdServerDoesNotJudgePatience: until a full room's worth of slots
+// has been handed over, a predicted wait beyond the patience does not
+// refuse (a cold server's first measurements are its warm-up): the
+// request waits and is served.
+func TestColdServerDoesNotJudgePatience(t *testing.T) {
+	h := newOrderHandler()
+	reg := prometheus.NewRegistry()
+	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 10, MaxWait: time.Nanosecond}, reg)
+	s.inflight.fastNs.Store(int64(time.Second)) // measured, but not yet trusted
+	base := "http://" + addr
+	out := make(chan blockResult, 2)
+	sendBlock(context.Background(), base, 0, out)
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	sendBlock(context.Background(), base, 1, out)
+	awaitCond(t, "a waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	h.release <- struct{}{}
+	h.release <- struct{}{}
+	for range 2 {
+		if r := <-out; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request %d: %v %d %q", r.i, r.err, r.status, r.body)
+		}
+	}
+	if got := waitingOutcome(t, reg, "refused_patience"); got != 0 {
+		t.Errorf("surge_http_waiting_total{outcome=refused_patience} = %v, want 0", got)
+	}
+}
