@@ -224,6 +224,7 @@ func (l *inflightLimiter) dispatchLocked() {
 // window of at least slotWindow, smoothed like the engine's slotNs.
 func (l *inflightLimiter) noteGrant() {
 	now := int64(time.Since(l.epoch))
+	l.grants++
 	if l.winStart < 0 {
 		// The first grant of a busy period starts the window: the time
 		// before it was the in-flight requests' own, not a release rate.
@@ -231,7 +232,6 @@ func (l *inflightLimiter) noteGrant() {
 		return
 	}
 	l.winGrants++
-	l.grants++
 	el := now - l.winStart
 	if el < int64(slotWindow) {
 		return

@@ -314,6 +314,8 @@ func TestColdServerDoesNotJudgePatience(t *testing.T) {
 	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 10, MaxWait: time.Nanosecond}, reg)
 	s.inflight.fastNs.Store(int64(time.Second)) // measured, but not yet trusted
 	base := "http://" + addr
+	// Every slot (one) has turned over, the room's worth (10) not.
+	s.inflight.grants = 1
 	out := make(chan blockResult, 2)
 	sendBlock(context.Background(), base, 0, out)
 	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
