@@ -461,10 +461,14 @@ const defaultShedMinQueue = 256
 var errExpired = fmt.Errorf("%w: the request waited in the queue longer than the limit and was not applied", ErrOverloaded)
 
 // tooBusy says whether a command joining a queue of ahead requests would
-// wait longer than the admission target.
-func (p *partition) tooBusy(ahead int) bool {
+// wait longer than the admission target, and the wait it predicts.
+func (p *partition) tooBusy(ahead int) (time.Duration, bool) {
 	a := p.e.admitNs
-	return a > 0 && ahead >= p.e.opts.shedMinQueue && int64(ahead)*p.slotNs.Load() > a
+	if a <= 0 || ahead < p.e.opts.shedMinQueue {
+		return 0, false
+	}
+	wait := int64(ahead) * p.slotNs.Load()
+	return time.Duration(wait), wait > a
 }
 
 // overloaded is ErrOverloaded (or errExpired) with the wait the partition
@@ -494,6 +498,11 @@ func RetryAfter(err error) time.Duration {
 // requests.
 func (p *partition) overload(base error, ahead int) error {
 	return &overloaded{err: base, wait: time.Duration(int64(ahead) * p.slotNs.Load())}
+}
+
+// tooBusyErr is the refusal of tooBusy, with the wait it predicted.
+func tooBusyErr(wait time.Duration) error {
+	return &overloaded{err: ErrOverloaded, wait: wait}
 }
 
 // waitSample sums one batch's measured waits for the slotNs estimate.
