@@ -621,12 +621,16 @@ func TestShutdownClosesSilentConns(t *testing.T) {
 	}
 }
 
-// TestInflightCap: past --max-inflight requests a request gets 503 with
-// Retry-After at once, while exempt paths are still served.
+// TestInflightCap: past --max-inflight requests a request that cannot be
+// served within the waiting room's patience gets 503 with Retry-After at
+// once, while exempt paths are still served.
 func TestInflightCap(t *testing.T) {
 	h := newBlockingHandler()
 	reg := prometheus.NewRegistry()
-	_, addr := startServer(t, h, Limits{MaxInflight: 2, Exempt: []string{"/healthz", "/debug/"}}, reg)
+	s, addr := startServer(t, h, Limits{MaxInflight: 2, MaxWait: time.Nanosecond, Exempt: []string{"/healthz", "/debug/"}}, reg)
+	// A slot frees every second, far beyond the patience: no one waits.
+	s.inflight.fastNs.Store(int64(time.Second))
+	s.inflight.grants = 1 << 20 // learnt, and trusted
 	base := "http://" + addr
 	client := &http.Client{Timeout: hang}
 	var wg sync.WaitGroup

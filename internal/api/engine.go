@@ -16,11 +16,13 @@ import (
 
 // EngineError answers an engine failure with a status a client can act on.
 // busy words the 429: the engine refused the command before applying it,
-// so the client can safely retry after the Retry-After that Error sets. A
-// command too large for the log is 413, naming the limit.
+// so the client can safely retry after the Retry-After it carries: the
+// partition's predicted wait (engine.RetryAfter), at least 1 s. A command
+// too large for the log is 413, naming the limit.
 func EngineError(w http.ResponseWriter, err error, busy string) int {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
+		SetRetryAfter(w, engine.RetryAfter(err))
 		return Error(w, http.StatusTooManyRequests, busy)
 	case errors.Is(err, engine.ErrTooLarge):
 		return Error(w, http.StatusRequestEntityTooLarge, tooLargeMsg(err))

@@ -1,30 +1,105 @@
 package api
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Waiting room defaults (Limits.MaxWait, Limits.WaitingRoom).
+const (
+	// DefaultMaxWait is the patience: a request whose predicted wait for
+	// an in-flight slot is longer is refused at once. Common clients give
+	// a call 30 s including their retries (the ticketing peer's spike
+	// client, go-retryablehttp users); 20 s leaves 10 s for the answer.
+	// Not less: while a crowd's streams are still arriving the release
+	// rate is at its slowest and the prediction 2–3× the wait that
+	// follows (5 × 20,000 reservations on 2 cores: predicted 11–16 s,
+	// everyone served within 8 s), and a refusal sends the client away
+	// for longer than the patience.
+	DefaultMaxWait = 20 * time.Second
+	// DefaultWaitingRoom bounds the requests waiting at once. A waiter
+	// adds 48 bytes here, but its h2 stream keeps its handler goroutine,
+	// request and stream buffers in net/http: 4–5 KB of resident memory
+	// per waiter (peak RSS of a 5 × 20,000 crowd with ≈ 96,000 waiting,
+	// 630–770 MiB, against 266 MiB when they were refused at once), so
+	// 100,000 waiters hold ≈ 0.5 GB: a whole flash crowd of that size.
+	DefaultWaitingRoom = 100_000
+	// slotWindow is how long grants are counted before the time per slot
+	// is re-estimated: releases come in bursts (a log batch completes
+	// many requests at once), so single intervals would swing wildly.
+	slotWindow = 10 * time.Millisecond
+	// fastRise: the fastest recent rate moves 1/fastRise of the way to a
+	// slower window each window (half way in ≈ 0.9 s of 10 ms windows).
+	fastRise = 128
+)
+
+// Waiting room outcomes, for the metrics.
+const (
+	waitServed = iota
+	waitRefusedFull
+	waitRefusedPatience
+	waitClientGone
+	waitOutcomes
+)
+
+var waitOutcomeNames = [waitOutcomes]string{"served", "refused_full", "refused_patience", "client_gone"}
+
 // inflightLimiter caps the requests being handled at once over every
 // connection. Connections and h2 streams are capped too, but their product
-// is far more work than the server can hold; past the cap a request is
-// answered 503 at once instead of queuing behind the others.
+// is far more work than the server can hold. Past the cap a request waits
+// in a first-come-first-served waiting room for a slot, as long as its
+// predicted wait (its place in the room × the observed time between slot
+// releases) is within the patience; otherwise it is refused at once with
+// a Retry-After of that predicted wait, so refused clients come back
+// spread out and when there is room, not in a wave one second later.
 type inflightLimiter struct {
 	next     http.Handler
 	max      int64
 	exempt   map[string]bool
 	prefixes []string
-	n        atomic.Int64
+	n        atomic.Int64 // slots taken
+	queued   atomic.Int64 // waiters in the room: release reads it without mu
 	refused  atomic.Uint64
-	msg      string
+	outcomes [waitOutcomes]atomic.Uint64
+	slotNs   atomic.Int64 // smoothed time between slot releases while some wait
+	fastNs   atomic.Int64 // the fastest recent slotNs: what predictions use
+
+	patienceNs int64
+	roomMax    int
+	trustAfter int64 // grants before the patience is judged (see wait)
+	epoch      time.Time
+
+	mu         sync.Mutex
+	head, tail *waiter
+	count      int
+	winStart   int64 // when the current estimation window began (ns since epoch; -1: at the next grant)
+	winGrants  int64
+	grants     int64 // slots handed to waiters since the start
 }
 
-func newInflightLimiter(next http.Handler, max int, exempt []string) *inflightLimiter {
-	l := &inflightLimiter{next: next, max: int64(max), exempt: map[string]bool{}}
+// waiter is one request in the room; pooled, so waiting allocates nothing.
+type waiter struct {
+	ready      chan struct{} // receives once the slot is handed over
+	prev, next *waiter
+	granted    bool
+}
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan struct{}, 1)} }}
+
+func newInflightLimiter(next http.Handler, max int, exempt []string, maxWait time.Duration, room int) *inflightLimiter {
+	l := &inflightLimiter{next: next, max: int64(max), exempt: map[string]bool{},
+		patienceNs: int64(maxWait), roomMax: room, epoch: time.Now()}
+	l.trustAfter = int64(room)
+	if l.trustAfter < l.max {
+		l.trustAfter = l.max
+	}
 	for _, p := range exempt {
 		if strings.HasSuffix(p, "/") {
 			l.prefixes = append(l.prefixes, p)
@@ -32,7 +107,6 @@ func newInflightLimiter(next http.Handler, max int, exempt []string) *inflightLi
 			l.exempt[p] = true
 		}
 	}
-	l.msg = "the server is handling its limit of " + strconv.Itoa(max) + " requests at once; retry in a second"
 	return l
 }
 
@@ -41,14 +115,209 @@ func (l *inflightLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.next.ServeHTTP(w, r)
 		return
 	}
-	if l.n.Add(1) > l.max {
-		l.n.Add(-1)
-		l.refused.Add(1)
-		Error(w, http.StatusServiceUnavailable, l.msg)
+	if (l.queued.Load() != 0 || !l.tryTake()) && !l.wait(w, r) {
 		return
 	}
-	defer l.n.Add(-1)
+	defer l.release()
 	l.next.ServeHTTP(w, r)
+}
+
+func (l *inflightLimiter) tryTake() bool {
+	if l.n.Add(1) <= l.max {
+		return true
+	}
+	l.n.Add(-1)
+	return false
+}
+
+// release frees a slot and, if anyone waits, hands free slots to the
+// head of the room. The order (free, then read queued) pairs with wait's
+// (publish queued, then take): one of the two always sees the other.
+func (l *inflightLimiter) release() {
+	l.n.Add(-1)
+	if l.queued.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.dispatchLocked()
+	l.mu.Unlock()
+}
+
+// wait queues r for a slot, or refuses it; it reports whether r got one.
+func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
+	l.mu.Lock()
+	l.dispatchLocked()
+	if l.head == nil && l.tryTake() {
+		l.mu.Unlock()
+		return true
+	}
+	predicted := int64(l.count+1) * l.fastNs.Load()
+	switch {
+	case l.count >= l.roomMax:
+		n := l.count
+		l.mu.Unlock()
+		l.refuse(w, waitRefusedFull, predicted, "the server's waiting room is full ("+strconv.Itoa(n)+
+			" requests wait for one of its "+strconv.FormatInt(l.max, 10)+" in-flight slots, --waiting-room)")
+		return false
+	case predicted > l.patienceNs && l.grants >= l.trustAfter:
+		// Judged only once the server has handed over a full room's
+		// worth of slots: while a crowd's streams arrive the release
+		// rate is at its slowest (the CPU sets up streams and the woken
+		// waiters queue behind them), so a cold server predicts 2–8×
+		// the wait that follows, and a refusal on a wrong prediction
+		// costs a client far more than a wait costs the server.
+		l.mu.Unlock()
+		l.refuse(w, waitRefusedPatience, predicted, "the server is handling its limit of "+strconv.FormatInt(l.max, 10)+
+			" requests at once and the predicted wait for a slot, "+seconds(predicted)+", is beyond its patience of "+
+			seconds(l.patienceNs)+" (--max-wait)")
+		return false
+	}
+	wt := waiterPool.Get().(*waiter)
+	l.push(wt)
+	l.dispatchLocked()
+	l.mu.Unlock()
+	select {
+	case <-wt.ready:
+		l.outcomes[waitServed].Add(1)
+		l.recycle(wt)
+		return true
+	case <-r.Context().Done():
+		l.leave(wt)
+		return false
+	}
+}
+
+// leave takes a waiter whose client went away out of the room; if a slot
+// was handed to it meanwhile, the slot goes to the next in line.
+func (l *inflightLimiter) leave(wt *waiter) {
+	l.outcomes[waitClientGone].Add(1)
+	l.mu.Lock()
+	granted := wt.granted
+	if !granted {
+		l.unlink(wt)
+	}
+	l.mu.Unlock()
+	if granted {
+		<-wt.ready
+		l.release()
+	}
+	l.recycle(wt)
+}
+
+func (l *inflightLimiter) recycle(wt *waiter) {
+	wt.granted, wt.prev, wt.next = false, nil, nil
+	waiterPool.Put(wt)
+}
+
+// dispatchLocked hands free slots to the room in arrival order.
+func (l *inflightLimiter) dispatchLocked() {
+	for l.head != nil && l.tryTake() {
+		wt := l.head
+		l.unlink(wt)
+		wt.granted = true
+		wt.ready <- struct{}{}
+		l.noteGrant()
+	}
+}
+
+// noteGrant learns the time per slot release: grants counted over a
+// window of at least slotWindow, smoothed like the engine's slotNs.
+func (l *inflightLimiter) noteGrant() {
+	now := int64(time.Since(l.epoch))
+	l.grants++
+	if l.winStart < 0 {
+		// The first grant of a busy period starts the window: the time
+		// before it was the in-flight requests' own, not a release rate.
+		l.winStart, l.winGrants = now, 0
+		return
+	}
+	l.winGrants++
+	el := now - l.winStart
+	if el < int64(slotWindow) {
+		return
+	}
+	est := el / l.winGrants
+	if old := l.slotNs.Load(); old > 0 {
+		est = old + (est-old)/4
+	}
+	l.slotNs.Store(est)
+	// The prediction follows the fastest recent rate: it drops to a
+	// faster window at once and rises slowly. A burst slows releases
+	// while its streams arrive (the CPU sets them up) and they speed up
+	// once it is in; judged at the slow rate, a whole crowd that would be
+	// served in time is sent away for longer than its patience, while
+	// admitting one that then waits too long costs only its place.
+	if fast := l.fastNs.Load(); fast <= 0 || est < fast {
+		l.fastNs.Store(est)
+	} else {
+		l.fastNs.Store(fast + (est-fast)/fastRise)
+	}
+	l.winStart, l.winGrants = now, 0
+}
+
+func (l *inflightLimiter) push(wt *waiter) {
+	if l.count == 0 {
+		l.winStart = -1 // a new busy period: see noteGrant
+	}
+	wt.prev, wt.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = wt
+	} else {
+		l.head = wt
+	}
+	l.tail = wt
+	l.count++
+	l.queued.Store(int64(l.count))
+}
+
+func (l *inflightLimiter) unlink(wt *waiter) {
+	if wt.prev != nil {
+		wt.prev.next = wt.next
+	} else {
+		l.head = wt.next
+	}
+	if wt.next != nil {
+		wt.next.prev = wt.prev
+	} else {
+		l.tail = wt.prev
+	}
+	wt.prev, wt.next = nil, nil
+	l.count--
+	l.queued.Store(int64(l.count))
+}
+
+// refuse answers 503 with Retry-After = the predicted wait (at least 1 s;
+// the patience while nothing has been measured yet).
+func (l *inflightLimiter) refuse(w http.ResponseWriter, outcome int, predictedNs int64, why string) {
+	l.outcomes[outcome].Add(1)
+	l.refused.Add(1)
+	if predictedNs <= 0 {
+		predictedNs = l.patienceNs
+	}
+	after := RetryAfterSeconds(time.Duration(predictedNs))
+	w.Header().Set("Retry-After", strconv.Itoa(after))
+	Error(w, http.StatusServiceUnavailable, why+"; nothing was done: retry after "+strconv.Itoa(after)+" s (Retry-After)")
+}
+
+// RetryAfterSeconds is d in whole seconds for a Retry-After header:
+// rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// SetRetryAfter sets Retry-After from a predicted wait (at least 1 s);
+// Error keeps it.
+func SetRetryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(d)))
+}
+
+func seconds(ns int64) string {
+	return strconv.FormatFloat(float64(ns)/1e9, 'f', 1, 64) + " s"
+}
+
+// predictedNs is the wait a request arriving now would be predicted.
+func (l *inflightLimiter) predictedNs() int64 {
+	return (l.queued.Load() + 1) * l.fastNs.Load()
 }
 
 func (l *inflightLimiter) isExempt(path string) bool {
@@ -90,8 +359,24 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 		}, func() float64 { return float64(l.n.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "surge_http_requests_refused_total",
-			Help: "Requests answered 503 because --max-inflight requests were already being handled.",
+			Help: "Requests answered 503 past --max-inflight: the waiting room was full or the predicted wait was beyond --max-wait.",
 		}, func() float64 { return float64(l.refused.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_waiting_requests",
+			Help: "Requests waiting now for an in-flight slot (the waiting room's depth).",
+		}, func() float64 { return float64(l.queued.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_waiting_limit",
+			Help: "Cap on requests waiting for an in-flight slot (--waiting-room).",
+		}, func() float64 { return float64(l.roomMax) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_waiting_predicted_seconds",
+			Help: "Predicted wait for an in-flight slot of a request arriving now ((room depth + 1) × the fastest recent time per slot release).",
+		}, func() float64 { return float64(l.predictedNs()) / 1e9 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_waiting_slot_seconds",
+			Help: "Observed time between in-flight slot releases while requests wait (smoothed).",
+		}, func() float64 { return float64(l.slotNs.Load()) / 1e9 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_body_bytes_held",
 			Help: "Bytes of large request bodies held now, counted against --max-body-memory.",
@@ -101,4 +386,11 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 			Help: "Requests whose body waited for room under --max-body-memory before it was read.",
 		}, func() float64 { return float64(Bodies.waits.Load()) }),
 	)
+	for i, name := range waitOutcomeNames {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "surge_http_waiting_total",
+			Help:        "Requests that found every in-flight slot taken, by outcome: served after waiting, refused because the room was full or the predicted wait beyond --max-wait, or their client went away while waiting.",
+			ConstLabels: prometheus.Labels{"outcome": name},
+		}, func() float64 { return float64(l.outcomes[i].Load()) }))
+	}
 }

@@ -49,8 +49,17 @@ type Limits struct {
 	// given (0: DefaultMaxStreams).
 	MaxStreams int
 	// MaxInflight caps requests being handled at once over all connections
-	// (0: DefaultMaxInflight); beyond it a request gets 503 at once.
+	// (0: DefaultMaxInflight); beyond it a request waits in the waiting
+	// room for a slot, first come first served.
 	MaxInflight int
+	// MaxWait is the waiting room's patience (0: DefaultMaxWait): a
+	// request whose predicted wait for a slot is longer gets 503 at once,
+	// with Retry-After = that predicted wait.
+	MaxWait time.Duration
+	// WaitingRoom caps the requests waiting for a slot (0:
+	// DefaultWaitingRoom); beyond it 503 with Retry-After = the predicted
+	// time for the room to drain.
+	WaitingRoom int
 	// ReadTimeout and WriteTimeout bound a whole request and its answer
 	// (0: DefaultReadTimeout, DefaultWriteTimeout), except streams and
 	// long polls.
@@ -85,6 +94,10 @@ func (l Limits) Resolve() (Limits, error) {
 		return l, fmt.Errorf("--max-streams %d: must be 0 (default %d) or more", l.MaxStreams, DefaultMaxStreams)
 	case l.MaxInflight < 0:
 		return l, fmt.Errorf("--max-inflight %d: must be 0 (default %d) or more", l.MaxInflight, DefaultMaxInflight)
+	case l.MaxWait < 0:
+		return l, fmt.Errorf("--max-wait %v: must be 0 (default %v) or more", l.MaxWait, DefaultMaxWait)
+	case l.WaitingRoom < 0:
+		return l, fmt.Errorf("--waiting-room %d: must be 0 (default %d) or more", l.WaitingRoom, DefaultWaitingRoom)
 	case l.ReadTimeout < 0 || l.WriteTimeout < 0:
 		return l, fmt.Errorf("read timeout %v and write timeout %v: must be 0 (default %v) or more", l.ReadTimeout, l.WriteTimeout, DefaultWriteTimeout)
 	case l.StallTimeout < 0:
@@ -95,6 +108,8 @@ func (l Limits) Resolve() (Limits, error) {
 		return l, fmt.Errorf("--max-body-memory %d: must be 0 (default %d) or at least %d", l.BodyMemory, DefaultBodyMemory, SmallBody)
 	}
 	l.BodyMemory = cmp.Or(l.BodyMemory, DefaultBodyMemory)
+	l.MaxWait = cmp.Or(l.MaxWait, DefaultMaxWait)
+	l.WaitingRoom = cmp.Or(l.WaitingRoom, DefaultWaitingRoom)
 	l.ReadTimeout = cmp.Or(l.ReadTimeout, DefaultReadTimeout)
 	l.WriteTimeout = cmp.Or(l.WriteTimeout, DefaultWriteTimeout)
 	l.StallTimeout = cmp.Or(l.StallTimeout, DefaultStallTimeout)
@@ -139,7 +154,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	}
 	Bodies.resize(lim.BodyMemory)
 	s.conns = newConnTracker(lim.MaxConns)
-	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt)
+	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt, lim.MaxWait, lim.WaitingRoom)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
 	if reg != nil {
 		registerMetrics(reg, s.conns, s.inflight)

@@ -48,7 +48,10 @@ func Error(w http.ResponseWriter, status int, msg string) int {
 	*b = AppendString(*b, msg)
 	*b = append(*b, "}\n"...)
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
+		if h := w.Header(); h.Get("Retry-After") == "" {
+			// No prediction of the wait: a second, the smallest pause.
+			h.Set("Retry-After", "1")
+		}
 	}
 	Write(w, status, true, *b)
 	PutBuf(b)

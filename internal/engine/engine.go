@@ -411,9 +411,11 @@ func (e *Engine) await(ctx context.Context, r *Request) (any, error) {
 
 func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Command, q any) (*Request, error) {
 	ahead := len(p.inbox)
-	if cmd != nil && p.tooBusy(ahead) {
-		p.shed(shedQueueDelay)
-		return nil, ErrOverloaded
+	if cmd != nil {
+		if wait, busy := p.tooBusy(ahead); busy {
+			p.shed(shedQueueDelay)
+			return nil, tooBusyErr(wait)
+		}
 	}
 	r := e.reqPool.Get().(*Request)
 	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
@@ -432,7 +434,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 		r.ctx = nil
 		e.reqPool.Put(r)
 		p.shed(shedInboxFull)
-		return nil, ErrOverloaded
+		return nil, p.overload(ErrOverloaded, ahead)
 	}
 }
 

@@ -804,6 +804,11 @@ func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 				case errors.Is(err, engine.ErrOverloaded):
 					refused[id] = true
 					slowestRefused = max(slowestRefused, took)
+					// Refused at submission, the wait it predicts is
+					// what made it refuse: above half the limit.
+					if !strings.Contains(err.Error(), "waited in the queue") && engine.RetryAfter(err) <= maxDelay/2 {
+						t.Errorf("request %d refused at submission predicting a wait of %v; want over %v", id, engine.RetryAfter(err), maxDelay/2)
+					}
 				default:
 					t.Errorf("request %d: %v", id, err)
 				}

@@ -461,10 +461,48 @@ const defaultShedMinQueue = 256
 var errExpired = fmt.Errorf("%w: the request waited in the queue longer than the limit and was not applied", ErrOverloaded)
 
 // tooBusy says whether a command joining a queue of ahead requests would
-// wait longer than the admission target.
-func (p *partition) tooBusy(ahead int) bool {
+// wait longer than the admission target, and the wait it predicts.
+func (p *partition) tooBusy(ahead int) (time.Duration, bool) {
 	a := p.e.admitNs
-	return a > 0 && ahead >= p.e.opts.shedMinQueue && int64(ahead)*p.slotNs.Load() > a
+	if a <= 0 || ahead < p.e.opts.shedMinQueue {
+		return 0, false
+	}
+	wait := int64(ahead) * p.slotNs.Load()
+	return time.Duration(wait), wait > a
+}
+
+// overloaded is ErrOverloaded (or errExpired) with the wait the partition
+// predicts for a request joining its inbox now, so the API can tell the
+// client when to come back (RetryAfter) instead of a fixed pause that
+// brings every refused client back at once.
+type overloaded struct {
+	err  error
+	wait time.Duration
+}
+
+func (o *overloaded) Error() string { return o.err.Error() }
+func (o *overloaded) Unwrap() error { return o.err }
+
+// RetryAfter is the wait an ErrOverloaded predicts for a retry (the queue
+// it was refused behind, drained at the observed rate); 0 if err carries
+// no prediction (another error, or one relayed by another node).
+func RetryAfter(err error) time.Duration {
+	var o *overloaded
+	if errors.As(err, &o) {
+		return o.wait
+	}
+	return 0
+}
+
+// overload is base with the partition's predicted wait behind ahead
+// requests.
+func (p *partition) overload(base error, ahead int) error {
+	return &overloaded{err: base, wait: time.Duration(int64(ahead) * p.slotNs.Load())}
+}
+
+// tooBusyErr is the refusal of tooBusy, with the wait it predicted.
+func tooBusyErr(wait time.Duration) error {
+	return &overloaded{err: ErrOverloaded, wait: wait}
 }
 
 // waitSample sums one batch's measured waits for the slotNs estimate.
@@ -484,7 +522,7 @@ func (p *partition) admit(r *Request, s *waitSample) bool {
 	case r.ctx.Err() != nil:
 		r.err, reason = r.ctx.Err(), shedCancelled
 	case r.cmd != nil && p.e.maxWaitNs > 0 && waited > p.e.maxWaitNs && r.ahead >= p.e.opts.shedMinQueue:
-		r.err, reason = errExpired, shedExpired
+		r.err, reason = p.overload(errExpired, len(p.inbox)), shedExpired
 	default:
 		return true
 	}

@@ -58,6 +58,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	MaxStreams  int
 	MaxInflight int
+	MaxWait     time.Duration // the waiting room's patience
+	WaitingRoom int           // requests waiting for an in-flight slot at most
 	// StallTimeout and StreamBuffer bound streams and long polls
 	// (api.Limits; 0 means the default).
 	StallTimeout time.Duration
@@ -295,6 +297,8 @@ func Run(ctx context.Context, cfg Config) error {
 		IdleTimeout:  cfg.IdleTimeout,
 		MaxStreams:   cfg.MaxStreams,
 		MaxInflight:  cfg.MaxInflight,
+		MaxWait:      cfg.MaxWait,
+		WaitingRoom:  cfg.WaitingRoom,
 		StallTimeout: cfg.StallTimeout,
 		StreamBuffer: cfg.StreamBuffer,
 		BodyMemory:   cfg.MaxBodyMemory,
@@ -587,6 +591,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logger.Info("surge serving", append(append([]any{"addr", ln.Addr().String()}, where...), "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
 		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight,
+		"max_wait", limits.MaxWait, "waiting_room", limits.WaitingRoom,
 		"events", fmt.Sprintf("%d/%d", used.Events, stateLimits.Events), "areas", fmt.Sprintf("%d/%d", used.Areas, stateLimits.Areas),
 		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)...)
 	if cfg.Ready != nil {
