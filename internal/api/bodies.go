@@ -33,66 +33,49 @@ const (
 	MaxBodyWait = 30 * time.Second
 )
 
-// BodyBudget is a count of bytes handed out first come, first served: a
-// large body waiting is not overtaken by later ones.
-type BodyBudget struct {
+// budget is a count of bytes handed out first come, first served: a
+// request that does not fit waits, and a later smaller one does not
+// overtake it. The body budget and the streams' buffer (Streams) are
+// each one.
+type budget struct {
 	mu      sync.Mutex
 	total   int64
 	free    int64
-	waiting []*bodyWaiter
-	held    atomic.Int64
-	waits   atomic.Uint64
+	peak    int64 // the most ever held at once
+	waiting []*budgetWaiter
+	waits   atomic.Uint64 // acquires that had to wait
 }
 
-type bodyWaiter struct {
+type budgetWaiter struct {
 	n     int64
 	ready chan struct{}
 }
 
-// NewBodyBudget returns a budget of total bytes.
-func NewBodyBudget(total int64) *BodyBudget {
-	return &BodyBudget{total: total, free: total}
-}
-
-// Bodies is the process's budget; NewServer sizes it from Limits.
-var Bodies = NewBodyBudget(DefaultBodyMemory)
-
-// ErrBodyBudget: the wait for room in the budget passed MaxBodyWait.
-var ErrBodyBudget = errors.New("the server is holding its limit of request bodies (--max-body-memory); nothing was done, retry after a pause")
-
-// resize sets the budget's total; bytes held stay held.
-func (b *BodyBudget) resize(total int64) {
-	b.mu.Lock()
-	b.free += total - b.total
-	b.total = total
-	b.wakeLocked()
-	b.mu.Unlock()
-}
-
-// Acquire waits until n bytes are free (n is cut to the total, so one
-// body never waits for ever), ctx ends, or MaxBodyWait passes. The
-// release gives them back once.
-func (b *BodyBudget) Acquire(ctx context.Context, n int64) (release func(), err error) {
+// acquire waits until n bytes are free (n is cut to the total, so one
+// request never waits for ever), ctx ends, or maxWait passes (then
+// errTimeout). It returns the bytes taken, for release.
+func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, errTimeout error) (int64, error) {
 	b.mu.Lock()
 	n = min(n, b.total)
 	if len(b.waiting) == 0 && b.free >= n {
-		b.free -= n
+		b.takeLocked(n)
 		b.mu.Unlock()
-		return b.releaser(n), nil
+		return n, nil
 	}
-	w := &bodyWaiter{n: n, ready: make(chan struct{})}
+	w := &budgetWaiter{n: n, ready: make(chan struct{})}
 	b.waiting = append(b.waiting, w)
 	b.mu.Unlock()
 	b.waits.Add(1)
-	t := time.NewTimer(MaxBodyWait)
+	t := time.NewTimer(maxWait)
 	defer t.Stop()
+	var err error
 	select {
 	case <-w.ready:
-		return b.releaser(n), nil
+		return n, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
-		err = ErrBodyBudget
+		err = errTimeout
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -109,34 +92,75 @@ func (b *BodyBudget) Acquire(ctx context.Context, n int64) (release func(), err 
 		}
 		b.wakeLocked() // a large waiter gone may let smaller ones in
 	}
-	return nil, err
+	return 0, err
 }
 
-func (b *BodyBudget) releaser(n int64) func() {
-	b.held.Add(n)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.held.Add(-n)
-			b.mu.Lock()
-			b.free += n
-			b.wakeLocked()
-			b.mu.Unlock()
-		})
-	}
+// release gives back n bytes that acquire took.
+func (b *budget) release(n int64) {
+	b.mu.Lock()
+	b.free += n
+	b.wakeLocked()
+	b.mu.Unlock()
 }
 
-func (b *BodyBudget) wakeLocked() {
+// resize sets the total; bytes held stay held.
+func (b *budget) resize(total int64) {
+	b.mu.Lock()
+	b.free += total - b.total
+	b.total = total
+	b.wakeLocked()
+	b.mu.Unlock()
+}
+
+func (b *budget) takeLocked(n int64) {
+	b.free -= n
+	b.peak = max(b.peak, b.total-b.free)
+}
+
+func (b *budget) wakeLocked() {
 	for len(b.waiting) > 0 && b.free >= b.waiting[0].n {
 		w := b.waiting[0]
 		b.waiting = b.waiting[1:]
-		b.free -= w.n
+		b.takeLocked(w.n)
 		close(w.ready)
 	}
 }
 
+// held is the bytes taken now.
+func (b *budget) held() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total - b.free
+}
+
+// BodyBudget is the budget of large request bodies.
+type BodyBudget struct{ budget }
+
+// NewBodyBudget returns a budget of total bytes.
+func NewBodyBudget(total int64) *BodyBudget {
+	return &BodyBudget{budget: budget{total: total, free: total}}
+}
+
+// Bodies is the process's budget; NewServer sizes it from Limits.
+var Bodies = NewBodyBudget(DefaultBodyMemory)
+
+// ErrBodyBudget: the wait for room in the budget passed MaxBodyWait.
+var ErrBodyBudget = errors.New("the server is holding its limit of request bodies (--max-body-memory); nothing was done, retry after a pause")
+
+// Acquire waits until n bytes are free (n is cut to the total, so one
+// body never waits for ever), ctx ends, or MaxBodyWait passes. The
+// release gives them back once.
+func (b *BodyBudget) Acquire(ctx context.Context, n int64) (release func(), err error) {
+	n, err = b.acquire(ctx, n, MaxBodyWait, ErrBodyBudget)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { b.release(n) }) }, nil
+}
+
 // Held is the bytes held now.
-func (b *BodyBudget) Held() int64 { return b.held.Load() }
+func (b *BodyBudget) Held() int64 { return b.held() }
 
 // HoldBody counts a body of up to n bytes (its declared length, or the
 // route's limit when none is declared) against the budget until the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,13 +59,7 @@ var ErrStreamBusy = errors.New("the server's buffer for streams (--stream-buffer
 // Streams is the shared budget of one server's streams and long polls.
 type Streams struct {
 	stall time.Duration
-	limit int64
-
-	mu      sync.Mutex
-	used    int64
-	peak    int64
-	waiting int
-	freed   chan struct{} // closed and replaced when bytes come back and someone waits
+	buf   budget
 
 	stalled, busy, shutdown atomic.Int64
 }
@@ -80,7 +73,7 @@ func NewStreams(stall time.Duration, limit int64) *Streams {
 	if limit <= 0 {
 		limit = DefaultStreamBuffer
 	}
-	return &Streams{stall: stall, limit: limit, freed: make(chan struct{})}
+	return &Streams{stall: stall, buf: budget{total: limit, free: limit}}
 }
 
 // defaultStreams serves handlers run outside a Server (tests, tools).
@@ -104,9 +97,9 @@ func StreamsOf(ctx context.Context) *Streams {
 
 // Buffered is the bytes reserved now; Peak the most ever reserved at once;
 // Limit the budget.
-func (s *Streams) Buffered() int64 { s.mu.Lock(); defer s.mu.Unlock(); return s.used }
-func (s *Streams) Peak() int64     { s.mu.Lock(); defer s.mu.Unlock(); return s.peak }
-func (s *Streams) Limit() int64    { return s.limit }
+func (s *Streams) Buffered() int64 { return s.buf.held() }
+func (s *Streams) Peak() int64     { s.buf.mu.Lock(); defer s.buf.mu.Unlock(); return s.buf.peak }
+func (s *Streams) Limit() int64    { return s.buf.total }
 
 // Ended counts the streams the server ended for reason.
 func (s *Streams) Ended(reason string) int64 {
@@ -130,7 +123,7 @@ func (s *Streams) register(reg prometheus.Registerer) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_stream_buffer_limit_bytes",
 			Help: "Cap on surge_stream_buffered_bytes (--stream-buffer).",
-		}, func() float64 { return float64(s.limit) }),
+		}, func() float64 { return float64(s.Limit()) }),
 	)
 	for _, r := range []string{EndStalled, EndBusy, EndShutdown} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -141,53 +134,18 @@ func (s *Streams) register(reg prometheus.Registerer) {
 	}
 }
 
-// reserve takes n bytes, waiting up to the stall timeout for them. One
-// page larger than the whole budget waits for all of it.
+// reserve takes n bytes, waiting up to the stall timeout for them, first
+// come, first served. One page larger than the whole budget waits for all
+// of it.
 func (s *Streams) reserve(ctx context.Context, n int64) (int64, error) {
-	n = min(n, s.limit)
-	var t *time.Timer
-	for {
-		s.mu.Lock()
-		if s.used+n <= s.limit {
-			s.used += n
-			s.peak = max(s.peak, s.used)
-			s.mu.Unlock()
-			return n, nil
-		}
-		s.waiting++
-		ch := s.freed
-		s.mu.Unlock()
-		if t == nil {
-			t = time.NewTimer(s.stall)
-			defer t.Stop()
-		}
-		var err error
-		select {
-		case <-ch:
-		case <-t.C:
-			s.busy.Add(1)
-			err = ErrStreamBusy
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		s.mu.Lock()
-		s.waiting--
-		s.mu.Unlock()
-		if err != nil {
-			return 0, err
-		}
+	n, err := s.buf.acquire(ctx, n, s.stall, ErrStreamBusy)
+	if errors.Is(err, ErrStreamBusy) {
+		s.busy.Add(1)
 	}
+	return n, err
 }
 
-func (s *Streams) unreserve(n int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.used -= n
-	if s.waiting > 0 {
-		close(s.freed)
-		s.freed = make(chan struct{})
-	}
-}
+func (s *Streams) unreserve(n int64) { s.buf.release(n) }
 
 type streamKey struct{}
 
