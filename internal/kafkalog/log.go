@@ -273,19 +273,6 @@ func (l *Log) commit(batch []*request) error {
 		{Key: headerNode, Value: []byte(l.cfg.NodeID)},
 		{Key: headerEpoch, Value: strconv.AppendInt(nil, int64(epoch), 10)},
 	}
-	var (
-		errMu    sync.Mutex
-		firstErr error
-	)
-	promise := func(_ *kgo.Record, err error) {
-		if err != nil {
-			errMu.Lock()
-			if firstErr == nil {
-				firstErr = err
-			}
-			errMu.Unlock()
-		}
-	}
 	var datas [][]byte
 	var recs []*kgo.Record
 	for _, r := range batch {
@@ -300,6 +287,9 @@ func (l *Log) commit(batch []*request) error {
 			recs = append(recs, rec)
 		}
 	}
+	if len(recs) == 0 {
+		return l.abort(errors.New("kafkalog: a cycle with no entries"))
+	}
 	// The first record goes alone and is acknowledged before the rest are
 	// produced. Kafka answers a transaction's first produce with the
 	// retriable CONCURRENT_TRANSACTIONS while the previous transaction's
@@ -307,34 +297,12 @@ func (l *Log) commit(batch []*request) error {
 	// then gets OUT_OF_ORDER_SEQUENCE_NUMBER, which is fatal to a
 	// transactional producer (the test appending one large entry right
 	// after Open's marker hit it on a busy machine).
-	if len(recs) == 0 {
-		return l.abort(errors.New("kafkalog: a cycle with no entries"))
-	}
-	l.cl.Produce(ctx, recs[0], promise)
-	if len(recs) > 1 {
-		if err := l.cl.Flush(ctx); err != nil {
+	for _, part := range [][]*kgo.Record{recs[:1], recs[1:]} {
+		if err := l.produce(ctx, part); err != nil {
+			// franz-go would commit the records that did succeed; that
+			// would leave a hole in the middle of what the engine applied.
 			return l.abort(err)
 		}
-		errMu.Lock()
-		err = firstErr
-		errMu.Unlock()
-		if err != nil {
-			return l.abort(err)
-		}
-		for _, rec := range recs[1:] {
-			l.cl.Produce(ctx, rec, promise)
-		}
-	}
-	if err := l.cl.Flush(ctx); err != nil {
-		return l.abort(err)
-	}
-	errMu.Lock()
-	err = firstErr
-	errMu.Unlock()
-	if err != nil {
-		// franz-go would commit the records that did succeed; that would
-		// leave a hole in the middle of what the engine applied.
-		return l.abort(err)
 	}
 	if l.beforeCommit != nil {
 		l.beforeCommit()
@@ -350,6 +318,36 @@ func (l *Log) commit(batch []*request) error {
 		return fmt.Errorf("kafkalog: partition %d: %w: %w", l.partition, ErrCommitUnknown, err)
 	}
 	return nil
+}
+
+// produce sends recs and waits for them: the first error of any, or of
+// the flush.
+func (l *Log) produce(ctx context.Context, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var (
+		errMu    sync.Mutex
+		firstErr error
+	)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			errMu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			errMu.Unlock()
+		}
+	}
+	for _, rec := range recs {
+		l.cl.Produce(ctx, rec, promise)
+	}
+	if err := l.cl.Flush(ctx); err != nil {
+		return err
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
+	return firstErr
 }
 
 // checkEntries refuses entries no record may hold, before anything of the
