@@ -414,7 +414,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	if cmd != nil {
 		if wait, busy := p.tooBusy(ahead); busy {
 			p.shed(shedQueueDelay)
-			return nil, tooBusyErr(wait)
+			return nil, &overloaded{err: ErrOverloaded, wait: wait}
 		}
 	}
 	r := e.reqPool.Get().(*Request)
@@ -434,7 +434,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 		r.ctx = nil
 		e.reqPool.Put(r)
 		p.shed(shedInboxFull)
-		return nil, p.overload(ErrOverloaded, ahead)
+		return nil, &overloaded{err: ErrOverloaded, wait: p.waitBehind(ahead)}
 	}
 }
 

@@ -467,8 +467,14 @@ func (p *partition) tooBusy(ahead int) (time.Duration, bool) {
 	if a <= 0 || ahead < p.e.opts.shedMinQueue {
 		return 0, false
 	}
-	wait := int64(ahead) * p.slotNs.Load()
-	return time.Duration(wait), wait > a
+	wait := p.waitBehind(ahead)
+	return wait, int64(wait) > a
+}
+
+// waitBehind is the wait the partition predicts for a request joining
+// its inbox behind ahead others, drained at the observed rate.
+func (p *partition) waitBehind(ahead int) time.Duration {
+	return time.Duration(int64(ahead) * p.slotNs.Load())
 }
 
 // overloaded is ErrOverloaded (or errExpired) with the wait the partition
@@ -494,17 +500,6 @@ func RetryAfter(err error) time.Duration {
 	return 0
 }
 
-// overload is base with the partition's predicted wait behind ahead
-// requests.
-func (p *partition) overload(base error, ahead int) error {
-	return &overloaded{err: base, wait: time.Duration(int64(ahead) * p.slotNs.Load())}
-}
-
-// tooBusyErr is the refusal of tooBusy, with the wait it predicted.
-func tooBusyErr(wait time.Duration) error {
-	return &overloaded{err: ErrOverloaded, wait: wait}
-}
-
 // waitSample sums one batch's measured waits for the slotNs estimate.
 type waitSample struct {
 	waitNs, slots int64
@@ -522,7 +517,7 @@ func (p *partition) admit(r *Request, s *waitSample) bool {
 	case r.ctx.Err() != nil:
 		r.err, reason = r.ctx.Err(), shedCancelled
 	case r.cmd != nil && p.e.maxWaitNs > 0 && waited > p.e.maxWaitNs && r.ahead >= p.e.opts.shedMinQueue:
-		r.err, reason = p.overload(errExpired, len(p.inbox)), shedExpired
+		r.err, reason = &overloaded{err: errExpired, wait: p.waitBehind(len(p.inbox))}, shedExpired
 	default:
 		return true
 	}
