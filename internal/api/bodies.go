@@ -103,15 +103,6 @@ func (b *budget) release(n int64) {
 	b.mu.Unlock()
 }
 
-// resize sets the total; bytes held stay held.
-func (b *budget) resize(total int64) {
-	b.mu.Lock()
-	b.free += total - b.total
-	b.total = total
-	b.wakeLocked()
-	b.mu.Unlock()
-}
-
 func (b *budget) takeLocked(n int64) {
 	b.free -= n
 	b.peak = max(b.peak, b.total-b.free)
@@ -141,8 +132,25 @@ func NewBodyBudget(total int64) *BodyBudget {
 	return &BodyBudget{budget: budget{total: total, free: total}}
 }
 
-// Bodies is the process's budget; NewServer sizes it from Limits.
-var Bodies = NewBodyBudget(DefaultBodyMemory)
+// defaultBodies is the budget of requests served outside a Server (tests,
+// tools); each Server has its own, sized from Limits.
+var defaultBodies = NewBodyBudget(DefaultBodyMemory)
+
+type bodiesKey struct{}
+
+// withBodies is part of the Server's ConnContext: every request on the
+// connection finds the server's body budget in its context.
+func withBodies(ctx context.Context, b *BodyBudget) context.Context {
+	return context.WithValue(ctx, bodiesKey{}, b)
+}
+
+// bodiesOf returns the body budget of the server ctx's request came to.
+func bodiesOf(ctx context.Context) *BodyBudget {
+	if b, ok := ctx.Value(bodiesKey{}).(*BodyBudget); ok {
+		return b
+	}
+	return defaultBodies
+}
 
 // ErrBodyBudget: the wait for room in the budget passed MaxBodyWait.
 var ErrBodyBudget = errors.New("the server is holding its limit of request bodies (--max-body-memory); nothing was done, retry after a pause")
@@ -174,7 +182,7 @@ func HoldBody(w http.ResponseWriter, r *http.Request, limit int64) int {
 	if n <= SmallBody {
 		return 0
 	}
-	release, err := Bodies.Acquire(r.Context(), n)
+	release, err := bodiesOf(r.Context()).Acquire(r.Context(), n)
 	if err != nil {
 		if errors.Is(err, ErrBodyBudget) {
 			return Error(w, http.StatusServiceUnavailable, err.Error())
@@ -252,7 +260,7 @@ func (h *heldBody) start() error {
 			return nil
 		}
 	}
-	release, err := Bodies.Acquire(h.r.Context(), h.n)
+	release, err := bodiesOf(h.r.Context()).Acquire(h.r.Context(), h.n)
 	if err != nil {
 		if errors.Is(err, ErrBodyBudget) {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w", err))

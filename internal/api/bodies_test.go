@@ -83,12 +83,12 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// withBudget swaps the process's budget for the test.
+// withBudget swaps the budget of requests served outside a Server.
 func withBudget(t *testing.T, total int64) *BodyBudget {
-	old := Bodies
-	Bodies = NewBodyBudget(total)
-	t.Cleanup(func() { Bodies = old })
-	return Bodies
+	old := defaultBodies
+	defaultBodies = NewBodyBudget(total)
+	t.Cleanup(func() { defaultBodies = old })
+	return defaultBodies
 }
 
 // A large JSON body waits, before it is read, until the bodies held leave

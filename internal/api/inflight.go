@@ -335,7 +335,7 @@ func (l *inflightLimiter) isExempt(path string) bool {
 // registerMetrics exports the connection and in-flight counts. They are
 // read at scrape time from the counters the limiters keep anyway, so the
 // request path pays nothing for them.
-func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimiter) {
+func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimiter, b *BodyBudget) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_connections_open",
@@ -380,11 +380,11 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_body_bytes_held",
 			Help: "Bytes of large request bodies held now, counted against --max-body-memory.",
-		}, func() float64 { return float64(Bodies.Held()) }),
+		}, func() float64 { return float64(b.Held()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "surge_http_body_waits_total",
 			Help: "Requests whose body waited for room under --max-body-memory before it was read.",
-		}, func() float64 { return float64(Bodies.waits.Load()) }),
+		}, func() float64 { return float64(b.waits.Load()) }),
 	)
 	for i, name := range waitOutcomeNames {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

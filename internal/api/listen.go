@@ -71,7 +71,7 @@ type Limits struct {
 	// rendered and not yet written (0: DefaultStreamBuffer); at least
 	// StreamPageBytes.
 	StreamBuffer int64
-	// BodyMemory is the body budget (Bodies): bytes of large request
+	// BodyMemory is the body budget (BodyBudget): bytes of large request
 	// bodies held at once (0: DefaultBodyMemory).
 	BodyMemory int64
 	// Exempt lists paths the in-flight cap does not apply to, so a health
@@ -140,6 +140,7 @@ type Server struct {
 	conns    *connTracker
 	inflight *inflightLimiter
 	streams  *Streams
+	bodies   *BodyBudget
 }
 
 // NewServer returns a Server for h on addr. If the limits do not resolve,
@@ -152,12 +153,12 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	if err != nil {
 		return s
 	}
-	Bodies.resize(lim.BodyMemory)
+	s.bodies = NewBodyBudget(lim.BodyMemory)
 	s.conns = newConnTracker(lim.MaxConns)
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt, lim.MaxWait, lim.WaitingRoom)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
 	if reg != nil {
-		registerMetrics(reg, s.conns, s.inflight)
+		registerMetrics(reg, s.conns, s.inflight, s.bodies)
 		s.streams.register(reg)
 	}
 	var p http.Protocols
@@ -175,8 +176,10 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 		ReadTimeout:  lim.ReadTimeout,
 		WriteTimeout: lim.WriteTimeout,
 		IdleTimeout:  lim.IdleTimeout,
-		// Every request finds the streams' budget in its context.
-		ConnContext:    func(ctx context.Context, _ net.Conn) context.Context { return withStreams(ctx, s.streams) },
+		// Every request finds the server's budgets in its context.
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return withBodies(withStreams(ctx, s.streams), s.bodies)
+		},
 		MaxHeaderBytes: MaxHeaderBytes,
 		// HTTP/2 reports StateActive when a connection's first stream opens
 		// and StateIdle when its last one closes, so h2c connections are

@@ -83,8 +83,8 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 // here, the read fails at max, the call ends RESOURCE_EXHAUSTED, and the
 // connection (HTTP/1.1) or stream (HTTP/2) is closed instead of drained.
 //
-// A large message also waits for room in the body budget (api.Bodies)
-// before it is read.
+// A large message also waits for room in its server's body budget
+// (--max-body-memory) before it is read.
 func limitBody(h http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, max)
