@@ -1,9 +1,11 @@
 package commerce
 
 import (
+	"bytes"
 	"fmt"
-	"runtime"
 	"testing"
+
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 // TestBytesPerOrder measures what one order of the peer's load test (one
@@ -29,23 +31,20 @@ func TestBytesPerOrder(t *testing.T) {
 		}
 		return out
 	}
-	measure := func(snaps [][]byte) (heap uint64, size int) {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		before := ms.HeapAlloc
-		restored := make([]*Machine, parts)
-		for i, s := range snaps {
+	measure := func(snaps [][]byte) (heap int64, size int) {
+		for _, s := range snaps {
 			size += len(s)
-			restored[i] = NewMachine()
-			if err := restored[i].Restore(s); err != nil {
-				t.Fatal(err)
-			}
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		runtime.KeepAlive(restored)
-		return ms.HeapAlloc - before, size
+		return enginetest.RetainedHeap(func() any {
+			restored := make([]*Machine, parts)
+			for i, s := range snaps {
+				restored[i] = NewMachine()
+				if err := restored[i].Restore(bytes.Clone(s)); err != nil { // what the machine keeps of its input counts
+					t.Fatal(err)
+				}
+			}
+			return restored
+		}), size
 	}
 	heap0, size0 := measure(snapshots())
 	for i := range orders {

@@ -1,9 +1,11 @@
 package jobs
 
 import (
+	"bytes"
 	"fmt"
-	"runtime"
 	"testing"
+
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 // TestBytesPerJob measures what one pending job of the peer's load test
@@ -18,23 +20,15 @@ func TestBytesPerJob(t *testing.T) {
 	}
 	const jobs = 20_000
 	h := newHarness(t, 5, 1, Limits{MaxJobsPerQueue: jobs})
-	measure := func() (heap uint64, size int) {
+	measure := func() (heap int64, size int) {
 		snap := h.ms[0].AppendSnapshot(nil)
-		var ms runtime.MemStats
-		// Twice: the first moves what sync.Pools hold (other tests'
-		// buffers) to their victim caches, the second frees it.
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		before := ms.HeapAlloc
-		m := NewMachine(h.opts[0])
-		if err := m.Restore(snap); err != nil {
-			t.Fatal(err)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		runtime.KeepAlive(m)
-		return ms.HeapAlloc - before, len(snap)
+		return enginetest.RetainedHeap(func() any {
+			m := NewMachine(h.opts[0])
+			if err := m.Restore(bytes.Clone(snap)); err != nil { // what the machine keeps of its input counts
+				t.Fatal(err)
+			}
+			return m
+		}), len(snap)
 	}
 	heap0, size0 := measure()
 	payload := []byte(`{"command":["echo","bench"]}`)
@@ -55,14 +49,14 @@ func TestBytesPerJob(t *testing.T) {
 	heap2, size2 := measure()
 	h.advance(3600e9 + 1)
 	heap3, size3 := measure()
-	per := func(heap uint64, size int) string {
-		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(int64(heap)-int64(heap0))/jobs, float64(size-size0)/jobs)
+	per := func(heap int64, size int) string {
+		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(heap-heap0)/jobs, float64(size-size0)/jobs)
 	}
 	t.Logf("per pending job: %s; done: %s; after retention: %s", per(heap1, size1), per(heap2, size2), per(heap3, size3))
 	if p := float64(heap1-heap0) / jobs; p > 2048 {
 		t.Errorf("a pending job costs %.0f B; more than 2 KiB is a regression", p)
 	}
-	if n := len(h.ms[0].jobs); n != 0 || int64(heap3)-int64(heap0) > jobs*16 {
-		t.Errorf("after retention %d jobs remain, %d B more than empty", n, int64(heap3)-int64(heap0))
+	if n := len(h.ms[0].jobs); n != 0 || heap3-heap0 > jobs*16 {
+		t.Errorf("after retention %d jobs remain, %d B more than empty", n, heap3-heap0)
 	}
 }

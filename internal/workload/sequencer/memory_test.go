@@ -1,9 +1,11 @@
 package sequencer
 
 import (
+	"bytes"
 	"fmt"
-	"runtime"
 	"testing"
+
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 // TestBytesPerMessage measures what one message of the peer's benchmark
@@ -17,20 +19,15 @@ func TestBytesPerMessage(t *testing.T) {
 	}
 	const n = 20_000
 	h := newHarness(t, 5, 1, Limits{})
-	measure := func() (heap uint64, size int) {
+	measure := func() (heap int64, size int) {
 		snap := h.ms[0].AppendSnapshot(nil)
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		before := ms.HeapAlloc
-		m := NewMachine(h.opts[0])
-		if err := m.Restore(snap); err != nil {
-			t.Fatal(err)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		runtime.KeepAlive(m)
-		return ms.HeapAlloc - before, len(snap)
+		return enginetest.RetainedHeap(func() any {
+			m := NewMachine(h.opts[0])
+			if err := m.Restore(bytes.Clone(snap)); err != nil { // what the machine keeps of its input counts
+				t.Fatal(err)
+			}
+			return m
+		}), len(snap)
 	}
 	// The group exists (and has a consumer) before the baseline.
 	h.client("", &Publish{Group: "bench", MsgID: "first"})
@@ -61,8 +58,8 @@ func TestBytesPerMessage(t *testing.T) {
 		t.Fatal(r.Msg)
 	}
 	heap3, size3 := measure()
-	per := func(heap uint64, size int) string {
-		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(int64(heap)-int64(heap0))/n, float64(size-size0)/n)
+	per := func(heap int64, size int) string {
+		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(heap-heap0)/n, float64(size-size0)/n)
 	}
 	t.Logf("per unreleased message: %s; released: %s; read by every consumer: %s", per(heap1, size1), per(heap2, size2), per(heap3, size3))
 	if p := float64(heap1-heap0) / n; p > 1024 {

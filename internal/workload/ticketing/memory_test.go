@@ -1,8 +1,9 @@
 package ticketing
 
 import (
-	"runtime"
 	"testing"
+
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 // TestBytesPerRetainedRecord measures what a retained reservation costs on
@@ -15,28 +16,21 @@ func TestBytesPerRetainedRecord(t *testing.T) {
 		t.Skip("builds a million records")
 	}
 	const n = 1_000_000
-	heap := func() uint64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
-	before := heap()
-	m := newTestMachine(AreaDef{AreaID: "a", RowCount: 100, ColCount: 1000})
-	c := &Reserve{UserID: "user123", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 1}
-	for i := range n {
-		c.ID = id(i + 1)
-		c.ID[15] = byte(i >> 24)
-		if r := apply(m, c); r.Outcome != OK {
-			t.Fatalf("reservation %d: %+v", i, r)
+	grew := enginetest.RetainedHeap(func() any {
+		m := newTestMachine(AreaDef{AreaID: "a", RowCount: 100, ColCount: 1000})
+		c := &Reserve{UserID: "user123", EventID: "ev", AreaID: "a", Type: TypeRandom, NumOfSeats: 1}
+		for i := range n {
+			c.ID = id(i + 1)
+			c.ID[15] = byte(i >> 24)
+			if r := apply(m, c); r.Outcome != OK {
+				t.Fatalf("reservation %d: %+v", i, r)
+			}
 		}
-	}
-	after := heap()
-	per := float64(after-before) / n
-	t.Logf("%d records: heap grew by %.1f MB, %.1f B per record", n, float64(after-before)/1e6, per)
+		return m
+	})
+	per := float64(grew) / n
+	t.Logf("%d records: heap grew by %.1f MB, %.1f B per record", n, float64(grew)/1e6, per)
 	if per > 150 {
 		t.Errorf("%.1f B per retained record; want at most 150", per)
 	}
-	runtime.KeepAlive(m)
 }
