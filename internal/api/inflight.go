@@ -3,6 +3,7 @@ package api
 import (
 	"math"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,12 @@ const (
 	// fastRise: the fastest recent rate moves 1/fastRise of the way to a
 	// slower window each window (half way in ≈ 0.9 s of 10 ms windows).
 	fastRise = 128
+	// coldSlotCPU is the time per slot release assumed before any has
+	// been measured, per CPU: a compatibility reservation's POST or GET
+	// costs about 50–75 µs of server CPU, so 100 µs leans slow. It spaces
+	// the first crowd's tickets (see ticketLocked) until the room has
+	// measured its rate, which takes one 10 ms window of hand-overs.
+	coldSlotCPU = 100 * time.Microsecond
 )
 
 // Waiting room outcomes, for the metrics.
@@ -74,6 +81,7 @@ type inflightLimiter struct {
 	patienceNs int64
 	roomMax    int
 	trustAfter int64 // grants before the patience is judged (see wait)
+	coldSlotNs int64 // time per slot assumed until one is measured
 	epoch      time.Time
 
 	mu         sync.Mutex
@@ -82,6 +90,10 @@ type inflightLimiter struct {
 	winStart   int64 // when the current estimation window began (ns since epoch; -1: at the next grant)
 	winGrants  int64
 	grants     int64 // slots handed to waiters since the start
+	// lastTicket is when the last request turned away from a full room
+	// was told to come back (ns since epoch): the virtual line behind the
+	// room, which costs the server nothing while it waits (ticketLocked).
+	lastTicket int64
 }
 
 // waiter is one request in the room; pooled, so waiting allocates nothing.
@@ -95,7 +107,8 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan str
 
 func newInflightLimiter(next http.Handler, max int, exempt []string, maxWait time.Duration, room int) *inflightLimiter {
 	l := &inflightLimiter{next: next, max: int64(max), exempt: map[string]bool{},
-		patienceNs: int64(maxWait), roomMax: room, epoch: time.Now()}
+		patienceNs: int64(maxWait), roomMax: room, epoch: time.Now(),
+		coldSlotNs: int64(coldSlotCPU) / int64(runtime.GOMAXPROCS(0))}
 	l.trustAfter = int64(room)
 	if l.trustAfter < l.max {
 		l.trustAfter = l.max
@@ -154,9 +167,9 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 	predicted := int64(l.count+1) * l.fastNs.Load()
 	switch {
 	case l.count >= l.roomMax:
-		n := l.count
+		n, back := l.count, l.ticketLocked()
 		l.mu.Unlock()
-		l.refuse(w, waitRefusedFull, predicted, "the server's waiting room is full ("+strconv.Itoa(n)+
+		l.refuse(w, waitRefusedFull, back, "the server's waiting room is full ("+strconv.Itoa(n)+
 			" requests wait for one of its "+strconv.FormatInt(l.max, 10)+" in-flight slots, --waiting-room)")
 		return false
 	case predicted > l.patienceNs && l.grants >= l.trustAfter:
@@ -185,6 +198,38 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		l.leave(wt)
 		return false
 	}
+}
+
+// ticketLocked gives a request turned away from a full room its place in
+// a virtual line behind the room: the wait until it should come back.
+// Tickets are spaced one slot release apart, starting when the room will
+// be half drained, so the refused come back at the rate the room drains
+// and find room, instead of all at once after the same Retry-After (a
+// million refused at once would otherwise return together, be refused
+// together, and spend the server on refusals). A ticket holder waits in
+// its client, costing the server nothing until it returns. Before the
+// room has measured its rate the cold guess spaces the tickets.
+func (l *inflightLimiter) ticketLocked() int64 {
+	slot := l.fastNs.Load()
+	if slot <= 0 {
+		slot = l.coldSlotNs
+	}
+	now := int64(time.Since(l.epoch))
+	halfDrained := now + int64(l.count-l.roomMax/2)*slot
+	l.lastTicket = max(l.lastTicket, halfDrained) + slot
+	return l.lastTicket - now
+}
+
+// virtualLine is how many tickets are still to come due: the refused
+// that the server expects back.
+func (l *inflightLimiter) virtualLine() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slot := l.fastNs.Load()
+	if slot <= 0 {
+		slot = l.coldSlotNs
+	}
+	return max(0, (l.lastTicket-int64(time.Since(l.epoch)))/slot)
 }
 
 // leave takes a waiter whose client went away out of the room; if a slot
@@ -365,6 +410,10 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 			Name: "surge_http_waiting_requests",
 			Help: "Requests waiting now for an in-flight slot (the waiting room's depth).",
 		}, func() float64 { return float64(l.queued.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_waiting_virtual_requests",
+			Help: "Requests turned away from the full waiting room whose Retry-After has not yet come: the virtual line behind the room, expected back at the rate the room drains.",
+		}, func() float64 { return float64(l.virtualLine()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_waiting_limit",
 			Help: "Cap on requests waiting for an in-flight slot (--waiting-room).",

@@ -223,33 +223,72 @@ func TestWaitingRoomRefusesBeyondPatience(t *testing.T) {
 }
 
 // TestWaitingRoomFull: past --waiting-room waiters a request is refused
-// with Retry-After = the time until it could have a slot.
+// with a ticket: Retry-After = when the room will be half drained, plus
+// one slot release per ticket already given, so the refused come back
+// spread at the rate the room drains, not in one wave.
 func TestWaitingRoomFull(t *testing.T) {
 	h := newOrderHandler()
 	reg := prometheus.NewRegistry()
 	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 2, MaxWait: time.Hour}, reg)
-	s.inflight.fastNs.Store(int64(2 * time.Second))
+	s.inflight.fastNs.Store(int64(10 * time.Second))
 	s.inflight.grants = 1 << 20 // learnt, and trusted
 	base := "http://" + addr
-	out := make(chan blockResult, 4)
+	out := make(chan blockResult, 6)
 	sendBlock(context.Background(), base, 0, out)
 	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
 	for i := 1; i <= 2; i++ {
 		sendBlock(context.Background(), base, i, out)
 		awaitCond(t, "waiter "+strconv.Itoa(i), func() bool { return s.inflight.queued.Load() == int64(i) })
 	}
-	sendBlock(context.Background(), base, 3, out)
-	checkWaitRefusal(t, "past a full room", <-out, 6, "waiting room is full (2 requests wait")
-	if got := waitingOutcome(t, reg, "refused_full"); got != 1 {
-		t.Errorf("surge_http_waiting_total{outcome=refused_full} = %v, want 1", got)
+	// The room (2) is half drained in one release (10 s); the first
+	// ticket is one release after that, each next one a release later.
+	for i, want := range []int{20, 30, 40} {
+		sendBlock(context.Background(), base, 3+i, out)
+		checkWaitRefusal(t, "past a full room", <-out, want, "waiting room is full (2 requests wait")
 	}
-	if got := metric(t, reg, "surge_http_requests_refused_total"); got != 1 {
-		t.Errorf("surge_http_requests_refused_total = %v, want 1", got)
+	if got := waitingOutcome(t, reg, "refused_full"); got != 3 {
+		t.Errorf("surge_http_waiting_total{outcome=refused_full} = %v, want 3", got)
+	}
+	if got := metric(t, reg, "surge_http_requests_refused_total"); got != 3 {
+		t.Errorf("surge_http_requests_refused_total = %v, want 3", got)
+	}
+	if got := metric(t, reg, "surge_http_waiting_virtual_requests"); got != 3 {
+		t.Errorf("surge_http_waiting_virtual_requests = %v, want 3 (tickets not yet due)", got)
 	}
 	for range 3 {
 		h.release <- struct{}{}
 	}
 	for range 3 {
+		if r := <-out; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request %d: %v %d %q", r.i, r.err, r.status, r.body)
+		}
+	}
+}
+
+// TestFullRoomTicketsBeforeAnyMeasurement: a crowd that fills the room
+// before any slot was handed over still gets spread tickets (from the
+// cold guess of the time per release), not the patience for everyone.
+func TestFullRoomTicketsBeforeAnyMeasurement(t *testing.T) {
+	h := newOrderHandler()
+	reg := prometheus.NewRegistry()
+	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 1, MaxWait: time.Hour}, reg)
+	s.inflight.coldSlotNs = int64(5 * time.Second)
+	base := "http://" + addr
+	out := make(chan blockResult, 4)
+	sendBlock(context.Background(), base, 0, out)
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	sendBlock(context.Background(), base, 1, out)
+	awaitCond(t, "a waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	// Half of a room of 1 is 0: the room is "half drained" after one
+	// release (5 s), and the tickets follow one release apart.
+	for i, want := range []int{10, 15} {
+		sendBlock(context.Background(), base, 2+i, out)
+		checkWaitRefusal(t, "past a full room, cold", <-out, want, "waiting room is full (1 requests wait")
+	}
+	for range 2 {
+		h.release <- struct{}{}
+	}
+	for range 2 {
 		if r := <-out; r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("request %d: %v %d %q", r.i, r.err, r.status, r.body)
 		}

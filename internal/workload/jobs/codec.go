@@ -534,7 +534,11 @@ func (x *Job) code(c *coder, v uint64) {
 		e := &x.Events[i]
 		from, to := int64(e.From), int64(e.To)
 		c.i64(&e.ID, &from, &to)
-		e.From, e.To = Status(from), Status(to)
+		if c.r != nil {
+			// Only when decoding: a fork shares its events' backing arrays
+			// with the live machine and with any other fork being encoded.
+			e.From, e.To = Status(from), Status(to)
+		}
 		c.str(&e.Worker, &e.Reason)
 		c.i64(&e.At)
 	}

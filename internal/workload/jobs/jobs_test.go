@@ -1,10 +1,13 @@
 package jobs
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -435,5 +438,32 @@ func TestRelease(t *testing.T) {
 	}
 	if len(h.timers[0]) != 1 { // only the purge timer of b
 		t.Fatalf("timers left: %v", h.timers[0])
+	}
+}
+
+// TestForksEncodeAtOnce: two forks of the same state may be encoded at
+// the same time (a periodic snapshot and a cluster hand-over's), and the
+// live machine goes on reading its jobs meanwhile. Encoding only reads:
+// under -race a write to the shared events would be reported.
+func TestForksEncodeAtOnce(t *testing.T) {
+	h := newHarness(t, 1, 1, Limits{})
+	for i := range 50 {
+		id := fmt.Sprintf("j%d", i)
+		h.client("", &Submit{JobID: id, Queue: DefaultQueue})
+		h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+	}
+	a, b := h.ms[0].ForkSnapshot(), h.ms[0].ForkSnapshot()
+	want := h.ms[0].AppendSnapshot(nil)
+	var wg sync.WaitGroup
+	got := make([][]byte, 2)
+	for i, f := range []func([]byte) []byte{a, b} {
+		wg.Go(func() { got[i] = f(nil) })
+	}
+	wg.Go(func() { h.ms[0].Query(GetJobLogs{ID: "j7"}) })
+	wg.Wait()
+	for i := range got {
+		if !bytes.Equal(got[i], want) {
+			t.Errorf("fork %d encoded something else than the state it was taken from", i)
+		}
 	}
 }
