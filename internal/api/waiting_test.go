@@ -371,3 +371,32 @@ func TestColdServerDoesNotJudgePatience(t *testing.T) {
 		t.Errorf("surge_http_waiting_total{outcome=refused_patience} = %v, want 0", got)
 	}
 }
+
+// TestFullRoomTicketsStopAtThePatience: however long the line behind a
+// full room, nobody is told to come back later than the patience (the
+// measured rate can be far too slow while a crowd arrives).
+func TestFullRoomTicketsStopAtThePatience(t *testing.T) {
+	h := newOrderHandler()
+	reg := prometheus.NewRegistry()
+	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 1, MaxWait: 25 * time.Second}, reg)
+	s.inflight.fastNs.Store(int64(10 * time.Second))
+	base := "http://" + addr
+	out := make(chan blockResult, 5)
+	sendBlock(context.Background(), base, 0, out)
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	sendBlock(context.Background(), base, 1, out)
+	awaitCond(t, "a waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	// Tickets at 20 s, then 30 s and 40 s, which are past the patience.
+	for i, want := range []int{20, 25, 25} {
+		sendBlock(context.Background(), base, 2+i, out)
+		checkWaitRefusal(t, "past a full room", <-out, want, "waiting room is full")
+	}
+	for range 2 {
+		h.release <- struct{}{}
+	}
+	for range 2 {
+		if r := <-out; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request %d: %v %d %q", r.i, r.err, r.status, r.body)
+		}
+	}
+}
