@@ -150,7 +150,7 @@ type crowdGroup struct {
 	clients   []*http.Client
 	postURL   string
 	getPrefix string
-	latUs     []uint32 // per reservation; 0 for one that ended in an error
+	latUs     []uint32      // per reservation; 0 for one that ended in an error
 	recs      []crowdRecord // per reservation, with a kill only: what to read back
 
 	reserved, failed, seatsSold atomic.Int64
