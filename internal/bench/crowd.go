@@ -242,7 +242,6 @@ func (c *crowdRunner) createEvent(ctx context.Context, base string, gr *crowdGro
 // out has also been read back from the restarted server.
 func (c *crowdRunner) run(ctx context.Context) (*CrowdStats, error) {
 	total := int64(c.cfg.Groups) * int64(c.cfg.Reservations)
-	stop := c.startProgress(total)
 	cpu0 := selfCPUSeconds()
 	gate, crowdDone := make(chan struct{}), make(chan struct{})
 	cctx, cancel := context.WithCancel(ctx)
@@ -258,6 +257,8 @@ func (c *crowdRunner) run(ctx context.Context) (*CrowdStats, error) {
 		}
 	}
 	c.start = time.Now()
+	// After c.start is set: the progress lines read it.
+	stop := c.startProgress(total)
 	waitKill := func() {}
 	if c.cfg.Kill != nil {
 		waitKill = c.startKiller(ctx, crowdDone, cancel)
