@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -135,5 +137,41 @@ func TestCrowdKillIsValidated(t *testing.T) {
 		if err == nil {
 			t.Errorf("kill %+v accepted", k)
 		}
+	}
+}
+
+func TestCrowdCrashReport(t *testing.T) {
+	k := &CrowdCrash{Trigger: "after 500 decisions", Killed: true, KilledAtSeconds: 1.5, DecisionsAtKill: 512, IDsAtKill: 2048,
+		RestartSeconds: 0.8, ReplayedRecords: 25620, RecoverySeconds: 0.02, IDsChecked: 100000, ReadReserved: 6392, ReadFailed: 93606,
+		LostIDs: 2, DoubleBookings: []DoubleBooking{}, Samples: []string{"x: 404"}}
+	rep := &CrowdReport{Benchmark: "ticketing-crowd", Server: &CrowdRun{Server: "surge", CrowdStats: CrowdStats{Crash: k}}}
+	var md bytes.Buffer
+	writeCrowd(&md, rep)
+	for _, want := range []string{"Kill -9 mid-crowd (surge), after 500 decisions", "killed at 1.50 s, with 512 decisions seen and 2,048 ids handed out",
+		"healthy 0.80 s after exec (engine recovery 0.02 s, 25,620 records replayed)", "ids read back: 100,000 (RESERVED 6,392, FAILED 93,606)",
+		"lost (404): 2;", "e.g. x: 404"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Server struct {
+			Crash map[string]any `json:"crash"`
+		} `json:"server"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"killedAtSeconds", "restartSeconds", "idsChecked", "lostIds", "changedAnswers", "doubleBookings", "unreadable"} {
+		if _, ok := got.Server.Crash[key]; !ok {
+			t.Errorf("JSON crash has no %q: %s", key, b)
+		}
+	}
+	if p := k.Problems(); len(p) != 1 || !strings.Contains(p[0], "2 id(s)") {
+		t.Errorf("problems %q, want the 2 lost ids", p)
 	}
 }

@@ -247,7 +247,7 @@ func (r *ticketingRun) crowdServer(ctx context.Context) (*CrowdRun, error) {
 	after, aerr := scrapeCounters(ctx, base, crowdCounterFamilies)
 	switch {
 	case run.Crash != nil && run.Crash.Killed:
-		r.logf("crowd: no refusal counters: the restarted server's start at zero")
+		r.logf("crowd: no refusal counters: the restarted server's counters start at zero")
 	case berr == nil && aerr == nil:
 		run.ServerCounters = counterDeltas(before, after)
 	}
@@ -511,7 +511,7 @@ func writeCrash(w io.Writer, server string, k *CrowdCrash) {
 	if k.RecoverySeconds >= 0 {
 		recovery = fmt.Sprintf("%.2f s", k.RecoverySeconds)
 	}
-	fmt.Fprintf(w, "- restarted: healthy %.2f s after exec (engine recovery %s, %d records replayed)\n", k.RestartSeconds, recovery, k.ReplayedRecords)
+	fmt.Fprintf(w, "- restarted: healthy %.2f s after exec (engine recovery %s, %s records replayed)\n", k.RestartSeconds, recovery, grouped(k.ReplayedRecords))
 	fmt.Fprintf(w, "- ids read back: %s (RESERVED %s, FAILED %s)\n", grouped(k.IDsChecked), grouped(k.ReadReserved), grouped(k.ReadFailed))
 	fmt.Fprintf(w, "- lost (404): %s; unreadable: %s; changed answers: %s; wrong seats: %s; double bookings: %d\n",
 		grouped(k.LostIDs), grouped(k.Unreadable), grouped(k.ChangedAnswers), grouped(k.WrongSeats), len(k.DoubleBookings))
