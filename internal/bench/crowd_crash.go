@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -392,4 +393,19 @@ func (p *crowdProc) killAndRestart(ctx context.Context) (CrowdRestart, error) {
 	records, took := recoveryLine(again.logPath)
 	p.r.logf("crowd: restarted surge serve answers after %.2f s (replayed %d records)", secs, records)
 	return CrowdRestart{ReadySeconds: secs, ReplayedRecords: records, RecoverySeconds: took}, nil
+}
+
+// syncWriter serialises writes to the bench's log: during a kill the
+// killer's lines and the crowd's progress lines come from different
+// goroutines, and the caller's writer (a test's buffer) need not be safe
+// for that.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

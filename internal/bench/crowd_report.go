@@ -99,6 +99,9 @@ func (r *CrowdRun) setCPU(cpu float64) {
 // prints the report and writes the JSON.
 func RunCrowd(ctx context.Context, o TicketingOptions) error {
 	cfg := o.crowdConfig("http://127.0.0.1:1", false)
+	if o.Stderr != nil {
+		o.Stderr = &syncWriter{w: o.Stderr}
+	}
 	if o.killing() {
 		if o.Target != "" {
 			return errors.New("a kill mid-crowd needs the server the bench starts: it takes no --target")
