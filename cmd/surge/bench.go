@@ -60,7 +60,17 @@ per GET. --areas defaults to the peer's ratio of seats to reservations (80
 areas for 200,000). It reports errors by kind, completion time, requests
 and refusals (with their Retry-After), seats sold, double bookings, the
 server's CPU and peak resident memory, first against the do-nothing server
-unless --baseline=false. --serve-flag passes flags to the started server.`,
+unless --baseline=false. --serve-flag passes flags to the started server.
+
+With --crowd, --kill-after D and/or --kill-after-decisions N kill the started
+server with SIGKILL D after the crowd's start or once N reservations have
+their decision (GET answered RESERVED or FAILED), whichever comes first, and
+start it again at once on the same data dir and address; the crowd keeps
+going, its clients retrying the connection errors. Afterwards every id any
+POST returned is read back from the restarted server: each must be RESERVED
+with seats that fit its request, or FAILED (never 404), as the crowd's own
+GET saw it if it did, and no seat may be held by two ids. Any failure makes
+the exit status non-zero.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -103,6 +113,8 @@ unless --baseline=false. --serve-flag passes flags to the started server.`,
 	f.BoolVar(&o.Crowd, "crowd", false, "run the peer's own spike client: every reservation at once, its retries and deadlines (see above)")
 	f.StringVar(&o.CrowdTransport, "crowd-transport", bench.CrowdTransportXNet, "with --crowd: the clients' HTTP/2 transport, x/net (the peer's x/net/http2, one dial at a time when every connection is full) or net/http (its h2c Transport, which dials once per waiting request)")
 	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "with --crowd: a flag for the started server, e.g. --serve-flag=--max-inflight=100000 (repeatable)")
+	f.DurationVar(&o.KillAfter, "kill-after", 0, "with --crowd: kill the started server with SIGKILL this long after the crowd's start, restart it, and read back every id handed out (0: not by time)")
+	f.Int64Var(&o.KillAfterDecisions, "kill-after-decisions", 0, "with --crowd: kill the started server with SIGKILL once this many reservations have their decision, restart it, and read back every id handed out (0: not by count)")
 	return cmd
 }
 
@@ -111,8 +123,8 @@ unless --baseline=false. --serve-flag passes flags to the started server.`,
 func crowdDefaults(cmd *cobra.Command, o *bench.TicketingOptions) error {
 	f := cmd.Flags()
 	if !o.Crowd {
-		if len(o.ServeArgs) > 0 || f.Changed("crowd-transport") {
-			return fmt.Errorf("--serve-flag and --crowd-transport are for --crowd only")
+		if len(o.ServeArgs) > 0 || f.Changed("crowd-transport") || f.Changed("kill-after") || f.Changed("kill-after-decisions") {
+			return fmt.Errorf("--serve-flag, --crowd-transport, --kill-after and --kill-after-decisions are for --crowd only")
 		}
 		return nil
 	}

@@ -203,6 +203,9 @@ func TestBenchTicketingCrowdFlags(t *testing.T) {
 		{"--crowd", "--cluster", "3"},
 		{"--serve-flag=--pprof"},
 		{"--crowd-transport", "net/http"},
+		{"--kill-after", "1s"},
+		{"--kill-after-decisions", "10"},
+		{"--crowd", "--kill-after", "1s"}, // the bench must own the server it kills
 	} {
 		if _, err := run(append(bad, "--target", srv.URL)...); err == nil || err == bench.ErrFailed {
 			t.Errorf("%v: err %v, want the flags refused", bad, err)

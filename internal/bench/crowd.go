@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,9 @@ type CrowdConfig struct {
 	Transport   string        // CrowdTransportXNet (default) or CrowdTransportNetHTTP
 	Label       string
 	Progress    io.Writer // a progress line every few seconds; nil for none
+	// Kill, if set, kills the server during the crowd and restarts it;
+	// the crowd then reads back every id it was given (crowd_crash.go).
+	Kill *CrowdKill
 
 	rules retryRules // the peer's unless a test shortens the waits
 }
@@ -73,6 +77,8 @@ func (c *CrowdConfig) validate() error {
 		return fmt.Errorf("client transport %q: want %s or %s", c.Transport, CrowdTransportXNet, CrowdTransportNetHTTP)
 	case c.PostTimeout <= 0 || c.GetTimeout <= 0:
 		return fmt.Errorf("POST and GET timeouts must be positive")
+	case c.Kill != nil:
+		return c.Kill.validate()
 	}
 	return nil
 }
@@ -115,6 +121,9 @@ type CrowdStats struct {
 	MaxUs               int64    `json:"maxUs"`
 	GeneratorCPUSeconds float64  `json:"generatorCpuSeconds"`
 	ErrorSamples        []string `json:"errorSamples,omitempty"`
+	// Crash is the kill -9 mid-crowd and the read-back after it; nil
+	// without a kill.
+	Crash *CrowdCrash `json:"crash,omitempty"`
 }
 
 type crowdRunner struct {
@@ -126,6 +135,13 @@ type crowdRunner struct {
 	errs   atomic.Int64
 	start  time.Time
 	lastUs atomic.Int64 // µs from start to the last RESERVED answer
+
+	// ids counts the ids POSTs returned, decisions the GETs that
+	// answered RESERVED or FAILED; killNow closes when decisions reach
+	// the kill's trigger (nil without one).
+	ids, decisions atomic.Int64
+	killNow        chan struct{}
+	crash          *CrowdCrash // nil without a kill
 }
 
 type crowdGroup struct {
@@ -134,7 +150,8 @@ type crowdGroup struct {
 	clients   []*http.Client
 	postURL   string
 	getPrefix string
-	latUs     []uint32 // per reservation; 0 for one that ended in an error
+	latUs     []uint32      // per reservation; 0 for one that ended in an error
+	recs      []crowdRecord // per reservation, with a kill only: what to read back
 
 	reserved, failed, seatsSold atomic.Int64
 
@@ -154,8 +171,17 @@ func newCrowd(cfg CrowdConfig) (*crowdRunner, error) {
 	if c.rules == (retryRules{}) {
 		c.rules = peerRetryRules()
 	}
+	if k := cfg.Kill; k != nil {
+		c.crash = &CrowdCrash{Trigger: k.trigger(), ReplayedRecords: -1, RecoverySeconds: -1, DoubleBookings: []DoubleBooking{}}
+		if k.AfterDecisions > 0 {
+			c.killNow = make(chan struct{})
+		}
+	}
 	for gi := range cfg.Groups {
 		gr := &crowdGroup{idx: gi, eventID: "event-" + newUUID(), latUs: make([]uint32, cfg.Reservations)}
+		if cfg.Kill != nil {
+			gr.recs = make([]crowdRecord, cfg.Reservations)
+		}
 		gr.postURL = base + "/v1/event/" + gr.eventID + "/reservation"
 		gr.getPrefix = base + "/v1/reservation/"
 		for range cfg.Clients {
@@ -212,32 +238,50 @@ func (c *crowdRunner) createEvent(ctx context.Context, base string, gr *crowdGro
 }
 
 // run starts every reservation of every group at once and returns when
-// each has an answer or has given up.
+// each has an answer or has given up; with a kill, once every id given
+// out has also been read back from the restarted server.
 func (c *crowdRunner) run(ctx context.Context) (*CrowdStats, error) {
 	total := int64(c.cfg.Groups) * int64(c.cfg.Reservations)
-	stop := c.startProgress(total)
 	cpu0 := selfCPUSeconds()
-	gate := make(chan struct{})
+	gate, crowdDone := make(chan struct{}), make(chan struct{})
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, gr := range c.groups {
 		for i := range c.cfg.Reservations {
 			wg.Go(func() {
 				<-gate
-				c.reserve(ctx, gr, i)
+				c.reserve(cctx, gr, i)
 				c.done.Add(1)
 			})
 		}
 	}
 	c.start = time.Now()
+	// After c.start is set: the progress lines read it.
+	stop := c.startProgress(total)
+	waitKill := func() {}
+	if c.cfg.Kill != nil {
+		waitKill = c.startKiller(ctx, crowdDone, cancel)
+	}
 	close(gate)
 	wg.Wait()
+	close(crowdDone)
+	waitKill()
 	elapsed := time.Since(c.start)
 	cpu := selfCPUSeconds() - cpu0
 	stop()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return c.collect(elapsed, cpu), nil
+	s := c.collect(elapsed, cpu)
+	if c.crash != nil {
+		// After collect: the read-back's requests are not the crowd's.
+		if c.crash.RestartError == "" {
+			c.readback(ctx)
+		}
+		s.Crash = c.crash
+	}
+	return s, ctx.Err()
 }
 
 // reserve is one of the peer's goroutines: POST a RANDOM reservation of
@@ -266,6 +310,12 @@ func (c *crowdRunner) reserve(ctx context.Context, gr *crowdGroup, i int) {
 		c.fail("POST reply is not a reservation id", clip(ans.body))
 		return
 	}
+	c.ids.Add(1)
+	var rec *crowdRecord
+	if gr.recs != nil {
+		rec = &gr.recs[i]
+		*rec = crowdRecord{id: string(id), area: area, n: n}
+	}
 	gctx, cancel := context.WithTimeout(ctx, c.cfg.GetTimeout)
 	ans, kind, err = c.send(gctx, hc, http.MethodGet, gr.getPrefix+string(id), nil)
 	cancel()
@@ -277,15 +327,16 @@ func (c *crowdRunner) reserve(ctx context.Context, gr *crowdGroup, i int) {
 		c.fail(fmt.Sprintf("GET status %d", ans.status), clip(ans.body))
 		return
 	}
-	if !c.decided(gr, area, n, ans.body) {
+	if !c.decided(gr, rec, area, n, ans.body) {
 		return
 	}
 	gr.latUs[i] = uint32(min(max(time.Since(start).Microseconds(), 1), maxLatencyUs))
 }
 
-// decided reads the GET's reservation and records it; false if the reply
-// was an error.
-func (c *crowdRunner) decided(gr *crowdGroup, area, n int, body []byte) bool {
+// decided reads the GET's reservation and records it, in rec too when
+// the crowd keeps what it saw for a read-back; false if the reply was an
+// error.
+func (c *crowdRunner) decided(gr *crowdGroup, rec *crowdRecord, area, n int, body []byte) bool {
 	var rep reservationReply
 	if err := parseReservation(body, &rep); err != nil {
 		c.fail("GET reply malformed", clip(body))
@@ -294,11 +345,19 @@ func (c *crowdRunner) decided(gr *crowdGroup, area, n int, body []byte) bool {
 	switch {
 	case bytes.Equal(rep.state, stateFailed):
 		gr.failed.Add(1)
+		if rec != nil {
+			rec.seen = seenFailed
+		}
+		c.decision()
 		return true
 	case !bytes.Equal(rep.state, stateReserved):
 		c.fail(fmt.Sprintf("GET state %q", clip(rep.state)), clip(body))
 		return false
 	}
+	if rec != nil {
+		rec.seen, rec.seats = seenReserved, slices.Clone(rep.seats)
+	}
+	c.decision()
 	if !c.cfg.CheckSeats {
 		gr.reserved.Add(1)
 		return true

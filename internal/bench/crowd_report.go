@@ -54,6 +54,10 @@ type CrowdShape struct {
 	Target              string   `json:"target,omitempty"`
 	ServeArgs           []string `json:"serveArgs,omitempty"`
 	Seed                uint64   `json:"seed"`
+	// The kill -9 mid-crowd, if any: seconds after the crowd's start,
+	// or decisions seen, whichever comes first (0: not by that).
+	KillAfterSeconds   float64 `json:"killAfterSeconds,omitempty"`
+	KillAfterDecisions int64   `json:"killAfterDecisions,omitempty"`
 }
 
 // MachineInfo is what the figures depend on.
@@ -94,7 +98,17 @@ func (r *CrowdRun) setCPU(cpu float64) {
 // o.Baseline is false) and then against `surge serve` (or o.Target),
 // prints the report and writes the JSON.
 func RunCrowd(ctx context.Context, o TicketingOptions) error {
-	if _, err := newCrowd(o.crowdConfig("http://127.0.0.1:1", false)); err != nil {
+	cfg := o.crowdConfig("http://127.0.0.1:1", false)
+	if o.Stderr != nil {
+		o.Stderr = &syncWriter{w: o.Stderr}
+	}
+	if o.killing() {
+		if o.Target != "" {
+			return errors.New("a kill mid-crowd needs the server the bench starts: it takes no --target")
+		}
+		cfg.Kill = o.crowdKill(nil)
+	}
+	if _, err := newCrowd(cfg); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp("", "surge-crowd-")
@@ -121,6 +135,9 @@ func RunCrowd(ctx context.Context, o TicketingOptions) error {
 		if s.Errors > 0 {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d reservations ended in an error (%.1f %%)", s.Errors, s.Reservations, s.ErrorPercent))
 		}
+		if s.Crash != nil {
+			rep.Problems = append(rep.Problems, s.Crash.Problems()...)
+		}
 	}
 	rep.OK = len(rep.Problems) == 0
 	writeCrowd(o.Stdout, rep)
@@ -137,8 +154,23 @@ func RunCrowd(ctx context.Context, o TicketingOptions) error {
 		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
 		return ErrFailed
 	}
+	if o.killing() {
+		fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors; after kill -9 every id read back decided and unchanged")
+		return nil
+	}
 	fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors")
 	return nil
+}
+
+func (o TicketingOptions) killing() bool { return o.KillAfter != 0 || o.KillAfterDecisions != 0 }
+
+func (o TicketingOptions) crowdKill(restart func(context.Context) (CrowdRestart, error)) *CrowdKill {
+	if restart == nil {
+		// Only checked, never called: the flags are judged before any
+		// server starts.
+		restart = func(context.Context) (CrowdRestart, error) { return CrowdRestart{}, errors.New("no server") }
+	}
+	return &CrowdKill{After: o.KillAfter, AfterDecisions: o.KillAfterDecisions, Restart: restart}
 }
 
 func (o TicketingOptions) crowdConfig(base string, check bool) CrowdConfig {
@@ -155,6 +187,7 @@ func (o TicketingOptions) crowdShape() CrowdShape {
 		RetryMax: crowdRetryMax, RetryWaitMinSeconds: crowdRetryWaitMin.Seconds(), RetryWaitMaxSeconds: crowdRetryWaitMax.Seconds(),
 		PostTimeoutSeconds: crowdPostTimeout.Seconds(), GetTimeoutSeconds: crowdGetTimeout.Seconds(),
 		Target: o.Target, ServeArgs: o.ServeArgs, Seed: o.Seed,
+		KillAfterSeconds: o.KillAfter.Seconds(), KillAfterDecisions: o.KillAfterDecisions,
 	}
 }
 
@@ -172,7 +205,7 @@ func (r *ticketingRun) crowdBaseline(ctx context.Context) (*CrowdRun, error) {
 	if _, err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	run, err := r.crowd(ctx, c.baseURL(), false, c.cpuSeconds)
+	run, err := r.crowd(ctx, c.baseURL(), false, c.cpuSeconds, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -187,30 +220,11 @@ func (r *ticketingRun) crowdBaseline(ctx context.Context) (*CrowdRun, error) {
 }
 
 func (r *ticketingRun) crowdServer(ctx context.Context) (*CrowdRun, error) {
-	base, srv := r.o.Target, (*child)(nil)
+	base, srv := r.o.Target, (*crowdProc)(nil)
 	if base == "" {
-		addr, err := freeAddr()
-		if err != nil {
+		var err error
+		if srv, err = r.startCrowdServer(ctx); err != nil {
 			return nil, err
-		}
-		dataDir := filepath.Join(r.tmp, "data-crowd")
-		if r.o.DataDir != "" {
-			dataDir = filepath.Join(r.o.DataDir, "crowd")
-		}
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return nil, err
-		}
-		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
-		if r.o.Partitions > 0 {
-			args = append(args, "--partitions", strconv.Itoa(r.o.Partitions))
-		}
-		args = append(args, r.o.ServeArgs...)
-		r.logf("crowd: starting surge %s", strings.Join(args[1:], " "))
-		if srv, err = r.spawn("surge-crowd", args, addr); err != nil {
-			return nil, err
-		}
-		if _, err := srv.waitReady(ctx); err != nil {
-			return nil, fmt.Errorf("surge serve failed to start: %w", err)
 		}
 		base = srv.baseURL()
 	}
@@ -220,8 +234,12 @@ func (r *ticketingRun) crowdServer(ctx context.Context) (*CrowdRun, error) {
 		}
 		return metricsCPUSeconds(ctx, base)
 	}
+	var kill *CrowdKill
+	if r.o.killing() {
+		kill = r.o.crowdKill(srv.killAndRestart)
+	}
 	before, berr := scrapeCounters(ctx, base, crowdCounterFamilies)
-	run, err := r.crowd(ctx, base, true, cpu)
+	run, err := r.crowd(ctx, base, true, cpu, kill)
 	if err != nil {
 		return nil, err
 	}
@@ -229,24 +247,58 @@ func (r *ticketingRun) crowdServer(ctx context.Context) (*CrowdRun, error) {
 	if r.o.Target != "" {
 		run.Server = r.o.Target
 	}
-	if after, aerr := scrapeCounters(ctx, base, crowdCounterFamilies); berr == nil && aerr == nil {
+	after, aerr := scrapeCounters(ctx, base, crowdCounterFamilies)
+	switch {
+	case run.Crash != nil && run.Crash.Killed:
+		r.logf("crowd: no refusal counters: the restarted server's counters start at zero")
+	case berr == nil && aerr == nil:
 		run.ServerCounters = counterDeltas(before, after)
 	}
 	if srv != nil {
-		if peak, _, err := srv.memory(); err == nil {
+		if peak, err := srv.peakRSS(); err == nil {
 			run.PeakRSSBytes = &peak
 		}
-		if err := srv.stop(); err != nil {
+		if err := srv.cur().stop(); err != nil {
 			r.logf("warning: surge serve did not exit cleanly: %v", err)
 		}
 	}
 	return run, nil
 }
 
+// startCrowdServer starts `surge serve` on a fresh data dir for the crowd.
+func (r *ticketingRun) startCrowdServer(ctx context.Context) (*crowdProc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	dataDir := filepath.Join(r.tmp, "data-crowd")
+	if r.o.DataDir != "" {
+		dataDir = filepath.Join(r.o.DataDir, "crowd")
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
+	if r.o.Partitions > 0 {
+		args = append(args, "--partitions", strconv.Itoa(r.o.Partitions))
+	}
+	args = append(args, r.o.ServeArgs...)
+	r.logf("crowd: starting surge %s", strings.Join(args[1:], " "))
+	c, err := r.spawn("surge-crowd", args, addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.waitReady(ctx); err != nil {
+		return nil, fmt.Errorf("surge serve failed to start: %w", err)
+	}
+	return &crowdProc{r: r, args: args, now: c}, nil
+}
+
 // crowd runs one crowd against base, reading the server's CPU around the
 // crowd alone (event creation and health checks excluded).
-func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu func() (float64, error)) (*CrowdRun, error) {
+func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu func() (float64, error), kill *CrowdKill) (*CrowdRun, error) {
 	cfg := r.o.crowdConfig(base, check)
+	cfg.Kill = kill
 	cfg.Label = "crowd (surge)"
 	if !check {
 		cfg.Label = "crowd (do-nothing server)"
@@ -440,6 +492,37 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 		for _, d := range r.DoubleBookings {
 			fmt.Fprintf(w, "- DOUBLE BOOKING (%s): %s\n", r.Server, d)
 		}
+		if r.Crash != nil {
+			writeCrash(w, r.Server, r.Crash)
+		}
+	}
+}
+
+// writeCrash prints the kill -9 mid-crowd and the read-back after it.
+func writeCrash(w io.Writer, server string, k *CrowdCrash) {
+	fmt.Fprintf(w, "\n### Kill -9 mid-crowd (%s), %s\n\n", server, k.Trigger)
+	switch {
+	case k.RestartError != "":
+		fmt.Fprintf(w, "- killed at %.2f s; the restart FAILED: %s\n", k.KilledAtSeconds, k.RestartError)
+		return
+	case !k.Killed:
+		fmt.Fprintln(w, "- NOT KILLED: the crowd ended before the trigger")
+		return
+	}
+	fmt.Fprintf(w, "- killed at %.2f s, with %s decisions seen and %s ids handed out\n", k.KilledAtSeconds, grouped(k.DecisionsAtKill), grouped(k.IDsAtKill))
+	recovery := "not logged"
+	if k.RecoverySeconds >= 0 {
+		recovery = fmt.Sprintf("%.2f s", k.RecoverySeconds)
+	}
+	fmt.Fprintf(w, "- restarted: healthy %.2f s after exec (engine recovery %s, %s records replayed)\n", k.RestartSeconds, recovery, grouped(k.ReplayedRecords))
+	fmt.Fprintf(w, "- ids read back: %s (RESERVED %s, FAILED %s)\n", grouped(k.IDsChecked), grouped(k.ReadReserved), grouped(k.ReadFailed))
+	fmt.Fprintf(w, "- lost (404): %s; unreadable: %s; changed answers: %s; wrong seats: %s; double bookings: %d\n",
+		grouped(k.LostIDs), grouped(k.Unreadable), grouped(k.ChangedAnswers), grouped(k.WrongSeats), len(k.DoubleBookings))
+	for _, s := range k.Samples {
+		fmt.Fprintf(w, "- e.g. %s\n", s)
+	}
+	for _, d := range k.DoubleBookings {
+		fmt.Fprintf(w, "- DOUBLE BOOKING after kill -9: %s\n", d)
 	}
 }
 

@@ -55,6 +55,13 @@ type TicketingOptions struct {
 	CrowdTransport string
 	// ServeArgs are extra flags for the started `surge serve` (crowd only).
 	ServeArgs []string
+	// KillAfter and KillAfterDecisions (crowd only, whichever comes
+	// first; 0 for neither) kill the started server with SIGKILL that
+	// long after the crowd's start or once that many reservations have
+	// their decision, restart it on the same data dir and address, and
+	// read back every id the crowd was given (crowd_crash.go).
+	KillAfter          time.Duration
+	KillAfterDecisions int64
 
 	Exe string // the surge binary, to spawn `serve` and `bench nullserver`
 	// ServeExe, if set, is the binary started for `serve` instead of Exe:
