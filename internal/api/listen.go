@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/surge-run/surge/internal/engine"
 )
 
 // MaxHeaderBytes bounds request headers; bodies are bounded per route.
@@ -178,12 +176,9 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 		ReadTimeout:  lim.ReadTimeout,
 		WriteTimeout: lim.WriteTimeout,
 		IdleTimeout:  lim.IdleTimeout,
-		// Every request finds the server's budgets in its context, and
-		// the patience: a client that waits its turn in the waiting room
-		// is not refused by the partition's queue-delay rule either
-		// unless its wait there would be beyond --max-wait.
+		// Every request finds the server's budgets in its context.
 		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-			return engine.WithPatience(withBodies(withStreams(ctx, s.streams), s.bodies), lim.MaxWait)
+			return withBodies(withStreams(ctx, s.streams), s.bodies)
 		},
 		MaxHeaderBytes: MaxHeaderBytes,
 		// HTTP/2 reports StateActive when a connection's first stream opens

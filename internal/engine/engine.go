@@ -320,9 +320,6 @@ type Request struct {
 	ctx      context.Context
 	enq      int64 // e.mono() when it entered the inbox
 	ahead    int   // requests in the inbox when it entered
-	// maxWaitNs is how long it may wait in the inbox before it is refused
-	// unapplied (0: no limit); see waitLimits.
-	maxWaitNs int64
 }
 
 // Do submits cmd to the workload's machine in partition part and waits for
@@ -414,17 +411,14 @@ func (e *Engine) await(ctx context.Context, r *Request) (any, error) {
 
 func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Command, q any) (*Request, error) {
 	ahead := len(p.inbox)
-	var maxWait int64
 	if cmd != nil {
-		var admit int64
-		admit, maxWait = e.waitLimits(ctx)
-		if wait, busy := p.tooBusy(ahead, admit); busy {
+		if wait, busy := p.tooBusy(ahead); busy {
 			p.shed(shedQueueDelay)
 			return nil, &overloaded{err: ErrOverloaded, wait: wait}
 		}
 	}
 	r := e.reqPool.Get().(*Request)
-	r.workload, r.cmd, r.query, r.ctx, r.ahead, r.maxWaitNs = wl, cmd, q, ctx, ahead, maxWait
+	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
 	r.enq = e.mono()
 	e.mu.RLock()
 	defer e.mu.RUnlock()

@@ -873,44 +873,6 @@ func TestQueueDelayBoundsWaitingAndSheds(t *testing.T) {
 	}
 }
 
-// TestPatientRequestsWaitTheirTurn: a burst that the queue-delay rules
-// refuse in part is served whole when its requests carry a patience
-// longer than their wait (WithPatience: the HTTP waiting room's clients
-// wait in line anyway, and a refusal only sends them to the back).
-func TestPatientRequestsWaitTheirTurn(t *testing.T) {
-	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) {
-		o.Partitions, o.InboxLen, o.MaxBatch, o.MaxQueueDelay = 1, 100_000, 4, 20*time.Millisecond
-		engine.SetShedMinQueue(o, 8)
-	})
-	defer e.Close()
-	var nextID atomic.Uint64
-	burst := func(ctx context.Context) (refused int) {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for range 200 { // 200 ms of 1 ms commands: ten times the limit
-			wg.Go(func() {
-				_, err := e.Do(ctx, 0, 7, &slow{ID: nextID.Add(1)})
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case errors.Is(err, engine.ErrOverloaded):
-					refused++
-				case err != nil:
-					t.Errorf("burst: %v", err)
-				}
-			})
-		}
-		wg.Wait()
-		return refused
-	}
-	if n := burst(context.Background()); n == 0 {
-		t.Fatal("without a patience nothing of a burst ten times the queue-delay limit was refused")
-	}
-	if n := burst(engine.WithPatience(context.Background(), time.Minute)); n != 0 {
-		t.Errorf("%d of a patient burst refused; their wait was far within their patience", n)
-	}
-}
-
 // TestGoneClientsCommandIsNotApplied: a command still queued when its
 // client gives up is answered with the context's error when the processor
 // reaches it, and not applied.

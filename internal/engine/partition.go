@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -461,46 +460,15 @@ const defaultShedMinQueue = 256
 // errExpired is ErrOverloaded for a command that waited too long.
 var errExpired = fmt.Errorf("%w: the request waited in the queue longer than the limit and was not applied", ErrOverloaded)
 
-// Patience. A client that waits in line anyway (the HTTP API's waiting
-// room: a flash crowd's buyers wait seconds for their turn, and one
-// refused comes straight back) is not served better by a queue-delay
-// refusal at a quarter of a second: it loses its place and returns as one
-// more request. Such a request carries a patience (WithPatience), and
-// both rules then use it instead of MaxQueueDelay: it is refused at once
-// only if its predicted wait is beyond the patience, and at the head only
-// once it has waited longer. The in-flight cap in front bounds the queue.
-
-type patienceKey struct{}
-
-// WithPatience returns ctx carrying the patience of the requests made
-// with it: how long each may wait in its partition's queue before the
-// queue-delay rules refuse it (instead of MaxQueueDelay). It changes
-// nothing when those rules are off.
-func WithPatience(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, patienceKey{}, d)
-}
-
-// waitLimits gives a command's queue-delay limits: the predicted wait
-// above which it is refused at once and the wait after which it is
-// refused at the head; 0 when the rules are off.
-func (e *Engine) waitLimits(ctx context.Context) (admitNs, maxNs int64) {
-	if e.maxWaitNs <= 0 {
-		return 0, 0
-	}
-	if d, ok := ctx.Value(patienceKey{}).(time.Duration); ok && d > 0 {
-		return int64(d), int64(d)
-	}
-	return e.admitNs, e.maxWaitNs
-}
-
 // tooBusy says whether a command joining a queue of ahead requests would
-// wait longer than admitNs, and the wait it predicts.
-func (p *partition) tooBusy(ahead int, admitNs int64) (time.Duration, bool) {
-	if admitNs <= 0 || ahead < p.e.opts.shedMinQueue {
+// wait longer than the admission target, and the wait it predicts.
+func (p *partition) tooBusy(ahead int) (time.Duration, bool) {
+	a := p.e.admitNs
+	if a <= 0 || ahead < p.e.opts.shedMinQueue {
 		return 0, false
 	}
 	wait := p.waitBehind(ahead)
-	return wait, int64(wait) > admitNs
+	return wait, int64(wait) > a
 }
 
 // waitBehind is the wait the partition predicts for a request joining
@@ -548,7 +516,7 @@ func (p *partition) admit(r *Request, s *waitSample) bool {
 	switch {
 	case r.ctx.Err() != nil:
 		r.err, reason = r.ctx.Err(), shedCancelled
-	case r.cmd != nil && r.maxWaitNs > 0 && waited > r.maxWaitNs && r.ahead >= p.e.opts.shedMinQueue:
+	case r.cmd != nil && p.e.maxWaitNs > 0 && waited > p.e.maxWaitNs && r.ahead >= p.e.opts.shedMinQueue:
 		r.err, reason = &overloaded{err: errExpired, wait: p.waitBehind(len(p.inbox))}, shedExpired
 	default:
 		return true
