@@ -26,11 +26,11 @@ const (
 	// for longer than the patience.
 	DefaultMaxWait = 20 * time.Second
 	// DefaultWaitingRoom bounds the requests waiting at once. A waiter
-	// adds 48 bytes here, but its h2 stream keeps its handler goroutine,
-	// request and stream buffers in net/http: 4–5 KB of resident memory
-	// per waiter (peak RSS of a 5 × 20,000 crowd with ≈ 96,000 waiting,
-	// 630–770 MiB, against 266 MiB when they were refused at once), so
-	// 100,000 waiters hold ≈ 0.5 GB: a whole flash crowd of that size.
+	// adds 48 bytes here, but net/http has already given its h2 stream a
+	// handler goroutine (≈ 4 KB of stack), a 4 KB response write buffer
+	// and the stream, request and context (≈ 1.5 KB): ≈ 10 KB per waiter
+	// (heap and stack in use with 52,000 streams open), so 100,000
+	// waiters hold ≈ 1 GB: a whole 5 × 20,000 flash crowd.
 	DefaultWaitingRoom = 100_000
 	// slotWindow is how long grants are counted before the time per slot
 	// is re-estimated: releases come in bursts (a log batch completes
