@@ -77,3 +77,14 @@ func GRPCRetryDelay(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// PredictedWait is the wait a refusal predicts for a retry, found as a
+// RetryAfter method on err or an error it wraps (the engine's overloads,
+// the body and stream budgets' refusals); 0 if it predicts none.
+func PredictedWait(err error) time.Duration {
+	var p interface{ RetryAfter() time.Duration }
+	if errors.As(err, &p) {
+		return p.RetryAfter()
+	}
+	return 0
+}

@@ -799,7 +799,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 			}
 			err := writeMessages(ctx, rs, w, out.Messages, map[string]any{"position": out.Position, "firstKept": out.FirstKept, "after": next})
 			if errors.Is(err, api.ErrStreamBusy) {
-				return errBusy(w)
+				return errBusy(w, err)
 			}
 			return http.StatusOK
 		}

@@ -358,7 +358,7 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 		}
 		if err := a.sendPage(ctx, st, out, o.Messages); err != nil {
 			if errors.Is(err, api.ErrStreamBusy) {
-				return grpcErr(connect.CodeResourceExhausted, "%v; resume with after=%d", err, after)
+				return api.GRPCRetryError(connect.CodeResourceExhausted, fmt.Sprintf("%v; resume with after=%d", err, after), api.PredictedWait(err))
 			}
 			return err
 		}
