@@ -17,7 +17,14 @@ import (
 // queue (half the old 250 ms --max-queue-delay default), far below the
 // --max-wait patience the waiting room in front of it applies.
 func TestBurstOnOneAreaIsServedNotRefused(t *testing.T) {
-	base := serveForTest(t, Config{})
+	burstOnOneArea(t, Config{}, 3000)
+}
+
+// burstOnOneArea sends burst reservations on one area at once to a server
+// run with cfg and fails unless every one is answered 200.
+func burstOnOneArea(t *testing.T, cfg Config, burst int) {
+	t.Helper()
+	base := serveForTest(t, cfg)
 	ev := `{"eventName":"burst","artist":"x","areas":[{"areaId":"A","price":1,"rowCount":100,"colCount":100}]}`
 	resp, err := http.Post(base+"/v1/event", "application/json", strings.NewReader(ev))
 	if err != nil {
@@ -28,7 +35,6 @@ func TestBurstOnOneAreaIsServedNotRefused(t *testing.T) {
 		t.Fatalf("creating the event: %s", resp.Status)
 	}
 	eventID := "burst"
-	const burst = 3000
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: burst}}
 	var mu sync.Mutex
 	statuses := map[int]int{}
