@@ -342,6 +342,9 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 		if o, err = a.readOrder(ctx, id); err != nil {
 			return engineError(w, err)
 		}
+		if o == nil {
+			return notFound(w, "order", id)
+		}
 	}
 	if rs == nil {
 		return writeJSON(w, http.StatusOK, orderOut(o))
