@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -44,7 +43,22 @@ type budget struct {
 	peak    int64 // the most ever held at once
 	waiting []*budgetWaiter
 	waits   atomic.Uint64 // acquires that had to wait
+	freed   int64         // bytes released since the start: the drain rate (see full)
 }
+
+// budgetFull is a wait for room that ran out, with the wait its client is
+// predicted for a retry (RetryAfter): the bytes queued up to and including
+// its own, at the rate bytes were freed while it waited. A retry sooner
+// would find the same queue; one fixed pause would bring every refused
+// client back together.
+type budgetFull struct {
+	err  error
+	wait time.Duration
+}
+
+func (e *budgetFull) Error() string             { return e.err.Error() }
+func (e *budgetFull) Unwrap() error             { return e.err }
+func (e *budgetFull) RetryAfter() time.Duration { return e.wait }
 
 type budgetWaiter struct {
 	n     int64
@@ -64,6 +78,7 @@ func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, er
 	}
 	w := &budgetWaiter{n: n, ready: make(chan struct{})}
 	b.waiting = append(b.waiting, w)
+	freed0, start := b.freed, time.Now()
 	b.mu.Unlock()
 	b.waits.Add(1)
 	t := time.NewTimer(maxWait)
@@ -84,21 +99,37 @@ func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, er
 		b.free += n
 		b.wakeLocked()
 	default:
+		queued := int64(0)
 		for i, x := range b.waiting {
+			queued += x.n
 			if x == w {
 				b.waiting = append(b.waiting[:i], b.waiting[i+1:]...)
 				break
 			}
 		}
 		b.wakeLocked() // a large waiter gone may let smaller ones in
+		if err == errTimeout {
+			err = &budgetFull{err: err, wait: drainTime(queued, b.freed-freed0, time.Since(start))}
+		}
 	}
 	return 0, err
+}
+
+// drainTime is how long freeing queued bytes takes at the rate of freed
+// bytes in elapsed; with nothing freed, at least elapsed again (at most
+// MaxSlotRetry).
+func drainTime(queued, freed int64, elapsed time.Duration) time.Duration {
+	if freed <= 0 {
+		return min(elapsed, MaxSlotRetry)
+	}
+	return min(time.Duration(float64(elapsed)*float64(queued)/float64(freed)), MaxSlotRetry)
 }
 
 // release gives back n bytes that acquire took.
 func (b *budget) release(n int64) {
 	b.mu.Lock()
 	b.free += n
+	b.freed += n
 	b.wakeLocked()
 	b.mu.Unlock()
 }
@@ -153,7 +184,7 @@ func bodiesOf(ctx context.Context) *BodyBudget {
 }
 
 // ErrBodyBudget: the wait for room in the budget passed MaxBodyWait.
-var ErrBodyBudget = errors.New("the server is holding its limit of request bodies (--max-body-memory); nothing was done, retry after a pause")
+var ErrBodyBudget = errors.New("the server is holding its limit of request bodies (--max-body-memory); nothing was done, retry after the Retry-After pause")
 
 // Acquire waits until n bytes are free (n is cut to the total, so one
 // body never waits for ever), ctx ends, or MaxBodyWait passes. The
@@ -185,6 +216,7 @@ func HoldBody(w http.ResponseWriter, r *http.Request, limit int64) int {
 	release, err := bodiesOf(r.Context()).Acquire(r.Context(), n)
 	if err != nil {
 		if errors.Is(err, ErrBodyBudget) {
+			SetRetryAfter(w, PredictedWait(err))
 			return Error(w, http.StatusServiceUnavailable, err.Error())
 		}
 		return Error(w, http.StatusServiceUnavailable, "request cancelled before its body was read")
@@ -263,7 +295,7 @@ func (h *heldBody) start() error {
 	release, err := bodiesOf(h.r.Context()).Acquire(h.r.Context(), h.n)
 	if err != nil {
 		if errors.Is(err, ErrBodyBudget) {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w", err))
+			return GRPCRetryError(connect.CodeUnavailable, err.Error(), PredictedWait(err))
 		}
 		return err
 	}

@@ -91,6 +91,9 @@ type connTracker struct {
 	new   connList
 
 	refusing atomic.Int64
+	// retry gives each refused connection its own turn for a freed one
+	// (a close, or a connection gone idle, which a newcomer may shed).
+	retry SlotRetry
 	// Counters for the metrics.
 	shed    atomic.Uint64
 	refused atomic.Uint64
@@ -149,6 +152,7 @@ func (c *trackedConn) Close() error {
 		c.closed = true
 		c.unlink()
 		t.open--
+		t.retry.Released()
 	}
 	t.mu.Unlock()
 	return c.Conn.Close()
@@ -183,6 +187,7 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 		t.new.push(c)
 	case http.StateIdle:
 		t.idle.push(c)
+		t.retry.Released()
 	}
 }
 
@@ -268,12 +273,15 @@ func (t *connTracker) openConns() int {
 // refusal is the whole answer to a connection over the cap. It is HTTP/1.1
 // whatever the client speaks: an h2c client with prior knowledge reads it
 // as a malformed frame and fails at once, which is still no hang.
+// Its Retry-After is the connection's own turn for a freed connection
+// (SlotRetry), so refused clients come back spread out, not together.
 func (t *connTracker) refusal() []byte {
+	after := strconv.Itoa(RetryAfterSeconds(t.retry.Refused()))
 	body := `{"error":"the server is at its connection limit (` + strconv.Itoa(t.max) +
-		` connections, all busy); retry in a second"}` + "\n"
+		` connections, all busy); retry after ` + after + ` s (Retry-After)"}` + "\n"
 	return []byte("HTTP/1.1 503 Service Unavailable\r\n" +
 		"Content-Type: application/json\r\n" +
-		"Retry-After: 1\r\n" +
+		"Retry-After: " + after + "\r\n" +
 		"Connection: close\r\n" +
 		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }

@@ -439,12 +439,13 @@ func (h *blockingHandler) waitEntered(t *testing.T, n int) {
 	}
 }
 
-// checkRefusal checks a 503 that tells the client to come back.
-func checkRefusal(t *testing.T, what string, r *http.Response, body, want string) {
+// checkRefusal checks a 503 that tells the client to come back after
+// wantAfter seconds.
+func checkRefusal(t *testing.T, what string, r *http.Response, body, want, wantAfter string) {
 	t.Helper()
-	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "1" ||
+	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != wantAfter ||
 		r.Header.Get("Content-Type") != "application/json" {
-		t.Fatalf("%s: %s, Retry-After %q, Content-Type %q; want 503, 1, application/json", what, r.Status, r.Header.Get("Retry-After"), r.Header.Get("Content-Type"))
+		t.Fatalf("%s: %s, Retry-After %q, Content-Type %q; want 503, %s, application/json", what, r.Status, r.Header.Get("Retry-After"), r.Header.Get("Content-Type"), wantAfter)
 	}
 	var e struct{ Error string }
 	if err := json.Unmarshal([]byte(body), &e); err != nil || !strings.Contains(e.Error, want) {
@@ -474,7 +475,9 @@ func TestBusyConnsRefuseNewOne(t *testing.T) {
 	if err != nil {
 		t.Fatalf("new connection at the cap: %v", err)
 	}
-	checkRefusal(t, "new connection at the cap", r, body, "connection limit (3 connections, all busy)")
+	// No connection freed yet: the first refused waits a second, the
+	// next its own turn after it.
+	checkRefusal(t, "new connection at the cap", r, body, "connection limit (3 connections, all busy)", "1")
 	if !r.Close {
 		t.Error("the refusal does not say Connection: close")
 	}
@@ -489,7 +492,7 @@ func TestBusyConnsRefuseNewOne(t *testing.T) {
 	}
 	b, _ := io.ReadAll(r.Body)
 	r.Body.Close()
-	checkRefusal(t, "http.Client at the cap", r, string(b), "connection limit")
+	checkRefusal(t, "http.Client at the cap", r, string(b), "connection limit", "2")
 	if got := metric(t, reg, "surge_http_connections_refused_total"); got != 2 {
 		t.Errorf("surge_http_connections_refused_total = %v, want 2", got)
 	}
@@ -573,7 +576,7 @@ func TestSilentConnsAreShedAfterGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRefusal(t, "cap held by silent new connections", r, body, "connection limit")
+	checkRefusal(t, "cap held by silent new connections", r, body, "connection limit", "1")
 
 	s.conns.mu.Lock()
 	s.conns.grace = 0
@@ -661,7 +664,7 @@ func TestInflightCap(t *testing.T) {
 		return r, string(b)
 	}
 	r, body := get("/block")
-	checkRefusal(t, "request past the in-flight cap", r, body, "limit of 2 requests at once")
+	checkRefusal(t, "request past the in-flight cap", r, body, "limit of 2 requests at once", "1")
 	for _, path := range []string{"/healthz", "/debug/pprof/heap"} {
 		if r, body := get(path); r.StatusCode != http.StatusOK {
 			t.Fatalf("exempt %s at the in-flight cap: %s %q", path, r.Status, body)

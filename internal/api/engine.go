@@ -36,13 +36,14 @@ func EngineError(w http.ResponseWriter, err error, busy string) int {
 }
 
 // GRPCEngineError is EngineError for gRPC handlers: overload and a command
-// too large for the log are RESOURCE_EXHAUSTED (the command was refused before it was applied, so a
-// retry after a pause is safe), a failed or closing node UNAVAILABLE
-// (retry, elsewhere if possible).
+// too large for the log are RESOURCE_EXHAUSTED (the command was refused
+// before it was applied, so a retry is safe; an overload carries the
+// partition's predicted wait, see GRPCRetryError), a failed or closing
+// node UNAVAILABLE (retry, elsewhere if possible).
 func GRPCEngineError(err error) error {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
-		return connect.NewError(connect.CodeResourceExhausted, errors.New("the server is overloaded: nothing was done; retry after a short pause"))
+		return GRPCRetryError(connect.CodeResourceExhausted, "the server is overloaded: nothing was done; retry after the RetryInfo delay", engine.RetryAfter(err))
 	case errors.Is(err, engine.ErrTooLarge):
 		return connect.NewError(connect.CodeResourceExhausted, errors.New(tooLargeMsg(err)))
 	case errors.Is(err, engine.ErrFailed):

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"math"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -169,7 +169,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 	case l.count >= l.roomMax:
 		n, back := l.count, l.ticketLocked()
 		l.mu.Unlock()
-		l.refuse(w, waitRefusedFull, back, "the server's waiting room is full ("+strconv.Itoa(n)+
+		l.refuse(w, r, waitRefusedFull, back, "the server's waiting room is full ("+strconv.Itoa(n)+
 			" requests wait for one of its "+strconv.FormatInt(l.max, 10)+" in-flight slots, --waiting-room)")
 		return false
 	case predicted > l.patienceNs && l.grants >= l.trustAfter:
@@ -180,7 +180,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		// the wait that follows, and a refusal on a wrong prediction
 		// costs a client far more than a wait costs the server.
 		l.mu.Unlock()
-		l.refuse(w, waitRefusedPatience, predicted, "the server is handling its limit of "+strconv.FormatInt(l.max, 10)+
+		l.refuse(w, r, waitRefusedPatience, predicted, "the server is handling its limit of "+strconv.FormatInt(l.max, 10)+
 			" requests at once and the predicted wait for a slot, "+seconds(predicted)+", is beyond its patience of "+
 			seconds(l.patienceNs)+" (--max-wait)")
 		return false
@@ -345,29 +345,29 @@ func (l *inflightLimiter) unlink(wt *waiter) {
 }
 
 // refuse answers 503 with Retry-After = the predicted wait (at least 1 s;
-// the patience while nothing has been measured yet).
-func (l *inflightLimiter) refuse(w http.ResponseWriter, outcome int, predictedNs int64, why string) {
+// the patience while nothing has been measured yet). A gRPC, gRPC-Web or
+// Connect call gets the same as its protocol's UNAVAILABLE, with the
+// delay as RetryInfo and grpc-retry-pushback-ms (GRPCRetryError): a JSON
+// 503 would reach a gRPC client as a bare UNAVAILABLE with no delay.
+func (l *inflightLimiter) refuse(w http.ResponseWriter, r *http.Request, outcome int, predictedNs int64, why string) {
 	l.outcomes[outcome].Add(1)
 	l.refused.Add(1)
 	if predictedNs <= 0 {
 		predictedNs = l.patienceNs
+	}
+	if rpcErrors.IsSupported(r) {
+		rpcErrors.Write(w, r, GRPCRetryError(connect.CodeUnavailable, why+"; nothing was done: retry after the RetryInfo delay", time.Duration(predictedNs)))
+		return
 	}
 	after := RetryAfterSeconds(time.Duration(predictedNs))
 	w.Header().Set("Retry-After", strconv.Itoa(after))
 	Error(w, http.StatusServiceUnavailable, why+"; nothing was done: retry after "+strconv.Itoa(after)+" s (Retry-After)")
 }
 
-// RetryAfterSeconds is d in whole seconds for a Retry-After header:
-// rounded up, at least 1.
-func RetryAfterSeconds(d time.Duration) int {
-	return max(1, int(math.Ceil(d.Seconds())))
-}
-
-// SetRetryAfter sets Retry-After from a predicted wait (at least 1 s);
-// Error keeps it.
-func SetRetryAfter(w http.ResponseWriter, d time.Duration) {
-	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(d)))
-}
+// rpcErrors writes refusals in the protocol of an RPC call. It asks
+// Connect unary calls for their protocol header (connect-go clients send
+// it): otherwise any JSON POST would look like one.
+var rpcErrors = connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader())
 
 func seconds(ns int64) string {
 	return strconv.FormatFloat(float64(ns)/1e9, 'f', 1, 64) + " s"

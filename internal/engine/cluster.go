@@ -41,6 +41,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -543,7 +544,11 @@ func zeroOnWire(v reflect.Value) bool {
 type remoteError struct {
 	sentinel error
 	msg      string
+	wait     time.Duration // an overload's predicted wait
 }
+
+// RetryAfter is a relayed overload's predicted wait (see RetryAfter).
+func (r *remoteError) RetryAfter() time.Duration { return r.wait }
 
 func (r *remoteError) Error() string { return r.msg }
 func (r *remoteError) Unwrap() error { return r.sentinel }
@@ -656,7 +661,23 @@ func decodeErrAnswer(b []byte) error {
 	if len(b) < 2 || b[0] != statusErr || int(b[1]) >= len(remoteErrs) || b[1] == 0 {
 		return fmt.Errorf("%w: malformed error answer", ErrOutcomeUnknown)
 	}
-	return &remoteError{sentinel: remoteErrs[b[1]], msg: string(b[2:])}
+	return remoteErr(b[1], string(b[2:]))
+}
+
+// remoteErr is the error a node answered: its sentinel and message, and
+// for an overload the wait its message predicts (see overloaded.Error),
+// so a relayed refusal still tells the client when to come back.
+func remoteErr(code byte, msg string) error {
+	e := &remoteError{sentinel: remoteErrs[code], msg: msg}
+	if e.sentinel != ErrOverloaded {
+		return e
+	}
+	if i := strings.LastIndex(msg, waitMark); i >= 0 && strings.HasSuffix(msg, ")") {
+		if d, err := time.ParseDuration(msg[i+len(waitMark) : len(msg)-1]); err == nil && d > 0 {
+			e.wait = d
+		}
+	}
+	return e
 }
 
 // HandleRemote answers a request another node's engine forwarded here

@@ -165,7 +165,7 @@ func decodeBatchAnswer(b []byte, batch []*fwdReq) error {
 		if n > len(b) || code == 0 || int(code) >= len(remoteErrs) {
 			return fmt.Errorf("%w: malformed batch answer", ErrOutcomeUnknown)
 		}
-		r.err = &remoteError{sentinel: remoteErrs[code], msg: string(b[:n])}
+		r.err = remoteErr(code, string(b[:n]))
 		b = b[n:]
 	}
 	dec := gob.NewDecoder(bytes.NewReader(b))

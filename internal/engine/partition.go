@@ -486,16 +486,27 @@ type overloaded struct {
 	wait time.Duration
 }
 
-func (o *overloaded) Error() string { return o.err.Error() }
+// Error carries the wait too, so that a node that relays the refusal
+// (answerErr) can pass it on: see remoteErr.
+func (o *overloaded) Error() string {
+	return o.err.Error() + waitMark + o.wait.String() + ")"
+}
 func (o *overloaded) Unwrap() error { return o.err }
 
+// RetryAfter is the wait the refusal predicts for a retry.
+func (o *overloaded) RetryAfter() time.Duration { return o.wait }
+
+// waitMark starts the predicted wait in an overload's message.
+const waitMark = " (predicted wait "
+
 // RetryAfter is the wait an ErrOverloaded predicts for a retry (the queue
-// it was refused behind, drained at the observed rate); 0 if err carries
-// no prediction (another error, or one relayed by another node).
+// it was refused behind, drained at the observed rate), found as a
+// RetryAfter method on err or an error it wraps; 0 if err carries no
+// prediction.
 func RetryAfter(err error) time.Duration {
-	var o *overloaded
+	var o interface{ RetryAfter() time.Duration }
 	if errors.As(err, &o) {
-		return o.wait
+		return o.RetryAfter()
 	}
 	return 0
 }

@@ -1,6 +1,11 @@
 package engine
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
 
 type wireProbe struct{ N int }
 
@@ -57,5 +62,22 @@ func TestCheckWireTypes(t *testing.T) {
 		if err := CheckWireTypes(bad); err == nil {
 			t.Errorf("%#v passed", bad)
 		}
+	}
+}
+
+// TestRelayedOverloadKeepsItsWait: an overload answered by the owning node
+// keeps its predicted wait on the node that relays it, so the client
+// there gets the owner's Retry-After, not the 1 s floor.
+func TestRelayedOverloadKeepsItsWait(t *testing.T) {
+	const wait = 2750 * time.Millisecond
+	owner := &overloaded{err: errExpired, wait: wait}
+	got := decodeErrAnswer(answerErr(owner))
+	if !errors.Is(got, ErrOverloaded) || RetryAfter(got) != wait {
+		t.Fatalf("relayed %v: ErrOverloaded %v, RetryAfter %v; want true, %v", got, errors.Is(got, ErrOverloaded), RetryAfter(got), wait)
+	}
+	// Another error carries no wait, even if its text looks like one.
+	other := fmt.Errorf("%w (predicted wait 5s)", ErrClosed)
+	if d := RetryAfter(decodeErrAnswer(answerErr(other))); d != 0 {
+		t.Fatalf("RetryAfter of a relayed ErrClosed = %v, want 0", d)
 	}
 }

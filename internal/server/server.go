@@ -48,8 +48,8 @@ type Config struct {
 	SnapshotBytes    int64
 	SnapshotInterval time.Duration
 	SyncInterval     time.Duration
-	// MaxQueueDelay is engine.Options.MaxQueueDelay: 0 for the default,
-	// negative for no limit.
+	// MaxQueueDelay is engine.Options.MaxQueueDelay: 0 for the waiting
+	// room's patience (--max-wait, see queueDelay), negative for no limit.
 	MaxQueueDelay   time.Duration
 	ShutdownTimeout time.Duration
 	// Connection and request limits (api.Limits; 0 means the default,
@@ -267,6 +267,20 @@ func lockDir(dir string) (func(), error) {
 }
 
 // Run serves until ctx is cancelled, then shuts down gracefully.
+// queueDelay is the partitions' --max-queue-delay: as set, or by default
+// the waiting room's patience, so that a partition refuses a command (at
+// half of it predicted) only when its wait would approach what a client
+// is willing to wait, as the waiting room does. The engine's own default
+// (250 ms, refusing at 125 ms predicted) refused bursts that are served
+// within a second: the in-flight cap in front already bounds a
+// partition's queue, and the waiting room the wait beyond it.
+func queueDelay(flag, patience time.Duration) time.Duration {
+	if flag != 0 {
+		return flag
+	}
+	return patience
+}
+
 func Run(ctx context.Context, cfg Config) error {
 	logger := cfg.Logger
 	if logger == nil {
@@ -395,7 +409,7 @@ func Run(ctx context.Context, cfg Config) error {
 			SnapshotEvery:    cfg.SnapshotEvery,
 			SnapshotBytes:    cfg.SnapshotBytes,
 			SnapshotInterval: cfg.SnapshotInterval,
-			MaxQueueDelay:    cfg.MaxQueueDelay,
+			MaxQueueDelay:    queueDelay(cfg.MaxQueueDelay, limits.MaxWait),
 			Metrics:          engine.NewMetrics(reg),
 			Logger:           logger,
 		}

@@ -18,13 +18,25 @@ import (
 // the engine's notes (engine.Options.Notify → Hub.Notify). A waiter is
 // registered before the order is read, so a change between the read and
 // the wait is not missed.
+//
+// Past its cap (--max-waiters) a stream is refused with a pause from
+// retry, and a long poll still waits, unregistered (see waiter.overflow).
 type Hub struct {
 	mu      sync.Mutex
 	max, n  int
 	waiters map[string]map[*waiter]struct{}
+	retry   api.SlotRetry
 }
 
-type waiter struct{ ch chan OrderChanged }
+// waiter is one long poll or stream. An overflow waiter, a long poll past
+// the cap, is in no set, so no note wakes it: it looks at the order again
+// every api.OverflowRecheck until its wait passes. A long poll is answered
+// within its wait either way, as its client expects, instead of a refusal
+// that its retry loop would turn into a storm of polls.
+type waiter struct {
+	ch       chan OrderChanged
+	overflow bool
+}
 
 // NewHub returns a hub for at most max waiters at once (0: the default).
 func NewHub(max int) *Hub {
@@ -58,13 +70,19 @@ func (h *Hub) Waiting() int {
 	return h.n
 }
 
-func (h *Hub) add(orderID string) *waiter {
+// add registers a waiter on orderID; past the cap it returns an overflow
+// waiter for a long poll, and nil for a stream.
+func (h *Hub) add(orderID string, stream bool) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.n >= h.max {
-		return nil
-	}
 	w := &waiter{ch: make(chan OrderChanged, 1)}
+	if h.n >= h.max {
+		if stream {
+			return nil
+		}
+		w.overflow = true
+		return w
+	}
 	set := h.waiters[orderID]
 	if set == nil {
 		set = map[*waiter]struct{}{}
@@ -87,6 +105,35 @@ func (h *Hub) remove(orderID string, w *waiter) {
 		delete(h.waiters, orderID)
 	}
 	h.n--
+	h.retry.Released()
+}
+
+// refused words a stream's refusal at the cap: 503 with a Retry-After
+// that gives it its own turn for a freed place (api.SlotRetry).
+func (h *Hub) refused(w http.ResponseWriter) int {
+	api.SetRetryAfter(w, h.retry.Refused())
+	return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders (--max-waiters "+strconv.Itoa(h.max)+
+		"); poll instead, or come back after the Retry-After pause")
+}
+
+// pause waits for a note on wt, at most d (an overflow waiter at most
+// api.OverflowRecheck); false when the client went or the server is
+// closing.
+func (h *Hub) pause(ctx context.Context, done <-chan struct{}, wt *waiter, d time.Duration) bool {
+	if wt.overflow {
+		d = min(d, api.OverflowRecheck)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wt.ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	case <-done:
+		return false
+	}
+	return true
 }
 
 func terminalOrder(status string) bool { return status == OrderConfirmed || status == OrderCancelled }
@@ -270,11 +317,10 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 		// The wait may outlast the server's write timeout.
 		rs = api.OpenStream(w, r)
 		defer rs.Close()
-		if wt = a.hub.add(id); wt == nil {
-			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders; poll without wait, or retry after the Retry-After pause")
-		}
+		wt = a.hub.add(id, false)
 		defer a.hub.remove(id, wt)
 	}
+	deadline := time.Now().Add(wait)
 	o, err := a.readOrder(ctx, id)
 	if err != nil {
 		return engineError(w, err)
@@ -282,18 +328,22 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 	if o == nil {
 		return notFound(w, "order", id)
 	}
-	if wt != nil && !terminalOrder(o.Status) {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-wt.ch:
-		case <-t.C:
-		case <-ctx.Done():
-			return 499 // the client went away; nobody reads an answer
-		case <-a.done:
+	for wt != nil && !terminalOrder(o.Status) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		if !a.hub.pause(ctx, a.done, wt, left) {
+			if ctx.Err() != nil {
+				return 499 // the client went away; nobody reads an answer
+			}
+			wt = nil // closing: answer the order as it is now
 		}
 		if o, err = a.readOrder(ctx, id); err != nil {
 			return engineError(w, err)
+		}
+		if o == nil {
+			return notFound(w, "order", id)
 		}
 	}
 	if rs == nil {
@@ -330,9 +380,9 @@ func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
 		return notFound(w, "order", id)
 	}
 	ctx := r.Context()
-	wt := a.hub.add(id)
+	wt := a.hub.add(id, true)
 	if wt == nil {
-		return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders; poll instead, or retry after the Retry-After pause")
+		return a.hub.refused(w)
 	}
 	defer a.hub.remove(id, wt)
 	o, err := a.readOrder(ctx, id)

@@ -33,8 +33,13 @@ func newServer(t *testing.T, deadline time.Duration) *httptest.Server {
 // newServerRetention is newServer with the given saga retention.
 func newServerRetention(t *testing.T, deadline, retention time.Duration) *httptest.Server {
 	t.Helper()
+	return newServerHub(t, deadline, retention, commerce.NewHub(0))
+}
+
+// newServerHub is newServerRetention with the given hub.
+func newServerHub(t *testing.T, deadline, retention time.Duration, hub *commerce.Hub) *httptest.Server {
+	t.Helper()
 	dir := t.TempDir()
-	hub := commerce.NewHub(0)
 	opts := engine.Options{Partitions: 4, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
 		Logger: slog.New(slog.DiscardHandler),
 		Notify: func(_ int, wl uint8, v any) {

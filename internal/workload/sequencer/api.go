@@ -592,9 +592,7 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 	defer rs.Close()
 	var wt *waiter
 	if b.WaitMs > 0 {
-		if wt = a.hub.add(a.hub.ready, g); wt == nil {
-			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; lease without waitMs, or retry after the Retry-After pause")
-		}
+		wt = a.hub.add(a.hub.ready, g, false)
 		defer a.hub.remove(a.hub.ready, g, wt)
 	}
 	deadline := time.Now().Add(time.Duration(b.WaitMs) * time.Millisecond)
@@ -624,15 +622,21 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 	}
 }
 
-// sleep waits for a wake-up; false when the wait passed, the client went
-// or the server is shutting down.
+// sleep waits for a wake-up, or an overflow waiter's next look
+// (api.OverflowRecheck); false when the wait passed, the client went or
+// the server is shutting down.
 func (a *API) sleep(ctx context.Context, wt *waiter, d time.Duration) bool {
+	recheck := wt.overflow && d > api.OverflowRecheck
+	if recheck {
+		d = api.OverflowRecheck
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-wt.ch:
 		return true
 	case <-t.C:
+		return recheck
 	case <-ctx.Done():
 	case <-a.done:
 	}
@@ -773,9 +777,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 	defer rs.Close()
 	var wt *waiter
 	if wait > 0 {
-		if wt = a.hub.add(a.hub.output, g); wt == nil {
-			return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; read without wait, or retry after the Retry-After pause")
-		}
+		wt = a.hub.add(a.hub.output, g, false)
 		defer a.hub.remove(a.hub.output, g, wt)
 	}
 	deadline := time.Now().Add(wait)
@@ -797,7 +799,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 			}
 			err := writeMessages(ctx, rs, w, out.Messages, map[string]any{"position": out.Position, "firstKept": out.FirstKept, "after": next})
 			if errors.Is(err, api.ErrStreamBusy) {
-				return errBusy(w)
+				return errBusy(w, err)
 			}
 			return http.StatusOK
 		}
@@ -825,9 +827,10 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 		after = max(after, n)
 	}
 	ctx := r.Context()
-	wt := a.hub.add(a.hub.output, g)
+	wt := a.hub.add(a.hub.output, g, true)
 	if wt == nil {
-		return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting; poll instead, or retry after the Retry-After pause")
+		api.SetRetryAfter(w, a.hub.refusedWait())
+		return api.Error(w, http.StatusServiceUnavailable, a.hub.refusedMsg()+" (Retry-After)")
 	}
 	defer a.hub.remove(a.hub.output, g, wt)
 	rs := api.OpenStream(w, r)

@@ -219,9 +219,7 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 	}
 	var wt *waiter
 	if m.WaitMs > 0 {
-		if wt = a.hub.add(a.hub.ready, m.Group); wt == nil {
-			return nil, grpcErr(connect.CodeResourceExhausted, "too many clients are waiting; lease without wait_ms, or retry after a pause")
-		}
+		wt = a.hub.add(a.hub.ready, m.Group, false)
 		defer a.hub.remove(a.hub.ready, m.Group, wt)
 	}
 	deadline := time.Now().Add(time.Duration(m.WaitMs) * time.Millisecond)
@@ -338,9 +336,9 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 	}
 	// Registered before the first read, so a release between the read
 	// and the wait is not missed.
-	wt := a.hub.add(a.hub.output, m.Group)
+	wt := a.hub.add(a.hub.output, m.Group, true)
 	if wt == nil {
-		return grpcErr(connect.CodeResourceExhausted, "too many clients are waiting; retry after a pause")
+		return api.GRPCRetryError(connect.CodeResourceExhausted, a.hub.refusedMsg()+" (RetryInfo)", a.hub.refusedWait())
 	}
 	defer a.hub.remove(a.hub.output, m.Group, wt)
 	// Headers now: a gRPC client's call returns only once they arrive,
@@ -360,7 +358,7 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 		}
 		if err := a.sendPage(ctx, st, out, o.Messages); err != nil {
 			if errors.Is(err, api.ErrStreamBusy) {
-				return grpcErr(connect.CodeResourceExhausted, "%v; resume with after=%d", err, after)
+				return api.GRPCRetryError(connect.CodeResourceExhausted, fmt.Sprintf("%v; resume with after=%d", err, after), api.PredictedWait(err))
 			}
 			return err
 		}

@@ -2,8 +2,11 @@ package sequencer
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/surge-run/surge/internal/api"
 )
 
 // Hub holds the lease long polls, output long polls and streams waiting
@@ -21,9 +24,19 @@ type Hub struct {
 	// readyGen is closed (and replaced) by every Ready note of a tracked
 	// group: every idle benchmark processor wakes, not just one.
 	readyGen chan struct{}
+	// retry spaces the streams refused at the cap (api.SlotRetry).
+	retry api.SlotRetry
 }
 
-type waiter struct{ ch chan struct{} }
+// waiter is one long poll or stream. An overflow waiter, a long poll past
+// the cap (--max-waiters), is in no set, so no note wakes it: it looks
+// again every api.OverflowRecheck until its wait passes. A long poll is
+// answered within its wait either way, as its client expects, instead of
+// a refusal that its retry loop would turn into a storm of polls.
+type waiter struct {
+	ch       chan struct{}
+	overflow bool
+}
 
 func (w *waiter) poke() {
 	select {
@@ -80,14 +93,19 @@ func (h *Hub) Waiting() int {
 	return h.n
 }
 
-// add registers a waiter on group in set; nil when the hub is full.
-func (h *Hub) add(set map[string]map[*waiter]struct{}, group string) *waiter {
+// add registers a waiter on group in set; past the cap it returns an
+// overflow waiter for a long poll, and nil for a stream.
+func (h *Hub) add(set map[string]map[*waiter]struct{}, group string, stream bool) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.n >= h.max {
-		return nil
-	}
 	w := &waiter{ch: make(chan struct{}, 1)}
+	if h.n >= h.max {
+		if stream {
+			return nil
+		}
+		w.overflow = true
+		return w
+	}
 	s := set[group]
 	if s == nil {
 		s = map[*waiter]struct{}{}
@@ -110,7 +128,16 @@ func (h *Hub) remove(set map[string]map[*waiter]struct{}, group string, w *waite
 		delete(set, group)
 	}
 	h.n--
+	h.retry.Released()
 }
+
+// refusedMsg words a stream's refusal at the cap; refusedWait is the pause
+// its client is given, its own turn for a freed place.
+func (h *Hub) refusedMsg() string {
+	return "too many clients are waiting (--max-waiters " + strconv.Itoa(h.max) + "); poll instead, or come back after the pause"
+}
+
+func (h *Hub) refusedWait() time.Duration { return h.retry.Refused() }
 
 // readyChan is closed at the next Ready note of a benchmark group; taken
 // before a processor looks for work, so a note while it looks is not

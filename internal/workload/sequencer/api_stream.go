@@ -50,8 +50,10 @@ func (a *API) readPage(ctx context.Context, group string, after uint64, limit in
 	return v.(*Output), nil
 }
 
-// errBusy answers a long poll the stream budget could not serve.
-func errBusy(w http.ResponseWriter) int {
+// errBusy answers a long poll the stream budget could not serve (err),
+// with Retry-After = the wait the budget predicts for its queue.
+func errBusy(w http.ResponseWriter, err error) int {
+	api.SetRetryAfter(w, api.PredictedWait(err))
 	return api.Error(w, http.StatusServiceUnavailable, api.ErrStreamBusy.Error()+"; nothing was taken, retry after the Retry-After pause")
 }
 
@@ -130,7 +132,7 @@ func (a *API) replyLeased(ctx context.Context, st *api.Stream, w http.ResponseWr
 	}
 	a.giveBack(ctx, g, proc, res.Messages)
 	if errors.Is(err, api.ErrStreamBusy) {
-		return errBusy(w)
+		return errBusy(w, err)
 	}
 	return 499
 }
