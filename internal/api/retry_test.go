@@ -85,14 +85,33 @@ func TestWaitingRoomRefusesRPCInItsProtocol(t *testing.T) {
 	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
 	sendBlock(context.Background(), base, 1, out)
 	awaitCond(t, "a waiter", func() bool { return s.inflight.queued.Load() == 1 })
-	// Two waiters' worth of slot releases: 2 × 2 s.
-	const want = 4 * time.Second
-	for name, opts := range map[string][]connect.ClientOption{
-		"gRPC": {connect.WithGRPC()}, "gRPC-Web": {connect.WithGRPCWeb()}, "Connect": nil,
-	} {
-		c := connect.NewClient[emptypb.Empty, emptypb.Empty](h2cClient(), base+"/test.Svc/Call", opts...)
-		_, err := c.CallUnary(context.Background(), connect.NewRequest(&emptypb.Empty{}))
-		checkGRPCRetry(t, name, err, connect.CodeUnavailable, want)
+	// A full room gives each refusal its ticket: the room (1) is half
+	// drained after one release (2 s), the first ticket a release later
+	// (4 s), each next one a release after that.
+	for k, c := range []struct {
+		name string
+		opts []connect.ClientOption
+	}{{"gRPC", []connect.ClientOption{connect.WithGRPC()}}, {"gRPC-Web", []connect.ClientOption{connect.WithGRPCWeb()}}, {"Connect", nil}} {
+		cl := connect.NewClient[emptypb.Empty, emptypb.Empty](h2cClient(), base+"/test.Svc/Call", c.opts...)
+		_, err := cl.CallUnary(context.Background(), connect.NewRequest(&emptypb.Empty{}))
+		want := time.Duration(4+2*k) * time.Second
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("%s: %v; want unavailable", c.name, err)
+		}
+		// The ticket is counted from the refusal: the time since it was
+		// given only shortens it, by far less than a second.
+		got, ok := GRPCRetryDelay(err)
+		if !ok || got > want || got <= want-time.Second {
+			t.Errorf("%s: RetryInfo delay %v (present %v); want just under %v", c.name, got, ok, want)
+		}
+		var ce *connect.Error
+		errors.As(err, &ce)
+		if ms, _ := strconv.ParseInt(ce.Meta().Get(PushbackHeader), 10, 64); ms != got.Milliseconds() {
+			t.Errorf("%s: %s %d ms; want %d (the RetryInfo delay)", c.name, PushbackHeader, ms, got.Milliseconds())
+		}
+		if ra := ce.Meta().Get(RetryAfterHeader); ra != strconv.Itoa(int(want/time.Second)) {
+			t.Errorf("%s: Retry-After %q; want %d", c.name, ra, want/time.Second)
+		}
 	}
 	for range 2 {
 		h.release <- struct{}{}
