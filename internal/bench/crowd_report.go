@@ -77,6 +77,11 @@ type CrowdRun struct {
 	CPUPerAnsweredMs *float64 `json:"serverCpuMsPerAnsweredReservation"`
 	CPUPerRequestUs  *float64 `json:"serverCpuUsPerRequest"`
 	PeakRSSBytes     *int64   `json:"serverPeakRssBytes,omitempty"`
+	// RefusalCPUShare estimates the share of the server's CPU spent on
+	// refusals: each refusal priced at what the do-nothing server spent
+	// per request in the same invocation (a refusal does about as little:
+	// a stream, a header, a short body); nil without that baseline.
+	RefusalCPUShare *float64 `json:"serverCpuShareOnRefusalsEstimate,omitempty"`
 	// ServerCounters is the change of the server's refusal counters over
 	// the crowd, by series; nil when /metrics could not be read.
 	ServerCounters map[string]float64 `json:"serverCounters,omitempty"`
@@ -92,6 +97,16 @@ func (r *CrowdRun) setCPU(cpu float64) {
 		v := 1e6 * cpu / float64(r.Requests)
 		r.CPUPerRequestUs = &v
 	}
+}
+
+// estimateRefusalShare sets RefusalCPUShare from the do-nothing server's
+// CPU per request.
+func (r *CrowdRun) estimateRefusalShare(null *CrowdRun) {
+	if null == nil || null.CPUPerRequestUs == nil || r.ServerCPUSeconds == nil || *r.ServerCPUSeconds <= 0 {
+		return
+	}
+	v := float64(r.Refusals) * *null.CPUPerRequestUs / 1e6 / *r.ServerCPUSeconds
+	r.RefusalCPUShare = &v
 }
 
 // RunCrowd runs the crowd against the do-nothing server (unless
@@ -129,6 +144,7 @@ func RunCrowd(ctx context.Context, o TicketingOptions) error {
 		}
 	}
 	if s := rep.Server; s != nil {
+		s.estimateRefusalShare(rep.Baseline)
 		if n := len(s.DoubleBookings); n > 0 {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("DOUBLE BOOKING of %d seat(s)", n))
 		}
@@ -463,6 +479,12 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 	row("server CPU", func(r *CrowdRun) string { return optFloat(r.ServerCPUSeconds, "%.1f s") })
 	row("server CPU per answered reservation", func(r *CrowdRun) string { return optFloat(r.CPUPerAnsweredMs, "%.3f ms") })
 	row("server CPU per request", func(r *CrowdRun) string { return optFloat(r.CPUPerRequestUs, "%.0f µs") })
+	row("server CPU on refusals (estimate: each priced at the do-nothing server's CPU per request)", func(r *CrowdRun) string {
+		if r.RefusalCPUShare == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f %%", 100**r.RefusalCPUShare)
+	})
 	row("server peak RSS", func(r *CrowdRun) string {
 		if r.PeakRSSBytes == nil {
 			return "n/a"

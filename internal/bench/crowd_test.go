@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -271,5 +272,24 @@ func TestCrowdAreasKeepThePeersRatio(t *testing.T) {
 		if got := CrowdAreas(n); got != want {
 			t.Errorf("CrowdAreas(%d) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+// TestRefusalShareIsPricedAtTheNullRequest: the refusal share prices each
+// refusal at the do-nothing server's CPU per request of the same run.
+func TestRefusalShareIsPricedAtTheNullRequest(t *testing.T) {
+	null := &CrowdRun{Server: "null", CrowdStats: CrowdStats{Requests: 1000}}
+	null.setCPU(0.04) // 40 µs per request
+	srv := &CrowdRun{Server: "surge", CrowdStats: CrowdStats{Requests: 3000, Refusals: 1000}}
+	srv.setCPU(0.2)
+	srv.estimateRefusalShare(null)
+	if srv.RefusalCPUShare == nil || math.Abs(*srv.RefusalCPUShare-0.2) > 1e-9 {
+		t.Fatalf("share %v; want 0.2 (1,000 refusals × 40 µs of 0.2 s)", srv.RefusalCPUShare)
+	}
+	bare := &CrowdRun{Server: "surge", CrowdStats: CrowdStats{Requests: 10, Refusals: 5}}
+	bare.setCPU(0.1)
+	bare.estimateRefusalShare(nil)
+	if bare.RefusalCPUShare != nil {
+		t.Fatal("a share without a do-nothing run to price it")
 	}
 }
