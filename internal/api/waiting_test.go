@@ -188,6 +188,19 @@ func checkWaitRefusal(t *testing.T, what string, r blockResult, wantAfter int, w
 	}
 }
 
+// checkTicket is checkWaitRefusal for a full room's ticket: counted from
+// an earlier refusal, it has shrunk by the time since (well under the
+// slack, even on a loaded machine).
+func checkTicket(t *testing.T, what string, r blockResult, want int, body string) {
+	t.Helper()
+	const slack = 3
+	got, err := strconv.Atoi(r.after)
+	if r.err != nil || r.status != http.StatusServiceUnavailable || err != nil || got > want || got < want-slack {
+		t.Fatalf("%s: %v %d, Retry-After %q; want 503, %d (at most %d s less)", what, r.err, r.status, r.after, want, slack)
+	}
+	checkWaitRefusal(t, what, blockResult{status: r.status, after: r.after, body: r.body}, got, body)
+}
+
 // TestWaitingRoomRefusesBeyondPatience: a request whose predicted wait
 // (place in the room × time per slot release) is beyond --max-wait is
 // refused at once, with that wait as Retry-After; those within it wait.
@@ -244,7 +257,7 @@ func TestWaitingRoomFull(t *testing.T) {
 	// ticket is one release after that, each next one a release later.
 	for i, want := range []int{20, 30, 40} {
 		sendBlock(context.Background(), base, 3+i, out)
-		checkWaitRefusal(t, "past a full room", <-out, want, "waiting room is full (2 requests wait")
+		checkTicket(t, "past a full room", <-out, want, "waiting room is full (2 requests wait")
 	}
 	if got := waitingOutcome(t, reg, "refused_full"); got != 3 {
 		t.Errorf("surge_http_waiting_total{outcome=refused_full} = %v, want 3", got)
@@ -283,7 +296,7 @@ func TestFullRoomTicketsBeforeAnyMeasurement(t *testing.T) {
 	// release (5 s), and the tickets follow one release apart.
 	for i, want := range []int{10, 15} {
 		sendBlock(context.Background(), base, 2+i, out)
-		checkWaitRefusal(t, "past a full room, cold", <-out, want, "waiting room is full (1 requests wait")
+		checkTicket(t, "past a full room, cold", <-out, want, "waiting room is full (1 requests wait")
 	}
 	for range 2 {
 		h.release <- struct{}{}
@@ -389,7 +402,7 @@ func TestFullRoomTicketsStopAtThePatience(t *testing.T) {
 	// Tickets at 20 s, then 30 s and 40 s, which are past the patience.
 	for i, want := range []int{20, 25, 25} {
 		sendBlock(context.Background(), base, 2+i, out)
-		checkWaitRefusal(t, "past a full room", <-out, want, "waiting room is full")
+		checkTicket(t, "past a full room", <-out, want, "waiting room is full")
 	}
 	for range 2 {
 		h.release <- struct{}{}
