@@ -1,13 +1,18 @@
 package commerce_test
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -376,6 +381,130 @@ func TestDLQSurvivesRestart(t *testing.T) {
 	}
 	if n := countEvents(t, srv, "/api/products/"+pid+"/events", "StockReserved", "orderId", id); n != 1 {
 		t.Fatalf("reserved %d times", n)
+	}
+	if p := must(t, srv, 200, "GET", "/api/products/"+pid, ""); p["availableQuantity"] != 8.0 {
+		t.Fatalf("product: %v", p)
+	}
+}
+
+const dlqChildDir = "SURGE_DLQ_TEST_CHILD_DIR"
+
+// dlqChild serves the commerce API over the log in dir until its stdin
+// closes or it is killed; it prints "ADDR host:port" once serving.
+func dlqChild(dir string) {
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
+	if err != nil {
+		panic(err)
+	}
+	snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(dir, "snap"))
+	if err != nil {
+		panic(err)
+	}
+	hub := commerce.NewHub(0)
+	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: snaps, Logger: slog.New(slog.DiscardHandler),
+		Notify: func(_ int, wl uint8, v any) {
+			if wl == commerce.WorkloadID {
+				hub.Notify(v)
+			}
+		}}, commerce.Workload{})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	commerce.NewAPI(eng, hub).SetSagaDeadline(time.Hour).Register(mux, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go http.Serve(ln, mux)
+	fmt.Println("ADDR " + ln.Addr().String())
+	io.Copy(io.Discard, os.Stdin)
+	eng.Close()
+}
+
+// startDLQChild runs dlqChild in a child process and returns a server
+// handle for the helpers and the child, to kill.
+func startDLQChild(t *testing.T, dir string) (*httptest.Server, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDLQReplayAcrossKill9$")
+	cmd.Env = append(os.Environ(), dlqChildDir+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("child stderr: %s", stderr.String())
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return &httptest.Server{URL: "http://" + a}, cmd
+	case <-time.After(60 * time.Second):
+		t.Fatalf("child did not start: %s", stderr.String())
+	}
+	return nil, nil
+}
+
+// A replay that answered 200 is processed exactly once even when the
+// process is SIGKILLed at once (the saga's later messages still in
+// flight) and the log is replayed: the order ends CONFIRMED, reserved
+// once and paid once, and the entry stays gone.
+func TestDLQReplayAcrossKill9(t *testing.T) {
+	if dir := os.Getenv(dlqChildDir); dir != "" {
+		dlqChild(dir)
+		return
+	}
+	dir := t.TempDir()
+	srv, child := startDLQChild(t, dir)
+	cid, pid := seed(t, srv, "10.00", 10)
+	must(t, srv, 200, "POST", "/api/admin/fault?enabled=true", "")
+	id := placeOrder(t, srv, cid, pid, 2)
+	waitDLQ(t, srv, "1 parked", func(c map[string]any) bool { return c["count"] == 1.0 })
+	eid := mustList(t, srv, "/api/admin/dlq")[0]["id"].(string)
+	must(t, srv, 200, "POST", "/api/admin/fault?enabled=false", "")
+	must(t, srv, 200, "POST", "/api/admin/dlq/"+eid+"/replay", "")
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+
+	srv, _ = startDLQChild(t, dir)
+	if o := waitOrder(t, srv, id); o["status"] != "CONFIRMED" {
+		t.Fatalf("order after kill -9: %v", o)
+	}
+	if st, b := do(t, srv, "POST", "/api/admin/dlq/"+eid+"/replay", ""); st != 404 {
+		t.Fatalf("replay after kill -9: %d %s", st, b)
+	}
+	if c := dlqCount(t, srv); c["count"] != 0.0 || c["replayed"] != 1.0 || c["parked"] != 1.0 {
+		t.Fatalf("count after kill -9: %v", c)
+	}
+	if n := countEvents(t, srv, "/api/products/"+pid+"/events", "StockReserved", "orderId", id); n != 1 {
+		t.Fatalf("reserved %d times", n)
+	}
+	if p := must(t, srv, 200, "GET", "/api/payments/order/"+id, ""); p["status"] != "CAPTURED" || p["amount"] != 22.0 {
+		t.Fatalf("payment: %v", p)
 	}
 	if p := must(t, srv, 200, "GET", "/api/products/"+pid, ""); p["availableQuantity"] != 8.0 {
 		t.Fatalf("product: %v", p)
