@@ -554,6 +554,7 @@ func Run(ctx context.Context, cfg Config) error {
 	tapi.Register(mux, m)
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
 	capi.Register(mux, m)
+	reg.MustRegister(capi.DLQCollector())
 	sapi := sequencer.NewAPI(eng, seqHub).SetRetention(cfg.SeqRetention).SetBenchProcessors(cfg.SeqProcessors)
 	sapi.Register(mux, m)
 	healthy := func() bool { return ready.Load() && !eng.Failed() }

@@ -123,6 +123,7 @@ func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
 	m.Handle(mux, "GET /api/orders/{$}", a.listOrders)
 	m.Handle(mux, "GET /api/sagas/{$}", a.listSagas)
 	m.Handle(mux, "POST /api/payments/{$}", a.createPayment)
+	a.registerAdmin(mux, m)
 	m.HandleFallback(mux)
 }
 

@@ -40,6 +40,9 @@ const (
 	tagSagaDeadline
 	tagPurgeSagas
 	tagClaimSKU
+	tagSetFault
+	tagReplayDLQ
+	tagDiscardDLQ
 )
 
 // Client commands.
@@ -400,6 +403,12 @@ func newCommand(tag byte) coded {
 		return &PurgeSagas{}
 	case tagClaimSKU:
 		return &ClaimSKU{}
+	case tagSetFault:
+		return &SetFault{}
+	case tagReplayDLQ:
+		return &ReplayDLQ{}
+	case tagDiscardDLQ:
+		return &DiscardDLQ{}
 	}
 	return nil
 }
@@ -428,12 +437,12 @@ func Decode(data []byte) (engine.Command, error) {
 	return cmd, nil
 }
 
-// Snapshot encoding, version 3 (2 added the saga retention and the purge
-// queue; 3 the sku index and event histories as eventLog encodes them; 2
-// is still read). Every map is written in sorted key order, and the purge
+// Snapshot encoding, version 4 (2 added the saga retention and the purge
+// queue; 3 the sku index and event histories as eventLog encodes them; 4
+// the dead-letter queue; 2 and 3 are still read). Every map is written in sorted key order, and the purge
 // queue in queue order, so the same state always encodes to the same
 // bytes.
-const snapshotVersion = 3
+const snapshotVersion = 4
 
 // oldestSnapshotVersion is the oldest version Restore still reads.
 const oldestSnapshotVersion = 2
@@ -629,7 +638,10 @@ func (m *Machine) code(c *coder) error {
 			m.skus[k] = id
 		}
 	}
-	return nil
+	if c.r != nil && c.version < 4 {
+		return nil
+	}
+	return m.codeDLQ(c)
 }
 
 // codePurgeQueue writes the live part of the purge queue in queue order,
@@ -693,6 +705,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 		events:       forkMap(m.events, nil),
 		purgeQ:       slices.Clone(m.purgeQ[m.purgeHead:]),
 		skus:         maps.Clone(m.skus),
+		dlq:          m.dlq.fork(),
 	}
 	return f.AppendSnapshot
 }
@@ -715,6 +728,7 @@ func forkMap[V any](m map[string]*V, fix func(*V)) map[string]*V {
 
 // Restore implements engine.Machine.
 func (m *Machine) Restore(data []byte) error {
+	defer m.keepPartition(m.dlq.part)
 	*m = *NewMachine()
 	r := wire.Reader{B: data}
 	v := r.U32()

@@ -1,7 +1,8 @@
 // Package commerce is the second workload: customers, products with stock,
 // orders and payments, and the order-fulfilment saga that ties them
 // together (the Hazelcast eCommerce framework's API, see
-// shared/compat/commerce.md). All of its rules are in this file.
+// shared/compat/commerce.md). All of its rules are in this file, except
+// the dead-letter queue and fault injection (dlq.go).
 //
 // Every entity lives under its own key, so it is in exactly one partition
 // and different orders' sagas run on every partition at once:
@@ -316,6 +317,8 @@ type Machine struct {
 	// that claimed it. Products created before the index (by a client
 	// CreateProduct) are not in it.
 	skus map[string]string
+	// dlq is the dead-letter queue and the fault switch (dlq.go).
+	dlq dlq
 }
 
 // purgeEntry is one queued purge: the saga (or, marker set, the
@@ -406,6 +409,9 @@ func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
 }
 
 func (m *Machine) apply(in *engine.Input, now int64, fx Effects) *Result {
+	if res := m.applyDLQ(in, now, fx); res != nil {
+		return res
+	}
 	switch c := in.Cmd.(type) {
 	case *CreateCustomer:
 		return m.createCustomer(c, now)
@@ -937,6 +943,7 @@ func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64,
 		}
 	}
 	fx.CancelTimer(deadlineTimer(o.ID))
+	m.dropParked(o.ID)
 	if final != SagaTimedOut {
 		m.sagaStatus(s, SagaCompensating, now)
 	}
@@ -1325,6 +1332,9 @@ func limit(n, max int) int {
 // Query implements engine.Machine. A found entity is a copy (nil if not
 // found); lists are sorted by id and hold at most Limit entries.
 func (m *Machine) Query(q any) any {
+	if v, ok := m.queryDLQ(q); ok {
+		return v
+	}
 	switch q := q.(type) {
 	case *GetCustomer:
 		if c := m.customers[q.ID]; c != nil {
@@ -1411,7 +1421,7 @@ type Workload struct{}
 
 func (Workload) ID() uint8                               { return WorkloadID }
 func (Workload) Name() string                            { return "commerce" }
-func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
+func (Workload) NewMachine(partition int) engine.Machine { return newMachineAt(partition) }
 
 // WireTypes lists the queries, replies and notes that cross between nodes
 // in cluster mode (engine.WireTypes).
@@ -1419,5 +1429,6 @@ func (Workload) WireTypes() []any {
 	return []any{&Result{}, OrderChanged{},
 		&GetCustomer{}, &ListCustomers{}, &GetProduct{}, &ListProducts{}, &GetOrder{}, &ListOrders{}, &OrdersByCustomer{},
 		&GetSaga{}, &ListSagas{}, &GetPayment{}, &PaymentByOrder{}, &Events{},
-		&Customer{}, []Customer{}, &Product{}, []Product{}, &Order{}, []Order{}, &Saga{}, []Saga{}, &Payment{}, []Event{}}
+		&Customer{}, []Customer{}, &Product{}, []Product{}, &Order{}, []Order{}, &Saga{}, []Saga{}, &Payment{}, []Event{},
+		&ListDLQ{}, &GetDLQ{}, &StatsDLQ{}, &DLQEntry{}, []DLQEntry{}, &DLQStats{}}
 }

@@ -483,7 +483,9 @@ func TestSKUClaim(t *testing.T) {
 	v2 := wire.Writer{}
 	v2.U32(2)
 	_ = old.code(&coder{w: &v2})
-	v2.B = v2.B[:len(v2.B)-1] // the empty index's count, which version 2 lacks
+	// The empty index's count and the empty dead-letter state (version 4),
+	// which version 2 lacks.
+	v2.B = v2.B[:len(v2.B)-1-emptyDLQBytes]
 	if err := NewMachine().Restore(v2.B); err != nil {
 		t.Fatalf("version 2 snapshot: %v", err)
 	}
