@@ -2,6 +2,7 @@ package commerce
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -41,7 +42,8 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	if o.Status != OrderConfirmed || s.Status != SagaCompleted || o.PaymentID != "PAY-o1" {
 		t.Fatalf("order %s saga %s payment %q", o.Status, s.Status, o.PaymentID)
 	}
-	if a, b := h.product("a"), h.product("b"); a.OnHand != 3 || a.Reserved != 0 || b.OnHand != 4 || b.Reserved != 0 {
+	// The peer's stock model: a confirmed order's units stay reserved.
+	if a, b := h.product("a"), h.product("b"); a.OnHand != 5 || a.Reserved != 2 || b.OnHand != 5 || b.Reserved != 1 {
 		t.Fatalf("a %d/%d b %d/%d", a.OnHand, a.Reserved, b.OnHand, b.Reserved)
 	}
 	if p := h.payment("o1"); p.Status != PaymentCaptured || p.AmountCents != 3299 {
@@ -56,10 +58,10 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	for _, e := range evs {
 		types = append(types, e.Type)
 	}
-	if want := "ProductCreated StockReserved StockCommitted"; join(types) != want {
+	if want := "ProductCreated StockReserved"; join(types) != want {
 		t.Fatalf("events %q, want %q", join(types), want)
 	}
-	if last := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 3 {
+	if last := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 2 {
 		t.Fatalf("limit 1 gives %+v, want the newest", last)
 	}
 }
@@ -274,10 +276,13 @@ func TestQueries(t *testing.T) {
 // that go on counting; replay and snapshot agree.
 func TestEventHistoryIsBounded(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 1 << 30})
-	const orders = 1500 // two product events each: 3,001 with the creation
+	const orders = 1500 // two product events each (reserved, then released by a cancel): 3,001 with the creation
 	for i := range orders {
 		id := fmt.Sprintf("o%d", i)
 		h.client(OrderKey(id), order(id, "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+		for h.deliver() {
+		}
+		h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "test", CancelledBy: "test"})
 		for h.deliver() {
 		}
 	}
@@ -289,6 +294,132 @@ func TestEventHistoryIsBounded(t *testing.T) {
 		if want := uint64(1+2*orders) - uint64(len(evs)-1-i); e.Seq != want {
 			t.Fatalf("event %d has sequence %d, want %d", i, e.Seq, want)
 		}
+	}
+	h.checkReplay()
+}
+
+// TestCancelConfirmedOrder: a CONFIRMED order cancelled by hand gives its
+// reserved units back (quantityOnHand never moved) and its captured
+// payment is refunded; the saga stays COMPLETED and a second cancel
+// changes nothing.
+func TestCancelConfirmedOrder(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5, "b": 5})
+	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD",
+		LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100}, LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 100},
+		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.drain()
+	if o, _ := h.order("o1"); o.Status != OrderConfirmed {
+		t.Fatalf("order %s", o.Status)
+	}
+	res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "changed my mind", CancelledBy: "customer"})
+	if res.Outcome != OK || res.Order.Status != OrderCancelled || res.Order.Reason != "changed my mind" || res.Order.CancelledBy != "customer" {
+		t.Fatalf("cancel: %+v", res)
+	}
+	h.drain()
+	for id, want := range map[string]string{"a": "ProductCreated StockReserved StockReleased", "b": "ProductCreated StockReserved StockReleased"} {
+		p := h.product(id)
+		if p.OnHand != 5 || p.Reserved != 0 || len(p.resv) != 0 {
+			t.Fatalf("product %s: onHand %d reserved %d %v", id, p.OnHand, p.Reserved, p.resv)
+		}
+		var types []string
+		for _, e := range h.ms[h.part(ProductKey(id))].Query(&Events{Key: ProductKey(id)}).([]Event) {
+			types = append(types, e.Type)
+		}
+		if join(types) != want {
+			t.Fatalf("product %s events %q, want %q", id, join(types), want)
+		}
+	}
+	if p := h.payment("o1"); p.Status != PaymentRefunded {
+		t.Fatalf("payment %+v, want REFUNDED", p)
+	}
+	if o, s := h.order("o1"); o.Status != OrderCancelled || s.Status != SagaCompleted {
+		t.Fatalf("order %s saga %s", o.Status, s.Status)
+	}
+	if res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "again", CancelledBy: "customer"}); res.Outcome != Same {
+		t.Fatalf("second cancel: %+v", res)
+	}
+	h.checkReplay()
+}
+
+// TestCancelOrderCommittedByOldBuild: an older build committed a
+// confirmed order's units (took them from quantityOnHand, dropped the
+// reservation). Restored from such a state, a cancel gives the units back
+// to quantityOnHand, so none is lost.
+func TestCancelOrderCommittedByOldBuild(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5})
+	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 3, UnitPriceCents: 100}))
+	h.drain()
+	// What the old CommitForOrder left, through a snapshot.
+	p := h.product("a")
+	delete(p.resv, "o1")
+	p.Reserved -= 3
+	p.OnHand -= 3
+	m := NewMachine()
+	if err := m.Restore(h.ms[h.part(ProductKey("a"))].AppendSnapshot(nil)); err != nil {
+		t.Fatal(err)
+	}
+	h.ms[h.part(ProductKey("a"))] = m
+	h.log[h.part(ProductKey("a"))] = nil // replay starts from that snapshot
+	if p := h.product("a"); p.OnHand != 2 || p.Reserved != 0 || p.Available() != 2 {
+		t.Fatalf("old state reads onHand %d reserved %d", p.OnHand, p.Reserved)
+	}
+	if res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
+		t.Fatalf("cancel: %+v", res)
+	}
+	h.drain()
+	if p := h.product("a"); p.OnHand != 5 || p.Reserved != 0 {
+		t.Fatalf("after the cancel onHand %d reserved %d, want 5 and 0", p.OnHand, p.Reserved)
+	}
+	evs := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event)
+	if len(evs) != 1 || evs[0].Type != "StockReturned" {
+		t.Fatalf("newest event %+v, want StockReturned", evs)
+	}
+	if p := h.payment("o1"); p.Status != PaymentRefunded {
+		t.Fatalf("payment %+v, want REFUNDED", p)
+	}
+}
+
+// TestSagaVerifiesUnknownCustomer: an order the API accepted for a
+// customer it did not find is cancelled by its saga (COMPENSATED, the
+// reason naming the customer, its stock released, nothing paid) unless
+// the customer exists by the time the saga asks.
+func TestSagaVerifiesUnknownCustomer(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5})
+	c := order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100})
+	c.CustomerID, c.VerifyCustomer = "ghost", true
+	if data, _ := c.AppendBinary(nil); data[0] != tagCreateOrderVerify {
+		t.Fatalf("tag %d", data[0])
+	}
+	if data, _ := order("x", "CREDIT_CARD").AppendBinary(nil); data[0] != tagCreateOrder {
+		t.Fatalf("an order without the flag is tagged %d, as before", data[0])
+	}
+	if res := h.client(OrderKey("o1"), c); res.Outcome != Created || res.Order.Status != OrderPending {
+		t.Fatalf("%+v", res)
+	}
+	h.drain()
+	o, s := h.order("o1")
+	if o.Status != OrderCancelled || s.Status != SagaCompensated || o.Reason != `customer "ghost" not found` {
+		t.Fatalf("order %s (%q) saga %s", o.Status, o.Reason, s.Status)
+	}
+	if p := h.product("a"); p.Reserved != 0 || p.OnHand != 5 {
+		t.Fatalf("onHand %d reserved %d", p.OnHand, p.Reserved)
+	}
+	if h.payment("o1") != nil {
+		t.Fatal("an order of an unknown customer was paid")
+	}
+
+	h.client(CustomerKey("late"), &CreateCustomer{ID: "late", Email: "l@example.com", Name: "Late"})
+	c = order("o2", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100})
+	c.CustomerID, c.VerifyCustomer = "late", true
+	h.client(OrderKey("o2"), c)
+	h.drain()
+	o, s = h.order("o2")
+	var steps []string
+	for _, st := range s.Steps {
+		steps = append(steps, st.Name()+":"+st.Status())
+	}
+	if o.Status != OrderConfirmed || !strings.Contains(join(steps), "CUSTOMER_VERIFICATION:COMPLETED") {
+		t.Fatalf("order %s steps %v", o.Status, steps)
 	}
 	h.checkReplay()
 }
