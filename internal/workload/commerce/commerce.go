@@ -20,6 +20,10 @@
 //  1. CreateOrder (client, at o/<id>): order PENDING, saga STARTED then
 //     IN_PROGRESS; one ReserveForOrder per distinct product (its lines
 //     summed) and a deadline timer whose time is in the logged command.
+//     With VerifyCustomer (the API did not find the customer) also a
+//     VerifyCustomerForOrder to c/<customerId>, answered CustomerVerified:
+//     the payment waits for it too, and a failure compensates as a stock
+//     failure does.
 //  2. Each product reserves its quantity all-or-none in one Apply (check
 //     and change together, so nothing can oversell) and answers
 //     StockReserved or StockFailed.
@@ -41,9 +45,10 @@
 //  4. All reserved: ProcessPaymentForOrder to pay/<id>, which captures or
 //     declines (amount over 10000.00, unknown method) and answers
 //     PaymentProcessed or PaymentFailed.
-//  5. Processed: order CONFIRMED, CommitForOrder to every product
-//     (reserved becomes sold), saga COMPLETED, timer cancelled. Failed:
-//     release, order CANCELLED, saga COMPENSATED.
+//  5. Processed: order CONFIRMED, saga COMPLETED, timer cancelled; the
+//     units stay reserved (the peer's stock model). CommitForOrder still
+//     goes to every product and changes nothing (see commitForOrder).
+//     Failed: release, order CANCELLED, saga COMPENSATED.
 //  6. Deadline while not terminal: saga TIMED_OUT, order CANCELLED,
 //     ReleaseForOrder to every product and, if the payment was requested,
 //     RefundForOrder to the payment, which by the same FIFO argument
@@ -55,12 +60,14 @@
 // events stay, because users query them.
 //
 // Manual cancel of a PENDING order compensates like the deadline, with
-// saga status COMPENSATED and the given reason; a CONFIRMED order cannot
-// be cancelled (409), a CANCELLED one is already cancelled (no change).
+// saga status COMPENSATED and the given reason; a CONFIRMED order is
+// cancelled by ReleaseConfirmedOrder to its products and RefundForOrder
+// to its payment (its saga stays COMPLETED); a CANCELLED one is already
+// cancelled (no change).
 // Manual confirm confirms nothing by itself: an order is confirmed by its
 // payment, so confirm answers 422 while the saga runs, 409 once
 // cancelled, and no change once confirmed. A saga payment is refunded
-// only by its saga (refunding it by hand would leave a CONFIRMED order
+// only by its order's saga or cancel (refunding it by hand would leave a CONFIRMED order
 // unpaid); payments created directly by POST /api/payments refund by
 // hand. Late and duplicate answers to a terminal order change nothing.
 //
