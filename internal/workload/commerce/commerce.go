@@ -67,9 +67,9 @@
 // Manual confirm confirms nothing by itself: an order is confirmed by its
 // payment, so confirm answers 422 while the saga runs, 409 once
 // cancelled, and no change once confirmed. A saga payment is refunded
-// only by its order's saga or cancel (refunding it by hand would leave a CONFIRMED order
-// unpaid); payments created directly by POST /api/payments refund by
-// hand. Late and duplicate answers to a terminal order change nothing.
+// only by its order's saga or cancel (refunding it by hand would leave a
+// CONFIRMED order unpaid); payments created directly by POST
+// /api/payments refund by hand. Late and duplicate answers to a terminal order change nothing.
 //
 // Only a command that changes state is logged: every rejection is
 // declared Unchanged.
