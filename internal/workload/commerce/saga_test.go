@@ -311,6 +311,21 @@ func TestCancelConfirmedOrder(t *testing.T) {
 	if o, _ := h.order("o1"); o.Status != OrderConfirmed {
 		t.Fatalf("order %s", o.Status)
 	}
+	// The confirmation still sends each product a CommitForOrder, as older
+	// builds did, so their logs replay with the same message sequence.
+	for _, id := range []string{"a", "b"} {
+		commits := 0
+		for _, in := range h.log[h.part(ProductKey(id))] {
+			if c, _ := Decode(in.data); c != nil {
+				if cm, ok := c.(*CommitForOrder); ok && cm.ProductID == id {
+					commits++
+				}
+			}
+		}
+		if commits != 1 {
+			t.Fatalf("product %s got %d CommitForOrder, want 1", id, commits)
+		}
+	}
 	res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "changed my mind", CancelledBy: "customer"})
 	if res.Outcome != OK || res.Order.Status != OrderCancelled || res.Order.Reason != "changed my mind" || res.Order.CancelledBy != "customer" {
 		t.Fatalf("cancel: %+v", res)
