@@ -19,8 +19,10 @@ import (
 // headers, methods, paths). Every answer obeys the rules send checks (no
 // 5xx, every 4xx a JSON error). At the end every order the server
 // accepted must have ended, and for every product the stock must add up:
-// available = on hand − reserved ≥ 0, and on hand + what confirmed orders
-// took = what it was created with + what 2xx replenishments added. Every
+// available = on hand − reserved ≥ 0, on hand = what it was created with +
+// what 2xx replenishments added (the peer's stock model: a confirmed
+// order's units stay reserved), and what its events hold reserved for the
+// confirmed orders = what they bought. Every
 // confirmed order's payment is captured for its total; no cancelled
 // order's payment stays captured. A refused request that changed stock or
 // money fails these.
@@ -190,6 +192,7 @@ func (c *commerceFuzz) check() {
 	// stock is then checked against the products' own commits only.
 	complete := len(all) < 1000
 	sold := map[string]int64{}
+	confirmed := map[string]bool{}
 	for id := range ids {
 		var o struct {
 			Status    string          `json:"status"`
@@ -226,6 +229,7 @@ func (c *commerceFuzz) check() {
 			for _, l := range o.LineItems {
 				sold[l.ProductID] += l.Quantity
 			}
+			confirmed[id] = true
 		case "CANCELLED":
 			if pay.Status == "CAPTURED" {
 				f.t.Fatalf("cancelled order %s keeps a captured payment: %s", id, pb)
@@ -247,7 +251,7 @@ func (c *commerceFuzz) check() {
 		if p.Reserved < 0 || p.Available < 0 || p.Available != p.OnHand-p.Reserved {
 			f.t.Fatalf("product %s: %s", id, b)
 		}
-		var added, committed int64
+		var added, held int64
 		b = c.do(fzReq{method: "GET", path: "/api/products/" + url.PathEscape(id) + "/events?limit=1000"}, 200)
 		var evs []struct {
 			EventType string            `json:"eventType"`
@@ -262,15 +266,21 @@ func (c *commerceFuzz) check() {
 			switch e.EventType {
 			case "StockReplenished":
 				added += q
-			case "StockCommitted":
-				committed += q
+			case "StockReserved":
+				if confirmed[e.Data["orderId"]] {
+					held += q
+				}
+			case "StockReleased":
+				if confirmed[e.Data["orderId"]] {
+					held -= q
+				}
 			}
 		}
 		if len(evs) >= 1000 || evs[0].EventType != "ProductCreated" {
 			continue // the history no longer starts at the creation: cannot add up
 		}
-		if p.OnHand+committed != c.stock[id]+added || complete && committed != sold[id] {
-			f.t.Fatalf("product %s: on hand %d, committed %d, confirmed orders took %d, created with %d, replenished %d; events %s", id, p.OnHand, committed, sold[id], c.stock[id], added, b)
+		if p.OnHand != c.stock[id]+added || complete && held != sold[id] {
+			f.t.Fatalf("product %s: on hand %d, held for confirmed orders %d, they bought %d, created with %d, replenished %d; events %s", id, p.OnHand, held, sold[id], c.stock[id], added, b)
 		}
 	}
 }

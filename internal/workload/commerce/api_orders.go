@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/surge-run/surge/internal/api"
 )
@@ -167,8 +168,8 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 		return api.Error(w, http.StatusBadRequest, "lineItems is required and must not be empty")
 	case len(b.LineItems) > MaxLineItems:
 		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("at most %d lineItems, got %d", MaxLineItems, len(b.LineItems)))
-	case len(b.CustomerID) > MaxTextLen:
-		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" not found")
+	case utf8.RuneCountInString(b.CustomerID) > MaxTextLen:
+		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("customerId must be at most %d characters", MaxTextLen))
 	}
 	cmd := &CreateOrder{OrderID: newID(), CustomerID: b.CustomerID, ShippingAddress: b.ShippingAddress,
 		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline), RetentionNs: int64(a.retention)}
@@ -179,6 +180,9 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 	for i, it := range b.LineItems {
 		if it.ProductID == "" {
 			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].productId is required", i))
+		}
+		if utf8.RuneCountInString(it.ProductID) > MaxTextLen {
+			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].productId must be at most %d characters", i, MaxTextLen))
 		}
 		if it.Quantity < 1 || it.Quantity > MaxQuantity {
 			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].quantity must be between 1 and %d", i, MaxQuantity))
@@ -205,7 +209,7 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 	var ids []string
 	index := map[string]int{}
 	for _, it := range cmd.Items {
-		if _, seen := index[it.ProductID]; !seen && len(it.ProductID) <= MaxTextLen {
+		if _, seen := index[it.ProductID]; !seen {
 			index[it.ProductID] = len(ids)
 			ids = append(ids, it.ProductID)
 		}
@@ -234,10 +238,11 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 			return engineError(w, err)
 		}
 	}
+	// An unknown customer or product does not refuse the order, as with the
+	// peer: it is created, and its saga cancels it (see unknownInOrder).
 	if cu == nil {
-		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" not found")
-	}
-	if cu.Status != CustomerActive {
+		cmd.VerifyCustomer = true
+	} else if cu.Status != CustomerActive {
 		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" is "+cu.Status+"; only an ACTIVE customer can order")
 	}
 	for i := range cmd.Items {
@@ -247,7 +252,8 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 			p = found[k]
 		}
 		if p == nil {
-			return api.Error(w, http.StatusUnprocessableEntity, fmt.Sprintf("lineItems[%d]: product %s not found", i, api.Quote(it.ProductID)))
+			unknownInOrder(it)
+			continue
 		}
 		if it.UnitPriceCents < 0 {
 			it.UnitPriceCents = p.PriceCents
@@ -264,6 +270,16 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 		return st
 	}
 	return writeJSON(w, http.StatusCreated, orderOut(res.Order))
+}
+
+// unknownInOrder fills a line item whose product was not found: the
+// product's reservation fails in the saga, which then cancels the order
+// naming the product. A missing unit price counts as 0.00 (there is no
+// price to take it from), as the order is never paid.
+func unknownInOrder(it *LineItem) {
+	if it.UnitPriceCents < 0 {
+		it.UnitPriceCents = 0
+	}
 }
 
 func (a *API) readOrder(ctx context.Context, id string) (*Order, error) {

@@ -45,6 +45,19 @@ const (
 	tagDiscardDLQ
 )
 
+// Tags added for cancelling confirmed orders and verifying unknown
+// customers in the saga. They start at 40, apart from the list above:
+// tags are never renumbered, so a gap costs nothing and keeps commands
+// added elsewhere from taking the same numbers.
+const (
+	// tagCreateOrderVerify is a CreateOrder with VerifyCustomer set; the
+	// flag is the tag, so a CreateOrder logged before it decodes as it was.
+	tagCreateOrderVerify = 40 + iota
+	tagVerifyCustomerForOrder
+	tagCustomerVerified
+	tagReleaseConfirmedOrder
+)
+
 // Client commands.
 type (
 	CreateCustomer struct{ ID, Email, Name, Address, Phone string }
@@ -82,6 +95,11 @@ type (
 		PaymentMethod                                string
 		DeadlineNs                                   int64
 		RetentionNs                                  int64
+		// VerifyCustomer has the saga ask the customer's partition whether
+		// the customer exists before it pays (the API sets it when its own
+		// lookup found none): the order is accepted, and the saga cancels
+		// it if the customer is still unknown.
+		VerifyCustomer bool
 	}
 	ConfirmOrder struct{ OrderID string }
 	CancelOrder  struct{ OrderID, Reason, CancelledBy string }
@@ -125,6 +143,19 @@ type (
 	PaymentProcessed struct{ OrderID, PaymentID string }
 	PaymentFailed    struct{ OrderID, Reason string }
 	SagaDeadline     struct{ OrderID string }
+	// VerifyCustomerForOrder asks the customer's partition; it answers
+	// CustomerVerified, with the reason the order cannot go on, or "".
+	VerifyCustomerForOrder struct{ OrderID, CustomerID string }
+	CustomerVerified       struct{ OrderID, CustomerID, Reason string }
+	// ReleaseConfirmedOrder gives back a cancelled CONFIRMED order's
+	// units of one product: its reservation, or, if an older build
+	// committed them when it confirmed the order (took them from
+	// quantityOnHand), Quantity units back to quantityOnHand.
+	ReleaseConfirmedOrder struct {
+		OrderID, ProductID string
+		Quantity           int64
+		Reason             string
+	}
 	// PurgeSagas is the command of a partition's purge timer: it removes
 	// the ended sagas and closed-order markers whose retention has passed.
 	PurgeSagas struct{}
@@ -143,6 +174,9 @@ func (*PaymentProcessed) sagaMessage()       {}
 func (*PaymentFailed) sagaMessage()          {}
 func (*SagaDeadline) sagaMessage()           {}
 func (*PurgeSagas) sagaMessage()             {}
+func (*VerifyCustomerForOrder) sagaMessage() {}
+func (*CustomerVerified) sagaMessage()       {}
+func (*ReleaseConfirmedOrder) sagaMessage()  {}
 
 // coder writes (w set) or reads (r set) one field at a time.
 type coder struct {
@@ -279,11 +313,18 @@ func (x *ProcessPaymentForOrder) code(c *coder) {
 	c.i64(&x.AmountCents)
 	c.str(&x.Method)
 }
-func (x *RefundForOrder) code(c *coder)   { c.str(&x.OrderID, &x.Reason); c.i64(&x.RetentionNs) }
-func (x *PaymentProcessed) code(c *coder) { c.str(&x.OrderID, &x.PaymentID) }
-func (x *PaymentFailed) code(c *coder)    { c.str(&x.OrderID, &x.Reason) }
-func (x *SagaDeadline) code(c *coder)     { c.str(&x.OrderID) }
-func (x *PurgeSagas) code(c *coder)       {}
+func (x *RefundForOrder) code(c *coder)         { c.str(&x.OrderID, &x.Reason); c.i64(&x.RetentionNs) }
+func (x *PaymentProcessed) code(c *coder)       { c.str(&x.OrderID, &x.PaymentID) }
+func (x *PaymentFailed) code(c *coder)          { c.str(&x.OrderID, &x.Reason) }
+func (x *SagaDeadline) code(c *coder)           { c.str(&x.OrderID) }
+func (x *PurgeSagas) code(c *coder)             {}
+func (x *VerifyCustomerForOrder) code(c *coder) { c.str(&x.OrderID, &x.CustomerID) }
+func (x *CustomerVerified) code(c *coder)       { c.str(&x.OrderID, &x.CustomerID, &x.Reason) }
+func (x *ReleaseConfirmedOrder) code(c *coder) {
+	c.str(&x.OrderID, &x.ProductID)
+	c.i64(&x.Quantity)
+	c.str(&x.Reason)
+}
 
 type coded interface {
 	engine.Command
@@ -313,7 +354,12 @@ func (x *ReleaseStock) AppendBinary(b []byte) ([]byte, error) { return encode(b,
 func (x *ReplenishStock) AppendBinary(b []byte) ([]byte, error) {
 	return encode(b, tagReplenishStock, x)
 }
-func (x *CreateOrder) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCreateOrder, x) }
+func (x *CreateOrder) AppendBinary(b []byte) ([]byte, error) {
+	if x.VerifyCustomer {
+		return encode(b, tagCreateOrderVerify, x)
+	}
+	return encode(b, tagCreateOrder, x)
+}
 func (x *ConfirmOrder) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagConfirmOrder, x) }
 func (x *CancelOrder) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagCancelOrder, x) }
 func (x *CreatePayment) AppendBinary(b []byte) ([]byte, error) {
@@ -350,6 +396,15 @@ func (x *PaymentFailed) AppendBinary(b []byte) ([]byte, error) {
 func (x *SagaDeadline) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagSagaDeadline, x) }
 func (x *PurgeSagas) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagPurgeSagas, x) }
 func (x *ClaimSKU) AppendBinary(b []byte) ([]byte, error)     { return encode(b, tagClaimSKU, x) }
+func (x *VerifyCustomerForOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagVerifyCustomerForOrder, x)
+}
+func (x *CustomerVerified) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagCustomerVerified, x)
+}
+func (x *ReleaseConfirmedOrder) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagReleaseConfirmedOrder, x)
+}
 
 var errUnknownCommand = errors.New("commerce: unknown command tag")
 
@@ -409,6 +464,14 @@ func newCommand(tag byte) coded {
 		return &ReplayDLQ{}
 	case tagDiscardDLQ:
 		return &DiscardDLQ{}
+	case tagCreateOrderVerify:
+		return &CreateOrder{VerifyCustomer: true}
+	case tagVerifyCustomerForOrder:
+		return &VerifyCustomerForOrder{}
+	case tagCustomerVerified:
+		return &CustomerVerified{}
+	case tagReleaseConfirmedOrder:
+		return &ReleaseConfirmedOrder{}
 	}
 	return nil
 }

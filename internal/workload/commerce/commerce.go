@@ -21,6 +21,10 @@
 //  1. CreateOrder (client, at o/<id>): order PENDING, saga STARTED then
 //     IN_PROGRESS; one ReserveForOrder per distinct product (its lines
 //     summed) and a deadline timer whose time is in the logged command.
+//     With VerifyCustomer (the API did not find the customer) also a
+//     VerifyCustomerForOrder to c/<customerId>, answered CustomerVerified:
+//     the payment waits for it too, and a failure compensates as a stock
+//     failure does.
 //  2. Each product reserves its quantity all-or-none in one Apply (check
 //     and change together, so nothing can oversell) and answers
 //     StockReserved or StockFailed.
@@ -42,9 +46,10 @@
 //  4. All reserved: ProcessPaymentForOrder to pay/<id>, which captures or
 //     declines (amount over 10000.00, unknown method) and answers
 //     PaymentProcessed or PaymentFailed.
-//  5. Processed: order CONFIRMED, CommitForOrder to every product
-//     (reserved becomes sold), saga COMPLETED, timer cancelled. Failed:
-//     release, order CANCELLED, saga COMPENSATED.
+//  5. Processed: order CONFIRMED, saga COMPLETED, timer cancelled; the
+//     units stay reserved (the peer's stock model). CommitForOrder still
+//     goes to every product and changes nothing (see commitForOrder).
+//     Failed: release, order CANCELLED, saga COMPENSATED.
 //  6. Deadline while not terminal: saga TIMED_OUT, order CANCELLED,
 //     ReleaseForOrder to every product and, if the payment was requested,
 //     RefundForOrder to the payment, which by the same FIFO argument
@@ -56,14 +61,16 @@
 // events stay, because users query them.
 //
 // Manual cancel of a PENDING order compensates like the deadline, with
-// saga status COMPENSATED and the given reason; a CONFIRMED order cannot
-// be cancelled (409), a CANCELLED one is already cancelled (no change).
+// saga status COMPENSATED and the given reason; a CONFIRMED order is
+// cancelled by ReleaseConfirmedOrder to its products and RefundForOrder
+// to its payment (its saga stays COMPLETED); a CANCELLED one is already
+// cancelled (no change).
 // Manual confirm confirms nothing by itself: an order is confirmed by its
 // payment, so confirm answers 422 while the saga runs, 409 once
 // cancelled, and no change once confirmed. A saga payment is refunded
-// only by its saga (refunding it by hand would leave a CONFIRMED order
-// unpaid); payments created directly by POST /api/payments refund by
-// hand. Late and duplicate answers to a terminal order change nothing.
+// only by its order's saga or cancel (refunding it by hand would leave a
+// CONFIRMED order unpaid); payments created directly by POST
+// /api/payments refund by hand. Late and duplicate answers to a terminal order change nothing.
 //
 // Only a command that changes state is logged: every rejection is
 // declared Unchanged.
@@ -231,7 +238,7 @@ type SagaStep struct {
 }
 
 var (
-	sagaStepNames    = [...]string{"ORDER_CREATED", "STOCK_RESERVATION", "PAYMENT", "ORDER_CONFIRMATION", "COMPENSATION"}
+	sagaStepNames    = [...]string{"ORDER_CREATED", "STOCK_RESERVATION", "PAYMENT", "ORDER_CONFIRMATION", "COMPENSATION", "CUSTOMER_VERIFICATION"}
 	sagaStepStatuses = [...]string{"STARTED", "COMPLETED", "FAILED"}
 )
 
@@ -444,7 +451,13 @@ func (m *Machine) apply(in *engine.Input, now int64, fx Effects) *Result {
 	case *ReleaseForOrder:
 		return m.releaseForOrder(c, now)
 	case *CommitForOrder:
-		return m.commitForOrder(c, now)
+		return m.commitForOrder()
+	case *ReleaseConfirmedOrder:
+		return m.releaseConfirmedOrder(c, now)
+	case *VerifyCustomerForOrder:
+		return m.verifyCustomer(c, fx)
+	case *CustomerVerified:
+		return m.customerAnswer(c, now, fx)
 	case *StockReserved:
 		return m.stockAnswer(c.OrderID, c.ProductID, "", now, fx)
 	case *StockFailed:
@@ -798,20 +811,35 @@ func (m *Machine) releaseForOrder(c *ReleaseForOrder, now int64) *Result {
 	return &Result{Outcome: OK}
 }
 
-func (m *Machine) commitForOrder(c *CommitForOrder, now int64) *Result {
+// commitForOrder changes nothing: a confirmed order's units stay
+// reserved until a cancel releases them (the peer's stock model: only
+// reserve, release and replenish). Older builds took them from
+// quantityOnHand here; the order's partition still sends the message at
+// confirmation, because replaying a log written by such a build must send
+// what it sent, or every later message's sequence number would shift and
+// the receivers would drop them as duplicates.
+func (m *Machine) commitForOrder() *Result { return &Result{Outcome: Ignored} }
+
+// releaseConfirmedOrder gives back a cancelled CONFIRMED order's units.
+// A confirmed order's saga reservation is released only here, once (the
+// order is then CANCELLED), so when there is none an older build
+// committed the units at confirmation: they go back to quantityOnHand,
+// and no unit is lost either way.
+func (m *Machine) releaseConfirmedOrder(c *ReleaseConfirmedOrder, now int64) *Result {
 	p := m.products[c.ProductID]
 	if p == nil {
 		return &Result{Outcome: Ignored}
 	}
-	r, ok := p.resv[c.OrderID]
-	if !ok || !r.saga {
+	if r, ok := p.resv[c.OrderID]; ok && r.saga {
+		m.release(p, c.OrderID, 0, c.Reason, now)
+		return &Result{Outcome: OK}
+	}
+	if c.Quantity < 1 {
 		return &Result{Outcome: Ignored}
 	}
-	delete(p.resv, c.OrderID)
-	p.Reserved -= r.qty
-	p.OnHand -= r.qty
+	p.OnHand += c.Quantity
 	p.UpdatedAt = now
-	m.event(ProductKey(p.ID), "StockCommitted", now, "orderId", c.OrderID, "quantity", itoa(r.qty))
+	m.event(ProductKey(p.ID), "StockReturned", now, "orderId", c.OrderID, "quantity", itoa(c.Quantity), "reason", c.Reason)
 	return &Result{Outcome: OK}
 }
 
@@ -896,16 +924,26 @@ func (m *Machine) createOrder(c *CreateOrder, now int64, fx Effects) *Result {
 			return invalid("%v", err)
 		}
 	}
+	waiting := len(products)
+	if c.VerifyCustomer {
+		if err := fx.Send(CustomerKey(c.CustomerID), WorkloadID, &VerifyCustomerForOrder{OrderID: c.OrderID, CustomerID: c.CustomerID}); err != nil {
+			return invalid("%v", err)
+		}
+		waiting++ // the payment waits for the customer's answer too
+	}
 	if err := fx.SetTimer(deadlineTimer(c.OrderID), o.Deadline, &SagaDeadline{OrderID: c.OrderID}); err != nil {
 		return invalid("%v", err)
 	}
-	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: len(products), RetentionNs: c.RetentionNs}
+	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: waiting, RetentionNs: c.RetentionNs}
 	m.orders[c.OrderID] = o
 	m.sagas[c.OrderID] = s
 	key := OrderKey(c.OrderID)
 	m.event(key, "OrderCreated", now, "customerId", c.CustomerID, "total", FormatMoney(o.Total), "status", OrderPending)
 	m.sagaStep(s, "ORDER_CREATED", "COMPLETED", now)
 	m.sagaStatus(s, SagaInProgress, now)
+	if c.VerifyCustomer {
+		m.sagaStep(s, "CUSTOMER_VERIFICATION", "STARTED", now)
+	}
 	m.sagaStep(s, "STOCK_RESERVATION", "STARTED", now)
 	return &Result{Outcome: Created, Order: o.copy(), Saga: s.copy()}
 }
@@ -976,16 +1014,52 @@ func (m *Machine) stockAnswer(orderID, productID, failure string, now int64, fx 
 		return m.compensate(o, s, SagaCompensated, "stock reservation failed: "+failure, now, fx)
 	}
 	m.event(OrderKey(orderID), "StockReservedForOrder", now, "productId", productID)
+	return m.payWhenReady(o, s, now, fx)
+}
+
+// payWhenReady asks for the payment once every answer the saga waits for
+// (each product's and, if asked, the customer's) has come.
+func (m *Machine) payWhenReady(o *Order, s *Saga, now int64, fx Effects) *Result {
 	if s.waiting > 0 {
 		return &Result{Outcome: OK}
 	}
-	if err := fx.Send(PaymentKey(orderID), WorkloadID, &ProcessPaymentForOrder{OrderID: orderID, CustomerID: o.CustomerID, AmountCents: o.Total, Method: o.PaymentMethod}); err != nil {
+	if err := fx.Send(PaymentKey(o.ID), WorkloadID, &ProcessPaymentForOrder{OrderID: o.ID, CustomerID: o.CustomerID, AmountCents: o.Total, Method: o.PaymentMethod}); err != nil {
 		return invalid("%v", err)
 	}
 	s.paymentAsked = true
 	m.sagaStep(s, "STOCK_RESERVATION", "COMPLETED", now)
 	m.sagaStep(s, "PAYMENT", "STARTED", now)
 	return &Result{Outcome: OK}
+}
+
+// verifyCustomer answers whether the order's customer exists and may
+// order. Sending the answer is a change, whatever it says.
+func (m *Machine) verifyCustomer(c *VerifyCustomerForOrder, fx Effects) *Result {
+	reason := ""
+	switch cu := m.customers[c.CustomerID]; {
+	case cu == nil:
+		reason = fmt.Sprintf("customer %q not found", c.CustomerID)
+	case cu.Status != CustomerActive:
+		reason = fmt.Sprintf("customer %q is %s; only an ACTIVE customer can order", c.CustomerID, cu.Status)
+	}
+	if err := fx.Send(OrderKey(c.OrderID), WorkloadID, &CustomerVerified{OrderID: c.OrderID, CustomerID: c.CustomerID, Reason: reason}); err != nil {
+		return invalid("%v", err)
+	}
+	return &Result{Outcome: OK, Msg: reason}
+}
+
+func (m *Machine) customerAnswer(c *CustomerVerified, now int64, fx Effects) *Result {
+	o, s := m.running(c.OrderID)
+	if o == nil || s.paymentAsked || s.waiting == 0 {
+		return &Result{Outcome: Ignored}
+	}
+	s.waiting--
+	if c.Reason != "" {
+		m.sagaStep(s, "CUSTOMER_VERIFICATION", "FAILED", now)
+		return m.compensate(o, s, SagaCompensated, c.Reason, now, fx)
+	}
+	m.sagaStep(s, "CUSTOMER_VERIFICATION", "COMPLETED", now)
+	return m.payWhenReady(o, s, now, fx)
 }
 
 func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, fx Effects) *Result {
@@ -1052,10 +1126,36 @@ func (m *Machine) cancelOrder(c *CancelOrder, now int64, fx Effects) *Result {
 	case OrderCancelled:
 		return &Result{Outcome: Same, Order: o.copy()}
 	case OrderConfirmed:
-		return &Result{Outcome: Conflict, Msg: "order is CONFIRMED and cannot be cancelled", Order: o.copy()}
+		return m.cancelConfirmed(o, c, now, fx)
 	}
 	o.CancelledBy = c.CancelledBy
 	return m.compensate(o, m.sagas[o.ID], SagaCompensated, c.Reason, now, fx)
+}
+
+// cancelConfirmed cancels an order whose saga completed: each product
+// gets its units back and the captured payment is refunded. It reads the
+// order, not the saga, which may have been purged; the saga stays
+// COMPLETED, since it did complete. The engine delivers the release after
+// the saga's reservation and the refund after the capture (one FIFO per
+// pair of partitions), so neither can overtake what it undoes.
+func (m *Machine) cancelConfirmed(o *Order, c *CancelOrder, now int64, fx Effects) *Result {
+	qty := map[string]int64{}
+	for _, it := range o.Items {
+		qty[it.ProductID] += it.Quantity
+	}
+	for _, p := range sortedKeys(qty) {
+		if err := fx.Send(ProductKey(p), WorkloadID, &ReleaseConfirmedOrder{OrderID: o.ID, ProductID: p, Quantity: qty[p], Reason: c.Reason}); err != nil {
+			return invalid("%v", err)
+		}
+	}
+	// The payment exists (the order was confirmed by it), so the refund
+	// leaves no closed-order marker and needs no retention.
+	if err := fx.Send(PaymentKey(o.ID), WorkloadID, &RefundForOrder{OrderID: o.ID, Reason: c.Reason}); err != nil {
+		return invalid("%v", err)
+	}
+	o.CancelledBy = c.CancelledBy
+	m.setOrderStatus(o, OrderCancelled, c.Reason, now)
+	return &Result{Outcome: OK, Order: o.copy()}
 }
 
 // --- payments ---

@@ -29,6 +29,9 @@ type model struct {
 	ended  map[string]ending
 	queued [][]queuedPurge
 	ghosts []string // orders that never existed, sent a RefundForOrder
+	// afterConfirm: orders cancelled by hand once CONFIRMED (their saga
+	// stays COMPLETED).
+	afterConfirm map[string]bool
 }
 
 type ending struct {
@@ -46,6 +49,7 @@ type queuedPurge struct {
 type stats struct {
 	confirmed, cancelled, timedOut, compensated, steps int
 	sagasPurged, sagasKept, markersPurged, heldBack    int
+	cancelledConfirmed, unknownCustomer                int
 }
 
 // watch has the model note every saga ending (OrderChanged) and every
@@ -173,7 +177,7 @@ func checkAlways(h *harness, md *model) {
 func checkEnd(h *harness, md *model) {
 	h.t.Helper()
 	var confirmedTotal, captured int64
-	sold := map[string]int64{}
+	held := map[string]map[string]int64{} // product → confirmed order → units it keeps reserved
 	for _, id := range md.sagaOrders {
 		o, _ := h.order(id)
 		e, ok := md.ended[id]
@@ -192,15 +196,23 @@ func checkEnd(h *harness, md *model) {
 				h.t.Fatalf("order %s CONFIRMED with saga %s", id, s.Status)
 			}
 			for _, it := range md.orders[id].Items {
-				sold[it.ProductID] += it.Quantity
+				if held[it.ProductID] == nil {
+					held[it.ProductID] = map[string]int64{}
+				}
+				held[it.ProductID][id] += it.Quantity
 			}
 		case OrderCancelled:
 			md.stats.cancelled++
-			switch s.Status {
-			case SagaTimedOut:
+			switch {
+			case s.Status == SagaTimedOut:
 				md.stats.timedOut++
-			case SagaCompensated:
+			case s.Status == SagaCompensated:
 				md.stats.compensated++
+				if strings.HasPrefix(o.Reason, "customer ") {
+					md.stats.unknownCustomer++
+				}
+			case s.Status == SagaCompleted && md.afterConfirm[id]:
+				md.stats.cancelledConfirmed++
 			default:
 				h.t.Fatalf("order %s CANCELLED with saga %s", id, s.Status)
 			}
@@ -217,14 +229,21 @@ func checkEnd(h *harness, md *model) {
 	if captured != confirmedTotal {
 		h.t.Fatalf("saga payments captured − refunded = %d, confirmed orders total %d", captured, confirmedTotal)
 	}
+	// The peer's stock model: only a replenish changes quantityOnHand,
+	// and a CONFIRMED order's units stay reserved, exactly those.
 	for _, id := range md.products {
 		p := h.product(id)
-		if want := md.initial[id] + md.replenish[id] - sold[id]; p.OnHand != want {
-			h.t.Fatalf("product %s: onHand %d, want %d (initial %d + replenished %d − sold %d)", id, p.OnHand, want, md.initial[id], md.replenish[id], sold[id])
+		if want := md.initial[id] + md.replenish[id]; p.OnHand != want {
+			h.t.Fatalf("product %s: onHand %d, want %d (initial %d + replenished %d)", id, p.OnHand, want, md.initial[id], md.replenish[id])
 		}
 		for o, r := range p.resv {
-			if r.saga {
-				h.t.Fatalf("product %s: saga reservation of order %s left behind", id, o)
+			if r.saga && r.qty != held[id][o] {
+				h.t.Fatalf("product %s: saga reservation of %d for order %s, which holds %d as CONFIRMED", id, r.qty, o, held[id][o])
+			}
+		}
+		for o, q := range held[id] {
+			if r := p.resv[o]; !r.saga || r.qty != q {
+				h.t.Fatalf("product %s: CONFIRMED order %s bought %d but its reservation is %+v", id, o, q, r)
 			}
 		}
 	}
@@ -239,8 +258,16 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 	h := newHarness(t, seed, 4)
 	r := h.rng
 	md := &model{initial: map[string]int64{}, replenish: map[string]int64{}, direct: map[string]map[string]int64{},
-		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: st}
+		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: st, afterConfirm: map[string]bool{}}
 	md.watch(h)
+	// Customers c0 and c1 exist from the start, c3 from a random step
+	// (racing the sagas that verify it), c2 never.
+	for _, id := range []string{"c0", "c1"} {
+		if res := h.client(CustomerKey(id), &CreateCustomer{ID: id, Email: id + "@example.com", Name: "customer " + id}); res.Outcome != Created {
+			t.Fatalf("create customer: %+v", res)
+		}
+	}
+	c3At := r.IntN(120)
 	forks, atFork := make([]func([]byte) []byte, h.n), make([][]byte, h.n)
 	// retention: a quarter of the orders keep their saga for ever, the
 	// others for up to 60 ms, so the clock passes many purge times.
@@ -282,6 +309,13 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			nOrders++
 			c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", r.IntN(3)), PaymentMethod: methods[r.IntN(4)],
 				DeadlineNs: (1 + r.Int64N(150)) * ms, RetentionNs: retention()}
+			if r.IntN(3) == 0 {
+				// As the API sends an order whose customer it did not find.
+				c.VerifyCustomer, c.CustomerID = true, fmt.Sprintf("c%d", r.IntN(4))
+				if c.CustomerID == "c2" {
+					md.doomed[id] = "its customer does not exist"
+				}
+			}
 			if r.IntN(10) == 0 {
 				c.PaymentMethod = "BITCOIN"
 				md.doomed[id] = "its payment method is unknown"
@@ -345,12 +379,25 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			md.replenish[pid] += q
 		case roll < 55 && nOrders > 0:
 			id := fmt.Sprintf("o%d", r.IntN(nOrders))
+			if r.IntN(2) == 0 {
+				// Most orders end cancelled: aim at a confirmed one, whose
+				// confirmation messages may still be on their way.
+				for i := range nOrders {
+					if o, _ := h.order(fmt.Sprintf("o%d", i)); o.Status == OrderConfirmed {
+						id = o.ID
+						break
+					}
+				}
+			}
 			before, _ := h.order(id)
 			was := before.Status
 			res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "changed my mind", CancelledBy: "customer"})
-			want := map[string]Outcome{OrderPending: OK, OrderCancelled: Same, OrderConfirmed: Conflict}[was]
-			if res.Outcome != want {
-				t.Fatalf("cancel of a %s order: outcome %d, want %d", was, res.Outcome, want)
+			want := map[string]Outcome{OrderPending: OK, OrderCancelled: Same, OrderConfirmed: OK}[was]
+			if res.Outcome != want || res.Order.Status != OrderCancelled {
+				t.Fatalf("cancel of a %s order: %+v, want outcome %d", was, res, want)
+			}
+			if was == OrderConfirmed {
+				md.afterConfirm[id] = true
 			}
 		case roll < 58 && nOrders > 0:
 			id := fmt.Sprintf("o%d", r.IntN(nOrders))
@@ -415,6 +462,11 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 		default:
 			h.advance(r.Int64N(10 * ms))
 		}
+		if step == c3At {
+			if res := h.client(CustomerKey("c3"), &CreateCustomer{ID: "c3", Email: "c3@example.com", Name: "customer c3"}); res.Outcome != Created {
+				t.Fatalf("create customer: %+v", res)
+			}
+		}
 		checkAlways(h, md)
 		checkPurges(h, md, false)
 		if step == 60 {
@@ -424,6 +476,20 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			for p, m := range h.ms {
 				forks[p], atFork[p] = m.ForkSnapshot(), m.AppendSnapshot(nil)
 			}
+		}
+	}
+	h.drain()
+	// Then cancel some of the confirmed orders, between deliveries of each
+	// other's releases and refunds.
+	for _, id := range md.sagaOrders {
+		if o, _ := h.order(id); o.Status == OrderConfirmed && r.IntN(3) == 0 {
+			if res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
+				t.Fatalf("cancel of a CONFIRMED order: %+v", res)
+			}
+			md.afterConfirm[id] = true
+			for r.IntN(3) != 0 && h.deliver() {
+			}
+			checkAlways(h, md)
 		}
 	}
 	h.drain()
@@ -454,7 +520,8 @@ func TestPropertySagas(t *testing.T) {
 	}
 	t.Logf("%+v", *st)
 	// The mix must reach every ending, or the checks above prove little.
-	if st.confirmed == 0 || st.timedOut == 0 || st.compensated == 0 || st.sagasPurged == 0 || st.sagasKept == 0 || st.markersPurged == 0 || st.heldBack == 0 {
+	if st.confirmed == 0 || st.timedOut == 0 || st.compensated == 0 || st.sagasPurged == 0 || st.sagasKept == 0 || st.markersPurged == 0 || st.heldBack == 0 ||
+		st.cancelledConfirmed == 0 || st.unknownCustomer == 0 {
 		t.Fatalf("the random mix missed an ending: %+v", *st)
 	}
 }

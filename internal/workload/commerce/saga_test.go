@@ -2,6 +2,8 @@ package commerce
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -41,7 +43,8 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	if o.Status != OrderConfirmed || s.Status != SagaCompleted || o.PaymentID != "PAY-o1" {
 		t.Fatalf("order %s saga %s payment %q", o.Status, s.Status, o.PaymentID)
 	}
-	if a, b := h.product("a"), h.product("b"); a.OnHand != 3 || a.Reserved != 0 || b.OnHand != 4 || b.Reserved != 0 {
+	// The peer's stock model: a confirmed order's units stay reserved.
+	if a, b := h.product("a"), h.product("b"); a.OnHand != 5 || a.Reserved != 2 || b.OnHand != 5 || b.Reserved != 1 {
 		t.Fatalf("a %d/%d b %d/%d", a.OnHand, a.Reserved, b.OnHand, b.Reserved)
 	}
 	if p := h.payment("o1"); p.Status != PaymentCaptured || p.AmountCents != 3299 {
@@ -56,10 +59,10 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	for _, e := range evs {
 		types = append(types, e.Type)
 	}
-	if want := "ProductCreated StockReserved StockCommitted"; join(types) != want {
+	if want := "ProductCreated StockReserved"; join(types) != want {
 		t.Fatalf("events %q, want %q", join(types), want)
 	}
-	if last := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 3 {
+	if last := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 2 {
 		t.Fatalf("limit 1 gives %+v, want the newest", last)
 	}
 }
@@ -274,10 +277,13 @@ func TestQueries(t *testing.T) {
 // that go on counting; replay and snapshot agree.
 func TestEventHistoryIsBounded(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 1 << 30})
-	const orders = 1500 // two product events each: 3,001 with the creation
+	const orders = 1500 // two product events each (reserved, then released by a cancel): 3,001 with the creation
 	for i := range orders {
 		id := fmt.Sprintf("o%d", i)
 		h.client(OrderKey(id), order(id, "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+		for h.deliver() {
+		}
+		h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "test", CancelledBy: "test"})
 		for h.deliver() {
 		}
 	}
@@ -291,4 +297,156 @@ func TestEventHistoryIsBounded(t *testing.T) {
 		}
 	}
 	h.checkReplay()
+}
+
+// TestCancelConfirmedOrder: a CONFIRMED order cancelled by hand gives its
+// reserved units back (quantityOnHand never moved) and its captured
+// payment is refunded; the saga stays COMPLETED and a second cancel
+// changes nothing.
+func TestCancelConfirmedOrder(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5, "b": 5})
+	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD",
+		LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100}, LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 100},
+		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.drain()
+	if o, _ := h.order("o1"); o.Status != OrderConfirmed {
+		t.Fatalf("order %s", o.Status)
+	}
+	// The confirmation still sends each product a CommitForOrder, as older
+	// builds did, so their logs replay with the same message sequence.
+	for _, id := range []string{"a", "b"} {
+		commits := 0
+		for _, in := range h.log[h.part(ProductKey(id))] {
+			if c, _ := Decode(in.data); c != nil {
+				if cm, ok := c.(*CommitForOrder); ok && cm.ProductID == id {
+					commits++
+				}
+			}
+		}
+		if commits != 1 {
+			t.Fatalf("product %s got %d CommitForOrder, want 1", id, commits)
+		}
+	}
+	res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "changed my mind", CancelledBy: "customer"})
+	if res.Outcome != OK || res.Order.Status != OrderCancelled || res.Order.Reason != "changed my mind" || res.Order.CancelledBy != "customer" {
+		t.Fatalf("cancel: %+v", res)
+	}
+	h.drain()
+	for id, want := range map[string]string{"a": "ProductCreated StockReserved StockReleased", "b": "ProductCreated StockReserved StockReleased"} {
+		p := h.product(id)
+		if p.OnHand != 5 || p.Reserved != 0 || len(p.resv) != 0 {
+			t.Fatalf("product %s: onHand %d reserved %d %v", id, p.OnHand, p.Reserved, p.resv)
+		}
+		var types []string
+		for _, e := range h.ms[h.part(ProductKey(id))].Query(&Events{Key: ProductKey(id)}).([]Event) {
+			types = append(types, e.Type)
+		}
+		if join(types) != want {
+			t.Fatalf("product %s events %q, want %q", id, join(types), want)
+		}
+	}
+	if p := h.payment("o1"); p.Status != PaymentRefunded {
+		t.Fatalf("payment %+v, want REFUNDED", p)
+	}
+	if o, s := h.order("o1"); o.Status != OrderCancelled || s.Status != SagaCompleted {
+		t.Fatalf("order %s saga %s", o.Status, s.Status)
+	}
+	if res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "again", CancelledBy: "customer"}); res.Outcome != Same {
+		t.Fatalf("second cancel: %+v", res)
+	}
+	h.checkReplay()
+}
+
+// TestSagaVerifiesUnknownCustomer: an order the API accepted for a
+// customer it did not find is cancelled by its saga (COMPENSATED, the
+// reason naming the customer, its stock released, nothing paid) unless
+// the customer exists by the time the saga asks.
+func TestSagaVerifiesUnknownCustomer(t *testing.T) {
+	h := setup(t, map[string]int64{"a": 5})
+	c := order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100})
+	c.CustomerID, c.VerifyCustomer = "ghost", true
+	if data, _ := c.AppendBinary(nil); data[0] != tagCreateOrderVerify {
+		t.Fatalf("tag %d", data[0])
+	}
+	if data, _ := order("x", "CREDIT_CARD").AppendBinary(nil); data[0] != tagCreateOrder {
+		t.Fatalf("an order without the flag is tagged %d, as before", data[0])
+	}
+	if res := h.client(OrderKey("o1"), c); res.Outcome != Created || res.Order.Status != OrderPending {
+		t.Fatalf("%+v", res)
+	}
+	h.drain()
+	o, s := h.order("o1")
+	if o.Status != OrderCancelled || s.Status != SagaCompensated || o.Reason != `customer "ghost" not found` {
+		t.Fatalf("order %s (%q) saga %s", o.Status, o.Reason, s.Status)
+	}
+	if p := h.product("a"); p.Reserved != 0 || p.OnHand != 5 {
+		t.Fatalf("onHand %d reserved %d", p.OnHand, p.Reserved)
+	}
+	if h.payment("o1") != nil {
+		t.Fatal("an order of an unknown customer was paid")
+	}
+
+	h.client(CustomerKey("late"), &CreateCustomer{ID: "late", Email: "l@example.com", Name: "Late"})
+	c = order("o2", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100})
+	c.CustomerID, c.VerifyCustomer = "late", true
+	h.client(OrderKey("o2"), c)
+	h.drain()
+	o, s = h.order("o2")
+	var steps []string
+	for _, st := range s.Steps {
+		steps = append(steps, st.Name()+":"+st.Status())
+	}
+	if o.Status != OrderConfirmed || !strings.Contains(join(steps), "CUSTOMER_VERIFICATION:COMPLETED") {
+		t.Fatalf("order %s steps %v", o.Status, steps)
+	}
+	h.checkReplay()
+}
+
+// TestCancelOnOldSnapshot: snapshots written by an older build
+// (testdata/v2-snap-*.bin, two partitions), whose confirmed orders had
+// their units committed, load and read as written (those units sold);
+// cancelling such an order refunds it and puts its units back into
+// quantityOnHand.
+func TestCancelOnOldSnapshot(t *testing.T) {
+	h := newHarness(t, 3, 2)
+	for p := range 2 {
+		b, err := os.ReadFile(fmt.Sprintf("testdata/v2-snap-%d.bin", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.ms[p].Restore(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// p0 was created with 5; order-0, -3 and -6 bought one each.
+	if p := h.product("p0"); p.OnHand != 2 || p.Reserved != 0 {
+		t.Fatalf("p0 reads onHand %d reserved %d, want 2 and 0", p.OnHand, p.Reserved)
+	}
+	for _, id := range []string{"order-0", "order-3", "order-6"} {
+		if o, _ := h.order(id); o == nil || o.Status != OrderConfirmed {
+			t.Fatalf("%s: %+v", id, o)
+		}
+		if res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
+			t.Fatalf("cancel %s: %+v", id, res)
+		}
+	}
+	h.drain()
+	if p := h.product("p0"); p.OnHand != 5 || p.Reserved != 0 {
+		t.Fatalf("p0 after the cancels: onHand %d reserved %d, want 5 and 0", p.OnHand, p.Reserved)
+	}
+	for _, id := range []string{"order-0", "order-3", "order-6"} {
+		if p := h.payment(id); p.Status != PaymentRefunded {
+			t.Fatalf("%s: payment %+v", id, p)
+		}
+	}
+	// A new order on the old state takes the peer's model.
+	h.client(CustomerKey("c0"), &CreateCustomer{ID: "c0", Email: "c0@x.io", Name: "Ann c0"})
+	h.client(OrderKey("new"), &CreateOrder{OrderID: "new", CustomerID: "c0", Items: []LineItem{{ProductID: "p0", Quantity: 2, UnitPriceCents: 100}}, PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline})
+	h.drain()
+	if o, _ := h.order("new"); o.Status != OrderConfirmed {
+		t.Fatalf("new order %s", o.Status)
+	}
+	if p := h.product("p0"); p.OnHand != 5 || p.Reserved != 2 {
+		t.Fatalf("p0 after a new order: onHand %d reserved %d, want 5 and 2", p.OnHand, p.Reserved)
+	}
 }

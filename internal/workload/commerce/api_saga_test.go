@@ -1,0 +1,111 @@
+package commerce_test
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pollGet reads path until ok accepts it, for up to 30 s: what a saga
+// sends on after an order ends lands a moment later.
+func pollGet(t *testing.T, srv *httptest.Server, path string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	var v map[string]any
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if v = must(t, srv, 200, "GET", path, ""); ok(v) {
+			return v
+		}
+	}
+	t.Fatalf("GET %s: still %v after 30 s", path, v)
+	return nil
+}
+
+func eventTypes(t *testing.T, srv *httptest.Server, path string) string {
+	t.Helper()
+	var types []string
+	for _, e := range mustList(t, srv, path+"?limit=100") {
+		types = append(types, e["eventType"].(string))
+	}
+	return strings.Join(types, " ")
+}
+
+// TestCancelConfirmedOrderAPI: the peer's stock numbers (a CONFIRMED order's
+// units stay in quantityReserved, quantityOnHand does not move), then
+// PATCH …/cancel on the CONFIRMED order: 200 CANCELLED, its units
+// released, its payment refunded, the events recorded; a second cancel
+// is 200 with no change.
+func TestCancelConfirmedOrderAPI(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "10.00", 10)
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":3}]}`, cid, pid))
+	id := o["orderId"].(string)
+	if o = waitOrder(t, srv, id); o["status"] != "CONFIRMED" {
+		t.Fatalf("%v", o)
+	}
+	p := must(t, srv, 200, "GET", "/api/products/"+pid, "")
+	if p["quantityOnHand"] != 10.0 || p["quantityReserved"] != 3.0 || p["availableQuantity"] != 7.0 {
+		t.Fatalf("a CONFIRMED order's product: %v", p)
+	}
+	if got := eventTypes(t, srv, "/api/products/"+pid+"/events"); got != "ProductCreated StockReserved" {
+		t.Fatalf("product events %q", got)
+	}
+
+	o = must(t, srv, 200, "PATCH", "/api/orders/"+id+"/cancel", `{"reason":"changed my mind","cancelledBy":"customer"}`)
+	if o["status"] != "CANCELLED" || o["cancellationReason"] != "changed my mind" || o["cancelledBy"] != "customer" {
+		t.Fatalf("cancelled: %v", o)
+	}
+	pollGet(t, srv, "/api/products/"+pid, func(p map[string]any) bool {
+		return p["quantityOnHand"] == 10.0 && p["quantityReserved"] == 0.0 && p["availableQuantity"] == 10.0
+	})
+	pollGet(t, srv, "/api/payments/order/"+id, func(p map[string]any) bool { return p["status"] == "REFUNDED" })
+	if got := eventTypes(t, srv, "/api/products/"+pid+"/events"); got != "ProductCreated StockReserved StockReleased" {
+		t.Fatalf("product events %q", got)
+	}
+	if got := eventTypes(t, srv, "/api/orders/"+id+"/events"); !strings.HasSuffix(got, "OrderStatusChanged") {
+		t.Fatalf("order events %q", got)
+	}
+	if s := must(t, srv, 200, "GET", "/api/sagas/"+id, ""); s["status"] != "COMPLETED" {
+		t.Fatalf("saga %v", s)
+	}
+	again := must(t, srv, 200, "PATCH", "/api/orders/"+id+"/cancel", `{"reason":"again","cancelledBy":"customer"}`)
+	if again["cancellationReason"] != "changed my mind" {
+		t.Fatalf("a second cancel changed the order: %v", again)
+	}
+	must(t, srv, 409, "PATCH", "/api/orders/"+id+"/confirm", "")
+}
+
+// TestUnknownIDsCancelledBySaga: an order for a customer or a product
+// that does not exist is 201 PENDING, as with the peer, and its saga then
+// cancels it (COMPENSATED) with a reason naming the unknown id.
+func TestUnknownIDsCancelledBySaga(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "10.00", 10)
+	for _, c := range []struct{ customer, product, reason string }{
+		{"no-such-customer", pid, `customer "no-such-customer" not found`},
+		{cid, "no-such-product", `product "no-such-product" not found`},
+	} {
+		o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":2,"unitPrice":"10.00"}]}`, c.customer, c.product))
+		if o["status"] != "PENDING" {
+			t.Fatalf("created: %v", o)
+		}
+		id := o["orderId"].(string)
+		if o = waitOrder(t, srv, id); o["status"] != "CANCELLED" || !strings.Contains(o["cancellationReason"].(string), c.reason) {
+			t.Fatalf("order of %s/%s: %v", c.customer, c.product, o)
+		}
+		s := must(t, srv, 200, "GET", "/api/sagas/"+id, "")
+		if s["status"] != "COMPENSATED" || !strings.Contains(s["failureReason"].(string), c.reason) {
+			t.Fatalf("saga: %v", s)
+		}
+		if st, _ := do(t, srv, "GET", "/api/payments/order/"+id, ""); st != 404 {
+			t.Fatalf("an order of an unknown id has a payment: %d", st)
+		}
+	}
+	// Nothing stays reserved, and the known customer's order still runs.
+	pollGet(t, srv, "/api/products/"+pid, func(p map[string]any) bool { return p["quantityReserved"] == 0.0 })
+	o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+	if o = waitOrder(t, srv, o["orderId"].(string)); o["status"] != "CONFIRMED" {
+		t.Fatalf("%v", o)
+	}
+}
