@@ -78,8 +78,9 @@ func (a *API) SetSagaDeadline(d time.Duration) *API {
 // order as it is), so a graceful shutdown does not wait for them.
 func (a *API) Shutdown() { a.stopOnce.Do(func() { close(a.done) }) }
 
-// Register adds the routes to mux.
-func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
+// Register adds the routes to mux; their errors have the peer's shape.
+func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
+	m := routes{metrics}
 	m.Handle(mux, "POST /api/customers", a.createCustomer)
 	m.Handle(mux, "GET /api/customers", a.listCustomers)
 	m.Handle(mux, "GET /api/customers/{id}", a.getCustomer)
