@@ -93,3 +93,39 @@ func TestSeedRerun(t *testing.T) {
 		}
 	}
 }
+
+// TestDoubleSlash: a path with repeated slashes (a base URL ending in "/"
+// joined to a route) is served as that route, not redirected.
+func TestDoubleSlash(t *testing.T) {
+	base := serveForTest(t, Config{Partitions: 4})
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path, body string) (int, string) {
+		t.Helper()
+		r, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := noFollow.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	st, b := send("POST", "//api/customers", `{"email":"a@b.c","name":"Ann"}`)
+	var c struct{ CustomerID string }
+	if st != 201 || json.Unmarshal([]byte(b), &c) != nil {
+		t.Fatalf("POST //api/customers: %d %s, want 201", st, b)
+	}
+	for _, p := range []string{"/api//customers/" + c.CustomerID, "/api/customers//" + c.CustomerID, "//api///customers/" + c.CustomerID} {
+		if st, b := send("GET", p, ""); st != 200 || !strings.Contains(b, c.CustomerID) {
+			t.Errorf("GET %s: %d %s, want the customer", p, st, b)
+		}
+	}
+	if st, b := send("GET", "//v1/health_check", ""); st != 200 {
+		t.Errorf("GET //v1/health_check: %d %s", st, b)
+	}
+	// An empty id is still no id: /api/orders//confirm is /api/orders/confirm.
+	if st, b := send("PATCH", "/api/orders//confirm", ""); st < 400 || st >= 500 {
+		t.Errorf("PATCH /api/orders//confirm: %d %s, want a 4xx", st, b)
+	}
+}
