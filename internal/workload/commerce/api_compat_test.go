@@ -53,3 +53,37 @@ func TestPeerErrorShape(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerValues: optional strings nobody sent are null, as the peer sends
+// them, and an order's tax and total are unrounded (four decimals) while
+// its payment is whole cents.
+func TestPeerValues(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	c := must(t, srv, 201, "POST", "/api/customers", `{"email":"a@b.c","name":"Ann"}`)
+	p := must(t, srv, 201, "POST", "/api/products", `{"sku":"S","name":"Lamp","price":"399.97","quantityOnHand":5}`)
+	for _, f := range []struct {
+		v     map[string]any
+		field string
+	}{{c, "address"}, {c, "phone"}, {p, "description"}, {p, "category"}} {
+		if v, ok := f.v[f.field]; !ok || v != nil {
+			t.Errorf("%s: %v, want null", f.field, v)
+		}
+	}
+	cid, pid := c["customerId"].(string), p["productId"].(string)
+	st, b := do(t, srv, "POST", "/api/orders", `{"customerId":"`+cid+`","lineItems":[{"productId":"`+pid+`","quantity":1}]}`)
+	for _, want := range []string{`"subtotal":399.97,`, `"tax":39.9970,`, `"total":439.9670,`, `"paymentAmount":439.97,`,
+		`"shippingAddress":null`, `"customerName":null`, `"customerEmail":null`} {
+		if st != 201 || !strings.Contains(b, want) {
+			t.Errorf("order: %d %s, want %s", st, b, want)
+		}
+	}
+	var o struct{ OrderID string }
+	json.Unmarshal([]byte(b), &o)
+	if o := must(t, srv, 200, "GET", "/api/orders/"+o.OrderID+"?wait=30s", ""); o["status"] != "CONFIRMED" {
+		t.Fatalf("order: %v", o)
+	}
+	st, b = do(t, srv, "GET", "/api/payments/order/"+o.OrderID, "")
+	if st != 200 || !strings.Contains(b, `"amount":439.97,`) || !strings.Contains(b, `"failureReason":null`) {
+		t.Errorf("payment: %d %s, want amount 439.97 and no failureReason", st, b)
+	}
+}
