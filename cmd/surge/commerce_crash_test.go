@@ -28,7 +28,7 @@ func (m money) cents() int64 { return int64(float64(m)*100 + 0.5) }
 type crashOrder struct {
 	OrderID   string `json:"orderId"`
 	Status    string `json:"status"`
-	Total     money  `json:"total"`
+	Total     money  `json:"paymentAmount"` // the total to the cent, as charged
 	LineItems []struct {
 		ProductID string `json:"productId"`
 		Quantity  int64  `json:"quantity"`

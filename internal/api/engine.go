@@ -83,11 +83,24 @@ func ReadJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) int {
 	buf := BodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer BodyPool.Put(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(serverWriter(w), r.Body, limit)); err != nil {
 		return BodyError(w, err)
 	}
 	if msg := DecodeJSON(buf.Bytes(), v); msg != "" {
 		return Error(w, http.StatusBadRequest, msg)
 	}
 	return 0
+}
+
+// serverWriter is the server's own writer under wrappers that Unwrap (as
+// http.ResponseController does): only it can tell net/http to close the
+// connection after a body over the limit.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }

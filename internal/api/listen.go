@@ -166,7 +166,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	p.SetUnencryptedHTTP2(true)
 	s.srv = &http.Server{
 		Addr:              addr,
-		Handler:           s.inflight,
+		Handler:           collapseSlashes(s.inflight),
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		// For HTTP/1.1 they restart with every request on a kept-alive

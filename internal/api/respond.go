@@ -41,12 +41,24 @@ func Write(w http.ResponseWriter, status int, json bool, body []byte) {
 	w.Write(body)
 }
 
-// Error sends {"error": msg} with status and returns status.
+// ErrorShaper is implemented by the ResponseWriter of a route family
+// whose clients expect errors in another JSON shape than {"error"} (the
+// commerce compat routes: their peer's). Error asks it for the body.
+type ErrorShaper interface {
+	AppendError(b []byte, status int, msg string) []byte
+}
+
+// Error sends {"error": msg} (or w's own shape, see ErrorShaper) with
+// status and returns status.
 func Error(w http.ResponseWriter, status int, msg string) int {
 	b := GetBuf()
-	*b = append(*b, `{"error":`...)
-	*b = AppendString(*b, msg)
-	*b = append(*b, "}\n"...)
+	if s, ok := w.(ErrorShaper); ok {
+		*b = s.AppendError(*b, status, msg)
+	} else {
+		*b = append(*b, `{"error":`...)
+		*b = AppendString(*b, msg)
+		*b = append(*b, "}\n"...)
+	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if h := w.Header(); h.Get("Retry-After") == "" {
 			// No prediction of the wait: a second, the smallest pause.

@@ -196,7 +196,7 @@ func (c *commerceFuzz) check() {
 	for id := range ids {
 		var o struct {
 			Status    string          `json:"status"`
-			Total     json.RawMessage `json:"total"`
+			Total     json.RawMessage `json:"paymentAmount"` // the total to the cent
 			LineItems []fzLine        `json:"lineItems"`
 		}
 		deadline := time.Now().Add(20 * time.Second)

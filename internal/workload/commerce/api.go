@@ -78,8 +78,9 @@ func (a *API) SetSagaDeadline(d time.Duration) *API {
 // order as it is), so a graceful shutdown does not wait for them.
 func (a *API) Shutdown() { a.stopOnce.Do(func() { close(a.done) }) }
 
-// Register adds the routes to mux.
-func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
+// Register adds the routes to mux; their errors have the peer's shape.
+func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
+	m := routes{metrics}
 	m.Handle(mux, "POST /api/customers", a.createCustomer)
 	m.Handle(mux, "GET /api/customers", a.listCustomers)
 	m.Handle(mux, "GET /api/customers/{id}", a.getCustomer)
@@ -301,35 +302,35 @@ type customerDTO struct {
 	CustomerID string `json:"customerId"`
 	Email      string `json:"email"`
 	Name       string `json:"name"`
-	Address    string `json:"address"`
-	Phone      string `json:"phone"`
+	Address    optStr `json:"address"`
+	Phone      optStr `json:"phone"`
 	Status     string `json:"status"`
 	CreatedAt  string `json:"createdAt"`
 	UpdatedAt  string `json:"updatedAt"`
 }
 
 func customerOut(c *Customer) customerDTO {
-	return customerDTO{c.ID, c.Email, c.Name, c.Address, c.Phone, c.Status, stamp(c.CreatedAt), stamp(c.UpdatedAt)}
+	return customerDTO{c.ID, c.Email, c.Name, optStr(c.Address), optStr(c.Phone), c.Status, stamp(c.CreatedAt), stamp(c.UpdatedAt)}
 }
 
 type productDTO struct {
 	ProductID         string `json:"productId"`
 	SKU               string `json:"sku"`
 	Name              string `json:"name"`
-	Description       string `json:"description"`
+	Description       optStr `json:"description"`
 	Price             Money  `json:"price"`
 	QuantityOnHand    int64  `json:"quantityOnHand"`
 	QuantityReserved  int64  `json:"quantityReserved"`
 	AvailableQuantity int64  `json:"availableQuantity"`
-	Category          string `json:"category"`
+	Category          optStr `json:"category"`
 	Status            string `json:"status"`
 	CreatedAt         string `json:"createdAt"`
 	UpdatedAt         string `json:"updatedAt"`
 }
 
 func productOut(p *Product) productDTO {
-	return productDTO{p.ID, p.SKU, p.Name, p.Description, Money(p.PriceCents), p.OnHand, p.Reserved, p.Available(),
-		p.Category, p.Status(), stamp(p.CreatedAt), stamp(p.UpdatedAt)}
+	return productDTO{p.ID, p.SKU, p.Name, optStr(p.Description), Money(p.PriceCents), p.OnHand, p.Reserved, p.Available(),
+		optStr(p.Category), p.Status(), stamp(p.CreatedAt), stamp(p.UpdatedAt)}
 }
 
 type lineItemDTO struct {
@@ -346,12 +347,13 @@ type orderDTO struct {
 	CustomerID         string        `json:"customerId"`
 	LineItems          []lineItemDTO `json:"lineItems"`
 	Subtotal           Money         `json:"subtotal"`
-	Tax                Money         `json:"tax"`
-	Total              Money         `json:"total"`
+	Tax                exactMoney    `json:"tax"`
+	Total              exactMoney    `json:"total"`
+	PaymentAmount      Money         `json:"paymentAmount"`
 	Status             string        `json:"status"`
-	ShippingAddress    string        `json:"shippingAddress"`
-	CustomerName       string        `json:"customerName"`
-	CustomerEmail      string        `json:"customerEmail"`
+	ShippingAddress    optStr        `json:"shippingAddress"`
+	CustomerName       optStr        `json:"customerName"`
+	CustomerEmail      optStr        `json:"customerEmail"`
 	PaymentMethod      string        `json:"paymentMethod"`
 	PaymentID          string        `json:"paymentId,omitempty"`
 	SagaID             string        `json:"sagaId"`
@@ -363,8 +365,8 @@ type orderDTO struct {
 
 func orderOut(o *Order) orderDTO {
 	d := orderDTO{OrderID: o.ID, CustomerID: o.CustomerID, LineItems: make([]lineItemDTO, len(o.Items)),
-		Subtotal: Money(o.Subtotal), Tax: Money(o.Tax), Total: Money(o.Total), Status: o.Status,
-		ShippingAddress: o.ShippingAddress, CustomerName: o.CustomerName, CustomerEmail: o.CustomerEmail,
+		Subtotal: Money(o.Subtotal), Tax: exactTax(o.Subtotal), Total: exactTotal(o.Subtotal), PaymentAmount: Money(o.Total), Status: o.Status,
+		ShippingAddress: optStr(o.ShippingAddress), CustomerName: optStr(o.CustomerName), CustomerEmail: optStr(o.CustomerEmail),
 		PaymentMethod: o.PaymentMethod, PaymentID: o.PaymentID, SagaID: o.ID, CancelledBy: o.CancelledBy,
 		CreatedAt: stamp(o.CreatedAt), UpdatedAt: stamp(o.UpdatedAt)}
 	if o.Status == OrderCancelled {
@@ -408,17 +410,17 @@ type paymentDTO struct {
 	CustomerID    string `json:"customerId"`
 	Amount        Money  `json:"amount"`
 	Currency      string `json:"currency"`
-	Method        string `json:"method"`
+	Method        optStr `json:"method"`
 	Status        string `json:"status"`
-	TransactionID string `json:"transactionId"`
-	FailureReason string `json:"failureReason"`
+	TransactionID optStr `json:"transactionId"`
+	FailureReason optStr `json:"failureReason"`
 	CreatedAt     string `json:"createdAt"`
 	UpdatedAt     string `json:"updatedAt"`
 }
 
 func paymentOut(p *Payment) paymentDTO {
-	return paymentDTO{p.ID, p.OrderID, p.CustomerID, Money(p.AmountCents), p.Currency, p.Method, p.Status,
-		p.TransactionID, p.FailureReason, stamp(p.CreatedAt), stamp(p.UpdatedAt)}
+	return paymentDTO{p.ID, p.OrderID, p.CustomerID, Money(p.AmountCents), p.Currency, optStr(p.Method), p.Status,
+		optStr(p.TransactionID), optStr(p.FailureReason), stamp(p.CreatedAt), stamp(p.UpdatedAt)}
 }
 
 type eventDTO struct {

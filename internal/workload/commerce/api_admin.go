@@ -27,7 +27,7 @@ const (
 	SimilarImplementation = "none"
 )
 
-func (a *API) registerAdmin(mux *http.ServeMux, m *api.Metrics) {
+func (a *API) registerAdmin(mux *http.ServeMux, m routes) {
 	m.Handle(mux, "GET /api/admin/dlq", a.listDLQ)
 	m.Handle(mux, "GET /api/admin/dlq/{$}", a.listDLQ)
 	m.Handle(mux, "GET /api/admin/dlq/count", a.countDLQ)
