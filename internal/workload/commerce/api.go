@@ -335,8 +335,8 @@ func productOut(p *Product) productDTO {
 
 type lineItemDTO struct {
 	ProductID   string `json:"productId"`
-	ProductName string `json:"productName"`
-	SKU         string `json:"sku"`
+	ProductName optStr `json:"productName"`
+	SKU         optStr `json:"sku"`
 	Quantity    int64  `json:"quantity"`
 	UnitPrice   Money  `json:"unitPrice"`
 	LineTotal   Money  `json:"lineTotal"`
@@ -373,7 +373,7 @@ func orderOut(o *Order) orderDTO {
 		d.CancellationReason = o.Reason
 	}
 	for i, it := range o.Items {
-		d.LineItems[i] = lineItemDTO{it.ProductID, it.ProductName, it.SKU, it.Quantity, Money(it.UnitPriceCents), Money(it.Quantity * it.UnitPriceCents)}
+		d.LineItems[i] = lineItemDTO{it.ProductID, optStr(it.ProductName), optStr(it.SKU), it.Quantity, Money(it.UnitPriceCents), Money(it.Quantity * it.UnitPriceCents)}
 	}
 	return d
 }

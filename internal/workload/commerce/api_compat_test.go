@@ -86,4 +86,9 @@ func TestPeerValues(t *testing.T) {
 	if st != 200 || !strings.Contains(b, `"amount":439.97,`) || !strings.Contains(b, `"failureReason":null`) {
 		t.Errorf("payment: %d %s, want amount 439.97 and no failureReason", st, b)
 	}
+	// A line for a product nobody knows has no name or sku to fill in.
+	st, b = do(t, srv, "POST", "/api/orders", `{"customerId":"`+cid+`","lineItems":[{"productId":"nope","quantity":1}]}`)
+	if st != 201 || !strings.Contains(b, `"productName":null,"sku":null`) {
+		t.Errorf("order for an unknown product: %d %s, want its line's productName and sku null", st, b)
+	}
 }
