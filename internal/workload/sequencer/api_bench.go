@@ -222,6 +222,15 @@ func (b *bench) completeAll(bg *benchGroup, id string, seqs []uint64) {
 	}
 }
 
+// groupRefused tells a limit that will not pass from a full window: a
+// group that does not exist after its publish was refused was not created
+// (its partition holds its limit of groups), and waiting would publish
+// nothing for ever while the count stays 0.
+func (b *bench) groupRefused(bg *benchGroup) bool {
+	in, err := b.a.info(bg.ctx, bg.name)
+	return err == nil && in == nil
+}
+
 // create publishes a benchmark group's messages: ids name-1, name-2, …
 // in creation order, which is seq order, so the order check can tell a
 // message out of place. With no delay, in batches of MaxBatch.
@@ -251,7 +260,7 @@ func (b *bench) create(bg *benchGroup, delayMs int) {
 			if bg.ctx.Err() != nil {
 				return false
 			}
-			if err == nil && res.Outcome != Exhausted {
+			if err == nil && (res.Outcome != Exhausted || b.groupRefused(bg)) {
 				fail(res.Msg)
 				return false
 			}
@@ -428,11 +437,22 @@ func (a *API) benchCount(w http.ResponseWriter, r *http.Request) int {
 		return engineError(w, err)
 	}
 	var n uint64
+	bg := a.bench.get(name)
 	switch {
 	case in != nil:
 		n = in.Position
-	case a.bench.get(name) == nil:
+	case bg == nil:
 		return api.Error(w, http.StatusNotFound, "no group "+api.Quote(name))
+	}
+	if in == nil {
+		// Nothing published, and nothing will be: say why rather than 0
+		// to a script that polls until the count is reached.
+		bg.errMu.Lock()
+		msg := bg.publishErr
+		bg.errMu.Unlock()
+		if msg != "" {
+			return api.Error(w, http.StatusConflict, "group "+api.Quote(name)+" was not created: "+msg)
+		}
 	}
 	// A benchmark group whose first messages are not published yet has
 	// sequenced none.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wal"
 )
 
 // newAPIServer runs the API over a real engine and log in a temp dir,
@@ -571,4 +574,42 @@ func TestBenchRunTime(t *testing.T) {
 		t.Fatalf("stats: %v", s)
 	}
 	t.Logf("%d messages sequenced in %v (%.0f/s)", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
+}
+
+// TestBenchGroupPastTheGroupLimit: a benchmark group its partition has no
+// room for is reported as not created, not counted 0 for ever while its
+// publisher retries a refusal that will not pass.
+func TestBenchGroupPastTheGroupLimit(t *testing.T) {
+	dir := t.TempDir()
+	lg, err := wal.Open(wal.Options{Dir: dir, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.Open(engine.Options{Partitions: 1, Log: lg, Snapshots: wal.SnapshotDir{Dir: dir}, Logger: slog.New(slog.DiscardHandler)},
+		&Workload{Limits: Limits{MaxGroups: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := NewHub(0)
+	mux := http.NewServeMux()
+	a := NewAPI(eng, hub)
+	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
+	must(t, srv, 202, "POST", "/messages", `{"name":"one","numberOfMessages":3}`)
+	must(t, srv, 202, "POST", "/messages", `{"name":"two","numberOfMessages":3}`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, b := call(t, srv, "GET", "/list/sequenced/count?name=two", "")
+		if st == http.StatusConflict && strings.Contains(b, "at most 1 groups per partition") {
+			break
+		}
+		if st != 200 || b != "0" || time.Now().After(deadline) {
+			t.Fatalf("count of a group past the limit: %d %s; want 409 naming the limit", st, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st, b := call(t, srv, "GET", "/list/sequenced/count?name=one", ""); st != 200 {
+		t.Fatalf("count of the group that fits: %d %s", st, b)
+	}
 }
