@@ -47,6 +47,12 @@ const (
 	// client's request, so closing it does not reset the connection before
 	// the client has read the 503.
 	refuseLinger = 2 * time.Second
+	// closeLinger bounds how long a connection closed with a request
+	// unread is kept to drain it after the FIN, so the close does not
+	// reset the connection (see closeQuietly); closeDrainBytes bounds what
+	// is read meanwhile.
+	closeLinger     = time.Second
+	closeDrainBytes = 64 << 10
 )
 
 // ConnLimit returns the connection cap for an open-file limit of nofile:
@@ -85,6 +91,10 @@ type connTracker struct {
 	max int
 
 	grace time.Duration // newConnGrace; tests shorten it
+	// The server's idle and header timeouts: a new connection waits for
+	// its first request as long as a kept-alive one waits for its next,
+	// and its header timeout runs from the request's first byte.
+	idleTimeout, headerTimeout time.Duration
 	mu    sync.Mutex
 	open  int
 	idle  connList
@@ -99,7 +109,9 @@ type connTracker struct {
 	refused atomic.Uint64
 }
 
-func newConnTracker(max int) *connTracker { return &connTracker{max: max, grace: newConnGrace} }
+func newConnTracker(max int, idle, header time.Duration) *connTracker {
+	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header}
+}
 
 // trackedConn is a connection the tracker counts; closing it frees its slot.
 type trackedConn struct {
@@ -111,6 +123,11 @@ type trackedConn struct {
 	list       *connList
 	prev, next *trackedConn
 	since      time.Time // accept time, for the new list
+
+	// waiting is set while the server waits for a request's first bytes
+	// (on a new connection or between requests); fresh until the
+	// connection's first byte.
+	waiting, fresh atomic.Bool
 }
 
 type connList struct{ head, tail *trackedConn }
@@ -144,18 +161,108 @@ func (c *trackedConn) unlink() {
 }
 
 // Close frees the connection's slot once, whoever closes it first (the
-// HTTP server, or the tracker shedding it).
+// HTTP server, or the tracker shedding it), after closeQuietly is done.
 func (c *trackedConn) Close() error {
 	t := c.t
 	t.mu.Lock()
-	if !c.closed {
+	first := !c.closed
+	if first {
 		c.closed = true
 		c.unlink()
-		t.open--
-		t.retry.Released()
 	}
 	t.mu.Unlock()
-	return c.Conn.Close()
+	if !first {
+		return c.Conn.Close()
+	}
+	return closeQuietly(c.Conn, func() {
+		t.mu.Lock()
+		t.open--
+		t.retry.Released()
+		t.mu.Unlock()
+	})
+}
+
+// Read serves a request that arrives just as the server's wait for it
+// runs out (--idle-timeout between requests): the server would close the
+// connection with the request unread, which resets it, and the client
+// loses a request it had every reason to send. Once the first bytes are
+// in, reads are the plain connection's.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if !c.waiting.Load() {
+		return c.Conn.Read(p)
+	}
+	n, err := c.Conn.Read(p)
+	if n == 0 && isTimeout(err) && hasUnread(c.Conn) {
+		c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
+		n, err = c.Conn.Read(p)
+	}
+	if n > 0 {
+		c.waiting.Store(false)
+		if c.fresh.Swap(false) {
+			// net/http set the header timeout at accept; it runs from
+			// here, as it does for a kept-alive connection's next request.
+			c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
+		}
+	}
+	return n, err
+}
+
+// SetReadDeadline gives a new connection, until its first byte, the idle
+// timeout rather than the header timeout net/http sets at accept: an HTTP
+// client's pool keeps connections it dialed and then did not need, to use
+// them later like kept-alive ones.
+func (c *trackedConn) SetReadDeadline(d time.Time) error {
+	if c.fresh.Load() && !d.IsZero() {
+		if idle := c.since.Add(c.t.idleTimeout); idle.After(d) {
+			d = idle
+		}
+	}
+	return c.Conn.SetReadDeadline(d)
+}
+
+// hasUnread reports whether the client's bytes wait unread on nc, without
+// reading them or waiting.
+func hasUnread(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	unread := false
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		unread = err == nil && n > 0
+	})
+	return unread
+}
+
+// closeQuietly closes nc and then calls done. Closing a socket with the
+// client's bytes unread makes the kernel answer with a reset instead of a
+// FIN: the client reads "connection reset by peer" for a request it sent
+// as the server closed, with nothing to say the server never saw it (a
+// reused connection's clean close is one an HTTP client knows to expect).
+// So the FIN goes first, and bytes found unread after it are read for up
+// to closeLinger in the background before the close. Bytes that arrive
+// between the look and the close still draw a reset, but after the FIN,
+// which the client reads first.
+func closeQuietly(nc net.Conn, done func()) error {
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil || !hasUnread(nc) {
+		err := nc.Close()
+		done()
+		return err
+	}
+	go func() {
+		defer done()
+		nc.SetReadDeadline(time.Now().Add(closeLinger))
+		io.Copy(io.Discard, io.LimitReader(nc, closeDrainBytes))
+		nc.Close()
+	}()
+	return nil
 }
 
 // CloseWrite lets the HTTP server half-close a connection it answered with
@@ -186,6 +293,7 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 	case http.StateNew:
 		t.new.push(c)
 	case http.StateIdle:
+		c.waiting.Store(true)
 		t.idle.push(c)
 		t.retry.Released()
 	}
@@ -196,6 +304,8 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 // connection is busy.
 func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
+	c.waiting.Store(true)
+	c.fresh.Store(true)
 	t.mu.Lock()
 	var victim *trackedConn
 	if t.open >= t.max {
@@ -212,19 +322,27 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
-		victim.Conn.Close()
+		closeQuietly(victim.Conn, func() {})
 	}
 	return c
 }
 
 // victimLocked picks the connection to shed: the one idle longest, else the
-// oldest one that has sent nothing for newConnGrace.
+// oldest one that has sent nothing for newConnGrace. One whose request has
+// arrived, unread yet, is no longer idle: it leaves the lists (net/http
+// puts it back when it is next idle) rather than be closed on its request.
 func (t *connTracker) victimLocked(now time.Time) *trackedConn {
-	if c := t.idle.head; c != nil {
-		return c
+	for c := t.idle.head; c != nil; c = t.idle.head {
+		if !hasUnread(c.Conn) {
+			return c
+		}
+		c.unlink()
 	}
-	if c := t.new.head; c != nil && now.Sub(c.since) >= t.grace {
-		return c
+	for c := t.new.head; c != nil && now.Sub(c.since) >= t.grace; c = t.new.head {
+		if !hasUnread(c.Conn) {
+			return c
+		}
+		c.unlink()
 	}
 	return nil
 }
@@ -243,7 +361,7 @@ func (t *connTracker) shedOne() {
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
-		victim.Conn.Close()
+		closeQuietly(victim.Conn, func() {})
 	}
 }
 
@@ -253,14 +371,17 @@ func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
 	t.mu.Lock()
 	var victims []*trackedConn
 	for c := t.new.head; c != nil && now.Sub(c.since) >= grace; c = t.new.head {
-		c.closed = true
 		c.unlink()
+		if hasUnread(c.Conn) {
+			continue // not silent: its request is here
+		}
+		c.closed = true
 		t.open--
 		victims = append(victims, c)
 	}
 	t.mu.Unlock()
 	for _, c := range victims {
-		c.Conn.Close()
+		closeQuietly(c.Conn, func() {})
 	}
 }
 
