@@ -95,6 +95,7 @@ type connTracker struct {
 	// its first request as long as a kept-alive one waits for its next,
 	// and its header timeout runs from the request's first byte.
 	idleTimeout, headerTimeout time.Duration
+
 	mu    sync.Mutex
 	open  int
 	idle  connList
