@@ -96,10 +96,10 @@ type connTracker struct {
 	// and its header timeout runs from the request's first byte.
 	idleTimeout, headerTimeout time.Duration
 
-	mu    sync.Mutex
-	open  int
-	idle  connList
-	new   connList
+	mu   sync.Mutex
+	open int
+	idle connList
+	new  connList
 
 	refusing atomic.Int64
 	// retry gives each refused connection its own turn for a freed one
