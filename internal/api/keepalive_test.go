@@ -131,3 +131,120 @@ func TestRequestsAtTheTimeoutAreNeverReset(t *testing.T) {
 		}
 	}
 }
+
+// tcpPair returns the two ends of a loopback TCP connection, the server's
+// accepted one first.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.DialTimeout("tcp", ln.Addr().String(), hang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return server, client
+}
+
+// sendUnread writes a request from client and waits until it sits unread
+// on server.
+func sendUnread(t *testing.T, server, client net.Conn) {
+	t.Helper()
+	if _, err := io.WriteString(client, "GET / HTTP/1.1\r\nHost: surge\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(hang)
+	for !hasUnread(server) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRequestWaitingAtTheDeadlineIsRead: when the wait for a kept-alive
+// connection's next request runs out with the request already arrived,
+// the server reads it instead of closing on it.
+func TestRequestWaitingAtTheDeadlineIsRead(t *testing.T) {
+	server, client := tcpPair(t)
+	c := newConnTracker(1, DefaultIdleTimeout, DefaultReadHeaderTimeout).admit(server)
+	c.t.setState(c, http.StateActive)
+	c.fresh.Store(false) // it has served a request
+	c.t.setState(c, http.StateIdle)
+	sendUnread(t, server, client)
+	c.SetReadDeadline(time.Now().Add(-time.Second))
+	buf := make([]byte, 64)
+	if n, err := c.Read(buf); n == 0 {
+		t.Fatalf("read %d bytes, %v; want the request", n, err)
+	}
+}
+
+// TestCloseWithRequestUnreadIsNotAReset: a connection closed with the
+// client's request unread sends its FIN first, so the client reads a clean
+// close rather than "connection reset by peer"; the slot is freed after.
+func TestCloseWithRequestUnreadIsNotAReset(t *testing.T) {
+	server, client := tcpPair(t)
+	tr := newConnTracker(1, DefaultIdleTimeout, DefaultReadHeaderTimeout)
+	c := tr.admit(server)
+	sendUnread(t, server, client)
+	c.Close()
+	client.SetReadDeadline(time.Now().Add(hang))
+	if n, err := client.Read(make([]byte, 64)); err != io.EOF {
+		t.Fatalf("client read %d bytes, %v; want EOF (a FIN)", n, err)
+	}
+	deadline := time.Now().Add(hang)
+	for tr.openConns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still counted open after the close", tr.openConns())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestConnWithRequestArrivingIsNotShed: at the cap, a kept-alive
+// connection whose next request has arrived (not read yet) is busy, not
+// idle: a newcomer does not shed it.
+func TestConnWithRequestArrivingIsNotShed(t *testing.T) {
+	server, client := tcpPair(t)
+	tr := newConnTracker(1, DefaultIdleTimeout, DefaultReadHeaderTimeout)
+	c := tr.admit(server)
+	tr.setState(c, http.StateActive)
+	tr.setState(c, http.StateIdle)
+	sendUnread(t, server, client)
+	other, _ := tcpPair(t)
+	if tr.admit(other) != nil {
+		t.Fatal("the newcomer took the place of a connection whose request had arrived")
+	}
+	if tr.shed.Load() != 0 {
+		t.Fatalf("shed %d connections, want 0", tr.shed.Load())
+	}
+}
+
+// TestNewConnWaitsLikeAKeptAliveOne: a client's pool keeps connections it
+// dialed and did not need; such a connection may stay silent for the idle
+// timeout, like a kept-alive one, and the header timeout runs from its
+// first byte.
+func TestNewConnWaitsLikeAKeptAliveOne(t *testing.T) {
+	const header = 100 * time.Millisecond
+	_, addr := startServer(t, okHandler(), Limits{IdleTimeout: time.Minute, ReadHeaderTimeout: header}, nil)
+	c := dial(t, addr)
+	time.Sleep(4 * header)
+	if r, _, err := c.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a request after %v of silence: %v, %v; want 200", 4*header, r, err)
+	}
+	slow := dial(t, addr)
+	time.Sleep(4 * header)
+	if _, err := io.WriteString(slow, "GET / HTTP/1.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !slow.closedByServer() {
+		t.Fatal("headers started and never finished: the connection is still open")
+	}
+}
