@@ -47,12 +47,6 @@ const (
 	// client's request, so closing it does not reset the connection before
 	// the client has read the 503.
 	refuseLinger = 2 * time.Second
-	// closeLinger bounds how long a connection closed with a request
-	// unread is kept to drain it after the FIN, so the close does not
-	// reset the connection (see closeQuietly); closeDrainBytes bounds what
-	// is read meanwhile.
-	closeLinger     = time.Second
-	closeDrainBytes = 64 << 10
 )
 
 // ConnLimit returns the connection cap for an open-file limit of nofile:
@@ -162,25 +156,18 @@ func (c *trackedConn) unlink() {
 }
 
 // Close frees the connection's slot once, whoever closes it first (the
-// HTTP server, or the tracker shedding it), after closeQuietly is done.
+// HTTP server, or the tracker shedding it).
 func (c *trackedConn) Close() error {
 	t := c.t
 	t.mu.Lock()
-	first := !c.closed
-	if first {
+	if !c.closed {
 		c.closed = true
 		c.unlink()
-	}
-	t.mu.Unlock()
-	if !first {
-		return c.Conn.Close()
-	}
-	return closeQuietly(c.Conn, func() {
-		t.mu.Lock()
 		t.open--
 		t.retry.Released()
-		t.mu.Unlock()
-	})
+	}
+	t.mu.Unlock()
+	return closeQuietly(c.Conn)
 }
 
 // Read serves a request that arrives just as the server's wait for it
@@ -241,29 +228,18 @@ func hasUnread(nc net.Conn) bool {
 	return unread
 }
 
-// closeQuietly closes nc and then calls done. Closing a socket with the
-// client's bytes unread makes the kernel answer with a reset instead of a
-// FIN: the client reads "connection reset by peer" for a request it sent
-// as the server closed, with nothing to say the server never saw it (a
-// reused connection's clean close is one an HTTP client knows to expect).
-// So the FIN goes first, and bytes found unread after it are read for up
-// to closeLinger in the background before the close. Bytes that arrive
-// between the look and the close still draw a reset, but after the FIN,
-// which the client reads first.
-func closeQuietly(nc net.Conn, done func()) error {
-	cw, ok := nc.(interface{ CloseWrite() error })
-	if !ok || cw.CloseWrite() != nil || !hasUnread(nc) {
-		err := nc.Close()
-		done()
-		return err
+// closeQuietly closes nc with a FIN before anything else. Closing a socket
+// with the client's bytes unread makes the kernel send a reset instead of
+// a FIN, and a request that arrived as the server closed (a race no
+// HTTP/1.1 server can rule out) then reads "connection reset by peer",
+// which tells the client nothing. After a FIN it reads a clean close
+// first, which HTTP clients expect of a kept-alive connection, even if the
+// reset follows.
+func closeQuietly(nc net.Conn) error {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
 	}
-	go func() {
-		defer done()
-		nc.SetReadDeadline(time.Now().Add(closeLinger))
-		io.Copy(io.Discard, io.LimitReader(nc, closeDrainBytes))
-		nc.Close()
-	}()
-	return nil
+	return nc.Close()
 }
 
 // CloseWrite lets the HTTP server half-close a connection it answered with
@@ -323,7 +299,7 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
-		closeQuietly(victim.Conn, func() {})
+		closeQuietly(victim.Conn)
 	}
 	return c
 }
@@ -362,7 +338,7 @@ func (t *connTracker) shedOne() {
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
-		closeQuietly(victim.Conn, func() {})
+		closeQuietly(victim.Conn)
 	}
 }
 
@@ -382,7 +358,7 @@ func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
 	}
 	t.mu.Unlock()
 	for _, c := range victims {
-		closeQuietly(c.Conn, func() {})
+		closeQuietly(c.Conn)
 	}
 }
 
