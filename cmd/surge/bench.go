@@ -53,7 +53,8 @@ crowd: --groups groups (default 5, the peer's processes) of --reservations
 reservations each, every one in its own goroutine and all started at once,
 over the compatibility flow (POST, then GET the decision); --clients h2c
 clients per group open more connections whenever the server's stream limit
-is reached. Each request is retried like hashicorp/go-retryablehttp with
+is reached (with --http2=false, the peer's HTTP/1.1 client instead:
+retryablehttp's pooled Transport, a connection per request in flight). Each request is retried like hashicorp/go-retryablehttp with
 RetryMax 20 (connection errors, 429 and 5xx; Retry-After honoured on 429
 and 503, otherwise 1 s doubling up to 30 s) within 30 s per POST and 300 s
 per GET. --areas defaults to the peer's ratio of seats to reservations (80

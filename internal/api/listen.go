@@ -45,8 +45,9 @@ type Limits struct {
 	// limit (RLIMIT_NOFILE) minus a reserve for the log, snapshots and the
 	// listener; see ConnLimit.
 	MaxConns int
-	// IdleTimeout closes a keep-alive connection with no request in flight
-	// after this long (0: DefaultIdleTimeout).
+	// IdleTimeout closes a keep-alive connection with no request in flight,
+	// or a new one that has sent nothing, after this long (0:
+	// DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	// MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS an h2c connection is
 	// given (0: DefaultMaxStreams).
