@@ -391,7 +391,8 @@ func (t *connTracker) refusal() []byte {
 // data resets it and the client could lose the answer. A client that sends
 // nothing gets the answer when the wait ends. Up to maxRefusing refusals
 // wait like this at once; past that a connection is answered and closed
-// at once, which a client may see as a reset but never as a hang.
+// at once, the FIN ahead of any reset, which a client may see as a closed
+// connection but never as a hang.
 func (t *connTracker) refuse(c net.Conn) {
 	t.refused.Add(1)
 	msg := t.refusal()
@@ -401,7 +402,7 @@ func (t *connTracker) refuse(c net.Conn) {
 		// wait; the deadline only guards against the unexpected.
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		c.Write(msg)
-		c.Close()
+		closeQuietly(c)
 		return
 	}
 	go func() {
