@@ -53,7 +53,8 @@ crowd: --groups groups (default 5, the peer's processes) of --reservations
 reservations each, every one in its own goroutine and all started at once,
 over the compatibility flow (POST, then GET the decision); --clients h2c
 clients per group open more connections whenever the server's stream limit
-is reached. Each request is retried like hashicorp/go-retryablehttp with
+is reached (with --http2=false, the peer's HTTP/1.1 client instead:
+retryablehttp's pooled Transport, a connection per request in flight). Each request is retried like hashicorp/go-retryablehttp with
 RetryMax 20 (connection errors, 429 and 5xx; Retry-After honoured on 429
 and 503, otherwise 1 s doubling up to 30 s) within 30 s per POST and 300 s
 per GET. --areas defaults to the peer's ratio of seats to reservations (80
@@ -95,7 +96,7 @@ the exit status non-zero.`,
 	f.IntVarP(&o.Clients, "clients", "c", 4, "HTTP clients per group, each with its own connections")
 	f.IntVarP(&o.Groups, "groups", "g", 1, "generator groups, each with its own event, run concurrently (the peer ran 5 processes)")
 	f.IntVar(&o.Inflight, "inflight", 256, "reservations in flight at once, across all groups")
-	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1")
+	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1 (with --crowd: the peer's pooled HTTP/1.1 client)")
 	f.StringVar(&o.Flow, "flow", bench.FlowBoth, "compat (POST then GET), native (one round trip) or both")
 	f.BoolVar(&o.Baseline, "baseline", true, "also run the spike against a server that does nothing")
 	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics; no restart)")
@@ -127,6 +128,9 @@ func crowdDefaults(cmd *cobra.Command, o *bench.TicketingOptions) error {
 			return fmt.Errorf("--serve-flag, --crowd-transport, --kill-after and --kill-after-decisions are for --crowd only")
 		}
 		return nil
+	}
+	if !o.HTTP2 && f.Changed("crowd-transport") {
+		return fmt.Errorf("--crowd-transport picks the HTTP/2 client; with --http2=false the crowd uses the peer's HTTP/1.1 client")
 	}
 	if o.Cluster > 0 || f.Changed("flow") || f.Changed("inflight") {
 		return fmt.Errorf("--crowd is the compat flow with every reservation at once, on one server: it takes no --cluster, --flow or --inflight")

@@ -203,6 +203,7 @@ func TestBenchTicketingCrowdFlags(t *testing.T) {
 		{"--crowd", "--cluster", "3"},
 		{"--serve-flag=--pprof"},
 		{"--crowd-transport", "net/http"},
+		{"--crowd", "--http2=false", "--crowd-transport", "net/http"}, // an HTTP/2 transport for an HTTP/1.1 crowd
 		{"--kill-after", "1s"},
 		{"--kill-after-decisions", "10"},
 		{"--crowd", "--kill-after", "1s"}, // the bench must own the server it kills

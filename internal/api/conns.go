@@ -85,10 +85,15 @@ type connTracker struct {
 	max int
 
 	grace time.Duration // newConnGrace; tests shorten it
-	mu    sync.Mutex
-	open  int
-	idle  connList
-	new   connList
+	// The server's idle and header timeouts: a new connection waits for
+	// its first request as long as a kept-alive one waits for its next,
+	// and its header timeout runs from the request's first byte.
+	idleTimeout, headerTimeout time.Duration
+
+	mu   sync.Mutex
+	open int
+	idle connList
+	new  connList
 
 	refusing atomic.Int64
 	// retry gives each refused connection its own turn for a freed one
@@ -99,7 +104,9 @@ type connTracker struct {
 	refused atomic.Uint64
 }
 
-func newConnTracker(max int) *connTracker { return &connTracker{max: max, grace: newConnGrace} }
+func newConnTracker(max int, idle, header time.Duration) *connTracker {
+	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header}
+}
 
 // trackedConn is a connection the tracker counts; closing it frees its slot.
 type trackedConn struct {
@@ -111,6 +118,11 @@ type trackedConn struct {
 	list       *connList
 	prev, next *trackedConn
 	since      time.Time // accept time, for the new list
+
+	// waiting is set while the server waits for a request's first bytes
+	// (on a new connection or between requests); fresh until the
+	// connection's first byte.
+	waiting, fresh atomic.Bool
 }
 
 type connList struct{ head, tail *trackedConn }
@@ -155,7 +167,79 @@ func (c *trackedConn) Close() error {
 		t.retry.Released()
 	}
 	t.mu.Unlock()
-	return c.Conn.Close()
+	return closeQuietly(c.Conn)
+}
+
+// Read serves a request that arrives just as the server's wait for it
+// runs out (--idle-timeout between requests): the server would close the
+// connection with the request unread, which resets it, and the client
+// loses a request it had every reason to send. Once the first bytes are
+// in, reads are the plain connection's.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if !c.waiting.Load() {
+		return c.Conn.Read(p)
+	}
+	n, err := c.Conn.Read(p)
+	if n == 0 && isTimeout(err) && hasUnread(c.Conn) {
+		c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
+		n, err = c.Conn.Read(p)
+	}
+	if n > 0 {
+		c.waiting.Store(false)
+		if c.fresh.Swap(false) {
+			// net/http set the header timeout at accept; it runs from
+			// here, as it does for a kept-alive connection's next request.
+			c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
+		}
+	}
+	return n, err
+}
+
+// SetReadDeadline gives a new connection, until its first byte, the idle
+// timeout rather than the header timeout net/http sets at accept: an HTTP
+// client's pool keeps connections it dialed and then did not need, to use
+// them later like kept-alive ones.
+func (c *trackedConn) SetReadDeadline(d time.Time) error {
+	if c.fresh.Load() && !d.IsZero() {
+		if idle := c.since.Add(c.t.idleTimeout); idle.After(d) {
+			d = idle
+		}
+	}
+	return c.Conn.SetReadDeadline(d)
+}
+
+// hasUnread reports whether the client's bytes wait unread on nc, without
+// reading them or waiting.
+func hasUnread(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	unread := false
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		unread = err == nil && n > 0
+	})
+	return unread
+}
+
+// closeQuietly closes nc with a FIN before anything else. Closing a socket
+// with the client's bytes unread makes the kernel send a reset instead of
+// a FIN, and a request that arrived as the server closed (a race no
+// HTTP/1.1 server can rule out) then reads "connection reset by peer",
+// which tells the client nothing. After a FIN it reads a clean close
+// first, which HTTP clients expect of a kept-alive connection, even if the
+// reset follows.
+func closeQuietly(nc net.Conn) error {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	return nc.Close()
 }
 
 // CloseWrite lets the HTTP server half-close a connection it answered with
@@ -186,6 +270,7 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 	case http.StateNew:
 		t.new.push(c)
 	case http.StateIdle:
+		c.waiting.Store(true)
 		t.idle.push(c)
 		t.retry.Released()
 	}
@@ -196,6 +281,8 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 // connection is busy.
 func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
+	c.waiting.Store(true)
+	c.fresh.Store(true)
 	t.mu.Lock()
 	var victim *trackedConn
 	if t.open >= t.max {
@@ -212,19 +299,27 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
-		victim.Conn.Close()
+		closeQuietly(victim.Conn)
 	}
 	return c
 }
 
 // victimLocked picks the connection to shed: the one idle longest, else the
-// oldest one that has sent nothing for newConnGrace.
+// oldest one that has sent nothing for newConnGrace. One whose request has
+// arrived, unread yet, is no longer idle: it leaves the lists (net/http
+// puts it back when it is next idle) rather than be closed on its request.
 func (t *connTracker) victimLocked(now time.Time) *trackedConn {
-	if c := t.idle.head; c != nil {
-		return c
+	for c := t.idle.head; c != nil; c = t.idle.head {
+		if !hasUnread(c.Conn) {
+			return c
+		}
+		c.unlink()
 	}
-	if c := t.new.head; c != nil && now.Sub(c.since) >= t.grace {
-		return c
+	for c := t.new.head; c != nil && now.Sub(c.since) >= t.grace; c = t.new.head {
+		if !hasUnread(c.Conn) {
+			return c
+		}
+		c.unlink()
 	}
 	return nil
 }
@@ -243,7 +338,7 @@ func (t *connTracker) shedOne() {
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
-		victim.Conn.Close()
+		closeQuietly(victim.Conn)
 	}
 }
 
@@ -253,14 +348,17 @@ func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
 	t.mu.Lock()
 	var victims []*trackedConn
 	for c := t.new.head; c != nil && now.Sub(c.since) >= grace; c = t.new.head {
-		c.closed = true
 		c.unlink()
+		if hasUnread(c.Conn) {
+			continue // not silent: its request is here
+		}
+		c.closed = true
 		t.open--
 		victims = append(victims, c)
 	}
 	t.mu.Unlock()
 	for _, c := range victims {
-		c.Conn.Close()
+		closeQuietly(c.Conn)
 	}
 }
 
@@ -293,7 +391,8 @@ func (t *connTracker) refusal() []byte {
 // data resets it and the client could lose the answer. A client that sends
 // nothing gets the answer when the wait ends. Up to maxRefusing refusals
 // wait like this at once; past that a connection is answered and closed
-// at once, which a client may see as a reset but never as a hang.
+// at once, the FIN ahead of any reset, which a client may see as a closed
+// connection but never as a hang.
 func (t *connTracker) refuse(c net.Conn) {
 	t.refused.Add(1)
 	msg := t.refusal()
@@ -303,7 +402,7 @@ func (t *connTracker) refuse(c net.Conn) {
 		// wait; the deadline only guards against the unexpected.
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		c.Write(msg)
-		c.Close()
+		closeQuietly(c)
 		return
 	}
 	go func() {

@@ -185,7 +185,7 @@ func TestTrackedConnHalfCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := newConnTracker(1).admit(nc)
+	tc := newConnTracker(1, DefaultIdleTimeout, DefaultReadHeaderTimeout).admit(nc)
 	defer tc.Close()
 	var cw interface{ CloseWrite() error } = tc
 	if err := cw.CloseWrite(); err != nil {

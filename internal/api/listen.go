@@ -34,6 +34,9 @@ const (
 	// StreamBuffer instead.
 	DefaultReadTimeout  = 30 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultReadHeaderTimeout bounds a request's headers, from their
+	// first byte, so a client that trickles them cannot hold a handler.
+	DefaultReadHeaderTimeout = 10 * time.Second
 )
 
 // Limits bound what clients can hold. The zero value means the defaults.
@@ -42,8 +45,9 @@ type Limits struct {
 	// limit (RLIMIT_NOFILE) minus a reserve for the log, snapshots and the
 	// listener; see ConnLimit.
 	MaxConns int
-	// IdleTimeout closes a keep-alive connection with no request in flight
-	// after this long (0: DefaultIdleTimeout).
+	// IdleTimeout closes a keep-alive connection with no request in flight,
+	// or a new one that has sent nothing, after this long (0:
+	// DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	// MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS an h2c connection is
 	// given (0: DefaultMaxStreams).
@@ -64,6 +68,9 @@ type Limits struct {
 	// (0: DefaultReadTimeout, DefaultWriteTimeout), except streams and
 	// long polls.
 	ReadTimeout, WriteTimeout time.Duration
+	// ReadHeaderTimeout bounds a request's headers from their first byte
+	// (0: DefaultReadHeaderTimeout).
+	ReadHeaderTimeout time.Duration
 	// StallTimeout ends a stream or long poll whose write has blocked
 	// this long (0: DefaultStallTimeout).
 	StallTimeout time.Duration
@@ -100,6 +107,8 @@ func (l Limits) Resolve() (Limits, error) {
 		return l, fmt.Errorf("--waiting-room %d: must be 0 (default %d) or more", l.WaitingRoom, DefaultWaitingRoom)
 	case l.ReadTimeout < 0 || l.WriteTimeout < 0:
 		return l, fmt.Errorf("read timeout %v and write timeout %v: must be 0 (default %v) or more", l.ReadTimeout, l.WriteTimeout, DefaultWriteTimeout)
+	case l.ReadHeaderTimeout < 0:
+		return l, fmt.Errorf("read header timeout %v: must be 0 (default %v) or more", l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	case l.StallTimeout < 0:
 		return l, fmt.Errorf("--stall-timeout %v: must be 0 (default %v) or more", l.StallTimeout, DefaultStallTimeout)
 	case l.StreamBuffer < 0 || (l.StreamBuffer > 0 && l.StreamBuffer < StreamPageBytes):
@@ -112,6 +121,7 @@ func (l Limits) Resolve() (Limits, error) {
 	l.WaitingRoom = cmp.Or(l.WaitingRoom, DefaultWaitingRoom)
 	l.ReadTimeout = cmp.Or(l.ReadTimeout, DefaultReadTimeout)
 	l.WriteTimeout = cmp.Or(l.WriteTimeout, DefaultWriteTimeout)
+	l.ReadHeaderTimeout = cmp.Or(l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	l.StallTimeout = cmp.Or(l.StallTimeout, DefaultStallTimeout)
 	l.StreamBuffer = cmp.Or(l.StreamBuffer, DefaultStreamBuffer)
 	if l.IdleTimeout == 0 {
@@ -154,7 +164,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 		return s
 	}
 	s.bodies = NewBodyBudget(lim.BodyMemory)
-	s.conns = newConnTracker(lim.MaxConns)
+	s.conns = newConnTracker(lim.MaxConns, lim.IdleTimeout, lim.ReadHeaderTimeout)
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt, lim.MaxWait, lim.WaitingRoom)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
 	if reg != nil {
@@ -168,7 +178,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 		Addr:              addr,
 		Handler:           collapseSlashes(s.inflight),
 		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		// For HTTP/1.1 they restart with every request on a kept-alive
 		// connection; for HTTP/2 they apply per stream, so long-lived h2c
 		// connections are fine. Streams and long polls lift them for

@@ -24,10 +24,12 @@ const (
 	crowdPeerRequests = 200_000
 )
 
-// Client transports of --crowd-transport.
+// Client transports: the two h2c ones of --crowd-transport, and the
+// peer's HTTP/1.1 client (--http2=false).
 const (
 	CrowdTransportXNet    = "x/net" // the peer's: x/net/http2 with AllowHTTP
 	CrowdTransportNetHTTP = "net/http"
+	CrowdTransportHTTP1   = "http1" // the peer's without --http2: retryablehttp's pooled HTTP/1.1 client
 )
 
 // CrowdAreas is the number of areas that keeps the peer's ratio of seats
@@ -53,7 +55,7 @@ type CrowdConfig struct {
 	CheckSeats  bool
 	PostTimeout time.Duration // each POST with its retries
 	GetTimeout  time.Duration // each GET with its retries
-	Transport   string        // CrowdTransportXNet (default) or CrowdTransportNetHTTP
+	Transport   string        // CrowdTransportXNet (default), CrowdTransportNetHTTP or CrowdTransportHTTP1
 	Label       string
 	Progress    io.Writer // a progress line every few seconds; nil for none
 	// Kill, if set, kills the server during the crowd and restarts it;
@@ -73,8 +75,8 @@ func (c *CrowdConfig) validate() error {
 		return fmt.Errorf("reservations %d: want at least 1", c.Reservations)
 	case c.Clients < 1:
 		return fmt.Errorf("clients %d: want at least 1", c.Clients)
-	case c.Transport != "" && c.Transport != CrowdTransportXNet && c.Transport != CrowdTransportNetHTTP:
-		return fmt.Errorf("client transport %q: want %s or %s", c.Transport, CrowdTransportXNet, CrowdTransportNetHTTP)
+	case c.Transport != "" && c.Transport != CrowdTransportXNet && c.Transport != CrowdTransportNetHTTP && c.Transport != CrowdTransportHTTP1:
+		return fmt.Errorf("client transport %q: want %s, %s or %s", c.Transport, CrowdTransportXNet, CrowdTransportNetHTTP, CrowdTransportHTTP1)
 	case c.PostTimeout <= 0 || c.GetTimeout <= 0:
 		return fmt.Errorf("POST and GET timeouts must be positive")
 	case c.Kill != nil:

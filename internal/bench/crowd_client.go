@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -97,8 +98,11 @@ func (t *crowdTally) fail(kind, detail string) {
 // connections where the peer's client opens a few hundred.)
 func newCrowdClient(dials *atomic.Int64, transport string) *http.Client {
 	d := &net.Dialer{KeepAlive: 30 * time.Second}
-	if transport == CrowdTransportNetHTTP {
+	switch transport {
+	case CrowdTransportNetHTTP:
 		return newNetHTTPCrowdClient(d, dials)
+	case CrowdTransportHTTP1:
+		return newHTTP1CrowdClient(dials)
 	}
 	tr := &http2.Transport{
 		AllowHTTP:          true,
@@ -125,6 +129,27 @@ func newNetHTTPCrowdClient(d *net.Dialer, dials *atomic.Int64) *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	tr.Protocols = &p
+	return &http.Client{Transport: tr}
+}
+
+// newHTTP1CrowdClient is the peer's client without --http2: go-retryablehttp's
+// default, hashicorp/go-cleanhttp's pooled Transport, over HTTP/1.1 (its
+// ForceAttemptHTTP2 only matters for TLS). It keeps GOMAXPROCS+1 idle
+// connections for 90 s and has no cap on open ones, so a crowd dials one
+// connection per request in flight and closes most of them again.
+func newHTTP1CrowdClient(dials *atomic.Int64) *http.Client {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		},
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   runtime.GOMAXPROCS(0) + 1,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
 	return &http.Client{Transport: tr}
 }
 

@@ -192,14 +192,23 @@ func (o TicketingOptions) crowdKill(restart func(context.Context) (CrowdRestart,
 func (o TicketingOptions) crowdConfig(base string, check bool) CrowdConfig {
 	return CrowdConfig{
 		BaseURL: base, Groups: o.Groups, Reservations: o.Reservations, Areas: o.Areas,
-		Clients: o.Clients, Seed: o.Seed, CheckSeats: check, Transport: o.CrowdTransport,
+		Clients: o.Clients, Seed: o.Seed, CheckSeats: check, Transport: o.crowdTransport(),
 		PostTimeout: crowdPostTimeout, GetTimeout: crowdGetTimeout, Progress: o.Stderr,
 	}
 }
 
+// crowdTransport is the crowd's client: the peer's HTTP/1.1 one when
+// HTTP/2 is off, else the h2c transport asked for.
+func (o TicketingOptions) crowdTransport() string {
+	if !o.HTTP2 {
+		return CrowdTransportHTTP1
+	}
+	return o.CrowdTransport
+}
+
 func (o TicketingOptions) crowdShape() CrowdShape {
 	return CrowdShape{
-		Groups: o.Groups, ReservationsPerGrp: o.Reservations, Areas: o.Areas, ClientsPerGroup: o.Clients, Transport: o.CrowdTransport,
+		Groups: o.Groups, ReservationsPerGrp: o.Reservations, Areas: o.Areas, ClientsPerGroup: o.Clients, Transport: o.crowdTransport(),
 		RetryMax: crowdRetryMax, RetryWaitMinSeconds: crowdRetryWaitMin.Seconds(), RetryWaitMaxSeconds: crowdRetryWaitMax.Seconds(),
 		PostTimeoutSeconds: crowdPostTimeout.Seconds(), GetTimeoutSeconds: crowdGetTimeout.Seconds(),
 		Target: o.Target, ServeArgs: o.ServeArgs, Seed: o.Seed,
@@ -433,8 +442,12 @@ func writeJSONValue(path string, v any) error {
 // writeCrowd prints the report as Markdown: one column per server.
 func writeCrowd(w io.Writer, rep *CrowdReport) {
 	c := rep.Config
-	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d h2c clients (%s) per group\n\n",
-		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup, c.Transport)
+	proto := "h2c"
+	if c.Transport == CrowdTransportHTTP1 {
+		proto = "HTTP/1.1"
+	}
+	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d %s clients (%s) per group\n\n",
+		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup, proto, c.Transport)
 	fmt.Fprintf(w, "The peer's client rules: up to %d retries of connection errors, 429 and 5xx; Retry-After honoured on 429/503, otherwise %g s × 2^n up to %g s; %g s per POST and %g s per GET, retries included.\n",
 		c.RetryMax, c.RetryWaitMinSeconds, c.RetryWaitMaxSeconds, c.PostTimeoutSeconds, c.GetTimeoutSeconds)
 	fmt.Fprintf(w, "Machine: %d CPUs, %s, load average at start %s.\n\n", rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.LoadAvg)

@@ -293,3 +293,23 @@ func TestRefusalShareIsPricedAtTheNullRequest(t *testing.T) {
 		t.Fatal("a share without a do-nothing run to price it")
 	}
 }
+
+// TestCrowdOverHTTP1: with the peer's HTTP/1.1 client every request
+// arrives over HTTP/1.1, and the crowd completes like the h2c one.
+func TestCrowdOverHTTP1(t *testing.T) {
+	var h2 atomic.Int64
+	fake := newFakeTicketing().handler()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 1 {
+			h2.Add(1)
+		}
+		fake.ServeHTTP(w, r)
+	})
+	s := runCrowd(t, CrowdConfig{BaseURL: serve(t, h), CheckSeats: true, rules: fastRules, Transport: CrowdTransportHTTP1})
+	if s.Errors != 0 || s.Reserved+s.Failed != 400 || len(s.DoubleBookings) != 0 {
+		t.Fatalf("errors %d (%v), reserved %d failed %d, double %v", s.Errors, s.ErrorsByKind, s.Reserved, s.Failed, s.DoubleBookings)
+	}
+	if n := h2.Load(); n != 0 {
+		t.Errorf("%d requests came over HTTP/2, want every one over HTTP/1.1", n)
+	}
+}
