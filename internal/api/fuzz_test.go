@@ -52,3 +52,23 @@ func FuzzQuote(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSqueezeSlashes: the squeezed path has no repeated slash, keeps
+// every other byte in order, and squeezing again changes nothing.
+func FuzzSqueezeSlashes(f *testing.F) {
+	for _, s := range []string{"", "/", "//", "//api//customers/", "/api/orders//x", "a///b", "/%2F/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got := squeezeSlashes(p)
+		if strings.Contains(got, "//") {
+			t.Fatalf("squeezeSlashes(%q) = %q keeps a repeated slash", p, got)
+		}
+		if squeezeSlashes(got) != got {
+			t.Fatalf("squeezing %q twice changed it", p)
+		}
+		if strings.ReplaceAll(got, "/", "") != strings.ReplaceAll(p, "/", "") || (strings.Contains(p, "/") != strings.Contains(got, "/")) {
+			t.Fatalf("squeezeSlashes(%q) = %q lost or added something other than slashes", p, got)
+		}
+	})
+}

@@ -27,7 +27,9 @@ import (
 // order's payment stays captured. A refused request that changed stock or
 // money fails these.
 func TestCommerceHTTPFuzz(t *testing.T) {
-	base := serveForTest(t, Config{Partitions: 4})
+	// A short saga deadline: a step the fuzzer discards from the
+	// dead-letter queue leaves its saga to the deadline's compensation.
+	base := serveForTest(t, Config{Partitions: 4, SagaDeadline: 3 * time.Second})
 	f := &fuzzer{
 		t: t, base: base,
 		rng: rand.New(rand.NewPCG(*httpFuzzSeed, 0xc0ffee)),
@@ -37,7 +39,7 @@ func TestCommerceHTTPFuzz(t *testing.T) {
 			Transport:     &http.Transport{ExpectContinueTimeout: 5 * time.Second, MaxIdleConnsPerHost: 4},
 		},
 	}
-	c := &commerceFuzz{f: f, stock: map[string]int64{}}
+	c := &commerceFuzz{f: f, stock: map[string]int64{}, seen: map[string]bool{}}
 	for i := range 3 {
 		c.learn("POST /api/customers", c.do(fzReq{method: "POST", path: "/api/customers",
 			body: []byte(fmt.Sprintf(`{"email":"c%d@x.io","name":"Customer %d"}`, i, i))}, 201))
@@ -64,7 +66,7 @@ func TestCommerceHTTPFuzz(t *testing.T) {
 		}
 	}
 	c.check()
-	t.Logf("statuses: %v; %d customers, %d products, %d orders", counts, len(c.customers), len(c.products), len(c.orders))
+	t.Logf("statuses: %v; %d customers, %d products, %d orders, %d dead-letter entries seen", counts, len(c.customers), len(c.products), len(c.orders), len(c.parked))
 	if n >= 1000 && (counts[201] == 0 || counts[400] == 0 || counts[404] == 0 || counts[409] == 0) {
 		t.Errorf("the generator missed an outcome: %v", counts)
 	}
@@ -73,6 +75,8 @@ func TestCommerceHTTPFuzz(t *testing.T) {
 type commerceFuzz struct {
 	f                           *fuzzer
 	customers, products, orders []string
+	parked                      []string // dead-letter entry ids seen listed
+	seen                        map[string]bool
 	stock                       map[string]int64 // created with + replenished, by product
 }
 
@@ -97,7 +101,7 @@ func (c *commerceFuzz) generate() (fzReq, string) {
 	f := c.f
 	p, cu, o := url.PathEscape(c.any(c.products)), url.PathEscape(c.any(c.customers)), url.PathEscape(c.any(c.orders))
 	qty := f.pick("1", "2", "3", "7", "100")
-	switch f.rng.IntN(16) {
+	switch f.rng.IntN(19) {
 	case 0, 1, 2, 3:
 		var items []string
 		for range 1 + f.rng.IntN(3) {
@@ -131,10 +135,24 @@ func (c *commerceFuzz) generate() (fzReq, string) {
 	case 13:
 		return fzReq{method: "POST", path: "/api/products", body: []byte(fmt.Sprintf(`{"sku":"S%d","name":"P %d","price":%s,"quantityOnHand":%d}`,
 			f.rng.IntN(40), f.rng.IntN(40), f.pick(`"3.00"`, `4.5`, `"0.00"`), f.rng.IntN(8)))}, "POST /api/products"
+	case 14:
+		// Fault injection on or off: forward saga steps are parked while
+		// it is on, and what the fuzzer does to them must keep stock and
+		// money whole.
+		return fzReq{method: "POST", path: "/api/admin/fault?enabled=" + f.pick("true", "false", "false") + "&failureMessage=fz"}, "POST /api/admin/fault"
+	case 15:
+		return fzReq{method: "GET", path: "/api/admin/dlq?limit=" + f.pick("5", "50")}, "GET /api/admin/dlq"
+	case 16:
+		id := url.PathEscape(c.any(c.parked, "dlq-0-0", "dlq-3-99", "dlq-x"))
+		if f.rng.IntN(3) == 0 {
+			return fzReq{method: "DELETE", path: "/api/admin/dlq/" + id}, "DELETE /api/admin/dlq/{id}"
+		}
+		return fzReq{method: "POST", path: "/api/admin/dlq/" + id + "/replay"}, "POST /api/admin/dlq/{id}/replay"
 	default:
 		path := f.pick("/api/orders/"+o, "/api/orders/"+o+"?wait=1ms", "/api/orders/"+o+"/events", "/api/sagas/"+o, "/api/products/"+p,
 			"/api/products/"+p+"/events", "/api/customers/"+cu, "/api/orders/customer/"+cu, "/api/payments/order/"+o, "/api/sagas?status=COMPLETED",
-			"/api/orders?limit=3", "/api/customers?limit=2", "/api/products?limit=5")
+			"/api/orders?limit=3", "/api/customers?limit=2", "/api/products?limit=5",
+			"/api/admin/dlq/count", "/api/admin/dlq/"+url.PathEscape(c.any(c.parked)), "/api/products/"+p+"/similar?limit=3")
 		return fzReq{method: "GET", path: path}, "GET"
 	}
 }
@@ -146,6 +164,18 @@ func (c *commerceFuzz) learn(route string, b []byte) {
 		ProductID      string `json:"productId"`
 		OrderID        string `json:"orderId"`
 		QuantityOnHand int64  `json:"quantityOnHand"`
+	}
+	if route == "GET /api/admin/dlq" {
+		var entries []struct{ ID string }
+		if json.Unmarshal(b, &entries) == nil {
+			for _, e := range entries {
+				if !c.seen[e.ID] {
+					c.seen[e.ID] = true
+					c.parked = append(c.parked, e.ID)
+				}
+			}
+		}
+		return
 	}
 	if route == "GET" || json.Unmarshal(b, &v) != nil {
 		return
@@ -170,6 +200,23 @@ type fzLine struct {
 func (c *commerceFuzz) check() {
 	f := c.f
 	f.t.Helper()
+	// Fault off, and every step still parked replayed (or dropped by its
+	// saga's end meanwhile: 404), so the sagas can end.
+	c.do(fzReq{method: "POST", path: "/api/admin/fault?enabled=false"}, 200)
+	for {
+		var entries []struct{ ID string }
+		if err := json.Unmarshal(c.do(fzReq{method: "GET", path: "/api/admin/dlq?limit=100"}, 200), &entries); err != nil {
+			f.t.Fatal(err)
+		}
+		if len(entries) == 0 {
+			break
+		}
+		for _, e := range entries {
+			if st, _, b := f.send(fzReq{method: "POST", path: "/api/admin/dlq/" + url.PathEscape(e.ID) + "/replay"}); st != 200 && st != 404 {
+				f.t.Fatalf("replaying %s: %d %s", e.ID, st, b)
+			}
+		}
+	}
 	// Every order the server holds, also those made by a request a
 	// mutation left valid (a trailing slash, a query), which the model
 	// did not learn.

@@ -267,3 +267,20 @@ func FuzzParseWait(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDLQID: an entry id parses only in the one form DLQID writes,
+// and back to the same numbers; anything else is refused, never a panic.
+func FuzzParseDLQID(f *testing.F) {
+	for _, s := range []string{"dlq-0-0", "dlq-3-17", "dlq-01-1", "dlq--1-2", "dlq-1-", "dlq-1-2-3", "x", "", "dlq-9999999999999999999-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		part, seq, ok := ParseDLQID(s)
+		if !ok {
+			return
+		}
+		if part < 0 || DLQID(part, seq) != s {
+			t.Fatalf("ParseDLQID(%q) = %d, %d: DLQID gives %q", s, part, seq, DLQID(part, seq))
+		}
+	})
+}
