@@ -10,13 +10,19 @@ import (
 	"testing"
 )
 
-// forgetNewest drops the k reservations the fake made last: a server
-// that answered POSTs before their decision was durable, killed.
+// forgetNewest drops the k reservations the fake stored last: a server
+// that answered POSTs before their decision was durable, killed. Only
+// stored ones count: a POST may have taken its number and not yet stored
+// it (it then stores it after this, and is not lost).
 func (f *fakeTicketing) forgetNewest(k int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for n := f.seq.Load(); k > 0 && n > 0; n, k = n-1, k-1 {
-		delete(f.res, fmt.Sprintf("00000000-0000-4000-8000-%012d", n))
+	for n := f.seq.Load(); k > 0 && n > 0; n-- {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", n)
+		if _, ok := f.res[id]; ok {
+			delete(f.res, id)
+			k--
+		}
 	}
 }
 
