@@ -80,6 +80,9 @@ func dlqOut(e *DLQEntry, status string) dlqEntryDTO {
 	case *PaymentFailed:
 		d.EventType, d.Service = "PaymentFailed", "order-service"
 		d.Payload = map[string]any{"orderId": c.OrderID, "reason": c.Reason}
+	case *CustomerVerified:
+		d.EventType, d.Service = "CustomerVerified", "order-service"
+		d.Payload = map[string]any{"orderId": c.OrderID, "customerId": c.CustomerID, "reason": c.Reason}
 	}
 	return d
 }

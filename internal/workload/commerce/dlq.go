@@ -134,6 +134,11 @@ func faultable(cmd engine.Command) (string, bool) {
 		return c.OrderID, true
 	case *PaymentFailed:
 		return c.OrderID, true
+	case *CustomerVerified:
+		// The answer, at the order's partition, where the saga's end
+		// drops it. Not the question (VerifyCustomerForOrder): at the
+		// customer's partition no compensation would ever drop it.
+		return c.OrderID, true
 	}
 	return "", false
 }
