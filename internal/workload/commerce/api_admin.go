@@ -162,36 +162,37 @@ func (a *API) countDLQ(w http.ResponseWriter, r *http.Request) int {
 }
 
 func (a *API) getDLQ(w http.ResponseWriter, r *http.Request) int {
-	id, part, st := a.dlqID(w, r)
+	_, _, e, st := a.dlqEntry(w, r)
 	if st != 0 {
 		return st
 	}
+	return writeJSON(w, http.StatusOK, dlqOut(e, "PARKED"))
+}
+
+// dlqEntry reads the entry the path names from its partition; st is the
+// status already answered if there is none.
+func (a *API) dlqEntry(w http.ResponseWriter, r *http.Request) (id string, part int, e *DLQEntry, st int) {
+	id, part, st = a.dlqID(w, r)
+	if st != 0 {
+		return "", 0, nil, st
+	}
 	v, err := a.eng.Query(r.Context(), part, WorkloadID, &GetDLQ{ID: id})
 	if err != nil {
-		return engineError(w, err)
+		return "", 0, nil, engineError(w, err)
 	}
-	e := v.(*DLQEntry)
-	if e == nil {
-		return notFound(w, "dead-letter entry", id)
+	if e = v.(*DLQEntry); e == nil {
+		return "", 0, nil, notFound(w, "dead-letter entry", id)
 	}
-	return writeJSON(w, http.StatusOK, dlqOut(e, "PARKED"))
+	return id, part, e, 0
 }
 
 // dlqChange applies a replay or discard of the entry in the path, and
 // answers the entry as it was, with status.
 func (a *API) dlqChange(w http.ResponseWriter, r *http.Request, status string, cmd func(id string) engine.Command) int {
-	id, part, st := a.dlqID(w, r)
+	// Read first, only to describe it: the logged command decides.
+	id, part, e, st := a.dlqEntry(w, r)
 	if st != 0 {
 		return st
-	}
-	// Read first, only to describe it: the logged command decides.
-	v, err := a.eng.Query(r.Context(), part, WorkloadID, &GetDLQ{ID: id})
-	if err != nil {
-		return engineError(w, err)
-	}
-	e := v.(*DLQEntry)
-	if e == nil {
-		return notFound(w, "dead-letter entry", id)
 	}
 	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd(id))
 	if err != nil {
