@@ -25,6 +25,10 @@ const (
 	// MaxMessageBytes bounds a gRPC request message: the HTTP batch
 	// body's limit, so a batch fits both.
 	MaxMessageBytes = maxBatchBody
+	// MaxLeaseBytes bounds the payloads of one lease's answer (Lease
+	// MaxBytes), as MaxBatchPayloadBytes bounds a publish's: at least one
+	// message is always leased, so a 1 MiB payload is never stuck.
+	MaxLeaseBytes = 8 << 20
 	// MaxBatchPayloadBytes bounds the sum of a publish batch's payloads
 	// (413 / RESOURCE_EXHAUSTED beyond): 1,000 messages of 1 MiB would be
 	// one log entry of 1 GB, past cmdlog.MaxEntryBytes. With it the
@@ -596,7 +600,7 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 		defer a.hub.remove(a.hub.ready, g, wt)
 	}
 	deadline := time.Now().Add(time.Duration(b.WaitMs) * time.Millisecond)
-	cmd := &Lease{Group: g, Processor: b.Processor, Max: b.Max, LeaseNs: int64(lease)}
+	cmd := &Lease{Group: g, Processor: b.Processor, Max: b.Max, LeaseNs: int64(lease), MaxBytes: MaxLeaseBytes}
 	for {
 		// Not cancelled with the request: a lease taken as its client
 		// goes must be known, to be given back.

@@ -223,7 +223,7 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 		defer a.hub.remove(a.hub.ready, m.Group, wt)
 	}
 	deadline := time.Now().Add(time.Duration(m.WaitMs) * time.Millisecond)
-	cmd := &Lease{Group: m.Group, Processor: m.Processor, Max: n, LeaseNs: int64(lease)}
+	cmd := &Lease{Group: m.Group, Processor: m.Processor, Max: n, LeaseNs: int64(lease), MaxBytes: MaxLeaseBytes}
 	for {
 		// Not cancelled with the call: a lease taken as its client goes
 		// must be known, to be given back.

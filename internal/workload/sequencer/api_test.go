@@ -613,3 +613,21 @@ func TestBenchGroupPastTheGroupLimit(t *testing.T) {
 		t.Fatalf("count of the group that fits: %d %s", st, b)
 	}
 }
+
+// TestLeaseAnswerIsBounded: a lease's answer holds at most MaxLeaseBytes
+// of payload, however many messages it may take: 1,000 messages of the
+// largest payload would be a 1 GB answer.
+func TestLeaseAnswerIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("publishes 12 MB")
+	}
+	srv, _ := newAPIServer(t)
+	payload := `"` + strings.Repeat("x", 1_000_000) + `"`
+	for i := range 12 {
+		must(t, srv, 201, "POST", "/v1/groups/big/messages", fmt.Sprintf(`{"id":"m%d","payload":%s}`, i, payload))
+	}
+	l := must(t, srv, 200, "POST", "/v1/groups/big/lease", `{"processor":"p","max":100}`)
+	if n := len(seqsOf(t, l)); n != MaxLeaseBytes/len(payload) {
+		t.Fatalf("a lease took %d messages of %d bytes; want %d, what fits %d bytes", n, len(payload), MaxLeaseBytes/len(payload), MaxLeaseBytes)
+	}
+}

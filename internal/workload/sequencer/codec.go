@@ -28,6 +28,7 @@ const (
 	tagPurgeMessages
 	tagCompleteBatch
 	tagReleaseSeqs // a Release with Seqs
+	tagLeaseBytes  // a Lease with MaxBytes
 )
 
 // Client commands. Durations are in ns. The API fills in MsgID (a random
@@ -46,11 +47,15 @@ type (
 	// PublishBatch publishes up to MaxBatch messages of one group, all
 	// or nothing, in one log record.
 	PublishBatch struct{ Msgs []Publish }
-	// Lease takes up to Max leasable messages, lowest seq first.
+	// Lease takes up to Max leasable messages, lowest seq first, and
+	// with MaxBytes > 0 no more than fit MaxBytes of payload (always at
+	// least one): 1,000 messages of 1 MiB would be a 1 GB answer held in
+	// memory. A lease logged before MaxBytes existed has 0: no bound.
 	Lease struct {
 		Group, Processor string
 		Max              int32
 		LeaseNs          int64
+		MaxBytes         int64
 	}
 	// Complete marks a leased message processed.
 	Complete struct {
@@ -269,7 +274,20 @@ func (x *PublishBatch) code(c *coder) {
 		x.Msgs[i].code(c)
 	}
 }
-func (x *Lease) code(c *coder)    { c.str(&x.Group, &x.Processor); c.i32(&x.Max); c.i64(&x.LeaseNs) }
+func (x *Lease) code(c *coder) { c.str(&x.Group, &x.Processor); c.i32(&x.Max); c.i64(&x.LeaseNs) }
+
+// leaseBytes codes a Lease with MaxBytes under a tag of its own, so that
+// leases logged before it decode as they were: positive, so that a
+// decoded record re-encodes under the same tag.
+type leaseBytes struct{ *Lease }
+
+func (x leaseBytes) code(c *coder) {
+	x.Lease.code(c)
+	c.i64(&x.MaxBytes)
+	if c.r != nil && x.MaxBytes <= 0 && c.r.Err == nil {
+		c.r.Err = errors.New("a byte-bounded lease has no positive bound")
+	}
+}
 func (x *Complete) code(c *coder) { c.str(&x.Group); c.u64(&x.Seq); c.str(&x.Processor) }
 func (x *CompleteBatch) code(c *coder) {
 	c.str(&x.Group, &x.Processor)
@@ -317,9 +335,14 @@ func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	return w.B, nil
 }
 
-func (x *Publish) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagPublish, x) }
-func (x *PublishBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagPublishBatch, x) }
-func (x *Lease) AppendBinary(b []byte) ([]byte, error)         { return encode(b, tagLease, x) }
+func (x *Publish) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagPublish, x) }
+func (x *PublishBatch) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagPublishBatch, x) }
+func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
+	if x.MaxBytes > 0 {
+		return encode(b, tagLeaseBytes, leaseBytes{x})
+	}
+	return encode(b, tagLease, x)
+}
 func (x *Complete) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagComplete, x) }
 func (x *CompleteBatch) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagCompleteBatch, x) }
 func (x *Extend) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagExtend, x) }
@@ -360,6 +383,8 @@ func newCommand(tag byte) coded {
 		return &CompleteBatch{}
 	case tagReleaseSeqs:
 		return releaseSeqs{&Release{}}
+	case tagLeaseBytes:
+		return leaseBytes{&Lease{}}
 	}
 	return nil
 }
@@ -387,8 +412,11 @@ func Decode(data []byte) (engine.Command, error) {
 	if r.Err != nil {
 		return nil, fmt.Errorf("sequencer: decoding command %d: %w", data[0], r.Err)
 	}
-	if rs, ok := cmd.(releaseSeqs); ok {
-		return rs.Release, nil
+	switch c := cmd.(type) {
+	case releaseSeqs:
+		return c.Release, nil
+	case leaseBytes:
+		return c.Lease, nil
 	}
 	return cmd, nil
 }

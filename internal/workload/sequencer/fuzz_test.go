@@ -15,6 +15,7 @@ func seedCommands() []engine.Command {
 		&Publish{Group: "g", MsgID: "m2", Seq: 7},
 		&PublishBatch{Msgs: []Publish{{Group: "g", MsgID: "a"}, {Group: "g", MsgID: "b", Seq: 3, Payload: []byte{0}}}},
 		&Lease{Group: "g", Processor: "p", Max: 10, LeaseNs: 30e9},
+		&Lease{Group: "g", Processor: "p", Max: 10, LeaseNs: 30e9, MaxBytes: 1 << 20},
 		&Complete{Group: "g", Seq: 1, Processor: "p"},
 		&Extend{Group: "g", Processor: "p", LeaseNs: 30e9},
 		&Release{Group: "g", Processor: "p"},

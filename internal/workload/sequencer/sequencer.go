@@ -645,7 +645,11 @@ func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
 	}
 	until := addSat(now, c.LeaseNs)
 	var out []Message
+	var bytes int64
 	for len(out) < int(c.Max) && len(g.pending) > 0 {
+		if n := int64(len(g.at(g.pending[0]).Payload)); c.MaxBytes > 0 && len(out) > 0 && bytes+n > c.MaxBytes {
+			break
+		}
 		seq := g.pending.pop()
 		x := g.mut(seq)
 		if x == nil || x.State != MsgPending {
@@ -656,6 +660,7 @@ func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
 		g.addLease(c.Processor, seq)
 		m.setTimer(fx, leaseTimerID(g.Name, seq), until, &LeaseExpired{Group: g.Name, Seq: seq})
 		out = append(out, g.message(seq, x))
+		bytes += int64(len(x.Payload))
 	}
 	if len(out) == 0 {
 		return &Result{Outcome: Same, Position: g.position}

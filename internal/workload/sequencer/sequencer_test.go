@@ -199,3 +199,38 @@ func TestReleaseListedSeqs(t *testing.T) {
 		t.Fatalf("decoded %#v, %v", c, err)
 	}
 }
+
+// TestLeaseIsBoundedInBytes: a lease with MaxBytes takes messages only
+// while their payloads fit (always at least one), and both forms of the
+// command decode as they were logged: a lease logged before MaxBytes
+// existed is unbounded.
+func TestLeaseIsBoundedInBytes(t *testing.T) {
+	h := one(t, Limits{})
+	big := make([]byte, 300)
+	for i := range 10 {
+		if r := h.client("", &Publish{Group: "g", MsgID: fmt.Sprint("m", i), Payload: big}); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+	}
+	if r := h.client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9, MaxBytes: 1000}); len(r.Messages) != 3 {
+		t.Fatalf("a lease of 1,000 bytes of 300-byte messages took %d, want 3", len(r.Messages))
+	}
+	if r := h.client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9, MaxBytes: 1}); len(r.Messages) != 1 {
+		t.Fatalf("a lease bounded below one message took %d, want 1", len(r.Messages))
+	}
+	if r := h.client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9}); len(r.Messages) != 6 {
+		t.Fatalf("an unbounded lease took %d, want the 6 left", len(r.Messages))
+	}
+	for _, l := range []*Lease{{Group: "g", Processor: "p", Max: 5, LeaseNs: 7}, {Group: "g", Processor: "p", Max: 5, LeaseNs: 7, MaxBytes: 9}} {
+		b, _ := l.AppendBinary(nil)
+		got, err := Decode(b)
+		if err != nil || *got.(*Lease) != *l {
+			t.Fatalf("%+v decoded as %+v, %v", l, got, err)
+		}
+	}
+	b, _ := (&Lease{Group: "g", Processor: "p", Max: 5, LeaseNs: 7}).AppendBinary(nil)
+	b[0] = tagLeaseBytes
+	if _, err := Decode(append(b, 0)); err == nil {
+		t.Fatal("a byte-bounded lease with a bound of 0 decoded")
+	}
+}
