@@ -133,9 +133,14 @@ const (
 	MaxKeyLen         = 256
 	MaxErrorLen       = 4096
 	MaxPayloadBytes   = 1 << 20
-	MaxLeaseBatch     = 1000
-	MaxSubmitBatch    = 1000
-	MaxEventsPerJob   = 100
+	// MaxListBytes bounds the payloads and results of one ListJobs page
+	// (always at least one job; the page token goes on): 100 jobs of a
+	// 1 MiB payload and a 1 MiB result were a 200 MB answer, and a jq
+	// client built on grpc-go refuses any answer over 4 MiB by default.
+	MaxListBytes    = 3 << 20
+	MaxLeaseBatch   = 1000
+	MaxSubmitBatch  = 1000
+	MaxEventsPerJob = 100
 	// MaxHeldJobs bounds the job ids a heartbeat or a new stream names.
 	MaxHeldJobs         = MaxLeaseBatch
 	DefaultRetentionNs  = int64(24 * 3600e9)
@@ -1514,16 +1519,19 @@ func (m *Machine) listJobs(l ListJobs) *JobPage {
 		return true
 	})
 	p := &JobPage{Found: true}
+	bytes := 0
 	for ; i < len(q.order); i++ {
 		j := q.order[i]
 		if j == nil || (l.Status != StatusUnspecified && j.Status != l.Status) {
 			continue
 		}
-		if len(p.Jobs) == limit {
+		n := len(j.Payload) + len(j.Result)
+		if len(p.Jobs) == limit || (len(p.Jobs) > 0 && bytes+n > MaxListBytes) {
 			p.NextPageToken = strconv.FormatUint(p.Jobs[len(p.Jobs)-1].Seq, 10)
 			break
 		}
 		p.Jobs = append(p.Jobs, viewJob(j))
+		bytes += n
 	}
 	return p
 }

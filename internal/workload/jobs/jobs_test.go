@@ -314,6 +314,37 @@ func TestListJobsPages(t *testing.T) {
 	}
 }
 
+// TestListJobsPagesAreBoundedInBytes: a page fits a jq client built on
+// grpc-go, which refuses answers over 4 MiB by default (always one job),
+// and the pages still cover every job once, in order.
+func TestListJobsPagesAreBoundedInBytes(t *testing.T) {
+	h := newHarness(t, 1, 1, Limits{})
+	big := make([]byte, MaxPayloadBytes)
+	for i := range 8 {
+		h.client("", &Submit{JobID: fmt.Sprint("j", i), Queue: DefaultQueue, Payload: big})
+	}
+	var seen []string
+	tok := ""
+	for pages := 0; ; pages++ {
+		p := h.ms[0].Query(ListJobs{Queue: DefaultQueue, Limit: 100, PageToken: tok}).(*JobPage)
+		bytes := 0
+		for _, j := range p.Jobs {
+			bytes += len(j.Payload) + len(j.Result)
+			seen = append(seen, j.ID)
+		}
+		const grpcGoRecv = 4 << 20
+		if len(p.Jobs) == 0 || (len(p.Jobs) > 1 && bytes >= grpcGoRecv) || pages > 8 {
+			t.Fatalf("page %d: %d jobs, %d bytes; want at least one and under %d bytes", pages, len(p.Jobs), bytes, grpcGoRecv)
+		}
+		if tok = p.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if fmt.Sprint(seen) != "[j0 j1 j2 j3 j4 j5 j6 j7]" {
+		t.Fatalf("pages listed %v", seen)
+	}
+}
+
 func TestDeleteQueue(t *testing.T) {
 	h := one(t)
 	h.client("", &CreateQueue{Name: "q"})
