@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -88,13 +89,14 @@ func orDash(s string) string {
 
 // isText says whether bytes can be shown as they are: valid UTF-8 with no
 // control characters but tabs and line breaks (a NUL is valid UTF-8 but
-// would garble a terminal).
+// would garble a terminal, an escape sequence would drive it) and no
+// bidirectional controls (which reorder what the terminal shows).
 func isText(b []byte) bool {
 	if !utf8.Valid(b) {
 		return false
 	}
 	for _, r := range string(b) {
-		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
+		if (unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r') || unicode.Is(unicode.Bidi_Control, r) {
 			return false
 		}
 	}
@@ -206,7 +208,12 @@ func multiline(tw *tabwriter.Writer, label, v string) {
 		if i > 0 {
 			label = ""
 		}
-		row(tw, label, strings.TrimSuffix(l, "\r"))
+		// A worker's raw stderr may hold escape sequences: a line that is
+		// not plain text is shown quoted, never sent to the terminal.
+		if l = strings.TrimSuffix(l, "\r"); !isText([]byte(l)) {
+			l = strconv.Quote(l)
+		}
+		row(tw, label, l)
 	}
 }
 

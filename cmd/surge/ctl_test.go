@@ -193,6 +193,7 @@ func TestCtlPayloadDisplay(t *testing.T) {
 		{"\x00\x01", "base64:AAE=", "base64:AAE="},
 		{"\xff", "base64:/w==", "base64:/w=="},
 		{strings.Repeat("é", 50), strings.Repeat("é", 50), strings.Repeat("é", 39) + "…"},
+		{"abc\u202edcba", "base64:YWJj4oCuZGNiYQ==", "base64:YWJj4oCuZGNiYQ=="},
 	} {
 		if got := showBytes([]byte(c.in)); got != c.full {
 			t.Errorf("showBytes(%q) = %q, want %q", c.in, got, c.full)
@@ -200,6 +201,15 @@ func TestCtlPayloadDisplay(t *testing.T) {
 		if got := cell([]byte(c.in)); got != c.cell {
 			t.Errorf("cell(%q) = %q, want %q", c.in, got, c.cell)
 		}
+	}
+	// A job's error message (a worker's raw stderr) is shown line by
+	// line; a line with an escape sequence is quoted, not played.
+	var out bytes.Buffer
+	if err := printJob(&out, &jqpb.Job{JobId: "j", ErrorMessage: "plain line\n\x1b[31mred\x1b[0m\rtail"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); strings.ContainsRune(s, 0x1b) || !strings.Contains(s, `"\x1b[31mred\x1b[0m\rtail"`) || !strings.Contains(s, "plain line") {
+		t.Errorf("error message printed as:\n%s", s)
 	}
 	for d, want := range map[time.Duration]string{
 		1234 * time.Nanosecond:                "1µs",
