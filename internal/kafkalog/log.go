@@ -407,6 +407,19 @@ func (l *Log) Replay(from cmdlog.Position, fn func(pos cmdlog.Position, e cmdlog
 	if int64(from) >= l.marker {
 		return nil
 	}
+	// Records before the log start were deleted: refuse before reading,
+	// not only when the fetch says so. Once (in CI, two brokers on two
+	// cores) a replay from before a DeleteRecords start read on without
+	// an error, which would rebuild a partition with its head missing.
+	ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
+	start, err := l.listStart(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if int64(from) < start {
+		return fmt.Errorf("kafkalog: partition %d: replay from offset %d, but the log starts at %d: the records before it were deleted (retention or DeleteRecords)", l.partition, from, start)
+	}
 	return readPartition(l.ctx, l.cfg, l.topic, l.partition, int64(from), l.marker, true, func(r *kgo.Record) error {
 		if hasHeader(r, headerMarker) {
 			return nil
