@@ -486,9 +486,22 @@ func (l *Log) Close() error {
 	return nil
 }
 
+// readStall is how long a read may go without a record, short of its
+// end, before it is given up with an error: a reader waiting for an
+// offset that read_committed never shows (a last stable offset held below
+// it) would otherwise wait for ever, and a node would hang in recovery
+// with nothing in its log to say why. Kafka aborts a dead owner's
+// transaction within its timeout, so minutes without a record are not a
+// slow broker. A variable for the tests.
+var readStall = 2 * time.Minute
+
+// readPoll is the longest one poll waits, so that a stall is noticed.
+const readPoll = 5 * time.Second
+
 // readPartition calls fn for each record of topic/partition with an offset
 // in [from, until], in order. until must be an offset that the reader will
-// see (a committed record), or reading never ends before ctx does.
+// see (a committed record); a read that sees no record for readStall
+// before reaching it ends with an error.
 func readPartition(ctx context.Context, cfg Config, topic string, partition int32, from, until int64, committed bool, fn func(*kgo.Record) error) error {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -508,8 +521,18 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 		return fmt.Errorf("kafkalog: %w", err)
 	}
 	defer cl.Close()
+	last, next := time.Now(), from
 	for {
-		fetches := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, readPoll)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if err := fetches.Err0(); err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			if time.Since(last) < readStall {
+				continue
+			}
+			return fmt.Errorf("kafkalog: reading %s partition %d: no record for %v at offset %d, short of %d (a transaction left open holds what read_committed may show, or the broker stopped answering)",
+				topic, partition, readStall, next, until)
+		}
 		if err := fetches.Err0(); err != nil {
 			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, err)
 		}
@@ -524,8 +547,12 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, ferr)
 		}
 		iter := fetches.RecordIter()
+		if !iter.Done() {
+			last = time.Now()
+		}
 		for !iter.Done() {
 			r := iter.Next()
+			next = r.Offset + 1
 			if r.Offset > until {
 				done = true
 				break

@@ -1,8 +1,10 @@
 package kafkalog
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -364,4 +366,28 @@ func TestReplayBeforeStartFails(t *testing.T) {
 		t.Log(err)
 	}
 	sameReplay(t, replayAll(t, b, cut), expected(acks[3:]))
+}
+
+// TestReadShortOfItsEndStops: a read waiting for an offset read_committed
+// never shows ends with an error naming where it stood, instead of
+// waiting for ever (a node's recovery would hang with nothing logged).
+func TestReadShortOfItsEndStops(t *testing.T) {
+	old := readStall
+	readStall = 2 * time.Second
+	t.Cleanup(func() { readStall = old })
+	cfg := testCluster(t, 1)
+	a := mustOpen(t, cfg, 0)
+	acks := appendAll(t, a, 1, 3, "x")
+	end := int64(acks[len(acks)-1].end)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := 0
+	err := readPartition(ctx, cfg, cfg.LogTopic(), 0, 0, end+100, true, func(*kgo.Record) error { read++; return nil })
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "no record for") || !strings.Contains(err.Error(), fmt.Sprintf("short of %d", end+100)) {
+		t.Fatalf("read past the end: %v (context %v), want the stall named", err, ctx.Err())
+	}
+	if read == 0 {
+		t.Fatal("read nothing of what was there")
+	}
+	t.Log(err)
 }
