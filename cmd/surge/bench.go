@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -75,19 +77,11 @@ the exit status non-zero.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Exe = exe
-			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.ProgressTTY = benchIsTerminal(os.Stderr)
 			if err := crowdDefaults(cmd, &o); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return bench.RunTicketing(ctx, o)
+			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunTicketing(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
@@ -169,17 +163,9 @@ peer, or twice what the whole run could take from one product if that is more.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Exe = exe
 			o.Levels = levels
-			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.ProgressTTY = benchIsTerminal(os.Stderr)
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return bench.RunCommerce(ctx, o)
+			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunCommerce(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
@@ -220,15 +206,7 @@ asked, the report says what it did offer.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Exe = exe
-			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return bench.RunOverload(ctx, o)
+			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunOverload(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
@@ -278,16 +256,8 @@ per second, server CPU per job and peak resident memory.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Exe = exe
-			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.ProgressTTY = benchIsTerminal(os.Stderr)
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return bench.RunJobs(ctx, o)
+			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunJobs(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
@@ -342,16 +312,8 @@ before and after.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Exe = exe
-			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			o.ProgressTTY = benchIsTerminal(os.Stderr)
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return bench.RunSequencer(ctx, o)
+			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunSequencer(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
@@ -415,15 +377,7 @@ peak resident memory.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Exe = exe
-			o.Stdout, o.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return bench.RunRestart(ctx, o)
+			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunRestart(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
@@ -435,4 +389,18 @@ peak resident memory.`,
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one)")
 	f.StringVar(&o.JSONPath, "json", "", "also write the results as JSON to this file")
 	return cmd
+}
+
+// runBench is the end of every bench subcommand: it gives the bench this
+// executable (to start `surge serve` with) and the command's output, then
+// runs it until SIGINT or SIGTERM.
+func runBench(cmd *cobra.Command, exe *string, stdout, stderr *io.Writer, run func(context.Context) error) error {
+	var err error
+	if *exe, err = os.Executable(); err != nil {
+		return err
+	}
+	*stdout, *stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx)
 }
