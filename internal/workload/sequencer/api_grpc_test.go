@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/seqpb"
 	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
 )
@@ -27,7 +30,16 @@ func newGRPC(t *testing.T) (seqpbconnect.SequencerServiceClient, *API) {
 		}
 	})
 	a := NewAPI(eng, hub)
+	_, c := serveBoth(t, eng, a)
+	return c, a
+}
+
+// serveBoth serves a's HTTP routes and gRPC service over HTTP/1.1 and
+// h2c, shuts a and eng down at the end, and returns the server and a
+// gRPC client of it.
+func serveBoth(t testing.TB, eng *engine.Engine, a *API) (*httptest.Server, seqpbconnect.SequencerServiceClient) {
 	mux := http.NewServeMux()
+	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
 	mux.Handle(a.GRPCHandler())
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.Protocols = new(http.Protocols)
@@ -38,7 +50,7 @@ func newGRPC(t *testing.T) (seqpbconnect.SequencerServiceClient, *API) {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
-	return seqpbconnect.NewSequencerServiceClient(hc, srv.URL, connect.WithGRPC()), a
+	return srv, seqpbconnect.NewSequencerServiceClient(hc, srv.URL, connect.WithGRPC())
 }
 
 func gctx(t *testing.T) context.Context {

@@ -590,12 +590,7 @@ func TestBenchGroupPastTheGroupLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := NewHub(0)
-	mux := http.NewServeMux()
-	a := NewAPI(eng, hub)
-	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
+	srv, _ := serveBoth(t, eng, NewAPI(eng, NewHub(0)))
 	must(t, srv, 202, "POST", "/messages", `{"name":"one","numberOfMessages":3}`)
 	must(t, srv, 202, "POST", "/messages", `{"name":"two","numberOfMessages":3}`)
 	deadline := time.Now().Add(30 * time.Second)

@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/api/apitest"
@@ -133,20 +132,7 @@ func newBothServer(t testing.TB) (*httptest.Server, seqpbconnect.SequencerServic
 			hub.Notify(v)
 		}
 	})
-	a := NewAPI(eng, hub)
-	mux := http.NewServeMux()
-	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
-	mux.Handle(a.GRPCHandler())
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
-	return srv, seqpbconnect.NewSequencerServiceClient(hc, srv.URL, connect.WithGRPC())
+	return serveBoth(t, eng, NewAPI(eng, hub))
 }
 
 // A gRPC Publish of 17 messages of ~1 MB, each within the payload limit,
@@ -468,19 +454,7 @@ func TestWorstPublishFitsALogEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewAPI(eng, NewHub(0))
-	mux := http.NewServeMux()
-	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
-	mux.Handle(a.GRPCHandler())
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	c := seqpbconnect.NewSequencerServiceClient(&http.Client{Transport: &http.Transport{Protocols: &p}}, srv.URL, connect.WithGRPC())
+	srv, c := serveBoth(t, eng, NewAPI(eng, NewHub(0)))
 	check := func(route string) {
 		t.Helper()
 		n := el.TakeMax()
