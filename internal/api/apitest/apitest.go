@@ -3,6 +3,7 @@
 package apitest
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/surge-run/surge/internal/cmdlog"
@@ -34,4 +35,15 @@ func (l *EntryLog) TakeMax() int {
 	m := l.max
 	l.max = 0
 	return m
+}
+
+// Longest is a value of exactly n bytes that the field rules accept, made
+// of multi-byte characters: the codecs store strings as their UTF-8
+// bytes, so a byte is a byte whatever the character.
+func Longest(n int) string {
+	s := strings.Repeat("é", n/2)
+	if n%2 == 1 {
+		s += "q"
+	}
+	return s
 }

@@ -12,21 +12,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb"
 )
-
-// longest is a value of exactly n bytes that every field rule accepts,
-// made of multi-byte characters (the codec stores strings as their UTF-8
-// bytes, so a byte is a byte whatever the character).
-func longest(n int) string {
-	s := strings.Repeat("é", n/2)
-	if n%2 == 1 {
-		s += "q"
-	}
-	return s
-}
 
 func edgeAPI() *API {
 	a := &API{parts: 64, leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention)}
@@ -49,10 +39,10 @@ func edgeAPI() *API {
 // GetSystemStatus are queries.
 func TestEveryRPCCommandFitsALogEntry(t *testing.T) {
 	a := edgeAPI()
-	queue, worker, job := longest(MaxNameLen), longest(MaxIDLen), longest(MaxIDLen)
+	queue, worker, job := apitest.Longest(MaxNameLen), apitest.Longest(MaxIDLen), apitest.Longest(MaxIDLen)
 	maxSubmit := func(payload int) *jqpb.SubmitJobRequest {
 		return &jqpb.SubmitJobRequest{QueueName: queue, Payload: make([]byte, payload), Priority: MaxPriority, MaxRetries: MaxMaxRetries,
-			TtlSeconds: MaxTTLSeconds, IdempotencyKey: longest(MaxKeyLen), NotBefore: timestamppb.New(time.Date(2199, 1, 1, 0, 0, 0, 0, time.UTC))}
+			TtlSeconds: MaxTTLSeconds, IdempotencyKey: apitest.Longest(MaxKeyLen), NotBefore: timestamppb.New(time.Date(2199, 1, 1, 0, 0, 0, 0, time.UTC))}
 	}
 	// The largest batch: MaxSubmitBatch jobs whose payloads add up to
 	// the batch limit.
@@ -92,7 +82,7 @@ func TestEveryRPCCommandFitsALogEntry(t *testing.T) {
 		}},
 		{"WorkerService/AckJob", func() (engine.Command, error) { return &Ack{JobID: job, Worker: worker}, checkWorkerID(worker) }},
 		{"WorkerService/ReportResult", func() (engine.Command, error) {
-			msg := longest(MaxErrorLen)
+			msg := apitest.Longest(MaxErrorLen)
 			return &Report{JobID: job, Worker: worker, Result: make([]byte, MaxPayloadBytes), Error: msg}, checkErrorMessage(msg)
 		}},
 		{"WorkerService/Deregister", func() (engine.Command, error) { return &Release{Worker: worker}, checkWorkerID(worker) }},

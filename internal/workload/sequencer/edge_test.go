@@ -26,15 +26,6 @@ import (
 	"github.com/surge-run/surge/internal/wal"
 )
 
-// longest is a value of exactly n bytes every field rule accepts.
-func longest(n int) string {
-	s := strings.Repeat("é", n/2)
-	if n%2 == 1 {
-		s += "q"
-	}
-	return s
-}
-
 // Every command a sequencer route or call makes, built from the largest
 // request the documented limits allow through the handlers' own checks
 // and command building, fits one log entry with its envelope.
@@ -44,7 +35,7 @@ func longest(n int) string {
 // Read, and the benchmark's GET /list/* are queries.
 func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 	a := &API{retention: MaxLease}
-	group, id, proc := longest(MaxNameLen), longest(MaxIDLen), longest(MaxIDLen)
+	group, id, proc := apitest.Longest(MaxNameLen), apitest.Longest(MaxIDLen), apitest.Longest(MaxIDLen)
 	// The largest batch: MaxBatch messages with the longest ids whose
 	// payloads (JSON strings) add up to the batch limit.
 	per := MaxBatchPayloadBytes / MaxBatch
@@ -61,7 +52,7 @@ func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 	for i := range seqs {
 		seqs[i] = 1<<63 - 1 - uint64(i)
 	}
-	bench := longest(MaxBenchName)
+	bench := apitest.Longest(MaxBenchName)
 	for _, c := range []struct {
 		route string
 		build func() (engine.Command, string)
@@ -463,11 +454,11 @@ func TestWorstPublishFitsALogEntry(t *testing.T) {
 		}
 		t.Logf("%s: largest entry %d bytes", route, n)
 	}
-	group := longest(MaxNameLen)
+	group := apitest.Longest(MaxNameLen)
 	per := MaxBatchPayloadBytes / MaxBatch
 	msgs := make([]*seqpb.PublishMessage, MaxBatch)
 	for i := range msgs {
-		msgs[i] = &seqpb.PublishMessage{Id: fmt.Sprintf("g%05d", i) + longest(MaxIDLen-6), Payload: []byte(`"` + strings.Repeat("x", per-2) + `"`)}
+		msgs[i] = &seqpb.PublishMessage{Id: fmt.Sprintf("g%05d", i) + apitest.Longest(MaxIDLen-6), Payload: []byte(`"` + strings.Repeat("x", per-2) + `"`)}
 	}
 	if _, err := c.Publish(gctx(t), connect.NewRequest(&seqpb.PublishRequest{Group: group, Messages: msgs})); err != nil {
 		t.Fatal(err)

@@ -15,15 +15,6 @@ import (
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
-// longest is a value of exactly n bytes the field rules accept.
-func longest(n int) string {
-	s := strings.Repeat("é", n/2)
-	if n%2 == 1 {
-		s += "q"
-	}
-	return s
-}
-
 // Every route that logs a command, given the largest request its limits
 // allow, makes log entries (command and envelope, as the log receives
 // them) within cmdlog.MaxEntryBytes: a legal request never makes an entry
@@ -55,10 +46,10 @@ func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 
 	// The largest event: the longest names, the most areas with the
 	// longest ids, and the times' fractions filling the body to its limit.
-	name := longest(ticketing.MaxNameLen)
+	name := apitest.Longest(ticketing.MaxNameLen)
 	def := ticketing.EventDef{EventName: name, Artist: name}
 	for i := range ticketing.MaxAreasPerEvent {
-		id := fmt.Sprintf("%04d", i) + longest(ticketing.MaxNameLen-4)
+		id := fmt.Sprintf("%04d", i) + apitest.Longest(ticketing.MaxNameLen-4)
 		def.Areas = append(def.Areas, ticketing.AreaDef{AreaID: id, Price: 1e15, RowCount: 1, ColCount: 1})
 	}
 	def.Areas[0].RowCount, def.Areas[0].ColCount = 10, 10 // room for the largest reservation
@@ -79,7 +70,7 @@ func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 	for i := range seats {
 		seats[i] = ticketing.Seat{Row: 1 << 30, Col: 1 << 30}
 	}
-	res := map[string]any{"userId": name, "eventId": name, "areaId": def.Areas[0].AreaID, "numOfSeats": 100, "seats": seats, "type": longest(ticketing.MaxNameLen)}
+	res := map[string]any{"userId": name, "eventId": name, "areaId": def.Areas[0].AreaID, "numOfSeats": 100, "seats": seats, "type": apitest.Longest(ticketing.MaxNameLen)}
 	rb, _ := json.Marshal(res)
 	st, body = do(t, srv, "POST", "/v1/event/x/reservation", string(rb), "Content-Type", "application/json")
 	check("POST /v1/event/{id}/reservation", http.StatusOK, st, body)
