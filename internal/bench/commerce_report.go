@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 )
 
+// writeAnyJSON writes a report as indented JSON, for every bench's --json.
 func writeAnyJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

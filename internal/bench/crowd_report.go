@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -158,7 +157,7 @@ func RunCrowd(ctx context.Context, o TicketingOptions) error {
 	rep.OK = len(rep.Problems) == 0
 	writeCrowd(o.Stdout, rep)
 	if o.JSONPath != "" {
-		if err := writeJSONValue(o.JSONPath, rep); err != nil {
+		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
 			return fmt.Errorf("write JSON: %w", err)
 		}
 	}
@@ -429,14 +428,6 @@ func machineInfo() MachineInfo {
 		}
 	}
 	return m
-}
-
-func writeJSONValue(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // writeCrowd prints the report as Markdown: one column per server.

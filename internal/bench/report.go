@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -424,14 +422,6 @@ func formatGoalValue(v float64, unit string) string {
 		return fmt.Sprintf("%.2f ms", v)
 	}
 	return grouped(int64(v + 0.5))
-}
-
-func writeJSON(path string, r *Report) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // micros formats a latency in the unit that keeps it readable.

@@ -135,7 +135,7 @@ func RunTicketing(ctx context.Context, o TicketingOptions) error {
 	}
 	r.report.OK = len(r.report.Problems) == 0
 	if o.JSONPath != "" {
-		if err := writeJSON(o.JSONPath, r.report); err != nil {
+		if err := writeAnyJSON(o.JSONPath, r.report); err != nil {
 			r.report.OK = false
 			r.report.Problems = append(r.report.Problems, "write JSON: "+err.Error())
 		}
