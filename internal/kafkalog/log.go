@@ -526,15 +526,16 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 		pctx, cancel := context.WithTimeout(ctx, readPoll)
 		fetches := cl.PollFetches(pctx)
 		cancel()
-		if err := fetches.Err0(); err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		if err := fetches.Err0(); err != nil {
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, err)
+			}
+			// Only this poll's wait ran out.
 			if time.Since(last) < readStall {
 				continue
 			}
 			return fmt.Errorf("kafkalog: reading %s partition %d: no record for %v at offset %d, short of %d (a transaction left open holds what read_committed may show, or the broker stopped answering)",
 				topic, partition, readStall, next, until)
-		}
-		if err := fetches.Err0(); err != nil {
-			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, err)
 		}
 		var ferr error
 		done := false
