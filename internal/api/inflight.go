@@ -212,7 +212,6 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 // Tickets past the patience are all given the patience.
 func (l *inflightLimiter) ticketLocked() int64 {
 	slot := l.ticketSlotNs()
-
 	now := int64(time.Since(l.epoch))
 	halfDrained := now + int64(l.count-l.roomMax/2)*slot
 	// Never past the patience: while a crowd arrives the measured rate is
