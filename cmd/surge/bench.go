@@ -31,7 +31,7 @@ func benchTicketingCmd() *cobra.Command {
 		Use:   "ticketing",
 		Short: "Reproduce the ticketing peer's spike test (compat and native flows)",
 		Long: `Reproduces the flash-sale spike test of the Kafka Streams ticketing peer
-(shared/compat/ticketing.md): each group creates an event of --areas areas of
+(its published Go spike client): each group creates an event of --areas areas of
 20 x 20 seats and launches --reservations reservations of 1..4 seats at once,
 bounded by --inflight, over --clients HTTP clients. It checks every reserved
 seat for double booking and reports completion time, rate, outcomes and
@@ -145,7 +145,7 @@ func benchCommerceCmd() *cobra.Command {
 		Use:   "commerce",
 		Short: "Reproduce the commerce peer's k6 load test (order saga timed by polling and by long poll)",
 		Long: `Reproduces the k6 test of the Hazelcast eCommerce peer
-(shared/compat/commerce.md): seeds 100 customers and 100 products, then runs
+(its k6 load test): seeds 100 customers and 100 products, then runs
 an open-loop constant arrival rate of the 60/25/15 mix for --duration at each
 level: iterations are scheduled on a fixed clock whatever earlier ones are
 doing, and latency counts from when each was due. 60 %: create an order of
@@ -238,7 +238,7 @@ func benchJobsCmd() *cobra.Command {
 (the transport's ceiling) and then against ` + "`surge serve`" + ` (a fresh process and data
 dir per phase), unless --baseline=false or --target is given.
 
-submit: like the jobs peer's ghz run (shared/compat/jobs.md), --concurrency
+submit: like the jobs peer's ghz run, --concurrency
 callers each send SubmitJob (queue "default", payload {"command":["echo","bench"]})
 in a closed loop over --connections HTTP/2 connections for --duration. It
 reports the rate, latency percentiles, errors by code (RESOURCE_EXHAUSTED, a
@@ -288,7 +288,7 @@ func benchSequencerCmd() *cobra.Command {
 		Use:   "sequencer",
 		Short: "Reproduce the sequencer peer's run (60,000 messages in order), with delays and with many groups",
 		Long: `Drives the benchmark routes of the Redis sequencer peer
-(shared/compat/sequencer.md), as its admin script does but polling every
+(its benchmark scenario), as its admin script does but polling every
 --poll instead of every second: POST /messages {name, numberOfMessages,
 creationDelay, processingTime} makes the server create the messages and
 process them on its in-process processors; GET /list/sequenced/count?name=

@@ -19,8 +19,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// The peer's k6 test (shared/compat/commerce.md, "How the peer's load test
-// drives it").
+// The peer's k6 load test, as docs/BENCHMARKS.md describes it.
 const (
 	commerceCustomers     = 100
 	commerceProducts      = 100

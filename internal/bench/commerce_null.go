@@ -3,7 +3,7 @@ package bench
 import "net/http"
 
 // The do-nothing server's commerce answers: fixed bodies of the size and
-// shape of the real DTOs (shared/compat/commerce.md), so the generator does
+// shape of the real DTOs (docs/API.md), so the generator does
 // the same reading and id extraction against both servers. A GET of an
 // order answers CONFIRMED, so polls and long polls end at once: against
 // this server the saga end-to-end time is the generator's and HTTP's floor.

@@ -30,7 +30,7 @@ const (
 	JobsPhaseBoth   = "both"
 )
 
-// jobsPayload is the peer's ghz payload (shared/compat/jobs.md).
+// jobsPayload is the peer's ghz payload (docs/BENCHMARKS.md).
 var jobsPayload = []byte(`{"command":["echo","bench"]}`)
 
 // jobsQueue is the queue every server has from the start.
@@ -721,7 +721,7 @@ type JobsConfig struct {
 	Partitions        int     `json:"partitions,omitempty"`
 }
 
-// JobsPeer is the peer's published ghz figures (shared/compat/jobs.md).
+// JobsPeer is the peer's published ghz figures (docs/BENCHMARKS.md).
 type JobsPeer struct {
 	SubmitRate  float64 `json:"submitPerSecond"`
 	SubmitP50Ms float64 `json:"submitP50Ms"`

@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 )
 
-// Goals the ticketing bench judges itself against (shared/compat/ticketing.md
-// gives the peer's figures they are measured against).
+// Goals the ticketing bench judges itself against (docs/BENCHMARKS.md gives
+// the peer's figures beside them).
 const (
 	goalCompatPerCPUSecond = 20_000
 	goalNativePerCPUSecond = 40_000
