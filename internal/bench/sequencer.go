@@ -633,7 +633,7 @@ type SequencerConfig struct {
 	Partitions       int      `json:"partitions,omitempty"`
 }
 
-// SequencerPeer is the peer's best published run (shared/compat/sequencer.md).
+// SequencerPeer is the peer's best published run (docs/BENCHMARKS.md).
 type SequencerPeer struct {
 	Messages  int     `json:"messages"`
 	Seconds   float64 `json:"seconds"`

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// The peer's admin routes are the contract (shared/compat/sequencer.md),
+// The peer's admin routes are the contract (docs/API.md),
 // but it names their fields only in prose: per-stage p50/p90/p95/p99,
 // average, min and max, and an order check. So the bench reads those
 // answers by meaning rather than by one fixed struct: a stage is any JSON

@@ -1,7 +1,7 @@
 // The jq job queue's wire contract: shared messages and enums.
 //
 // Field names, numbers and types follow jq's protos exactly (see
-// shared/compat/jobs.md, "Wire contract"), so a client generated from jq's
+// docs/API.md, "Jobs"), so a client generated from jq's
 // own files talks to Surge unchanged. Surge's additions use field numbers
 // of 100 and above and say "Surge extension" in their comment; jq clients
 // never see them (proto3 skips unknown fields).

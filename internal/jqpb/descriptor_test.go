@@ -11,7 +11,7 @@ import (
 )
 
 // The tables below are transcribed by hand from the "Wire contract" section
-// of shared/compat/jobs.md, not derived from the generated code, so that a
+// of docs/API.md, not derived from the generated code, so that a
 // changed field number, type, name or streaming shape in proto/jq fails
 // here instead of silently breaking jq's clients. A field is written
 // "name=number type", with "repeated " before the type if repeated; a

@@ -34,7 +34,7 @@ const (
 	streamPing = 15 * time.Second
 )
 
-// API serves the commerce routes (shared/compat/commerce.md) over an
+// API serves the commerce routes (docs/API.md) over an
 // engine that runs Workload.
 type API struct {
 	eng       *engine.Engine

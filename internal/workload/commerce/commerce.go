@@ -1,7 +1,7 @@
 // Package commerce is the second workload: customers, products with stock,
 // orders and payments, and the order-fulfilment saga that ties them
 // together (the Hazelcast eCommerce framework's API, see
-// shared/compat/commerce.md). All of its rules are in this file, except
+// docs/API.md). All of its rules are in this file, except
 // the dead-letter queue and fault injection (dlq.go).
 //
 // Every entity lives under its own key, so it is in exactly one partition

@@ -43,7 +43,7 @@ const (
 )
 
 // API serves jq's JobService, WorkerService and AdminService
-// (shared/compat/jobs.md) over an engine that runs Workload. It
+// (docs/API.md) over an engine that runs Workload. It
 // implements the three generated handler interfaces.
 type API struct {
 	eng         *engine.Engine

@@ -1,6 +1,6 @@
 // Package jobs is the third workload: priority job queues with leases,
 // retries, dead letters and cancellation, serving the jq gRPC API (see
-// shared/compat/jobs.md). All of its rules are in this file.
+// docs/API.md). All of its rules are in this file.
 //
 // A queue and every job in it live in the queue's partition (key
 // q/<name>): dispatch by priority and submission order then needs nothing

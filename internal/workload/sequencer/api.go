@@ -49,7 +49,7 @@ const (
 )
 
 // API serves the sequencer's native routes and the benchmark routes of
-// shared/compat/sequencer.md over an engine that runs Workload.
+// docs/API.md over an engine that runs Workload.
 type API struct {
 	eng       *engine.Engine
 	hub       *Hub

@@ -16,7 +16,7 @@ import (
 	"github.com/surge-run/surge/internal/engine"
 )
 
-// The benchmark routes of shared/compat/sequencer.md: POST /messages
+// The benchmark routes of docs/API.md: POST /messages
 // creates a group's messages and in-process processors work through them;
 // the /list routes report how far and how fast.
 const (

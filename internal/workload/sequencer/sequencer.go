@@ -1,7 +1,7 @@
 // Package sequencer is the fourth workload: messages of a group are
 // processed in parallel by leasing processors and released to the
 // group's output in sequence order, a gap holding everything after it
-// (see shared/compat/sequencer.md). All of its rules are in this file;
+// (see docs/API.md). All of its rules are in this file;
 // the API (HTTP, gRPC, the benchmark routes) is built on top of it.
 //
 // A group and everything about it (its messages, their leases, the
