@@ -21,19 +21,20 @@ import (
 // blobs is a test workload of commands as large as a test wants: put
 // stores a value's length under a key, sendPut sends a put of a given size
 // to another key, timerPut sets a timer whose command is such a put, and
-// hold blocks its partition until the test closes the workload's channel.
-type blobs struct{ hold chan struct{} }
+// hold blocks its partition until the test closes the workload's hold
+// channel, having first said on holding (when set) that it holds.
+type blobs struct{ hold, holding chan struct{} }
 
 func (blobs) ID() uint8        { return 9 }
 func (blobs) WireTypes() []any { return []any{getSize{}, 0} }
 func (blobs) Name() string     { return "blobs" }
 func (w blobs) NewMachine(int) engine.Machine {
-	return &blobMachine{hold: w.hold, sizes: map[string]int{}}
+	return &blobMachine{hold: w.hold, holding: w.holding, sizes: map[string]int{}}
 }
 
 type blobMachine struct {
-	hold  chan struct{}
-	sizes map[string]int
+	hold, holding chan struct{}
+	sizes         map[string]int
 }
 
 type put struct {
@@ -106,6 +107,10 @@ func (m *blobMachine) Apply(in *engine.Input, fx *engine.Effects) {
 	case *timerPut:
 		err = fx.SetTimer(c.ID, in.TimeNs, &put{Key: c.ID, Data: make([]byte, c.Size)})
 	case *hold:
+		select {
+		case m.holding <- struct{}{}:
+		default: // nobody asked, or a replay
+		}
 		<-m.hold
 	}
 	fx.Reply(err)
@@ -174,7 +179,7 @@ func sizeOf(t *testing.T, e *engine.Engine, key string) int {
 // refused alone, before it is applied: the commands of its batch succeed,
 // the engine goes on, and a command of exactly the limit is taken.
 func TestCommandTooLargeForTheLogIsRefusedAlone(t *testing.T) {
-	w := blobs{hold: make(chan struct{})}
+	w := blobs{hold: make(chan struct{}), holding: make(chan struct{}, 1)}
 	e := openBlobs(t, w, nil)
 	ctx := context.Background()
 
@@ -182,6 +187,7 @@ func TestCommandTooLargeForTheLogIsRefusedAlone(t *testing.T) {
 	// small ones.
 	held := make(chan error, 1)
 	go func() { _, err := e.Do(ctx, 0, 9, &hold{}); held <- err }()
+	<-w.holding
 	cmds := []*put{
 		putOf("small1", 100),
 		putOf("over", engine.MaxCommandBytes+1), // just over the limit
@@ -270,7 +276,7 @@ func TestMessageAndTimerTooLargeForTheLogAreRefused(t *testing.T) {
 // Many large commands queued at once are all applied, in batches whose
 // log bytes stay within MaxBatchBytes.
 func TestBatchBytesAreBounded(t *testing.T) {
-	w := blobs{hold: make(chan struct{})}
+	w := blobs{hold: make(chan struct{}), holding: make(chan struct{}, 1)}
 	var mu sync.Mutex
 	largest, batches := 0, 0
 	e := openBlobs(t, w, func(o *engine.Options) {
@@ -286,6 +292,7 @@ func TestBatchBytesAreBounded(t *testing.T) {
 	ctx := context.Background()
 	held := make(chan error, 1)
 	go func() { _, err := e.Do(ctx, 0, 9, &hold{}); held <- err }()
+	<-w.holding
 	const n, size = 40, 1 << 20
 	errs := make([]error, n)
 	cmds := make([]*put, n)
@@ -343,7 +350,7 @@ func (s *sizeTransport) Call(ctx context.Context, part int, body []byte) ([]byte
 // MaxRemoteBytes, which the receiving node's transport accepts, and all
 // are applied.
 func TestForwardedBatchesAreBoundedInBytes(t *testing.T) {
-	w := blobs{hold: make(chan struct{})}
+	w := blobs{hold: make(chan struct{}), holding: make(chan struct{}, 1)}
 	store, net := enginetest.NewStore(), &enginetest.Net{}
 	var nodes []*engine.Engine
 	var tr *sizeTransport
@@ -378,9 +385,9 @@ func TestForwardedBatchesAreBoundedInBytes(t *testing.T) {
 	// The hold's call is out while the large commands queue behind it.
 	held := make(chan error, 1)
 	go func() { _, err := nodes[1].Do(ctx, 0, 9, &hold{}); held <- err }()
-	for engine.PendingForwards(nodes[1], 0) > 0 || engine.InboxLen(nodes[0], 0) > 0 {
-		time.Sleep(time.Millisecond)
-	}
+	// Applied, not only sent: a hold still queued could share its call
+	// with the first large command.
+	<-w.holding
 	const n = 5
 	size := engine.MaxCommandBytes - 1<<20
 	errs := make([]error, n)
