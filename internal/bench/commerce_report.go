@@ -118,4 +118,3 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	fmt.Fprintf(out, "  the peer: ≈ %.0f iterations/s on %d vCPU (≈ %.0f per vCPU-second), HTTP p95 ≈ %.0f ms, saga E2E p95 at the %.0f s timeout from %.0f iterations/s\n",
 		p.MaxRate, p.VCPU, p.ItersPerVCPUSec, p.HTTPP95Ms, p.SagaTimeoutSecond, p.SagaP95TimeoutAt)
 }
-
