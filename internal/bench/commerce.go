@@ -386,33 +386,20 @@ func (r *commerceRun) openLoop(ctx context.Context, rate float64, d time.Duratio
 	sem := make(chan struct{}, r.o.MaxInflight)
 	var wg sync.WaitGroup
 	pl := &planner{seed: r.o.Seed}
-	start := time.Now()
-	var i int64
-	for ctx.Err() == nil {
-		el := time.Since(start)
-		if el >= d {
-			break
+	elapsed := schedule(ctx, rate, d, func(i int64, at time.Time) {
+		m, mode := pl.next(i)
+		select {
+		case sem <- struct{}{}:
+			r.sent.Add(1)
+			r.inflight.Add(1)
+			wg.Go(func() {
+				defer func() { r.inflight.Add(-1); r.done.Add(1); <-sem }()
+				r.iteration(ctx, i, m, mode, at)
+			})
+		default:
+			r.notSent.Add(1)
 		}
-		for due := int64(el.Seconds()*rate) + 1; i < due; i++ {
-			m, mode := pl.next(i)
-			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-			n := i
-			select {
-			case sem <- struct{}{}:
-				r.sent.Add(1)
-				r.inflight.Add(1)
-				wg.Go(func() {
-					defer func() { r.inflight.Add(-1); r.done.Add(1); <-sem }()
-					r.iteration(ctx, n, m, mode, at)
-				})
-			default:
-				r.notSent.Add(1)
-			}
-		}
-		next := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		time.Sleep(min(max(time.Until(next), 200*time.Microsecond), 10*time.Millisecond))
-	}
-	elapsed := time.Since(start)
+	})
 	wg.Wait()
 	return elapsed
 }
@@ -424,7 +411,7 @@ func (r *commerceRun) startProgress(total int64, d time.Duration) (stop func()) 
 	}
 	start := time.Now()
 	last, lastAt := int64(0), start
-	return progress(r.o.Options, every, func() string {
+	return progress(r.o.Stderr, r.o.ProgressTTY, every, func() string {
 		sent, now := r.sent.Load(), time.Now()
 		rate := float64(sent-last) / now.Sub(lastAt).Seconds()
 		last, lastAt = sent, now
@@ -437,17 +424,14 @@ func (r *commerceRun) startProgress(total int64, d time.Duration) (stop func()) 
 // measure runs one level and returns its report; cpu reads the server's
 // CPU seconds (nil when unknown).
 func (r *commerceRun) measure(ctx context.Context, rate float64, cpu func() (float64, error)) *CommerceRunReport {
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	stop := r.startProgress(int64(rate*r.o.Duration.Seconds()), r.o.Duration)
 	elapsed := r.openLoop(ctx, rate, r.o.Duration)
 	stop()
 	rep := r.report(rate, elapsed)
-	rep.GeneratorCPU = selfCPUSeconds() - gen0
-	if cpuErr == nil {
-		if cpu1, err := cpu(); err == nil {
-			rep.setCPU(cpu1 - cpu0)
-		}
+	rep.GeneratorCPU = m.generator()
+	if c, err := m.used(); err == nil {
+		rep.setCPU(c)
 	}
 	return rep
 }

@@ -307,20 +307,14 @@ func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu f
 	if err := c.setup(ctx); err != nil {
 		return nil, err
 	}
-	cpu0, cerr := cpu()
+	m := meterCPU(cpu)
 	stats, err := c.run(ctx)
 	if err != nil {
 		return nil, err
 	}
 	run := &CrowdRun{CrowdStats: *stats}
-	if cerr == nil {
-		var cpu1 float64
-		if cpu1, cerr = cpu(); cerr == nil {
-			run.setCPU(cpu1 - cpu0)
-		}
-	}
-	if cerr != nil {
-		r.logf("warning: %s: server CPU not available: %v", cfg.Label, cerr)
+	if used, ok := m.usedOrWarn(r.o.Stderr, cfg.Label); ok {
+		run.setCPU(used)
 	}
 	r.logf("%s: %s reservations in %.1f s, %s errors", cfg.Label, grouped(stats.Reservations), stats.CompletionSeconds, grouped(stats.Errors))
 	return run, nil

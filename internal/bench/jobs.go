@@ -437,25 +437,13 @@ func (r *jobsRun) openLoop(ctx context.Context, cs []jqpbconnect.JobServiceClien
 		wg.Go(func() { r.sender(ctx, c, s, due) })
 	}
 	rate := r.o.Rate / float64(r.o.Batch) // calls/s
-	start := time.Now()
-	var i int64
-	for ctx.Err() == nil {
-		el := time.Since(start)
-		if el >= d {
-			break
+	elapsed := schedule(ctx, rate, d, func(_ int64, at time.Time) {
+		select {
+		case due <- at.Sub(r.base):
+		default:
+			r.notSent.Add(int64(r.o.Batch))
 		}
-		for n := int64(el.Seconds()*rate) + 1; i < n; i++ {
-			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second))).Sub(r.base)
-			select {
-			case due <- at:
-			default:
-				r.notSent.Add(int64(r.o.Batch))
-			}
-		}
-		next := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		time.Sleep(min(max(time.Until(next), 200*time.Microsecond), 10*time.Millisecond))
-	}
-	elapsed := time.Since(start)
+	})
 	close(due)
 	wg.Wait()
 	return elapsed
@@ -501,7 +489,7 @@ func (r *jobsRun) progress(d time.Duration) (stop func()) {
 	start := time.Now()
 	var lastSub, lastExe int64
 	lastAt := start
-	return progress(r.o.Options, time.Second, func() string {
+	return progress(r.o.Stderr, r.o.ProgressTTY, time.Second, func() string {
 		now := time.Now()
 		sub, exe := r.submitted.Load(), r.executed.Load()
 		secs := now.Sub(lastAt).Seconds()
@@ -543,8 +531,7 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 	}
 	defer closeClients()
 
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	stop := r.progress(r.o.Duration)
 	var elapsed time.Duration
 	if phase == JobsPhaseSubmit {
@@ -562,15 +549,9 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 	}
 	stop()
 	rep := r.report(phase, elapsed, drained)
-	rep.GeneratorCPU = selfCPUSeconds() - gen0
-	if cpuErr == nil {
-		var cpu1 float64
-		if cpu1, cpuErr = cpu(); cpuErr == nil {
-			rep.setCPU(phase, cpu1-cpu0)
-		}
-	}
-	if cpuErr != nil {
-		fmt.Fprintf(r.o.Stderr, "warning: %s: server CPU not available: %v\n", r.label, cpuErr)
+	rep.GeneratorCPU = m.generator()
+	if c, ok := m.usedOrWarn(r.o.Stderr, r.label); ok {
+		rep.setCPU(phase, c)
 	}
 	if wg != nil {
 		stopWorkers()

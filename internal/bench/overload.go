@@ -240,8 +240,7 @@ func (l *loader) createEvent(ctx context.Context, areas, parts int) (*overloadEv
 func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float64, error), run func(*phase)) *PhaseReport {
 	p := &phase{l: l, ev: ev, acc: newHist(), ref: newHist(), lag: newHist(), fromSend: newHist(), retryAfter: true}
 	m0, _ := scrape(ctx, l.base)
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	start := time.Now()
 	run(p)
 	elapsed := time.Since(start)
@@ -250,7 +249,7 @@ func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float
 		Accepted: p.accepted.Load(), Refused: p.refused.Load(), Timeouts: p.timeouts.Load(), Errors: p.errors.Load(),
 		P50Us: p.acc.ValueAtQuantile(50), P99Us: p.acc.ValueAtQuantile(99), MaxUs: p.acc.Max(),
 		SentP99Us: p.fromSend.ValueAtQuantile(99), SentMaxUs: p.fromSend.Max(),
-		RefusedP99: p.ref.ValueAtQuantile(99), RetryAfter: p.retryAfter, GeneratorCPU: selfCPUSeconds() - gen0,
+		RefusedP99: p.ref.ValueAtQuantile(99), RetryAfter: p.retryAfter, GeneratorCPU: m.generator(),
 		ErrorSamples: p.samples,
 	}
 	if p.lag.TotalCount() > 0 {
@@ -261,11 +260,8 @@ func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float
 	if r.Sent > 0 {
 		r.RefusedPct = 100 * float64(r.Refused) / float64(r.Sent)
 	}
-	if cpuErr == nil {
-		if cpu1, err := cpu(); err == nil {
-			v := cpu1 - cpu0
-			r.ServerCPU = &v
-		}
+	if v, err := m.used(); err == nil {
+		r.ServerCPU = &v
 	}
 	if m1, err := scrape(ctx, l.base); err == nil && m0 != nil {
 		serverSide(r, m0, m1)
@@ -311,28 +307,17 @@ func (p *phase) closedLoop(ctx context.Context, n int, d time.Duration) {
 func (p *phase) openLoop(ctx context.Context, rate float64, maxInflight int, d time.Duration) {
 	sem := make(chan struct{}, maxInflight)
 	var wg sync.WaitGroup
-	start := time.Now()
-	var i int64
-	for ctx.Err() == nil {
-		el := time.Since(start)
-		if el >= d {
-			break
+	schedule(ctx, rate, d, func(i int64, at time.Time) {
+		select {
+		case sem <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-sem }()
+				p.one(ctx, int(i), at)
+			})
+		default:
+			p.notSent.Add(1)
 		}
-		for due := int64(el.Seconds() * rate); i < due; i++ {
-			n := int(i)
-			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-			select {
-			case sem <- struct{}{}:
-				wg.Go(func() {
-					defer func() { <-sem }()
-					p.one(ctx, n, at)
-				})
-			default:
-				p.notSent.Add(1)
-			}
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
+	})
 	wg.Wait()
 }
 

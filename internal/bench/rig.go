@@ -304,10 +304,10 @@ func runScenario(ctx context.Context, o Options, tmpPrefix string, s scenario) e
 	return nil
 }
 
-// progress prints line() every period on stderr until stopped: redrawn
-// in place on a terminal, a line at a time otherwise.
-func progress(o Options, every time.Duration, line func() string) (stop func()) {
-	if o.Stderr == nil {
+// progress prints line() on w every period until stopped: redrawn in
+// place on a terminal (tty), a line at a time otherwise.
+func progress(w io.Writer, tty bool, every time.Duration, line func() string) (stop func()) {
+	if w == nil {
 		return func() {}
 	}
 	quit, finished := make(chan struct{}), make(chan struct{})
@@ -318,18 +318,85 @@ func progress(o Options, every time.Duration, line func() string) (stop func()) 
 		for {
 			select {
 			case <-quit:
-				if o.ProgressTTY {
-					fmt.Fprint(o.Stderr, "\r\033[K")
+				if tty {
+					fmt.Fprint(w, "\r\033[K")
 				}
 				return
 			case <-t.C:
 			}
-			if o.ProgressTTY {
-				fmt.Fprintf(o.Stderr, "\r\033[K%s", line())
+			if tty {
+				fmt.Fprintf(w, "\r\033[K%s", line())
 			} else {
-				fmt.Fprintln(o.Stderr, line())
+				fmt.Fprintln(w, line())
 			}
 		}
 	}()
 	return func() { close(quit); <-finished }
+}
+
+// cpuMeter measures one window's CPU: the server's, read by a function
+// (it has several sources: /proc, /metrics, a restarted process), and
+// the bench's own, which shares the machine with the server.
+type cpuMeter struct {
+	read         func() (float64, error)
+	server, self float64
+	err          error
+}
+
+func meterCPU(read func() (float64, error)) *cpuMeter {
+	m := &cpuMeter{read: read}
+	m.server, m.err = read()
+	m.self = selfCPUSeconds()
+	return m
+}
+
+// generator is the bench's CPU seconds since meterCPU.
+func (m *cpuMeter) generator() float64 { return selfCPUSeconds() - m.self }
+
+// used is the server's CPU seconds since meterCPU, or why it is unknown.
+func (m *cpuMeter) used() (float64, error) {
+	if m.err != nil {
+		return 0, m.err
+	}
+	now, err := m.read()
+	return now - m.server, err
+}
+
+// usedOrWarn is used, with a warning on w when it is unknown.
+func (m *cpuMeter) usedOrWarn(w io.Writer, label string) (float64, bool) {
+	v, err := m.used()
+	if err != nil {
+		fmt.Fprintf(w, "warning: %s: server CPU not available: %v\n", label, err)
+		return 0, false
+	}
+	return v, true
+}
+
+// The open loop's pacing: between due iterations it sleeps until the next
+// is due, at least scheduleMinSleep (a shorter sleep costs more than it
+// gains) and at most scheduleMaxSleep (to see ctx end soon).
+const (
+	scheduleMinSleep = 200 * time.Microsecond
+	scheduleMaxSleep = 10 * time.Millisecond
+)
+
+// schedule is an open loop: it calls due(i, at) for iteration i, due at
+// at, rate times a second for d on a fixed clock, in order, whether or not
+// earlier iterations were answered (a crowd does not wait for each
+// other). due must not block. It returns how long the schedule ran.
+func schedule(ctx context.Context, rate float64, d time.Duration, due func(i int64, at time.Time)) time.Duration {
+	start := time.Now()
+	at := func(i int64) time.Time { return start.Add(time.Duration(float64(i) / rate * float64(time.Second))) }
+	var i int64
+	for ctx.Err() == nil {
+		el := time.Since(start)
+		if el >= d {
+			break
+		}
+		for n := int64(el.Seconds()*rate) + 1; i < n; i++ {
+			due(i, at(i))
+		}
+		time.Sleep(min(max(time.Until(at(i)), scheduleMinSleep), scheduleMaxSleep))
+	}
+	return time.Since(start)
 }

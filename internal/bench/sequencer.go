@@ -358,7 +358,7 @@ func (r *seqRun) sent() int64 { return int64(len(r.groups)) * int64(r.o.Messages
 func (r *seqRun) progress() (stop func()) {
 	var last int64
 	lastAt := r.start
-	return progress(r.o.Options, time.Second, func() string {
+	return progress(r.o.Stderr, r.o.ProgressTTY, time.Second, func() string {
 		now := time.Now()
 		n := r.sequenced()
 		line := fmt.Sprintf("%s  %.0f s  sequenced %s / %s (%s/s)  polls %s  errors %d",
@@ -471,8 +471,7 @@ func (r *seqRun) measure(ctx context.Context, cpu func() (float64, error)) (*Seq
 		PollMs: float64(r.poll) / float64(time.Millisecond), Sent: r.sent()}
 	c := r.create("")
 	rep.CreationDelayMs, rep.ProcessingTimeMs = c.CreationDelay, c.ProcessingTime
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	r.start = time.Now()
 	stop := r.progress()
 	pctx, cancelPoll := context.WithCancel(ctx)
@@ -488,20 +487,13 @@ func (r *seqRun) measure(ctx context.Context, cpu func() (float64, error)) (*Seq
 	err = <-waited
 	cancelPoll()
 	stop()
-	rep.GeneratorCPU = selfCPUSeconds() - gen0
-	if cpuErr == nil {
-		var cpu1 float64
-		if cpu1, cpuErr = cpu(); cpuErr == nil {
-			c := cpu1 - cpu0
-			rep.ServerCPU = &c
-			if seq := r.sequenced(); seq > 0 {
-				us := c * 1e6 / float64(seq)
-				rep.CPUPerMsgUs = &us
-			}
+	rep.GeneratorCPU = m.generator()
+	if c, ok := m.usedOrWarn(r.o.Stderr, r.label); ok {
+		rep.ServerCPU = &c
+		if seq := r.sequenced(); seq > 0 {
+			us := c * 1e6 / float64(seq)
+			rep.CPUPerMsgUs = &us
 		}
-	}
-	if cpuErr != nil {
-		fmt.Fprintf(r.o.Stderr, "warning: %s: server CPU not available: %v\n", r.label, cpuErr)
 	}
 	rep.PostSeconds = postTook.Seconds()
 	rep.Sequenced = r.sequenced()
