@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -38,14 +37,7 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, head)
-	row := func(name string, f func(r *CommerceRunReport) string) {
-		var b strings.Builder
-		b.WriteString("  " + name)
-		for _, r := range runs {
-			b.WriteString("\t" + f(r))
-		}
-		fmt.Fprintln(tw, b.String())
-	}
+	row := columns[*CommerceRunReport]{w: tw, lead: "  ", sep: "\t", runs: runs}.row
 	row("achieved rate", func(r *CommerceRunReport) string {
 		ok := "yes"
 		if !r.RateMet {
@@ -60,12 +52,7 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 		return fmt.Sprintf("%s / %s (%s) / %s", grouped(r.Orders), grouped(r.Reserves), grouped(r.Reserve409), grouped(r.Customers))
 	})
 	row("errors", func(r *CommerceRunReport) string { return grouped(r.Errors) })
-	lat := func(x LatencyReport) string {
-		if x.Count == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
-	}
+	lat := latencyCell
 	fmt.Fprintln(tw, "  HTTP latency p50 / p95 / p99 / max\t\t")
 	for _, t := range commerceReqTypes {
 		row("  "+t, func(r *CommerceRunReport) string { return lat(r.HTTP[t]) })

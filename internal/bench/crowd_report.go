@@ -379,13 +379,7 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 		return
 	}
 	fmt.Fprintf(w, "| | %s\n|---|%s\n", header[2:], strings.Repeat("---|", len(runs)))
-	row := func(name string, cell func(r *CrowdRun) string) {
-		fmt.Fprintf(w, "| %s |", name)
-		for _, r := range runs {
-			fmt.Fprintf(w, " %s |", cell(r))
-		}
-		fmt.Fprintln(w)
-	}
+	row := columns[*CrowdRun]{w: w, lead: "| ", sep: " | ", tail: " |", runs: runs}.row
 	row("reservations", func(r *CrowdRun) string { return grouped(r.Reservations) })
 	row("errors", func(r *CrowdRun) string { return fmt.Sprintf("%s (%.1f %%)", grouped(r.Errors), r.ErrorPercent) })
 	row("reserved / failed (sold out)", func(r *CrowdRun) string { return grouped(r.Reserved) + " / " + grouped(r.Failed) })

@@ -42,20 +42,8 @@ func writeJobsPhase(out io.Writer, rep *JobsReport, p *JobsPhase) {
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, head)
-	row := func(name string, f func(r *JobsRunReport) string) {
-		var b strings.Builder
-		b.WriteString("  " + name)
-		for _, r := range runs {
-			b.WriteString("\t" + f(r))
-		}
-		fmt.Fprintln(tw, b.String())
-	}
-	lat := func(x LatencyReport) string {
-		if x.Count == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
-	}
+	row := columns[*JobsRunReport]{w: tw, lead: "  ", sep: "\t", runs: runs}.row
+	lat := latencyCell
 	row("jobs submitted", func(r *JobsRunReport) string {
 		return fmt.Sprintf("%s in %.2f s: %s/s", grouped(r.Submitted), r.Seconds, grouped(int64(r.SubmitRate+0.5)))
 	})

@@ -203,13 +203,7 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, head)
-	row := func(name string, cell func(r *RunReport) string) {
-		line := name
-		for _, r := range runs {
-			line += "\t" + cell(r)
-		}
-		fmt.Fprintln(tw, line)
-	}
+	row := columns[*RunReport]{w: tw, sep: "\t", runs: runs}.row
 	row("completion time", func(r *RunReport) string { return fmt.Sprintf("%.3f s", r.Seconds) })
 	row("reservations/s", func(r *RunReport) string { return grouped(int64(r.PerSecond + 0.5)) })
 	row("reservations", func(r *RunReport) string { return grouped(r.Reservations) })
@@ -490,4 +484,30 @@ func (r *RunReport) setPeakRSS(c *child, logf func(string, ...any)) {
 		return
 	}
 	r.PeakRSSBytes = &peak
+}
+
+// columns prints the tables that put runs side by side, a column each:
+// a row is lead, its name, then sep and each run's cell, then tail.
+type columns[T any] struct {
+	w               io.Writer
+	lead, sep, tail string
+	runs            []T
+}
+
+func (c columns[T]) row(name string, cell func(T) string) {
+	var b strings.Builder
+	b.WriteString(c.lead + name)
+	for _, r := range c.runs {
+		b.WriteString(c.sep + cell(r))
+	}
+	b.WriteString(c.tail)
+	fmt.Fprintln(c.w, b.String())
+}
+
+// latencyCell is "p50 / p95 / p99 / max", or "-" for no samples.
+func latencyCell(x LatencyReport) string {
+	if x.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
 }
