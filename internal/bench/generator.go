@@ -1,7 +1,7 @@
-// Package bench holds Surge's load generators. The ticketing generator
-// reproduces the peer's flash-sale spike test (docs/BENCHMARKS.md) for the
-// compatibility flow (POST then GET) and
-// the native one-round-trip flow, and checks the answers for double booking.
+// The ticketing generator reproduces the peer's flash-sale spike test
+// (docs/BENCHMARKS.md) for the compatibility flow (POST then GET) and the
+// native one-round-trip flow, and checks the answers for double booking.
+
 package bench
 
 import (
