@@ -190,15 +190,7 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 	}
 	run.Server = srv.name(r.o.Options)
 	fr.Server = run
-	if n := len(run.DoubleBookings); n > 0 {
-		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", flow, n))
-	}
-	if run.Invalid > 0 {
-		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", flow, run.Invalid))
-	}
-	if run.Errors > 0 {
-		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d errors", flow, run.Errors))
-	}
+	fr.Problems = append(fr.Problems, spikeProblems(flow, run)...)
 
 	if srv.proc != nil {
 		fr.Restart = r.restart(ctx, srv.proc, srv.args, run.Reservations)
@@ -224,18 +216,25 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 			return fr, fmt.Errorf("%s cluster: %w", flow, err)
 		}
 		fr.Cluster = cr
-		label := fmt.Sprintf("%s cluster", flow)
-		if n := len(cr.DoubleBookings); n > 0 {
-			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", label, n))
-		}
-		if cr.Invalid > 0 {
-			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", label, cr.Invalid))
-		}
-		if cr.Errors > 0 {
-			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d errors", label, cr.Errors))
-		}
+		fr.Problems = append(fr.Problems, spikeProblems(flow+" cluster", &cr.RunReport)...)
 	}
 	return fr, nil
+}
+
+// spikeProblems are what fail a spike against a server: double booking,
+// replies that break the seat contract, errors.
+func spikeProblems(label string, run *RunReport) []string {
+	var p []string
+	if n := len(run.DoubleBookings); n > 0 {
+		p = append(p, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", label, n))
+	}
+	if run.Invalid > 0 {
+		p = append(p, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", label, run.Invalid))
+	}
+	if run.Errors > 0 {
+		p = append(p, fmt.Sprintf("%s: %d errors", label, run.Errors))
+	}
+	return p
 }
 
 func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, error) {
