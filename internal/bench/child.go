@@ -1,29 +1,23 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 const (
-	// clockTicksPerSecond is USER_HZ, the unit of utime and stime in
-	// /proc/<pid>/stat; Linux fixes it at 100 on every architecture Go
-	// supports, and reading sysconf would need cgo.
-	clockTicksPerSecond = 100
-	readyTimeout        = 60 * time.Second
-	stopTimeout         = 30 * time.Second
+	readyTimeout = 60 * time.Second
+	stopTimeout  = 30 * time.Second
 )
 
 // child is a server process the bench started: the real server or the
@@ -124,71 +118,32 @@ func (c *child) memory() (peak, now int64, err error) { return procMemory(c.cmd.
 // procCPUSeconds is a process's user+system CPU time so far, all its
 // threads included.
 func procCPUSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return parseProcStatCPU(b)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.CPUTime(), nil
 }
 
 // procMemory returns a process's peak resident memory (VmHWM) and its
 // resident memory now (VmRSS), in bytes.
 func procMemory(pid int) (peak, now int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	return parseProcStatusMemory(b)
-}
-
-// parseProcStatusMemory reads VmHWM and VmRSS ("VmHWM:    1234 kB") from
-// /proc/<pid>/status.
-func parseProcStatusMemory(b []byte) (peak, now int64, err error) {
-	peak, now = -1, -1
-	for _, line := range strings.Split(string(b), "\n") {
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmHWM" && name != "VmRSS") {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("malformed /proc status line %q", line)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("malformed /proc status line %q", line)
-		}
-		if name == "VmHWM" {
-			peak = kb << 10
-		} else {
-			now = kb << 10
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0, err
 	}
-	if peak < 0 || now < 0 {
-		return 0, 0, errors.New("/proc status has no VmHWM or VmRSS")
+	if st.VmHWM == 0 {
+		return 0, 0, errors.New("/proc status has no VmHWM")
 	}
-	return peak, now, nil
-}
-
-// parseProcStatCPU reads utime and stime (fields 14 and 15) from a
-// /proc/<pid>/stat line. The command name (field 2) is in parentheses and
-// may itself contain spaces or parentheses, so fields are counted from the
-// last ')'.
-func parseProcStatCPU(b []byte) (float64, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("malformed /proc stat")
-	}
-	return float64(ut+st) / clockTicksPerSecond, nil
+	return int64(st.VmHWM), int64(st.VmRSS), nil
 }
 
 // stop sends SIGTERM and waits for a graceful exit, killing the child if it
@@ -218,50 +173,4 @@ func (c *child) kill() {
 		_ = c.cmd.Process.Kill()
 		<-c.exited
 	}
-}
-
-// metricsCPUSeconds reads process_cpu_seconds_total from a server's
-// Prometheus endpoint: the only CPU figure available for a server the bench
-// did not start.
-func metricsCPUSeconds(ctx context.Context, baseURL string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: status %d", resp.StatusCode)
-	}
-	return parseMetricsCPU(resp.Body)
-}
-
-// parseMetricsCPU finds `process_cpu_seconds_total[{labels}] value
-// [timestamp]` in the Prometheus text format.
-func parseMetricsCPU(r io.Reader) (float64, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total")
-		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		if rest[0] == '{' {
-			if i := strings.LastIndexByte(rest, '}'); i >= 0 {
-				rest = rest[i+1:]
-			}
-		}
-		if f := strings.Fields(rest); len(f) > 0 {
-			return strconv.ParseFloat(f[0], 64)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("/metrics has no process_cpu_seconds_total")
 }

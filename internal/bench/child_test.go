@@ -1,35 +1,52 @@
 package bench
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
-func TestParseProcStatCPU(t *testing.T) {
-	// Fields 14 and 15 (utime, stime) are 150 and 50 ticks; the command
-	// name has a space and a parenthesis to trip a naive split.
-	line := "1234 (surge (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 8 0 1000 0 0\n"
-	got, err := parseProcStatCPU([]byte(line))
-	if err != nil || got != 2.0 {
-		t.Fatalf("got %v, %v; want 2", got, err)
+// TestProcCPUAndMemory: the CPU time and resident memory the bench
+// reads from /proc (procfs) for a process it started, here its own.
+func TestProcCPUAndMemory(t *testing.T) {
+	deadline := time.Now().Add(30 * time.Second)
+	cpu, err := procCPUSeconds(os.Getpid())
+	for err == nil && cpu == 0 && time.Now().Before(deadline) {
+		for i := 0; i < 1e6; i++ {
+			sink += i
+		}
+		cpu, err = procCPUSeconds(os.Getpid())
 	}
-	if _, err := parseProcStatCPU([]byte("1234 (x) S 1")); err == nil {
-		t.Fatal("short line accepted")
+	if err != nil || cpu <= 0 {
+		t.Fatalf("CPU %v, %v; want > 0", cpu, err)
+	}
+	peak, now, err := procMemory(os.Getpid())
+	if err != nil || now <= 0 || peak < now {
+		t.Fatalf("peak %d, now %d, %v; want 0 < now <= peak", peak, now, err)
+	}
+	if _, err := procCPUSeconds(-1); err == nil {
+		t.Fatal("CPU of a process that does not exist")
+	}
+	if _, _, err := procMemory(-1); err == nil {
+		t.Fatal("memory of a process that does not exist")
 	}
 }
+
+var sink int
 
 func TestParseMetricsCPU(t *testing.T) {
 	in := "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n" +
 		"# TYPE process_cpu_seconds_total counter\n" +
 		"process_cpu_seconds_total_other 9\n" +
 		"process_cpu_seconds_total 12.34\n"
-	if got, err := parseMetricsCPU(strings.NewReader(in)); err != nil || got != 12.34 {
+	if got, err := parseMetricsCPU(in); err != nil || got != 12.34 {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	if got, err := parseMetricsCPU(strings.NewReader(`process_cpu_seconds_total{a="b c"} 3 1700000000`)); err != nil || got != 3 {
+	if got, err := parseMetricsCPU(`process_cpu_seconds_total{a="b c"} 3 1700000000` + "\n"); err != nil || got != 3 {
 		t.Fatalf("labelled: got %v, %v", got, err)
 	}
-	if _, err := parseMetricsCPU(strings.NewReader("go_goroutines 5\n")); err == nil {
+	if _, err := parseMetricsCPU("go_goroutines 5\n"); err == nil {
 		t.Fatal("missing metric not reported")
 	}
 }
@@ -42,16 +59,10 @@ func TestGrouped(t *testing.T) {
 	}
 }
 
-func TestParseProcStatusMemory(t *testing.T) {
-	in := "Name:\tsurge\nVmPeak:\t  900000 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t9\n"
-	peak, now, err := parseProcStatusMemory([]byte(in))
-	if err != nil || peak != 200<<20 || now != 100<<20 {
-		t.Fatalf("got %d, %d, %v; want %d, %d", peak, now, err, 200<<20, 100<<20)
+func parseMetricsCPU(text string) (float64, error) {
+	m, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		return 0, err
 	}
-	if _, _, err := parseProcStatusMemory([]byte("Name:\tsurge\nVmRSS:\t1 kB\n")); err == nil {
-		t.Fatal("missing VmHWM accepted")
-	}
-	if _, _, err := parseProcStatusMemory([]byte("VmHWM:\t1 MB\nVmRSS:\t1 kB\n")); err == nil {
-		t.Fatal("unknown unit accepted")
-	}
+	return m.cpuSeconds()
 }

@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,17 +55,9 @@ type CommerceOptions struct {
 	MaxInflight int // iterations in flight at once; beyond it "not sent"
 	HTTP2       bool
 	Baseline    bool
-	Target      string // a running server's base URL; empty to spawn one
-	Partitions  int
-	DataDir     string
-	JSONPath    string
 	Seed        uint64
 
-	Exe         string // the surge binary, to spawn `serve` and `bench nullserver`
-	ServeExe    string // if set, the binary spawned as `serve` instead of Exe
-	Stdout      io.Writer
-	Stderr      io.Writer
-	ProgressTTY bool
+	Options
 }
 
 func (o CommerceOptions) levels() []float64 {
@@ -397,91 +386,52 @@ func (r *commerceRun) openLoop(ctx context.Context, rate float64, d time.Duratio
 	sem := make(chan struct{}, r.o.MaxInflight)
 	var wg sync.WaitGroup
 	pl := &planner{seed: r.o.Seed}
-	start := time.Now()
-	var i int64
-	for ctx.Err() == nil {
-		el := time.Since(start)
-		if el >= d {
-			break
+	elapsed := schedule(ctx, rate, d, func(i int64, at time.Time) {
+		m, mode := pl.next(i)
+		select {
+		case sem <- struct{}{}:
+			r.sent.Add(1)
+			r.inflight.Add(1)
+			wg.Go(func() {
+				defer func() { r.inflight.Add(-1); r.done.Add(1); <-sem }()
+				r.iteration(ctx, i, m, mode, at)
+			})
+		default:
+			r.notSent.Add(1)
 		}
-		for due := int64(el.Seconds()*rate) + 1; i < due; i++ {
-			m, mode := pl.next(i)
-			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-			n := i
-			select {
-			case sem <- struct{}{}:
-				r.sent.Add(1)
-				r.inflight.Add(1)
-				wg.Go(func() {
-					defer func() { r.inflight.Add(-1); r.done.Add(1); <-sem }()
-					r.iteration(ctx, n, m, mode, at)
-				})
-			default:
-				r.notSent.Add(1)
-			}
-		}
-		next := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		time.Sleep(min(max(time.Until(next), 200*time.Microsecond), 10*time.Millisecond))
-	}
-	elapsed := time.Since(start)
+	})
 	wg.Wait()
 	return elapsed
 }
 
 func (r *commerceRun) startProgress(total int64, d time.Duration) (stop func()) {
-	if r.o.Stderr == nil {
-		return func() {}
-	}
 	every := 2 * time.Second
 	if r.o.ProgressTTY {
 		every = 250 * time.Millisecond
 	}
-	quit, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		start := time.Now()
-		last, lastAt := int64(0), start
-		for {
-			select {
-			case <-quit:
-				if r.o.ProgressTTY {
-					fmt.Fprint(r.o.Stderr, "\r\033[K")
-				}
-				return
-			case <-t.C:
-			}
-			sent, now := r.sent.Load(), time.Now()
-			rate := float64(sent-last) / now.Sub(lastAt).Seconds()
-			last, lastAt = sent, now
-			line := fmt.Sprintf("%s  %.0f/%.0f s  sent %d/%d  %s it/s  in flight %d  not sent %d  errors %d",
-				r.label, min(now.Sub(start), d).Seconds(), d.Seconds(), sent, total, grouped(int64(rate)),
-				r.inflight.Load(), r.notSent.Load(), r.errs.Load())
-			if r.o.ProgressTTY {
-				fmt.Fprintf(r.o.Stderr, "\r\033[K%s", line)
-			} else {
-				fmt.Fprintln(r.o.Stderr, line)
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
+	start := time.Now()
+	last, lastAt := int64(0), start
+	return progress(r.o.Stderr, r.o.ProgressTTY, every, func() string {
+		sent, now := r.sent.Load(), time.Now()
+		rate := float64(sent-last) / now.Sub(lastAt).Seconds()
+		last, lastAt = sent, now
+		return fmt.Sprintf("%s  %.0f/%.0f s  sent %d/%d  %s it/s  in flight %d  not sent %d  errors %d",
+			r.label, min(now.Sub(start), d).Seconds(), d.Seconds(), sent, total, grouped(int64(rate)),
+			r.inflight.Load(), r.notSent.Load(), r.errs.Load())
+	})
 }
 
 // measure runs one level and returns its report; cpu reads the server's
 // CPU seconds (nil when unknown).
 func (r *commerceRun) measure(ctx context.Context, rate float64, cpu func() (float64, error)) *CommerceRunReport {
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	stop := r.startProgress(int64(rate*r.o.Duration.Seconds()), r.o.Duration)
 	elapsed := r.openLoop(ctx, rate, r.o.Duration)
 	stop()
 	rep := r.report(rate, elapsed)
-	rep.GeneratorCPU = selfCPUSeconds() - gen0
-	if cpuErr == nil {
-		if cpu1, err := cpu(); err == nil {
-			rep.setCPU(cpu1 - cpu0)
-		}
+	rep.GeneratorCPU = m.generator()
+	if c, err := m.used(); err == nil {
+		rep.setCPU(c)
 	}
 	return rep
 }
@@ -690,13 +640,12 @@ func seedCommerce(ctx context.Context, base string, c *http.Client, seed uint64,
 // CommerceReport is everything `surge bench commerce` measured; --json
 // writes it.
 type CommerceReport struct {
-	Benchmark       string           `json:"benchmark"`
-	Config          CommerceConfig   `json:"config"`
-	Levels          []*CommerceLevel `json:"levels"`
-	Peer            CommercePeer     `json:"peer"`
-	OK              bool             `json:"ok"`
-	Problems        []string         `json:"problems"`
-	StockPerProduct int64            `json:"stockPerProduct"`
+	Benchmark string           `json:"benchmark"`
+	Config    CommerceConfig   `json:"config"`
+	Levels    []*CommerceLevel `json:"levels"`
+	Peer      CommercePeer     `json:"peer"`
+	Verdict
+	StockPerProduct int64 `json:"stockPerProduct"`
 }
 
 // CommerceConfig records the flags a run used.
@@ -733,7 +682,7 @@ type CommerceLevel struct {
 	Goals    []Goal             `json:"goals"`
 }
 
-// Goals of issue 7, judged in one run against the do-nothing server.
+// The commerce goals, judged in one run against the do-nothing server.
 const (
 	commerceGoalP99Multiple = 1.5
 	commerceGoalSagaP99Ms   = 20
@@ -784,45 +733,35 @@ func RunCommerce(ctx context.Context, o CommerceOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "surge-bench-commerce-")
-	if err != nil {
-		return err
-	}
-	t := &ticketingRun{o: TicketingOptions{Exe: o.Exe, ServeExe: o.ServeExe, Stderr: o.Stderr}, tmp: tmp}
-	defer t.cleanup()
-	rep := &CommerceReport{Benchmark: "commerce", Peer: commercePeer, Problems: []string{}, StockPerProduct: o.stockPerProduct(),
+	rep := &CommerceReport{Benchmark: "commerce", Peer: commercePeer, StockPerProduct: o.stockPerProduct(),
 		Config: CommerceConfig{Levels: o.levels(), DurationSeconds: o.Duration.Seconds(), Clients: o.Clients, MaxInflight: o.MaxInflight,
 			HTTP2: o.HTTP2, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions, Seed: o.Seed}}
-	err = runCommerce(ctx, o, t, rep)
-	if err != nil {
-		rep.Problems = append(rep.Problems, err.Error())
-	}
-	for _, l := range rep.Levels {
-		if l.Server != nil && l.Server.Errors > 0 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s it/s: %d errors", grouped(int64(l.Rate)), l.Server.Errors))
-		}
-	}
-	rep.OK = len(rep.Problems) == 0
-	if o.JSONPath != "" {
-		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
-			rep.OK = false
-			rep.Problems = append(rep.Problems, "write JSON: "+err.Error())
-		}
-	}
-	if ctx.Err() != nil {
-		return errors.New("interrupted; servers stopped")
-	}
-	if !rep.OK {
-		t.keepTmp = true
-		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
-		return errCommerceFailed
-	}
-	fmt.Fprintln(o.Stdout, "\nOK: no errors")
-	return nil
+	return runScenario(ctx, o.Options, "surge-bench-commerce-", &commerceBench{o: o, rep: rep})
 }
 
-func runCommerce(ctx context.Context, o CommerceOptions, t *ticketingRun, rep *CommerceReport) error {
-	logf := t.logf
+// commerceBench is the commerce scenario: the mix at each level against
+// the server and, unless --baseline=false, the do-nothing server.
+type commerceBench struct {
+	o   CommerceOptions
+	rep *CommerceReport
+}
+
+func (b *commerceBench) setup(context.Context, *Rig) error { return nil }
+func (b *commerceBench) report() any                       { return b.rep }
+func (b *commerceBench) verdict() *Verdict                 { return &b.rep.Verdict }
+func (b *commerceBench) passed() string                    { return "OK: no errors" }
+func (b *commerceBench) failed() error                     { return errCommerceFailed }
+
+func (b *commerceBench) judge(io.Writer) {
+	for _, l := range b.rep.Levels {
+		if l.Server != nil && l.Server.Errors > 0 {
+			b.rep.add(fmt.Sprintf("%s it/s: %d errors", grouped(int64(l.Rate)), l.Server.Errors))
+		}
+	}
+}
+
+func (b *commerceBench) load(ctx context.Context, rig *Rig) error {
+	o, rep := b.o, b.rep
 	clients := make([]*http.Client, o.Clients)
 	for i := range clients {
 		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
@@ -831,58 +770,22 @@ func runCommerce(ctx context.Context, o CommerceOptions, t *ticketingRun, rep *C
 	var null *child
 	var nullSeed *commerceSeed
 	if o.Baseline {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		logf("starting the do-nothing server on %s", addr)
-		if null, err = t.spawn("null-commerce", []string{"bench", "nullserver", "--addr", addr}, addr); err != nil {
-			return err
-		}
-		if _, err := null.waitReady(ctx); err != nil {
+		var err error
+		if null, err = rig.startNull(ctx, "", "null-commerce"); err != nil {
 			return err
 		}
 		if nullSeed, err = seedCommerce(ctx, null.baseURL(), clients[0], o.Seed, rep.StockPerProduct); err != nil {
 			return fmt.Errorf("do-nothing server: %w", err)
 		}
 	}
-	base, srv := o.Target, (*child)(nil)
-	if base == "" {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		dataDir := filepath.Join(t.tmp, "data")
-		if o.DataDir != "" {
-			dataDir = filepath.Join(o.DataDir, "commerce")
-		}
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return err
-		}
-		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
-		if o.Partitions > 0 {
-			args = append(args, "--partitions", strconv.Itoa(o.Partitions))
-		}
-		logf("starting surge serve on %s (data dir %s)", addr, dataDir)
-		if srv, err = t.spawn("surge-commerce", args, addr); err != nil {
-			return err
-		}
-		if _, err := srv.waitReady(ctx); err != nil {
-			return fmt.Errorf("surge serve failed to start: %w", err)
-		}
-		base = srv.baseURL()
-	}
-	base = strings.TrimRight(base, "/")
-	logf("seeding %d customers and %d products (quantityOnHand %s)", commerceCustomers, commerceProducts, grouped(rep.StockPerProduct))
-	srvSeed, err := seedCommerce(ctx, base, clients[0], o.Seed, rep.StockPerProduct)
+	srv, err := rig.target(ctx, "", "surge-commerce", "data", "commerce")
 	if err != nil {
 		return err
 	}
-	srvCPU := func() (float64, error) {
-		if srv != nil {
-			return srv.cpuSeconds()
-		}
-		return metricsCPUSeconds(ctx, base)
+	rig.logf("seeding %d customers and %d products (quantityOnHand %s)", commerceCustomers, commerceProducts, grouped(rep.StockPerProduct))
+	srvSeed, err := seedCommerce(ctx, srv.base, clients[0], o.Seed, rep.StockPerProduct)
+	if err != nil {
+		return err
 	}
 	for _, rate := range o.levels() {
 		l := &CommerceLevel{Rate: rate}
@@ -891,39 +794,26 @@ func runCommerce(ctx context.Context, o CommerceOptions, t *ticketingRun, rep *C
 			r := newCommerceRun(null.baseURL(), clients, nullSeed, o, fmt.Sprintf("%s it/s (do-nothing server)", grouped(int64(rate))))
 			l.Baseline = r.measure(ctx, rate, null.cpuSeconds)
 			l.Baseline.Server = "null"
-			if peak, _, err := null.memory(); err == nil {
-				l.Baseline.PeakRSSBytes = &peak
-			}
+			l.Baseline.PeakRSSBytes = peakOf(null)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
-		r := newCommerceRun(base, clients, srvSeed, o, fmt.Sprintf("%s it/s", grouped(int64(rate))))
-		l.Server = r.measure(ctx, rate, srvCPU)
-		l.Server.Server = "surge"
-		if o.Target != "" {
-			l.Server.Server = o.Target
-		}
-		if srv != nil {
-			if peak, _, err := srv.memory(); err == nil {
-				l.Server.PeakRSSBytes = &peak
-			}
-		}
+		r := newCommerceRun(srv.base, clients, srvSeed, o, fmt.Sprintf("%s it/s", grouped(int64(rate))))
+		l.Server = r.measure(ctx, rate, srv.cpu(ctx))
+		l.Server.Server = srv.name(o.Options)
+		l.Server.PeakRSSBytes = srv.peakRSS()
 		l.judge()
 		writeCommerceLevel(o.Stdout, rep, l)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	if srv != nil {
-		if err := srv.stop(); err != nil {
-			return fmt.Errorf("server did not exit 0 on SIGTERM: %w", err)
-		}
+	if err := srv.stop(); err != nil {
+		return err
 	}
 	if null != nil {
-		if err := null.stop(); err != nil {
-			logf("warning: do-nothing server: %v", err)
-		}
+		rig.stopNull(null)
 	}
 	return nil
 }

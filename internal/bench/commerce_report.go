@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -31,21 +30,14 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	fmt.Fprintf(out, "\ncommerce 60/25/15 mix, open loop at %s iterations/s for %.0f s (%s, %d clients, at most %s in flight, seed %d, stock %s per product)\n",
 		grouped(int64(l.Rate)), c.DurationSeconds, proto, c.Clients, grouped(int64(c.MaxInflight)), c.Seed, grouped(rep.StockPerProduct))
 	runs := []*CommerceRunReport{l.Server}
-	head := "\t" + commerceServerName(l.Server)
+	head := "\t" + serverLabel(l.Server.Server)
 	if l.Baseline != nil {
 		runs = append(runs, l.Baseline)
 		head += "\tdo-nothing server"
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, head)
-	row := func(name string, f func(r *CommerceRunReport) string) {
-		var b strings.Builder
-		b.WriteString("  " + name)
-		for _, r := range runs {
-			b.WriteString("\t" + f(r))
-		}
-		fmt.Fprintln(tw, b.String())
-	}
+	row := columns[*CommerceRunReport]{w: tw, lead: "  ", sep: "\t", runs: runs}.row
 	row("achieved rate", func(r *CommerceRunReport) string {
 		ok := "yes"
 		if !r.RateMet {
@@ -60,12 +52,7 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 		return fmt.Sprintf("%s / %s (%s) / %s", grouped(r.Orders), grouped(r.Reserves), grouped(r.Reserve409), grouped(r.Customers))
 	})
 	row("errors", func(r *CommerceRunReport) string { return grouped(r.Errors) })
-	lat := func(x LatencyReport) string {
-		if x.Count == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
-	}
+	lat := latencyCell
 	fmt.Fprintln(tw, "  HTTP latency p50 / p95 / p99 / max\t\t")
 	for _, t := range commerceReqTypes {
 		row("  "+t, func(r *CommerceRunReport) string { return lat(r.HTTP[t]) })
@@ -107,47 +94,14 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	_ = tw.Flush()
 	for _, r := range runs {
 		for _, k := range slices.Sorted(maps.Keys(r.ErrorsByKind)) {
-			fmt.Fprintf(out, "  %s: %s errors: %s\n", commerceServerName(r), k, grouped(r.ErrorsByKind[k]))
+			fmt.Fprintf(out, "  %s: %s errors: %s\n", serverLabel(r.Server), k, grouped(r.ErrorsByKind[k]))
 		}
 		for _, s := range r.ErrorSamples {
-			fmt.Fprintf(out, "  %s: error sample: %s\n", commerceServerName(r), s)
+			fmt.Fprintf(out, "  %s: error sample: %s\n", serverLabel(r.Server), s)
 		}
 	}
-	fmt.Fprintln(out, "\n  goals (issue 7)")
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	for _, g := range l.Goals {
-		v, met := "-", "n/a"
-		if g.Value != nil {
-			v = formatCommerceGoal(*g.Value, g.Unit)
-		}
-		if g.Met != nil {
-			met = "no"
-			if *g.Met {
-				met = "yes"
-			}
-		}
-		line := fmt.Sprintf("  %s\t%s\t%s\t%s", g.Name, g.Target, v, met)
-		if g.Note != "" {
-			line += "\t(" + g.Note + ")"
-		}
-		fmt.Fprintln(tw, line)
-	}
-	_ = tw.Flush()
+	writeGoals(out, "goals", l.Goals)
 	p := rep.Peer
 	fmt.Fprintf(out, "  the peer: ≈ %.0f iterations/s on %d vCPU (≈ %.0f per vCPU-second), HTTP p95 ≈ %.0f ms, saga E2E p95 at the %.0f s timeout from %.0f iterations/s\n",
 		p.MaxRate, p.VCPU, p.ItersPerVCPUSec, p.HTTPP95Ms, p.SagaTimeoutSecond, p.SagaP95TimeoutAt)
-}
-
-func formatCommerceGoal(v float64, unit string) string {
-	if unit == "ms" {
-		return fmt.Sprintf("%.2f ms", v)
-	}
-	return formatGoalValue(v, unit)
-}
-
-func commerceServerName(r *CommerceRunReport) string {
-	if r == nil {
-		return "-"
-	}
-	return serverName(&RunReport{Server: r.Server})
 }

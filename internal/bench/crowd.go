@@ -462,25 +462,10 @@ func (c *crowdRunner) collect(elapsed time.Duration, cpu float64) *CrowdStats {
 }
 
 func (c *crowdRunner) startProgress(total int64) (stop func()) {
-	if c.cfg.Progress == nil {
-		return func() {}
-	}
-	quit, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		tk := time.NewTicker(2 * time.Second)
-		defer tk.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-tk.C:
-				t := c.tally
-				fmt.Fprintf(c.cfg.Progress, "%s  %.0f s  %d/%d done  errors %d  requests %d  connections %d\n",
-					c.cfg.Label, time.Since(c.start).Seconds(), c.done.Load(), total, c.errs.Load(),
-					t.posts.Load()+t.gets.Load(), t.dials.Load())
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
+	return progress(c.cfg.Progress, false, 2*time.Second, func() string {
+		t := c.tally
+		return fmt.Sprintf("%s  %.0f s  %d/%d done  errors %d  requests %d  connections %d",
+			c.cfg.Label, time.Since(c.start).Seconds(), c.done.Load(), total, c.errs.Load(),
+			t.posts.Load()+t.gets.Load(), t.dials.Load())
+	})
 }

@@ -1,19 +1,16 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // crowdCounterFamilies are the server's /metrics counters that say where
@@ -29,13 +26,12 @@ var crowdCounterFamilies = []string{
 // CrowdReport is what `surge bench ticketing --crowd` measured; --json
 // writes it.
 type CrowdReport struct {
-	Benchmark string      `json:"benchmark"`
-	Config    CrowdShape  `json:"config"`
-	Baseline  *CrowdRun   `json:"baseline,omitempty"`
-	Server    *CrowdRun   `json:"server,omitempty"`
-	OK        bool        `json:"ok"`
-	Problems  []string    `json:"problems"`
-	Machine   MachineInfo `json:"machine"`
+	Benchmark string     `json:"benchmark"`
+	Config    CrowdShape `json:"config"`
+	Baseline  *CrowdRun  `json:"baseline,omitempty"`
+	Server    *CrowdRun  `json:"server,omitempty"`
+	Verdict
+	Machine MachineInfo `json:"machine"`
 }
 
 // CrowdShape is the crowd's configuration, the peer's rules included.
@@ -125,56 +121,64 @@ func RunCrowd(ctx context.Context, o TicketingOptions) error {
 	if _, err := newCrowd(cfg); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "surge-crowd-")
-	if err != nil {
-		return err
+	rep := &CrowdReport{Benchmark: "ticketing-crowd", Config: o.crowdShape(), Machine: machineInfo()}
+	return runScenario(ctx, o.Options, "surge-crowd-", &crowdBench{t: &ticketingRun{o: o}, rep: rep})
+}
+
+// crowdBench is the crowd scenario: the peer's spike client against the
+// do-nothing server, then against surge (killed mid-crowd if asked).
+type crowdBench struct {
+	t   *ticketingRun
+	rep *CrowdReport
+}
+
+func (b *crowdBench) setup(_ context.Context, rig *Rig) error {
+	b.t.Rig = rig
+	return nil
+}
+
+func (b *crowdBench) report() any       { return b.rep }
+func (b *crowdBench) verdict() *Verdict { return &b.rep.Verdict }
+func (b *crowdBench) failed() error     { return ErrFailed }
+func (b *crowdBench) passed() string {
+	if b.t.o.killing() {
+		return "OK: no double booking, no errors; after kill -9 every id read back decided and unchanged"
 	}
-	r := &ticketingRun{o: o, tmp: tmp}
-	defer r.cleanup()
-	rep := &CrowdReport{Benchmark: "ticketing-crowd", Config: o.crowdShape(), Problems: []string{}, Machine: machineInfo()}
-	if o.Baseline {
-		if rep.Baseline, err = r.crowdBaseline(ctx); err != nil {
-			rep.Problems = append(rep.Problems, "baseline: "+err.Error())
+	return "OK: no double booking, no errors"
+}
+
+func (b *crowdBench) load(ctx context.Context, _ *Rig) error {
+	var err error
+	if b.t.o.Baseline {
+		if b.rep.Baseline, err = b.t.crowdBaseline(ctx); err != nil {
+			b.rep.add("baseline: " + err.Error())
 		}
 	}
 	if ctx.Err() == nil {
-		if rep.Server, err = r.crowdServer(ctx); err != nil {
-			rep.Problems = append(rep.Problems, err.Error())
+		if b.rep.Server, err = b.t.crowdServer(ctx); err != nil {
+			b.rep.add(err.Error())
 		}
 	}
-	if s := rep.Server; s != nil {
-		s.estimateRefusalShare(rep.Baseline)
+	return nil
+}
+
+// judge adds the server run's problems and prints the whole report: the
+// crowd's table has one column per server.
+func (b *crowdBench) judge(out io.Writer) {
+	if s := b.rep.Server; s != nil {
+		s.estimateRefusalShare(b.rep.Baseline)
 		if n := len(s.DoubleBookings); n > 0 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("DOUBLE BOOKING of %d seat(s)", n))
+			b.rep.add(fmt.Sprintf("DOUBLE BOOKING of %d seat(s)", n))
 		}
 		if s.Errors > 0 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d reservations ended in an error (%.1f %%)", s.Errors, s.Reservations, s.ErrorPercent))
+			b.rep.add(fmt.Sprintf("%d of %d reservations ended in an error (%.1f %%)", s.Errors, s.Reservations, s.ErrorPercent))
 		}
 		if s.Crash != nil {
-			rep.Problems = append(rep.Problems, s.Crash.Problems()...)
+			b.rep.add(s.Crash.Problems()...)
 		}
 	}
-	rep.OK = len(rep.Problems) == 0
-	writeCrowd(o.Stdout, rep)
-	if o.JSONPath != "" {
-		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
-			return fmt.Errorf("write JSON: %w", err)
-		}
-	}
-	if ctx.Err() != nil {
-		return errors.New("interrupted; servers stopped")
-	}
-	if !rep.OK {
-		r.keepTmp = true
-		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
-		return ErrFailed
-	}
-	if o.killing() {
-		fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors; after kill -9 every id read back decided and unchanged")
-		return nil
-	}
-	fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors")
-	return nil
+	b.rep.OK = len(b.rep.Problems) == 0
+	writeCrowd(out, b.rep)
 }
 
 func (o TicketingOptions) killing() bool { return o.KillAfter != 0 || o.KillAfterDecisions != 0 }
@@ -216,30 +220,18 @@ func (o TicketingOptions) crowdShape() CrowdShape {
 }
 
 func (r *ticketingRun) crowdBaseline(ctx context.Context) (*CrowdRun, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	r.logf("crowd: starting the do-nothing server on %s", addr)
-	c, err := r.spawn("null-crowd", []string{"bench", "nullserver", "--addr", addr}, addr)
+	c, err := r.startNull(ctx, "crowd", "null-crowd")
 	if err != nil {
 		return nil, err
 	}
 	defer c.kill()
-	if _, err := c.waitReady(ctx); err != nil {
-		return nil, err
-	}
 	run, err := r.crowd(ctx, c.baseURL(), false, c.cpuSeconds, nil)
 	if err != nil {
 		return nil, err
 	}
 	run.Server = "null"
-	if peak, _, err := c.memory(); err == nil {
-		run.PeakRSSBytes = &peak
-	}
-	if err := c.stop(); err != nil {
-		r.logf("warning: do-nothing server: %v", err)
-	}
+	run.PeakRSSBytes = peakOf(c)
+	r.stopNull(c)
 	return run, nil
 }
 
@@ -291,29 +283,9 @@ func (r *ticketingRun) crowdServer(ctx context.Context) (*CrowdRun, error) {
 
 // startCrowdServer starts `surge serve` on a fresh data dir for the crowd.
 func (r *ticketingRun) startCrowdServer(ctx context.Context) (*crowdProc, error) {
-	addr, err := freeAddr()
+	c, args, err := r.startServe(ctx, "crowd", "surge-crowd", "data-crowd", "crowd", r.o.ServeArgs...)
 	if err != nil {
 		return nil, err
-	}
-	dataDir := filepath.Join(r.tmp, "data-crowd")
-	if r.o.DataDir != "" {
-		dataDir = filepath.Join(r.o.DataDir, "crowd")
-	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, err
-	}
-	args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
-	if r.o.Partitions > 0 {
-		args = append(args, "--partitions", strconv.Itoa(r.o.Partitions))
-	}
-	args = append(args, r.o.ServeArgs...)
-	r.logf("crowd: starting surge %s", strings.Join(args[1:], " "))
-	c, err := r.spawn("surge-crowd", args, addr)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.waitReady(ctx); err != nil {
-		return nil, fmt.Errorf("surge serve failed to start: %w", err)
 	}
 	return &crowdProc{r: r, args: args, now: c}, nil
 }
@@ -335,20 +307,14 @@ func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu f
 	if err := c.setup(ctx); err != nil {
 		return nil, err
 	}
-	cpu0, cerr := cpu()
+	m := meterCPU(cpu)
 	stats, err := c.run(ctx)
 	if err != nil {
 		return nil, err
 	}
 	run := &CrowdRun{CrowdStats: *stats}
-	if cerr == nil {
-		var cpu1 float64
-		if cpu1, cerr = cpu(); cerr == nil {
-			run.setCPU(cpu1 - cpu0)
-		}
-	}
-	if cerr != nil {
-		r.logf("warning: %s: server CPU not available: %v", cfg.Label, cerr)
+	if used, ok := m.usedOrWarn(r.o.Stderr, cfg.Label); ok {
+		run.setCPU(used)
 	}
 	r.logf("%s: %s reservations in %.1f s, %s errors", cfg.Label, grouped(stats.Reservations), stats.CompletionSeconds, grouped(stats.Errors))
 	return run, nil
@@ -356,48 +322,11 @@ func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu f
 
 // scrapeCounters reads the series of the given families from /metrics.
 func scrapeCounters(ctx context.Context, base string, families []string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
+	m, err := scrape(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: status %d", resp.StatusCode)
-	}
-	return parseCounters(resp.Body, families)
-}
-
-func parseCounters(r io.Reader, families []string) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		series := line[:i]
-		name, _, _ := strings.Cut(series, "{")
-		if !slices.Contains(families, name) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("/metrics line %q: %w", line, err)
-		}
-		out[series] = v
-	}
-	return out, sc.Err()
+	return m.series(families), nil
 }
 
 // counterDeltas keeps the series that changed.
@@ -413,19 +342,15 @@ func counterDeltas(before, after map[string]float64) map[string]float64 {
 
 func machineInfo() MachineInfo {
 	m := MachineInfo{CPUs: runtime.NumCPU()}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return m
 	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		f := strings.Fields(string(b))
-		if len(f) >= 3 {
-			m.LoadAvg = strings.Join(f[:3], " ")
-		}
+	if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
+		m.CPUModel = cpus[0].ModelName
+	}
+	if l, err := fs.LoadAvg(); err == nil {
+		m.LoadAvg = fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
 	}
 	return m
 }
@@ -454,13 +379,7 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 		return
 	}
 	fmt.Fprintf(w, "| | %s\n|---|%s\n", header[2:], strings.Repeat("---|", len(runs)))
-	row := func(name string, cell func(r *CrowdRun) string) {
-		fmt.Fprintf(w, "| %s |", name)
-		for _, r := range runs {
-			fmt.Fprintf(w, " %s |", cell(r))
-		}
-		fmt.Fprintln(w)
-	}
+	row := columns[*CrowdRun]{w: w, lead: "| ", sep: " | ", tail: " |", runs: runs}.row
 	row("reservations", func(r *CrowdRun) string { return grouped(r.Reservations) })
 	row("errors", func(r *CrowdRun) string { return fmt.Sprintf("%s (%.1f %%)", grouped(r.Errors), r.ErrorPercent) })
 	row("reserved / failed (sold out)", func(r *CrowdRun) string { return grouped(r.Reserved) + " / " + grouped(r.Failed) })

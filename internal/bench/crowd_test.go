@@ -221,7 +221,7 @@ func TestCrowdReportFields(t *testing.T) {
 	run := &CrowdRun{Server: "surge", CrowdStats: *s, ServerCounters: map[string]float64{`surge_engine_shed_total{reason="queue_delay"}`: 5}}
 	run.setCPU(0.5)
 	rep := &CrowdReport{Benchmark: "ticketing-crowd", Config: TicketingOptions{Groups: 1, Reservations: 10, Areas: 1, Clients: 1, CrowdTransport: CrowdTransportXNet}.crowdShape(),
-		Server: run, Problems: []string{}, Machine: machineInfo()}
+		Server: run, Verdict: Verdict{Problems: []string{}}, Machine: machineInfo()}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -253,10 +253,11 @@ func TestCrowdReportFields(t *testing.T) {
 func TestParseCountersAndDeltas(t *testing.T) {
 	text := "# HELP x\nsurge_engine_shed_total{reason=\"expired\"} 3\nsurge_engine_shed_total{reason=\"queue_delay\"} 10\n" +
 		"surge_http_requests_refused_total 7\nother_total 9\n"
-	before, err := parseCounters(strings.NewReader(text), crowdCounterFamilies)
+	m, err := parseMetrics(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := m.series(crowdCounterFamilies)
 	if len(before) != 3 || before["surge_http_requests_refused_total"] != 7 {
 		t.Fatalf("parsed %v", before)
 	}

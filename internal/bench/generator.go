@@ -1,7 +1,7 @@
-// Package bench holds Surge's load generators. The ticketing generator
-// reproduces the peer's flash-sale spike test (docs/BENCHMARKS.md) for the
-// compatibility flow (POST then GET) and
-// the native one-round-trip flow, and checks the answers for double booking.
+// The ticketing generator reproduces the peer's flash-sale spike test
+// (docs/BENCHMARKS.md) for the compatibility flow (POST then GET) and the
+// native one-round-trip flow, and checks the answers for double booking.
+
 package bench
 
 import (
@@ -381,44 +381,17 @@ func (g *Generator) sample(dst *[]string, msg string) {
 }
 
 func (g *Generator) startProgress(total int64) (stop func()) {
-	if g.cfg.Progress == nil {
-		return func() {}
-	}
 	every := 2 * time.Second
 	if g.cfg.ProgressTTY {
 		every = 250 * time.Millisecond
 	}
-	quit, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		last, lastAt := int64(0), time.Now()
-		line := func() {
-			done, now := g.done.Load(), time.Now()
-			rate := float64(done-last) / now.Sub(lastAt).Seconds()
-			last, lastAt = done, now
-			if g.cfg.ProgressTTY {
-				fmt.Fprintf(g.cfg.Progress, "\r\033[K%s  %d/%d  %s/s  errors %d",
-					g.cfg.Label, done, total, grouped(int64(rate)), g.errs.Load())
-			} else {
-				fmt.Fprintf(g.cfg.Progress, "%s  %d/%d  %s/s  errors %d\n",
-					g.cfg.Label, done, total, grouped(int64(rate)), g.errs.Load())
-			}
-		}
-		for {
-			select {
-			case <-quit:
-				if g.cfg.ProgressTTY {
-					fmt.Fprint(g.cfg.Progress, "\r\033[K")
-				}
-				return
-			case <-t.C:
-				line()
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
+	last, lastAt := int64(0), time.Now()
+	return progress(g.cfg.Progress, g.cfg.ProgressTTY, every, func() string {
+		done, now := g.done.Load(), time.Now()
+		rate := float64(done-last) / now.Sub(lastAt).Seconds()
+		last, lastAt = done, now
+		return fmt.Sprintf("%s  %d/%d  %s/s  errors %d", g.cfg.Label, done, total, grouped(int64(rate)), g.errs.Load())
+	})
 }
 
 // worker sends one reservation at a time. Everything it needs per request

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,16 +49,8 @@ type JobsOptions struct {
 	Ack         bool
 	Drain       time.Duration // e2e phase: how long to wait for submitted jobs to finish
 	Baseline    bool
-	Target      string
-	Partitions  int
-	DataDir     string
-	JSONPath    string
 
-	Exe         string
-	ServeExe    string
-	Stdout      io.Writer
-	Stderr      io.Writer
-	ProgressTTY bool
+	Options
 }
 
 func (o JobsOptions) phases() ([]string, error) {
@@ -447,25 +437,13 @@ func (r *jobsRun) openLoop(ctx context.Context, cs []jqpbconnect.JobServiceClien
 		wg.Go(func() { r.sender(ctx, c, s, due) })
 	}
 	rate := r.o.Rate / float64(r.o.Batch) // calls/s
-	start := time.Now()
-	var i int64
-	for ctx.Err() == nil {
-		el := time.Since(start)
-		if el >= d {
-			break
+	elapsed := schedule(ctx, rate, d, func(_ int64, at time.Time) {
+		select {
+		case due <- at.Sub(r.base):
+		default:
+			r.notSent.Add(int64(r.o.Batch))
 		}
-		for n := int64(el.Seconds()*rate) + 1; i < n; i++ {
-			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second))).Sub(r.base)
-			select {
-			case due <- at:
-			default:
-				r.notSent.Add(int64(r.o.Batch))
-			}
-		}
-		next := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		time.Sleep(min(max(time.Until(next), 200*time.Microsecond), 10*time.Millisecond))
-	}
-	elapsed := time.Since(start)
+	})
 	close(due)
 	wg.Wait()
 	return elapsed
@@ -508,41 +486,19 @@ func (r *jobsRun) sender(ctx context.Context, c jqpbconnect.JobServiceClient, id
 // progress prints a line a second (redrawn in place on a terminal) until
 // stopped.
 func (r *jobsRun) progress(d time.Duration) (stop func()) {
-	if r.o.Stderr == nil {
-		return func() {}
-	}
-	quit, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		start := time.Now()
-		var lastSub, lastExe int64
-		lastAt := start
-		for {
-			select {
-			case <-quit:
-				if r.o.ProgressTTY {
-					fmt.Fprint(r.o.Stderr, "\r\033[K")
-				}
-				return
-			case <-t.C:
-			}
-			now := time.Now()
-			sub, exe := r.submitted.Load(), r.executed.Load()
-			secs := now.Sub(lastAt).Seconds()
-			line := fmt.Sprintf("%s  %.0f/%.0f s  submitted %s (%s/s)  executed %s (%s/s)  in flight %d  not sent %s  errors %d",
-				r.label, min(now.Sub(start), d).Seconds(), d.Seconds(), grouped(sub), grouped(int64(float64(sub-lastSub)/secs)),
-				grouped(exe), grouped(int64(float64(exe-lastExe)/secs)), r.inflight.Load(), grouped(r.notSent.Load()), r.errCount.Load()+r.resourceExhausted())
-			lastSub, lastExe, lastAt = sub, exe, now
-			if r.o.ProgressTTY {
-				fmt.Fprintf(r.o.Stderr, "\r\033[K%s", line)
-			} else {
-				fmt.Fprintln(r.o.Stderr, line)
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
+	start := time.Now()
+	var lastSub, lastExe int64
+	lastAt := start
+	return progress(r.o.Stderr, r.o.ProgressTTY, time.Second, func() string {
+		now := time.Now()
+		sub, exe := r.submitted.Load(), r.executed.Load()
+		secs := now.Sub(lastAt).Seconds()
+		line := fmt.Sprintf("%s  %.0f/%.0f s  submitted %s (%s/s)  executed %s (%s/s)  in flight %d  not sent %s  errors %d",
+			r.label, min(now.Sub(start), d).Seconds(), d.Seconds(), grouped(sub), grouped(int64(float64(sub-lastSub)/secs)),
+			grouped(exe), grouped(int64(float64(exe-lastExe)/secs)), r.inflight.Load(), grouped(r.notSent.Load()), r.errCount.Load()+r.resourceExhausted())
+		lastSub, lastExe, lastAt = sub, exe, now
+		return line
+	})
 }
 
 func (r *jobsRun) resourceExhausted() int64 {
@@ -575,8 +531,7 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 	}
 	defer closeClients()
 
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	stop := r.progress(r.o.Duration)
 	var elapsed time.Duration
 	if phase == JobsPhaseSubmit {
@@ -594,15 +549,9 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 	}
 	stop()
 	rep := r.report(phase, elapsed, drained)
-	rep.GeneratorCPU = selfCPUSeconds() - gen0
-	if cpuErr == nil {
-		var cpu1 float64
-		if cpu1, cpuErr = cpu(); cpuErr == nil {
-			rep.setCPU(phase, cpu1-cpu0)
-		}
-	}
-	if cpuErr != nil {
-		fmt.Fprintf(r.o.Stderr, "warning: %s: server CPU not available: %v\n", r.label, cpuErr)
+	rep.GeneratorCPU = m.generator()
+	if c, ok := m.usedOrWarn(r.o.Stderr, r.label); ok {
+		rep.setCPU(phase, c)
 	}
 	if wg != nil {
 		stopWorkers()
@@ -700,8 +649,7 @@ type JobsReport struct {
 	Config    JobsConfig   `json:"config"`
 	Phases    []*JobsPhase `json:"phases"`
 	Peer      JobsPeer     `json:"peer"`
-	OK        bool         `json:"ok"`
-	Problems  []string     `json:"problems"`
+	Verdict
 }
 
 // JobsConfig records the flags a run used.
@@ -740,7 +688,7 @@ type JobsPhase struct {
 	Goals    []Goal         `json:"goals"`
 }
 
-// Goals of issue 8, judged in one run against the do-nothing server.
+// The jobs goals, judged in one run against the do-nothing server.
 const (
 	jobsGoalRatePercent = 60
 	jobsGoalP99Ms       = 50
@@ -796,55 +744,53 @@ func RunJobs(ctx context.Context, o JobsOptions) error {
 		return err
 	}
 	phases, _ := o.phases()
-	tmp, err := os.MkdirTemp("", "surge-bench-jobs-")
-	if err != nil {
-		return err
-	}
-	t := &ticketingRun{o: TicketingOptions{Exe: o.Exe, ServeExe: o.ServeExe, Stderr: o.Stderr}, tmp: tmp}
-	defer t.cleanup()
-	rep := &JobsReport{Benchmark: "jobs", Peer: jobsPeer, Problems: []string{}, Config: JobsConfig{
+	rep := &JobsReport{Benchmark: "jobs", Peer: jobsPeer, Config: JobsConfig{
 		DurationSeconds: o.Duration.Seconds(), Concurrency: o.Concurrency, Connections: o.Connections, SubmitWork: o.SubmitWork,
 		Rate: o.Rate, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
 		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions}}
-	for _, ph := range phases {
+	return runScenario(ctx, o.Options, "surge-bench-jobs-", &jobsBench{o: o, phases: phases, rep: rep})
+}
+
+// jobsBench is the jobs scenario: each phase against the do-nothing
+// server, then against surge.
+type jobsBench struct {
+	o      JobsOptions
+	phases []string
+	rep    *JobsReport
+}
+
+func (b *jobsBench) setup(context.Context, *Rig) error { return nil }
+func (b *jobsBench) judge(io.Writer)                   {}
+func (b *jobsBench) report() any                       { return b.rep }
+func (b *jobsBench) verdict() *Verdict                 { return &b.rep.Verdict }
+func (b *jobsBench) passed() string                    { return "OK: no errors, every submitted job executed" }
+func (b *jobsBench) failed() error                     { return errJobsFailed }
+
+func (b *jobsBench) load(ctx context.Context, rig *Rig) error {
+	o, rep := b.o, b.rep
+	for _, ph := range b.phases {
 		p := &JobsPhase{Phase: ph}
 		rep.Phases = append(rep.Phases, p)
-		err := runJobsPhase(ctx, o, t, p)
+		err := runJobsPhase(ctx, o, rig, p)
 		p.judge()
 		if p.Server != nil || p.Baseline != nil {
 			writeJobsPhase(o.Stdout, rep, p)
 		}
 		if err != nil {
-			rep.Problems = append(rep.Problems, ph+": "+err.Error())
+			rep.add(ph + ": " + err.Error())
 			if ctx.Err() != nil {
 				break
 			}
 		}
 		if s := p.Server; s != nil {
 			if n := s.errors(); n > 0 {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %s errors (not counting RESOURCE_EXHAUSTED)", ph, grouped(n)))
+				rep.add(fmt.Sprintf("%s: %s errors (not counting RESOURCE_EXHAUSTED)", ph, grouped(n)))
 			}
 			if s.Unfinished > 0 {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %s submitted jobs not executed within the %.0f s drain", ph, grouped(s.Unfinished), o.Drain.Seconds()))
+				rep.add(fmt.Sprintf("%s: %s submitted jobs not executed within the %.0f s drain", ph, grouped(s.Unfinished), o.Drain.Seconds()))
 			}
 		}
 	}
-	rep.OK = len(rep.Problems) == 0
-	if o.JSONPath != "" {
-		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
-			rep.OK = false
-			rep.Problems = append(rep.Problems, "write JSON: "+err.Error())
-		}
-	}
-	if ctx.Err() != nil {
-		return errors.New("interrupted; servers stopped")
-	}
-	if !rep.OK {
-		t.keepTmp = true
-		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(rep.Problems, "\n  "), tmp)
-		return errJobsFailed
-	}
-	fmt.Fprintln(o.Stdout, "\nOK: no errors, every submitted job executed")
 	return nil
 }
 
@@ -861,94 +807,41 @@ func (r *JobsRunReport) errors() int64 {
 	return n
 }
 
-func runJobsPhase(ctx context.Context, o JobsOptions, t *ticketingRun, p *JobsPhase) error {
+func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) error {
 	label := p.Phase
 	if o.Baseline {
-		addr, err := freeAddr()
+		null, err := rig.startNull(ctx, label, "null-jobs-"+p.Phase)
 		if err != nil {
-			return err
-		}
-		t.logf("%s: starting the do-nothing server on %s", label, addr)
-		null, err := t.spawn("null-jobs-"+p.Phase, []string{"bench", "nullserver", "--addr", addr}, addr)
-		if err != nil {
-			return err
-		}
-		if _, err := null.waitReady(ctx); err != nil {
 			return err
 		}
 		r := newJobsRun(o, label+" (do-nothing server)")
 		rep, err := r.measure(ctx, p.Phase, null.baseURL(), null.cpuSeconds)
 		if rep != nil {
 			rep.Server = "null"
-			if peak, _, err := null.memory(); err == nil {
-				rep.PeakRSSBytes = &peak
-			}
+			rep.PeakRSSBytes = peakOf(null)
 			p.Baseline = rep
 			if n := rep.errors(); n > 0 {
-				t.logf("warning: %s: the do-nothing server had %d errors; it is not a clean ceiling", label, n)
+				rig.logf("warning: %s: the do-nothing server had %d errors; it is not a clean ceiling", label, n)
 			}
 		}
-		if err := null.stop(); err != nil {
-			t.logf("warning: do-nothing server: %v", err)
-		}
+		rig.stopNull(null)
 		if err != nil {
 			return fmt.Errorf("do-nothing server: %w", err)
 		}
 	}
-	base, srv := o.Target, (*child)(nil)
-	if base == "" {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		dataDir := filepath.Join(t.tmp, "data-"+p.Phase)
-		if o.DataDir != "" {
-			dataDir = filepath.Join(o.DataDir, "jobs-"+p.Phase)
-		}
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return err
-		}
-		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
-		if o.Partitions > 0 {
-			args = append(args, "--partitions", strconv.Itoa(o.Partitions))
-		}
-		t.logf("%s: starting surge serve on %s (data dir %s)", label, addr, dataDir)
-		if srv, err = t.spawn("surge-jobs-"+p.Phase, args, addr); err != nil {
-			return err
-		}
-		if _, err := srv.waitReady(ctx); err != nil {
-			return fmt.Errorf("surge serve failed to start: %w", err)
-		}
-		base = srv.baseURL()
-	}
-	base = strings.TrimRight(base, "/")
-	cpu := func() (float64, error) {
-		if srv != nil {
-			return srv.cpuSeconds()
-		}
-		return metricsCPUSeconds(ctx, base)
+	srv, err := rig.target(ctx, label, "surge-jobs-"+p.Phase, "data-"+p.Phase, "jobs-"+p.Phase)
+	if err != nil {
+		return err
 	}
 	r := newJobsRun(o, label)
-	rep, err := r.measure(ctx, p.Phase, base, cpu)
+	rep, err := r.measure(ctx, p.Phase, srv.base, srv.cpu(ctx))
 	if rep != nil {
-		rep.Server = "surge"
-		if o.Target != "" {
-			rep.Server = o.Target
-		}
-		if srv != nil {
-			if peak, _, err := srv.memory(); err == nil {
-				rep.PeakRSSBytes = &peak
-			}
-		}
+		rep.Server = srv.name(o.Options)
+		rep.PeakRSSBytes = srv.peakRSS()
 		p.Server = rep
 	}
 	if err != nil {
 		return err
 	}
-	if srv != nil {
-		if err := srv.stop(); err != nil {
-			return fmt.Errorf("server did not exit 0 on SIGTERM: %w", err)
-		}
-	}
-	return nil
+	return srv.stop()
 }

@@ -37,25 +37,13 @@ func writeJobsPhase(out io.Writer, rep *JobsReport, p *JobsPhase) {
 	for _, r := range []*JobsRunReport{p.Server, p.Baseline} {
 		if r != nil {
 			runs = append(runs, r)
-			head += "\t" + jobsServerName(r)
+			head += "\t" + serverLabel(r.Server)
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, head)
-	row := func(name string, f func(r *JobsRunReport) string) {
-		var b strings.Builder
-		b.WriteString("  " + name)
-		for _, r := range runs {
-			b.WriteString("\t" + f(r))
-		}
-		fmt.Fprintln(tw, b.String())
-	}
-	lat := func(x LatencyReport) string {
-		if x.Count == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
-	}
+	row := columns[*JobsRunReport]{w: tw, lead: "  ", sep: "\t", runs: runs}.row
+	lat := latencyCell
 	row("jobs submitted", func(r *JobsRunReport) string {
 		return fmt.Sprintf("%s in %.2f s: %s/s", grouped(r.Submitted), r.Seconds, grouped(int64(r.SubmitRate+0.5)))
 	})
@@ -115,53 +103,27 @@ func writeJobsPhase(out io.Writer, rep *JobsReport, p *JobsPhase) {
 	_ = tw.Flush()
 	for _, r := range runs {
 		for _, k := range slices.Sorted(maps.Keys(r.SubmitErrors)) {
-			fmt.Fprintf(out, "  %s: submit %s: %s\n", jobsServerName(r), k, grouped(r.SubmitErrors[k]))
+			fmt.Fprintf(out, "  %s: submit %s: %s\n", serverLabel(r.Server), k, grouped(r.SubmitErrors[k]))
 		}
 		for _, k := range slices.Sorted(maps.Keys(r.WorkerErrorsByCode)) {
-			fmt.Fprintf(out, "  %s: worker call %s: %s\n", jobsServerName(r), k, grouped(r.WorkerErrorsByCode[k]))
+			fmt.Fprintf(out, "  %s: worker call %s: %s\n", serverLabel(r.Server), k, grouped(r.WorkerErrorsByCode[k]))
 		}
 		for _, s := range r.ErrorSamples {
-			fmt.Fprintf(out, "  %s: error sample: %s\n", jobsServerName(r), s)
+			fmt.Fprintf(out, "  %s: error sample: %s\n", serverLabel(r.Server), s)
 		}
 	}
 	if p.Phase == JobsPhaseSubmit && p.Server != nil && p.Server.ResourceExhausted > 0 {
 		fmt.Fprintf(out, "  RESOURCE_EXHAUSTED: the queue reached its limit of pending jobs (or the server shed load); not counted as errors, not in the rate\n")
 	}
-	fmt.Fprintln(out, "\n  goals (issue 8)")
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	for _, g := range p.Goals {
-		v, met := "-", "n/a"
-		if g.Value != nil {
-			v = formatCommerceGoal(*g.Value, g.Unit)
-		}
-		if g.Met != nil {
-			met = "no"
-			if *g.Met {
-				met = "yes"
-			}
-		}
-		line := fmt.Sprintf("  %s\t%s\t%s\t%s", g.Name, g.Target, v, met)
-		if g.Note != "" {
-			line += "\t(" + g.Note + ")"
-		}
-		fmt.Fprintln(tw, line)
-	}
-	_ = tw.Flush()
+	writeGoals(out, "goals", p.Goals)
 	if p.Phase == JobsPhaseSubmit {
 		var said []string
 		for _, r := range runs {
-			said = append(said, fmt.Sprintf("~%s jobs/s (%s)", grouped(int64(r.SubmitRate+0.5)), jobsServerName(r)))
+			said = append(said, fmt.Sprintf("~%s jobs/s (%s)", grouped(int64(r.SubmitRate+0.5)), serverLabel(r.Server)))
 		}
 		fmt.Fprintf(out, "  ghz would say: %s\n", strings.Join(said, ", "))
 		pr := rep.Peer
 		fmt.Fprintf(out, "  the peer (ghz, 200 callers, 60 s): ~%s jobs/s, p50 %.0f ms, p99 %.0f ms on %d vCPU plus managed PostgreSQL, Redis and Kafka\n",
 			grouped(int64(pr.SubmitRate)), pr.SubmitP50Ms, pr.SubmitP99Ms, pr.VCPU)
 	}
-}
-
-func jobsServerName(r *JobsRunReport) string {
-	if r == nil {
-		return "-"
-	}
-	return serverName(&RunReport{Server: r.Server})
 }

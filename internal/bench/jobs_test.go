@@ -239,6 +239,7 @@ func TestJobsReportJudgesAndPrints(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", s, out.String())
 		}
 	}
+	noTrackerNumbers(t, out.String())
 	if _, err := json.Marshal(rep); err != nil {
 		t.Fatal(err)
 	}

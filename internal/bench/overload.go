@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,8 +10,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,12 +24,7 @@ import (
 
 // OverloadOptions are the flags of `surge bench overload`.
 type OverloadOptions struct {
-	Target        string // a running server's base URL; empty to spawn one
-	Exe           string // the surge binary, to spawn `serve`
-	ServeExe      string // if set, the binary spawned instead of Exe (another build)
-	Partitions    int    // --partitions for a spawned server (0: its default)
 	MaxQueueDelay string // --max-queue-delay for a spawned server ("": its default)
-	DataDir       string // parent of the spawned server's data dir; empty for a temp dir
 
 	Areas           int           // areas of the event, all in one partition
 	Multiple        float64       // offered rate as a multiple of the measured capacity
@@ -44,9 +36,8 @@ type OverloadOptions struct {
 	Clients         int           // HTTP clients (each its own connections)
 	HTTP2           bool          // h2c with prior knowledge; HTTP/1.1 otherwise
 	ClientTimeout   time.Duration // a request not answered by then counts as a timeout
-	JSONPath        string
 
-	Stdout, Stderr io.Writer
+	Options
 }
 
 // OverloadReport is what `surge bench overload` measured.
@@ -112,50 +103,21 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 		return errors.New("--areas, --multiple, --capacity-seconds, --seconds, --concurrency, --max-inflight, --clients and --client-timeout must all be positive")
 	}
 	rep := &OverloadReport{Benchmark: "overload", Target: o.Target, Areas: o.Areas, HTTP2: o.HTTP2, TimeoutSec: o.ClientTimeout.Seconds(), Problems: []string{}}
-	logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, format+"\n", args...) }
-
-	base := o.Target
-	var srv *child
-	if base == "" {
-		tmp, err := os.MkdirTemp("", "surge-overload-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dataDir := filepath.Join(tmp, "data")
-		if o.DataDir != "" {
-			dataDir = filepath.Join(o.DataDir, "overload")
-		}
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return err
-		}
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
-		if o.Partitions > 0 {
-			args = append(args, "--partitions", strconv.Itoa(o.Partitions))
-		}
-		if o.MaxQueueDelay != "" {
-			args = append(args, "--max-queue-delay", o.MaxQueueDelay)
-		}
-		logf("starting surge %s", strings.Join(args, " "))
-		exe := o.Exe
-		if o.ServeExe != "" {
-			exe = o.ServeExe
-		}
-		srv, err = startChild("surge-overload", exe, args, addr, filepath.Join(tmp, "server.log"))
-		if err != nil {
-			return err
-		}
-		defer srv.kill()
-		if _, err := srv.waitReady(ctx); err != nil {
-			return err
-		}
-		base = srv.baseURL()
+	rig, err := newRig(o.Options, "surge-overload-")
+	if err != nil {
+		return err
 	}
-	base = strings.TrimRight(base, "/")
+	defer rig.cleanup()
+	logf := rig.logf
+	var extra []string
+	if o.MaxQueueDelay != "" {
+		extra = []string{"--max-queue-delay", o.MaxQueueDelay}
+	}
+	srv, err := rig.target(ctx, "", "surge-overload", "data", "overload", extra...)
+	if err != nil {
+		return err
+	}
+	base := srv.base
 	parts, err := metricsPartitions(ctx, base)
 	if err != nil {
 		return fmt.Errorf("reading the partition count from %s/metrics: %w", base, err)
@@ -178,12 +140,7 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 	if err != nil {
 		return err
 	}
-	cpu := func() (float64, error) {
-		if srv != nil {
-			return srv.cpuSeconds()
-		}
-		return metricsCPUSeconds(ctx, base)
-	}
+	cpu := srv.cpu(ctx)
 
 	logf("capacity: closed loop, %d in flight, %.0f s", o.Concurrency, o.CapacitySeconds)
 	rep.Capacity = l.phase(ctx, capEv, cpu, func(p *phase) { p.closedLoop(ctx, o.Concurrency, secs(o.CapacitySeconds)) })
@@ -198,23 +155,16 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 		grouped(int64(rep.Capacity.AcceptedPS)), grouped(int64(rate)), o.Seconds, o.MaxInflight, o.ClientTimeout)
 	rep.Overload = l.phase(ctx, ovEv, cpu, func(p *phase) { p.openLoop(ctx, rate, o.MaxInflight, secs(o.Seconds)) })
 	rep.Overload.OfferedTarget = rate
-	if srv != nil {
-		if peak, _, err := srv.memory(); err == nil {
-			rep.Overload.PeakRSSBytes = &peak
-		}
-	}
+	rep.Overload.PeakRSSBytes = srv.peakRSS()
 	if ctx.Err() != nil {
 		return errors.New("interrupted; servers stopped")
 	}
-	if srv != nil {
-		if err := srv.stop(); err != nil {
-			rep.Problems = append(rep.Problems, "server did not exit 0 on SIGTERM: "+err.Error())
-		}
+	if err := srv.stop(); err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
 	}
 	writeOverload(o.Stdout, rep)
 	if o.JSONPath != "" {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(o.JSONPath, append(b, '\n'), 0o644); err != nil {
+		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
 			return err
 		}
 	}
@@ -289,10 +239,8 @@ func (l *loader) createEvent(ctx context.Context, areas, parts int) (*overloadEv
 // phase runs one load pattern against ev and collects its outcome.
 func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float64, error), run func(*phase)) *PhaseReport {
 	p := &phase{l: l, ev: ev, acc: newHist(), ref: newHist(), lag: newHist(), fromSend: newHist(), retryAfter: true}
-	shed0, _ := metricsShed(ctx, l.base)
-	h0, _ := metricsHistograms(ctx, l.base)
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m0, _ := scrape(ctx, l.base)
+	m := meterCPU(cpu)
 	start := time.Now()
 	run(p)
 	elapsed := time.Since(start)
@@ -301,7 +249,7 @@ func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float
 		Accepted: p.accepted.Load(), Refused: p.refused.Load(), Timeouts: p.timeouts.Load(), Errors: p.errors.Load(),
 		P50Us: p.acc.ValueAtQuantile(50), P99Us: p.acc.ValueAtQuantile(99), MaxUs: p.acc.Max(),
 		SentP99Us: p.fromSend.ValueAtQuantile(99), SentMaxUs: p.fromSend.Max(),
-		RefusedP99: p.ref.ValueAtQuantile(99), RetryAfter: p.retryAfter, GeneratorCPU: selfCPUSeconds() - gen0,
+		RefusedP99: p.ref.ValueAtQuantile(99), RetryAfter: p.retryAfter, GeneratorCPU: m.generator(),
 		ErrorSamples: p.samples,
 	}
 	if p.lag.TotalCount() > 0 {
@@ -312,21 +260,11 @@ func (l *loader) phase(ctx context.Context, ev *overloadEvent, cpu func() (float
 	if r.Sent > 0 {
 		r.RefusedPct = 100 * float64(r.Refused) / float64(r.Sent)
 	}
-	if cpuErr == nil {
-		if cpu1, err := cpu(); err == nil {
-			v := cpu1 - cpu0
-			r.ServerCPU = &v
-		}
+	if v, err := m.used(); err == nil {
+		r.ServerCPU = &v
 	}
-	if h1, err := metricsHistograms(ctx, l.base); err == nil && h0 != nil {
-		r.ServerHandlerP99Us = h1.p99Delta(h0, handlerHist)
-		r.ServerQueueP99Us = h1.p99Delta(h0, queueHist)
-	}
-	if shed1, err := metricsShed(ctx, l.base); err == nil && shed0 != nil {
-		r.Shed = map[string]float64{}
-		for k, v := range shed1 {
-			r.Shed[k] = v - shed0[k]
-		}
+	if m1, err := scrape(ctx, l.base); err == nil && m0 != nil {
+		serverSide(r, m0, m1)
 	}
 	return r
 }
@@ -369,28 +307,17 @@ func (p *phase) closedLoop(ctx context.Context, n int, d time.Duration) {
 func (p *phase) openLoop(ctx context.Context, rate float64, maxInflight int, d time.Duration) {
 	sem := make(chan struct{}, maxInflight)
 	var wg sync.WaitGroup
-	start := time.Now()
-	var i int64
-	for ctx.Err() == nil {
-		el := time.Since(start)
-		if el >= d {
-			break
+	schedule(ctx, rate, d, func(i int64, at time.Time) {
+		select {
+		case sem <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-sem }()
+				p.one(ctx, int(i), at)
+			})
+		default:
+			p.notSent.Add(1)
 		}
-		for due := int64(el.Seconds() * rate); i < due; i++ {
-			n := int(i)
-			at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-			select {
-			case sem <- struct{}{}:
-				wg.Go(func() {
-					defer func() { <-sem }()
-					p.one(ctx, n, at)
-				})
-			default:
-				p.notSent.Add(1)
-			}
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
+	})
 	wg.Wait()
 }
 
@@ -519,110 +446,56 @@ func writeOverload(w io.Writer, r *OverloadReport) {
 // metricsPartitions counts the surge_engine_inbox_depth gauges, one per
 // partition, so the bench can place areas without being told the count.
 func metricsPartitions(ctx context.Context, base string) (int, error) {
-	n := 0
-	err := scanMetrics(ctx, base, func(line string) {
-		if strings.HasPrefix(line, "surge_engine_inbox_depth{") {
-			n++
-		}
-	})
-	if err == nil && n == 0 {
-		err = errors.New("no surge_engine_inbox_depth gauges")
-	}
-	return n, err
-}
-
-// metricsShed reads surge_engine_shed_total by reason (absent on servers
-// without admission by queue delay).
-func metricsShed(ctx context.Context, base string) (map[string]float64, error) {
-	m := map[string]float64{}
-	err := scanMetrics(ctx, base, func(line string) {
-		rest, ok := strings.CutPrefix(line, `surge_engine_shed_total{reason="`)
-		if !ok {
-			return
-		}
-		reason, val, ok := strings.Cut(rest, `"} `)
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); ok && err == nil {
-			m[reason] = v
-		}
-	})
-	if len(m) == 0 {
-		return nil, err
-	}
-	return m, err
-}
-
-func scanMetrics(ctx context.Context, base string, line func(string)) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	m, err := scrape(ctx, base)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	n := m.count("surge_engine_inbox_depth")
+	if n == 0 {
+		return 0, errors.New("no surge_engine_inbox_depth gauges")
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/metrics: status %d", resp.StatusCode)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line(sc.Text())
-	}
-	return sc.Err()
+	return n, nil
 }
 
-// The server histograms the bench reads: the text of a bucket line up to
-// its le label.
-const (
-	handlerHist = `surge_http_request_seconds_bucket{route="POST /v2/reservations",le="`
-	queueHist   = `surge_engine_queue_delay_seconds_bucket{le="`
+// The server histograms the bench reads, each a family and the labels of
+// its series.
+var (
+	handlerHist = histSeries{"surge_http_request_seconds", []string{"route", "POST /v2/reservations"}}
+	queueHist   = histSeries{"surge_engine_queue_delay_seconds", nil}
 )
 
-// histograms maps a histogram's bucket-line prefix to its cumulative
-// counts by upper bound.
-type histograms map[string]map[float64]float64
+type histSeries struct {
+	name   string
+	labels []string
+}
 
-func metricsHistograms(ctx context.Context, base string) (histograms, error) {
-	h := histograms{}
-	err := scanMetrics(ctx, base, func(line string) {
-		for _, name := range []string{handlerHist, queueHist} {
-			rest, ok := strings.CutPrefix(line, name)
-			if !ok {
-				continue
-			}
-			le, val, ok := strings.Cut(rest, `"} `)
-			bound, err1 := strconv.ParseFloat(le, 64)
-			n, err2 := strconv.ParseFloat(strings.TrimSpace(val), 64)
-			if ok && err1 == nil && err2 == nil {
-				if h[name] == nil {
-					h[name] = map[float64]float64{}
-				}
-				h[name][bound] = n
-			}
-		}
-	})
-	return h, err
+// serverSide fills in what the server's /metrics say of a phase, from
+// scrapes before (m0) and after (m1) it: the p99 buckets of the handler
+// and queue delay histograms, and surge_engine_shed_total by reason
+// (absent on servers without admission by queue delay).
+func serverSide(r *PhaseReport, m0, m1 metrics) {
+	r.ServerHandlerP99Us = p99Delta(m0, m1, handlerHist)
+	r.ServerQueueP99Us = p99Delta(m0, m1, queueHist)
+	shed0, shed1 := m0.byLabel("surge_engine_shed_total", "reason"), m1.byLabel("surge_engine_shed_total", "reason")
+	if len(shed1) == 0 {
+		return
+	}
+	r.Shed = map[string]float64{}
+	for k, v := range shed1 {
+		r.Shed[k] = v - shed0[k]
+	}
 }
 
 // p99Delta is the upper bound of the bucket holding the 99th percentile of
-// what was observed between before and h, in microseconds; nil if nothing
-// was, or the 99th percentile is past the last finite bucket.
-func (h histograms) p99Delta(before histograms, name string) *int64 {
-	now, was := h[name], before[name]
-	var total float64
-	for b, n := range now {
-		if math.IsInf(b, 1) {
-			total = n - was[b]
-		}
-	}
+// what h observed between before and after, in microseconds; nil if
+// nothing was, or the 99th percentile is past the last finite bucket.
+func p99Delta(before, after metrics, h histSeries) *int64 {
+	now, was := after.buckets(h.name, h.labels...), before.buckets(h.name, h.labels...)
+	total := now[math.Inf(1)] - was[math.Inf(1)]
 	if total <= 0 {
 		return nil
 	}
-	bounds := slices.Sorted(maps.Keys(now))
-	for _, b := range bounds {
+	for _, b := range slices.Sorted(maps.Keys(now)) {
 		if math.IsInf(b, 1) {
 			break
 		}

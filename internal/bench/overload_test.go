@@ -23,28 +23,31 @@ func TestOverloadReadsServerMetrics(t *testing.T) {
 			fmt.Fprintf(w, "surge_engine_inbox_depth{partition=\"%d\"} 0\n", p)
 		}
 		fmt.Fprintf(w, "surge_engine_shed_total{reason=\"queue_delay\"} %d\n", 7+phase*5)
-		fmt.Fprintf(w, "%s0.001\"} %d\n%s0.004\"} %d\n%s+Inf\"} %d\n", queueHist, under1, queueHist, under4, queueHist, under4)
+		const q = `surge_engine_queue_delay_seconds`
+		fmt.Fprintf(w, "# TYPE %s histogram\n", q)
+		fmt.Fprintf(w, "%s_bucket{le=\"0.001\"} %d\n%s_bucket{le=\"0.004\"} %d\n%s_bucket{le=\"+Inf\"} %d\n", q, under1, q, under4, q, under4)
+		fmt.Fprintf(w, "%s_sum 1\n%s_count %d\n", q, q, under4)
 	}))
 	defer srv.Close()
 	ctx := context.Background()
 	if n, err := metricsPartitions(ctx, srv.URL); err != nil || n != 3 {
 		t.Fatalf("partitions %d, %v; want 3", n, err)
 	}
-	shed0, err0 := metricsShed(ctx, srv.URL)
-	h0, err1 := metricsHistograms(ctx, srv.URL)
+	m0, err0 := scrape(ctx, srv.URL)
 	phase = 1
-	shed1, err2 := metricsShed(ctx, srv.URL)
-	h1, err3 := metricsHistograms(ctx, srv.URL)
-	if err0 != nil || err1 != nil || err2 != nil || err3 != nil {
-		t.Fatal(err0, err1, err2, err3)
+	m1, err1 := scrape(ctx, srv.URL)
+	if err0 != nil || err1 != nil {
+		t.Fatal(err0, err1)
 	}
-	if d := shed1["queue_delay"] - shed0["queue_delay"]; d != 5 {
+	var r PhaseReport
+	serverSide(&r, m0, m1)
+	if d := r.Shed["queue_delay"]; d != 5 {
 		t.Fatalf("shed during the phase %v, want 5", d)
 	}
-	if p := h1.p99Delta(h0, queueHist); p == nil || *p != 4000 {
+	if p := r.ServerQueueP99Us; p == nil || *p != 4000 {
 		t.Fatalf("p99 bucket %v, want 4000 µs", p)
 	}
-	if p := h1.p99Delta(h0, handlerHist); p != nil {
+	if p := r.ServerHandlerP99Us; p != nil {
 		t.Fatalf("p99 of a histogram the server does not have: %d, want none", *p)
 	}
 }

@@ -19,7 +19,7 @@ const (
 	goalInflight           = 256
 	goalRestartSeconds     = 3
 	goalRestartCommands    = 1_000_000
-	// Issue 10's goals for the cluster target, beside embedded in one run.
+	// The cluster target's goals, beside embedded in one run.
 	goalClusterCPUMultiple = 3
 	goalClusterP99Ms       = 100
 )
@@ -29,8 +29,7 @@ type Report struct {
 	Benchmark string        `json:"benchmark"`
 	Config    ReportConfig  `json:"config"`
 	Flows     []*FlowReport `json:"flows"`
-	OK        bool          `json:"ok"`
-	Problems  []string      `json:"problems"`
+	Verdict
 }
 
 // ReportConfig records the flags a run used.
@@ -204,13 +203,7 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, head)
-	row := func(name string, cell func(r *RunReport) string) {
-		line := name
-		for _, r := range runs {
-			line += "\t" + cell(r)
-		}
-		fmt.Fprintln(tw, line)
-	}
+	row := columns[*RunReport]{w: tw, sep: "\t", runs: runs}.row
 	row("completion time", func(r *RunReport) string { return fmt.Sprintf("%.3f s", r.Seconds) })
 	row("reservations/s", func(r *RunReport) string { return grouped(int64(r.PerSecond + 0.5)) })
 	row("reservations", func(r *RunReport) string { return grouped(r.Reservations) })
@@ -400,14 +393,40 @@ func writeCluster(out io.Writer, c *ClusterReport) {
 	}
 }
 
-func serverName(r *RunReport) string {
-	switch r.Server {
+func serverName(r *RunReport) string { return serverLabel(r.Server) }
+
+// serverLabel is what the tables call a server a report names "surge",
+// "null" or by its --target URL.
+func serverLabel(server string) string {
+	switch server {
 	case "surge":
 		return "surge serve"
 	case "null":
 		return "do-nothing server"
 	}
-	return r.Server
+	return server
+}
+
+// writeGoals prints the goals of the commerce, jobs and sequencer benches
+// under title: name, target, this run's value, whether it was met, note.
+func writeGoals(out io.Writer, title string, goals []Goal) {
+	fmt.Fprintf(out, "\n  %s\n", title)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, g := range goals {
+		v, met := "-", "n/a"
+		if g.Value != nil {
+			v = formatGoalValue(*g.Value, g.Unit)
+		}
+		if g.Met != nil {
+			met = map[bool]string{true: "yes", false: "no"}[*g.Met]
+		}
+		line := fmt.Sprintf("  %s\t%s\t%s\t%s", g.Name, g.Target, v, met)
+		if g.Note != "" {
+			line += "\t(" + g.Note + ")"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	_ = tw.Flush()
 }
 
 func formatGoalValue(v float64, unit string) string {
@@ -465,4 +484,30 @@ func (r *RunReport) setPeakRSS(c *child, logf func(string, ...any)) {
 		return
 	}
 	r.PeakRSSBytes = &peak
+}
+
+// columns prints the tables that put runs side by side, a column each:
+// a row is lead, its name, then sep and each run's cell, then tail.
+type columns[T any] struct {
+	w               io.Writer
+	lead, sep, tail string
+	runs            []T
+}
+
+func (c columns[T]) row(name string, cell func(T) string) {
+	var b strings.Builder
+	b.WriteString(c.lead + name)
+	for _, r := range c.runs {
+		b.WriteString(c.sep + cell(r))
+	}
+	b.WriteString(c.tail)
+	fmt.Fprintln(c.w, b.String())
+}
+
+// latencyCell is "p50 / p95 / p99 / max", or "-" for no samples.
+func latencyCell(x LatencyReport) string {
+	if x.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s / %s / %s", micros(x.P50Us), micros(x.P95Us), micros(x.P99Us), micros(x.MaxUs))
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,14 @@ func TestReportJudgesAndPrints(t *testing.T) {
 	}
 	if _, err := json.Marshal(&Report{Flows: []*FlowReport{f}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// noTrackerNumbers: a report a user reads names no issue of the project's
+// tracker ("goals (issue 7)"), which means nothing outside it.
+func noTrackerNumbers(t *testing.T, out string) {
+	t.Helper()
+	if m := regexp.MustCompile(`(?i)\bissue \d+`).FindString(out); m != "" {
+		t.Errorf("report names %q:\n%s", m, out)
 	}
 }

@@ -25,13 +25,10 @@ type RestartOptions struct {
 	Load         time.Duration // load before the kill -9
 	CommerceRate float64       // iterations/s of the commerce load
 	ServeArgs    []string      // extra `surge serve` flags (the snapshot triggers under test)
-	DataDir      string        // parent of the servers' data dirs; empty: a temp dir, removed after
-	JSONPath     string
 
-	Exe      string
-	ServeExe string
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// Options: DataDir is the parent of the servers' data dirs and logs,
+	// kept after the run; empty: a temp dir, removed after.
+	Options
 }
 
 // RestartResult is one workload's load, kill -9 and restart.
@@ -75,22 +72,18 @@ func RunRestart(ctx context.Context, o RestartOptions) error {
 			return fmt.Errorf("--workloads: %q is not one of %s", w, strings.Join(RestartWorkloads, ","))
 		}
 	}
-	if o.ServeExe == "" {
-		o.ServeExe = o.Exe
-	}
-	parent := o.DataDir
-	if parent == "" {
-		d, err := os.MkdirTemp("", "surge-bench-restart-")
-		if err != nil {
+	rig := &Rig{o: o.Options, tmp: o.DataDir, keepTmp: true}
+	if o.DataDir == "" {
+		var err error
+		if rig, err = newRig(o.Options, "surge-bench-restart-"); err != nil {
 			return err
 		}
-		defer os.RemoveAll(d)
-		parent = d
 	}
+	defer rig.cleanup()
 	var results []*RestartResult
 	failed := false
 	for _, w := range o.Workloads {
-		r := restartOne(ctx, o, w, filepath.Join(parent, w))
+		r := restartOne(ctx, o, rig, w)
 		if r.Error != "" {
 			failed = true
 		}
@@ -125,12 +118,15 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-func restartOne(ctx context.Context, o RestartOptions, wl, dir string) *RestartResult {
+// restartOne loads a server with wl in its own dir of the rig (data dir
+// "data", both starts' output in "serve.log"), kills it and restarts it.
+func restartOne(ctx context.Context, o RestartOptions, rig *Rig, wl string) *RestartResult {
 	r := &RestartResult{Workload: wl, LoadSeconds: o.Load.Seconds()}
 	fail := func(err error) *RestartResult {
 		r.Error = err.Error()
 		return r
 	}
+	dir := filepath.Join(rig.tmp, wl)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)
 	}
@@ -139,24 +135,21 @@ func restartOne(ctx context.Context, o RestartOptions, wl, dir string) *RestartR
 		return fail(err)
 	}
 	args := append([]string{"serve", "--addr", addr, "--data-dir", filepath.Join(dir, "data")}, o.ServeArgs...)
-	logPath := filepath.Join(dir, "serve.log")
-	srv, err := startChild("surge serve", o.ServeExe, args, addr, logPath)
+	srv, _, err := rig.timedStart(ctx, wl+"/serve", args, addr)
 	if err != nil {
 		return fail(err)
 	}
 	defer srv.kill()
-	if _, err := srv.waitReady(ctx); err != nil {
-		return fail(err)
-	}
 	fmt.Fprintf(o.Stderr, "%s: loading %s for %s\n", wl, srv.baseURL(), o.Load)
 	loadErr := runLoad(ctx, o, wl, srv.baseURL(), filepath.Join(dir, "load.log"))
 	if loadErr != nil {
 		return fail(fmt.Errorf("load: %w (its output: %s)", loadErr, filepath.Join(dir, "load.log")))
 	}
-	if m, err := scrapeMetrics(ctx, srv.baseURL()); err == nil {
-		r.SnapshotsTaken = m["surge_engine_snapshots_total"]
-		r.ForkSeconds, r.ForkCount = m["surge_engine_snapshot_fork_seconds_sum"], m["surge_engine_snapshot_fork_seconds_count"]
-		r.EncodeSeconds = m["surge_engine_snapshot_encode_seconds_sum"]
+	if m, err := scrape(ctx, srv.baseURL()); err == nil {
+		r.SnapshotsTaken, _ = m.value("surge_engine_snapshots_total")
+		r.ForkSeconds, _ = m.value("surge_engine_snapshot_fork_seconds_sum")
+		r.ForkCount, _ = m.value("surge_engine_snapshot_fork_seconds_count")
+		r.EncodeSeconds, _ = m.value("surge_engine_snapshot_encode_seconds_sum")
 	}
 	r.LoadCPUSeconds, _ = srv.cpuSeconds()
 	r.LoadPeakRSS, _, _ = srv.memory()
@@ -167,22 +160,19 @@ func restartOne(ctx context.Context, o RestartOptions, wl, dir string) *RestartR
 
 	fmt.Fprintf(o.Stderr, "%s: killed with SIGKILL; restarting\n", wl)
 	start := time.Now()
-	again, err := startChild("surge serve (restart)", o.ServeExe, args, addr, logPath)
+	again, secs, err := rig.timedStart(ctx, wl+"/serve", args, addr)
 	if err != nil {
 		return fail(err)
 	}
 	defer again.kill()
-	if _, err := again.waitReady(ctx); err != nil {
-		return fail(err)
-	}
-	r.ReadySeconds = time.Since(start).Seconds()
+	r.ReadySeconds = secs
 	if err := firstCommand(ctx, again.baseURL()); err != nil {
 		return fail(err)
 	}
 	r.FirstRequestSeconds = time.Since(start).Seconds()
 	r.RestartCPUSeconds, _ = again.cpuSeconds()
 	r.RestartPeakRSS, _, _ = again.memory()
-	r.ReplayedRecords, r.RecoverySeconds = recoveryLine(logPath)
+	r.ReplayedRecords, r.RecoverySeconds = recoveryLine(again.logPath)
 	if err := again.stop(); err != nil {
 		return fail(fmt.Errorf("stopping the restarted server: %w", err))
 	}
@@ -215,21 +205,22 @@ func runLoad(ctx context.Context, o RestartOptions, wl, target, logPath string) 
 
 func loadRound(ctx context.Context, o RestartOptions, wl, target string, round uint64, out io.Writer) error {
 	remaining := time.Until(deadlineOf(ctx))
+	gen := Options{Target: target, Exe: o.Exe, Stdout: out, Stderr: out}
 	switch wl {
 	case "ticketing":
 		// 100 areas of 400 seats take the 20,000 reservations of 1 to 4
 		// seats nearly all: a refused one writes nothing to the log.
-		return RunTicketing(ctx, TicketingOptions{Target: target, Areas: 100, Reservations: 20000, Clients: 4, Groups: 1, Inflight: 256,
-			HTTP2: true, Flow: FlowNative, Seed: round, Exe: o.Exe, Stdout: out, Stderr: out})
+		return RunTicketing(ctx, TicketingOptions{Areas: 100, Reservations: 20000, Clients: 4, Groups: 1, Inflight: 256,
+			HTTP2: true, Flow: FlowNative, Seed: round, Options: gen})
 	case "commerce":
-		return RunCommerce(ctx, CommerceOptions{Target: target, Rate: o.CommerceRate, Duration: remaining, Clients: 4, MaxInflight: 10000,
-			HTTP2: true, Seed: round, Exe: o.Exe, Stdout: out, Stderr: out})
+		return RunCommerce(ctx, CommerceOptions{Rate: o.CommerceRate, Duration: remaining, Clients: 4, MaxInflight: 10000,
+			HTTP2: true, Seed: round, Options: gen})
 	case "jobs":
-		return RunJobs(ctx, JobsOptions{Target: target, Phase: JobsPhaseSubmit, Duration: remaining, Concurrency: 200, Connections: 1,
-			SubmitWork: true, Rate: 10000, Batch: 1, MaxInflight: 1000, Workers: 4, WorkerConc: 64, Exe: o.Exe, Stdout: out, Stderr: out})
+		return RunJobs(ctx, JobsOptions{Phase: JobsPhaseSubmit, Duration: remaining, Concurrency: 200, Connections: 1,
+			SubmitWork: true, Rate: 10000, Batch: 1, MaxInflight: 1000, Workers: 4, WorkerConc: 64, Options: gen})
 	default:
-		return RunSequencer(ctx, SequencerOptions{Target: target, Scenarios: SeqScenarioPeer, Messages: 1_000_000, Groups: 1,
-			Poll: 50 * time.Millisecond, Timeout: remaining, Exe: o.Exe, Stdout: out, Stderr: out})
+		return RunSequencer(ctx, SequencerOptions{Scenarios: SeqScenarioPeer, Messages: 1_000_000, Groups: 1,
+			Poll: 50 * time.Millisecond, Timeout: remaining, Options: gen})
 	}
 }
 
@@ -299,34 +290,6 @@ func recoveryLine(path string) (records int64, seconds float64) {
 		}
 	}
 	return records, seconds
-}
-
-// scrapeMetrics reads the unlabelled samples of a server's /metrics.
-func scrapeMetrics(ctx context.Context, base string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || strings.HasPrefix(f[0], "#") || strings.Contains(f[0], "{") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
-			out[f[0]] = v
-		}
-	}
-	return out, sc.Err()
 }
 
 func dirBytes(dir, ext string) int64 {

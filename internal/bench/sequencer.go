@@ -10,9 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,16 +45,8 @@ type SequencerOptions struct {
 	GroupsDelay int
 	Poll        time.Duration
 	Timeout     time.Duration // per scenario, POST to the last count
-	Target      string
-	Partitions  int
-	DataDir     string
-	JSONPath    string
 
-	Exe         string
-	ServeExe    string
-	Stdout      io.Writer
-	Stderr      io.Writer
-	ProgressTTY bool
+	Options
 }
 
 func (o SequencerOptions) scenarios() ([]string, error) {
@@ -367,39 +356,17 @@ func (r *seqRun) sent() int64 { return int64(len(r.groups)) * int64(r.o.Messages
 // progress prints sequenced so far and the rate over the last second,
 // once a second, until stopped.
 func (r *seqRun) progress() (stop func()) {
-	if r.o.Stderr == nil {
-		return func() {}
-	}
-	quit, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		var last int64
-		lastAt := r.start
-		for {
-			select {
-			case <-quit:
-				if r.o.ProgressTTY {
-					fmt.Fprint(r.o.Stderr, "\r\033[K")
-				}
-				return
-			case <-t.C:
-			}
-			now := time.Now()
-			n := r.sequenced()
-			line := fmt.Sprintf("%s  %.0f s  sequenced %s / %s (%s/s)  polls %s  errors %d",
-				r.label, now.Sub(r.start).Seconds(), grouped(n), grouped(r.sent()),
-				grouped(int64(float64(n-last)/now.Sub(lastAt).Seconds())), grouped(r.polls.Load()), r.pollErrors.Load())
-			last, lastAt = n, now
-			if r.o.ProgressTTY {
-				fmt.Fprintf(r.o.Stderr, "\r\033[K%s", line)
-			} else {
-				fmt.Fprintln(r.o.Stderr, line)
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
+	var last int64
+	lastAt := r.start
+	return progress(r.o.Stderr, r.o.ProgressTTY, time.Second, func() string {
+		now := time.Now()
+		n := r.sequenced()
+		line := fmt.Sprintf("%s  %.0f s  sequenced %s / %s (%s/s)  polls %s  errors %d",
+			r.label, now.Sub(r.start).Seconds(), grouped(n), grouped(r.sent()),
+			grouped(int64(float64(n-last)/now.Sub(lastAt).Seconds())), grouped(r.polls.Load()), r.pollErrors.Load())
+		last, lastAt = n, now
+		return line
+	})
 }
 
 // readStats fetches every group's /list/stats and /list/perfs.
@@ -504,8 +471,7 @@ func (r *seqRun) measure(ctx context.Context, cpu func() (float64, error)) (*Seq
 		PollMs: float64(r.poll) / float64(time.Millisecond), Sent: r.sent()}
 	c := r.create("")
 	rep.CreationDelayMs, rep.ProcessingTimeMs = c.CreationDelay, c.ProcessingTime
-	cpu0, cpuErr := cpu()
-	gen0 := selfCPUSeconds()
+	m := meterCPU(cpu)
 	r.start = time.Now()
 	stop := r.progress()
 	pctx, cancelPoll := context.WithCancel(ctx)
@@ -521,20 +487,13 @@ func (r *seqRun) measure(ctx context.Context, cpu func() (float64, error)) (*Seq
 	err = <-waited
 	cancelPoll()
 	stop()
-	rep.GeneratorCPU = selfCPUSeconds() - gen0
-	if cpuErr == nil {
-		var cpu1 float64
-		if cpu1, cpuErr = cpu(); cpuErr == nil {
-			c := cpu1 - cpu0
-			rep.ServerCPU = &c
-			if seq := r.sequenced(); seq > 0 {
-				us := c * 1e6 / float64(seq)
-				rep.CPUPerMsgUs = &us
-			}
+	rep.GeneratorCPU = m.generator()
+	if c, ok := m.usedOrWarn(r.o.Stderr, r.label); ok {
+		rep.ServerCPU = &c
+		if seq := r.sequenced(); seq > 0 {
+			us := c * 1e6 / float64(seq)
+			rep.CPUPerMsgUs = &us
 		}
-	}
-	if cpuErr != nil {
-		fmt.Fprintf(r.o.Stderr, "warning: %s: server CPU not available: %v\n", r.label, cpuErr)
 	}
 	rep.PostSeconds = postTook.Seconds()
 	rep.Sequenced = r.sequenced()
@@ -615,8 +574,7 @@ type SequencerReport struct {
 	Scenarios []*SeqScenarioReport `json:"scenarios"`
 	Peer      SequencerPeer        `json:"peer"`
 	Goals     []Goal               `json:"goals"`
-	OK        bool                 `json:"ok"`
-	Problems  []string             `json:"problems"`
+	Verdict
 }
 
 // SequencerConfig records the flags a run used.
@@ -644,7 +602,7 @@ type SequencerPeer struct {
 var sequencerPeer = SequencerPeer{Messages: 60_000, Seconds: 19, PerSecond: 3158,
 	Setup: "10 processors, 3 sequencers on 3 × 4 vCPU plus Redis on an r7g.xlarge"}
 
-// Goals of issue 9.
+// The sequencer goals.
 const (
 	seqGoalPeerSeconds  = 1.0
 	seqGoalGroupsRate   = 200_000
@@ -716,54 +674,54 @@ func RunSequencer(ctx context.Context, o SequencerOptions) error {
 		return err
 	}
 	scenarios, _ := o.scenarios()
-	tmp, err := os.MkdirTemp("", "surge-bench-sequencer-")
-	if err != nil {
-		return err
-	}
-	t := &ticketingRun{o: TicketingOptions{Exe: o.Exe, ServeExe: o.ServeExe, Stderr: o.Stderr}, tmp: tmp}
-	defer t.cleanup()
-	rep := &SequencerReport{Benchmark: "sequencer", Peer: sequencerPeer, Problems: []string{}, Config: SequencerConfig{
+	rep := &SequencerReport{Benchmark: "sequencer", Peer: sequencerPeer, Config: SequencerConfig{
 		Scenarios: scenarios, Messages: o.Messages, Groups: o.Groups, ProcessingTimeMs: o.ProcessingTime,
 		CreationDelayMs: o.CreationDelay, GroupsDelayMs: o.GroupsDelay, PollMs: float64(o.Poll) / float64(time.Millisecond),
 		TimeoutSeconds: o.Timeout.Seconds(), Target: o.Target, Partitions: o.Partitions}}
-	writeSequencerHeader(o.Stdout, rep)
-	for _, sc := range scenarios {
-		s, err := runSeqScenario(ctx, o, t, sc)
+	return runScenario(ctx, o.Options, "surge-bench-sequencer-", &sequencerBench{o: o, scenarios: scenarios, rep: rep})
+}
+
+// sequencerBench is the sequencer scenario: each of --scenario against a
+// fresh server, the goals judged over all of them.
+type sequencerBench struct {
+	o         SequencerOptions
+	scenarios []string
+	rep       *SequencerReport
+}
+
+func (b *sequencerBench) report() any       { return b.rep }
+func (b *sequencerBench) verdict() *Verdict { return &b.rep.Verdict }
+func (b *sequencerBench) failed() error     { return errSequencerFailed }
+func (b *sequencerBench) passed() string {
+	return "OK: every message sequenced, each group in order, no count past what was sent"
+}
+
+func (b *sequencerBench) setup(context.Context, *Rig) error {
+	writeSequencerHeader(b.o.Stdout, b.rep)
+	return nil
+}
+
+func (b *sequencerBench) load(ctx context.Context, rig *Rig) error {
+	for _, sc := range b.scenarios {
+		s, err := runSeqScenario(ctx, b.o, rig, sc)
 		if s != nil {
-			rep.Scenarios = append(rep.Scenarios, s)
-			writeSeqScenario(o.Stdout, s)
-			rep.Problems = append(rep.Problems, s.problems()...)
+			b.rep.Scenarios = append(b.rep.Scenarios, s)
+			writeSeqScenario(b.o.Stdout, s)
+			b.rep.add(s.problems()...)
 		}
 		if err != nil {
-			rep.Problems = append(rep.Problems, sc+": "+err.Error())
+			b.rep.add(sc + ": " + err.Error())
 			if ctx.Err() != nil {
 				break
 			}
 		}
 	}
-	rep.judge()
-	writeSequencerGoals(o.Stdout, rep)
-	rep.OK = len(rep.Problems) == 0
-	if o.JSONPath != "" {
-		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
-			rep.OK = false
-			rep.Problems = append(rep.Problems, "write JSON: "+err.Error())
-		}
-	}
-	if ctx.Err() != nil {
-		return errors.New("interrupted; servers stopped")
-	}
-	if !rep.OK {
-		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\n", strings.Join(rep.Problems, "\n  "))
-		// Only servers the bench started leave logs worth keeping; against
-		// --target the dir is empty.
-		if t.keepTmp = len(t.children) > 0; t.keepTmp {
-			fmt.Fprintf(o.Stdout, "logs kept in %s\n", tmp)
-		}
-		return errSequencerFailed
-	}
-	fmt.Fprintln(o.Stdout, "\nOK: every message sequenced, each group in order, no count past what was sent")
 	return nil
+}
+
+func (b *sequencerBench) judge(out io.Writer) {
+	b.rep.judge()
+	writeSequencerGoals(out, b.rep)
 }
 
 // problems are what makes a finished scenario a failure.
@@ -789,51 +747,16 @@ func (s *SeqScenarioReport) problems() []string {
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
 
-func runSeqScenario(ctx context.Context, o SequencerOptions, t *ticketingRun, sc string) (*SeqScenarioReport, error) {
-	base, srv := o.Target, (*child)(nil)
-	if base == "" {
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		dataDir := filepath.Join(t.tmp, "data-"+sc)
-		if o.DataDir != "" {
-			dataDir = filepath.Join(o.DataDir, "sequencer-"+sc)
-		}
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return nil, err
-		}
-		args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
-		if o.Partitions > 0 {
-			args = append(args, "--partitions", strconv.Itoa(o.Partitions))
-		}
-		t.logf("%s: starting surge serve on %s (data dir %s)", sc, addr, dataDir)
-		if srv, err = t.spawn("surge-sequencer-"+sc, args, addr); err != nil {
-			return nil, err
-		}
-		if _, err := srv.waitReady(ctx); err != nil {
-			return nil, fmt.Errorf("surge serve failed to start: %w", err)
-		}
-		base = srv.baseURL()
+func runSeqScenario(ctx context.Context, o SequencerOptions, rig *Rig, sc string) (*SeqScenarioReport, error) {
+	srv, err := rig.target(ctx, sc, "surge-sequencer-"+sc, "data-"+sc, "sequencer-"+sc)
+	if err != nil {
+		return nil, err
 	}
-	cpu := func() (float64, error) {
-		if srv != nil {
-			return srv.cpuSeconds()
-		}
-		return metricsCPUSeconds(ctx, base)
-	}
-	r := newSeqRun(o, sc, base)
-	rep, err := r.measure(ctx, cpu)
+	r := newSeqRun(o, sc, srv.base)
+	rep, err := r.measure(ctx, srv.cpu(ctx))
 	if rep != nil {
-		rep.Server = "surge"
-		if o.Target != "" {
-			rep.Server = o.Target
-		}
-		if srv != nil {
-			if peak, _, err := srv.memory(); err == nil {
-				rep.PeakRSSBytes = &peak
-			}
-		}
+		rep.Server = srv.name(o.Options)
+		rep.PeakRSSBytes = srv.peakRSS()
 	}
 	if o.Target != "" && ctx.Err() == nil {
 		// Free what the run left on a server that outlives it (and stop
@@ -845,10 +768,5 @@ func runSeqScenario(ctx context.Context, o SequencerOptions, t *ticketingRun, sc
 	if err != nil {
 		return rep, err
 	}
-	if srv != nil {
-		if err := srv.stop(); err != nil {
-			return rep, fmt.Errorf("server did not exit 0 on SIGTERM: %w", err)
-		}
-	}
-	return rep, nil
+	return rep, srv.stop()
 }

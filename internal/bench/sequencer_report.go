@@ -37,7 +37,7 @@ func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
 	fmt.Fprintf(out, "\n== %s: %s ==\n", s.Scenario, title)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	row := func(name, v string) { fmt.Fprintf(tw, "  %s\t%s\n", name, v) }
-	row("server", serverName(&RunReport{Server: s.Server}))
+	row("server", serverLabel(s.Server))
 	row("messages sequenced", fmt.Sprintf("%s of %s", grouped(s.Sequenced), grouped(s.Sent)))
 	if s.Complete {
 		row("total time (POST → count complete)", fmt.Sprintf("%.3f s", s.Seconds))
@@ -109,23 +109,7 @@ func writeSequencerGoals(out io.Writer, rep *SequencerReport) {
 	if len(rep.Goals) == 0 {
 		return
 	}
-	fmt.Fprintln(out, "\n  goals (issue 9, on this machine)")
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	for _, g := range rep.Goals {
-		v, met := "-", "n/a"
-		if g.Value != nil {
-			v = formatCommerceGoal(*g.Value, g.Unit)
-		}
-		if g.Met != nil {
-			met = map[bool]string{true: "yes", false: "no"}[*g.Met]
-		}
-		line := fmt.Sprintf("  %s\t%s\t%s\t%s", g.Name, g.Target, v, met)
-		if g.Note != "" {
-			line += "\t(" + g.Note + ")"
-		}
-		fmt.Fprintln(tw, line)
-	}
-	_ = tw.Flush()
+	writeGoals(out, "goals (on this machine)", rep.Goals)
 }
 
 // seqPipeline is the order of the peer's stages, in which the table lists

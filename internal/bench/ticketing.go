@@ -5,10 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -25,10 +21,6 @@ type TicketingOptions struct {
 	HTTP2        bool
 	Flow         string // FlowCompat, FlowNative or FlowBoth
 	Baseline     bool
-	Target       string // a running server's base URL; empty to spawn one
-	Partitions   int    // passed to a spawned server when > 0
-	DataDir      string // parent of the spawned servers' data dirs; empty for a temp dir
-	JSONPath     string
 	Seed         uint64
 	// Cluster > 0 also runs each flow against that many `surge serve
 	// --kafka` nodes on loopback, a fresh cluster name per flow.
@@ -63,13 +55,7 @@ type TicketingOptions struct {
 	KillAfter          time.Duration
 	KillAfterDecisions int64
 
-	Exe string // the surge binary, to spawn `serve` and `bench nullserver`
-	// ServeExe, if set, is the binary started for `serve` instead of Exe:
-	// two builds of the server measured by one generator.
-	ServeExe    string
-	Stdout      io.Writer
-	Stderr      io.Writer
-	ProgressTTY bool
+	Options
 }
 
 // ErrFailed is returned when a run completed but found a problem that must
@@ -102,55 +88,53 @@ func RunTicketing(ctx context.Context, o TicketingOptions) error {
 	if o.Cluster > 0 && o.Target != "" {
 		return errors.New("--cluster starts its own nodes; it does not combine with --target")
 	}
-	tmp, err := os.MkdirTemp("", "surge-bench-")
-	if err != nil {
-		return err
-	}
-	r := &ticketingRun{o: o, tmp: tmp, report: &Report{Benchmark: "ticketing", Config: o.reportConfig(), Problems: []string{}}}
-	defer r.cleanup()
-	if o.Cluster > 0 {
+	r := &ticketingRun{o: o, flows: flows, rep: &Report{Benchmark: "ticketing", Config: o.reportConfig()}}
+	return runScenario(ctx, o.Options, "surge-bench-", r)
+}
+
+func (r *ticketingRun) setup(ctx context.Context, rig *Rig) error {
+	r.Rig = rig
+	rig.atExit = append(rig.atExit, func() {
+		if err := r.broker.stop(); err != nil {
+			r.logf("warning: %v", err)
+		}
+	})
+	if r.o.Cluster > 0 {
 		// The broker first: if there is none, say so before minutes of
 		// spikes against the other servers.
 		if _, err := r.brokerFor(ctx); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	for _, flow := range flows {
+func (r *ticketingRun) load(ctx context.Context, _ *Rig) error {
+	for _, flow := range r.flows {
 		fr, err := r.flow(ctx, flow)
 		if fr != nil {
-			fr.judge(o.Inflight)
-			r.report.Flows = append(r.report.Flows, fr)
-			r.report.Problems = append(r.report.Problems, fr.Problems...)
+			fr.judge(r.o.Inflight)
+			r.rep.Flows = append(r.rep.Flows, fr)
+			r.rep.add(fr.Problems...)
 			if fr.Server != nil {
-				writeFlow(o.Stdout, r.report.Config, fr)
+				writeFlow(r.o.Stdout, r.rep.Config, fr)
 			}
 		}
 		if err != nil {
-			r.report.Problems = append(r.report.Problems, err.Error())
+			r.rep.add(err.Error())
 			if ctx.Err() != nil {
 				break
 			}
 		}
 	}
-	r.report.OK = len(r.report.Problems) == 0
-	if o.JSONPath != "" {
-		if err := writeAnyJSON(o.JSONPath, r.report); err != nil {
-			r.report.OK = false
-			r.report.Problems = append(r.report.Problems, "write JSON: "+err.Error())
-		}
-	}
-	if ctx.Err() != nil {
-		return errors.New("interrupted; servers stopped")
-	}
-	if !r.report.OK {
-		r.keepTmp = true
-		fmt.Fprintf(o.Stdout, "\nFAILED:\n  %s\nlogs kept in %s\n", strings.Join(r.report.Problems, "\n  "), tmp)
-		return ErrFailed
-	}
-	fmt.Fprintln(o.Stdout, "\nOK: no double booking, no errors")
 	return nil
 }
+
+func (r *ticketingRun) judge(io.Writer)   {}
+func (r *ticketingRun) report() any       { return r.rep }
+func (r *ticketingRun) verdict() *Verdict { return &r.rep.Verdict }
+func (r *ticketingRun) passed() string    { return "OK: no double booking, no errors" }
+func (r *ticketingRun) failed() error     { return ErrFailed }
 
 func (o TicketingOptions) genConfig(flow, baseURL string, check bool) GenConfig {
 	return GenConfig{
@@ -168,45 +152,14 @@ func (o TicketingOptions) reportConfig() ReportConfig {
 	}
 }
 
+// ticketingRun is the ticketing spike scenario on its rig.
 type ticketingRun struct {
-	o        TicketingOptions
-	tmp      string
-	keepTmp  bool
-	children []*child
-	report   *Report
-	broker   *kafkaBroker // the cluster target's, once known
-	warmed   bool         // the broker has served a warm-up spike
-}
-
-// cleanup stops every child still running; it runs on every exit path,
-// ctrl-C included, so no server outlives the bench.
-func (r *ticketingRun) cleanup() {
-	for _, c := range r.children {
-		c.kill()
-	}
-	if err := r.broker.stop(); err != nil {
-		r.logf("warning: %v", err)
-	}
-	if !r.keepTmp {
-		_ = os.RemoveAll(r.tmp)
-	}
-}
-
-func (r *ticketingRun) logf(format string, args ...any) {
-	fmt.Fprintf(r.o.Stderr, format+"\n", args...)
-}
-
-func (r *ticketingRun) spawn(name string, args []string, addr string) (*child, error) {
-	exe := r.o.Exe
-	if r.o.ServeExe != "" && len(args) > 0 && args[0] == "serve" {
-		exe = r.o.ServeExe
-	}
-	c, err := startChild(name, exe, args, addr, filepath.Join(r.tmp, name+".log"))
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	r.children = append(r.children, c)
-	return c, nil
+	*Rig
+	o      TicketingOptions
+	flows  []string
+	rep    *Report
+	broker *kafkaBroker // the cluster target's, once known
+	warmed bool         // the broker has served a warm-up spike
 }
 
 // flow runs one flow: the baseline against a fresh null server, then the
@@ -224,65 +177,23 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		fr.Baseline = b
 	}
 
-	base, srv := r.o.Target, (*child)(nil)
-	var serveArgs []string
-	if base == "" {
-		addr, err := freeAddr()
-		if err != nil {
-			return fr, err
-		}
-		dataDir := filepath.Join(r.tmp, "data-"+flow)
-		if r.o.DataDir != "" {
-			dataDir = filepath.Join(r.o.DataDir, flow)
-		}
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return fr, err
-		}
-		serveArgs = []string{"serve", "--addr", addr, "--data-dir", dataDir}
-		if r.o.Partitions > 0 {
-			serveArgs = append(serveArgs, "--partitions", strconv.Itoa(r.o.Partitions))
-		}
-		r.logf("%s: starting surge serve on %s (data dir %s)", flow, addr, dataDir)
-		srv, err = r.spawn("surge-"+flow, serveArgs, addr)
-		if err != nil {
-			return fr, err
-		}
-		if _, err := srv.waitReady(ctx); err != nil {
-			return fr, fmt.Errorf("surge serve failed to start: %w", err)
-		}
-		base = srv.baseURL()
-	}
-
-	cpu := func() (float64, error) {
-		if srv != nil {
-			return srv.cpuSeconds()
-		}
-		return metricsCPUSeconds(ctx, base)
-	}
-	run, _, err := r.spike(ctx, flow, base, nil, true, nil, cpu)
+	srv, err := r.target(ctx, flow, "surge-"+flow, "data-"+flow, flow)
 	if err != nil {
 		return fr, err
 	}
-	if srv != nil {
-		run.setPeakRSS(srv, r.logf)
+	run, _, err := r.spike(ctx, flow, srv.base, nil, true, nil, srv.cpu(ctx))
+	if err != nil {
+		return fr, err
 	}
-	run.Server = "surge"
-	if r.o.Target != "" {
-		run.Server = r.o.Target
+	if srv.proc != nil {
+		run.setPeakRSS(srv.proc, r.logf)
 	}
+	run.Server = srv.name(r.o.Options)
 	fr.Server = run
-	if n := len(run.DoubleBookings); n > 0 {
-		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", flow, n))
-	}
-	if run.Invalid > 0 {
-		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", flow, run.Invalid))
-	}
-	if run.Errors > 0 {
-		fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d errors", flow, run.Errors))
-	}
+	fr.Problems = append(fr.Problems, spikeProblems(flow, run)...)
 
-	if srv != nil {
-		fr.Restart = r.restart(ctx, srv, serveArgs, run.Reservations)
+	if srv.proc != nil {
+		fr.Restart = r.restart(ctx, srv.proc, srv.args, run.Reservations)
 		if fr.Restart.Error != "" {
 			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: restart: %s", flow, fr.Restart.Error))
 		} else if fr.Restart.StopError != "" {
@@ -305,43 +216,40 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 			return fr, fmt.Errorf("%s cluster: %w", flow, err)
 		}
 		fr.Cluster = cr
-		label := fmt.Sprintf("%s cluster", flow)
-		if n := len(cr.DoubleBookings); n > 0 {
-			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", label, n))
-		}
-		if cr.Invalid > 0 {
-			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", label, cr.Invalid))
-		}
-		if cr.Errors > 0 {
-			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: %d errors", label, cr.Errors))
-		}
+		fr.Problems = append(fr.Problems, spikeProblems(flow+" cluster", &cr.RunReport)...)
 	}
 	return fr, nil
 }
 
-func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
+// spikeProblems are what fail a spike against a server: double booking,
+// replies that break the seat contract, errors.
+func spikeProblems(label string, run *RunReport) []string {
+	var p []string
+	if n := len(run.DoubleBookings); n > 0 {
+		p = append(p, fmt.Sprintf("%s: DOUBLE BOOKING of %d seat(s)", label, n))
 	}
-	r.logf("%s: starting the do-nothing server on %s", flow, addr)
-	c, err := r.spawn("null-"+flow, []string{"bench", "nullserver", "--addr", addr}, addr)
+	if run.Invalid > 0 {
+		p = append(p, fmt.Sprintf("%s: %d reserved replies break the RANDOM seat contract", label, run.Invalid))
+	}
+	if run.Errors > 0 {
+		p = append(p, fmt.Sprintf("%s: %d errors", label, run.Errors))
+	}
+	return p
+}
+
+func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, error) {
+	c, err := r.startNull(ctx, flow, "null-"+flow)
 	if err != nil {
 		return nil, err
 	}
 	defer c.kill()
-	if _, err := c.waitReady(ctx); err != nil {
-		return nil, err
-	}
 	run, _, err := r.spike(ctx, flow, c.baseURL(), nil, false, nil, c.cpuSeconds)
 	if err != nil {
 		return nil, err
 	}
 	run.setPeakRSS(c, r.logf)
 	run.Server = "null"
-	if err := c.stop(); err != nil {
-		r.logf("warning: do-nothing server: %v", err)
-	}
+	r.stopNull(c)
 	return run, nil
 }
 
@@ -452,19 +360,4 @@ func (r *ticketingRun) restart(ctx context.Context, srv *child, args []string, r
 		r.logf("warning: restarted server: %v", err)
 	}
 	return rr
-}
-
-// timedStart starts a server and returns it with the seconds from process
-// start to its first healthy answer. On error the child is already killed.
-func (r *ticketingRun) timedStart(ctx context.Context, name string, args []string, addr string) (*child, float64, error) {
-	t0 := time.Now()
-	c, err := r.spawn(name, args, addr)
-	if err != nil {
-		return nil, 0, err
-	}
-	if _, err := c.waitReady(ctx); err != nil {
-		c.kill()
-		return nil, 0, err
-	}
-	return c, time.Since(t0).Seconds(), nil
 }

@@ -81,65 +81,23 @@ func sumCounters(cs []clusterCounters) clusterCounters {
 }
 
 func readClusterCounters(ctx context.Context, base string) (clusterCounters, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	m, err := scrape(ctx, base)
 	if err != nil {
 		return clusterCounters{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return clusterCounters{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return clusterCounters{}, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	var c clusterCounters
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, m := range []struct {
-			name, label string
-			dst         *float64
-		}{
-			{"surge_kafka_txn_appends_count", "", &c.Transactions},
-			{"surge_kafka_txn_appends_sum", "", &c.Appends},
-			{"surge_kafka_produce_seconds_sum", "", &c.ProduceSeconds},
-			{"surge_cluster_forwarded_total", `result="sent"`, &c.Forwarded},
-			{"surge_cluster_forwarded_total", `result="retry"`, &c.ForwardRetries},
-		} {
-			if v, ok := metricValue(line, m.name, m.label); ok {
-				*m.dst += v
-			}
-		}
-	}
-	return c, sc.Err()
+	return countersOf(m), nil
 }
 
-// metricValue reads the value of a Prometheus text line for the series
-// name whose labels contain label ("" for any).
-func metricValue(line, name, label string) (float64, bool) {
-	rest, ok := strings.CutPrefix(line, name)
-	if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-		return 0, false
-	}
-	if rest[0] == '{' {
-		i := strings.LastIndexByte(rest, '}')
-		if i < 0 || !strings.Contains(rest[:i], label) {
-			return 0, false
-		}
-		rest = rest[i+1:]
-	} else if label != "" {
-		return 0, false
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	return v, err == nil
+// countersOf reads clusterCounters from one scrape; a series the node
+// does not have counts 0.
+func countersOf(m metrics) clusterCounters {
+	var c clusterCounters
+	c.Transactions, _ = m.value("surge_kafka_txn_appends_count")
+	c.Appends, _ = m.value("surge_kafka_txn_appends_sum")
+	c.ProduceSeconds, _ = m.value("surge_kafka_produce_seconds_sum")
+	c.Forwarded, _ = m.value("surge_cluster_forwarded_total", "result", "sent")
+	c.ForwardRetries, _ = m.value("surge_cluster_forwarded_total", "result", "retry")
+	return c
 }
 
 // ClusterNodeReport is one node of a ClusterReport.

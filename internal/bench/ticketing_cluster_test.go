@@ -195,9 +195,46 @@ func TestMetricValue(t *testing.T) {
 		{`surge_cluster_forwarded_total 3`, "surge_cluster_forwarded_total", `result="sent"`, 0, false},
 		{"# HELP surge_kafka_txn_appends_count x", "surge_kafka_txn_appends_count", "", 0, false},
 	} {
-		got, ok := metricValue(c.line, c.name, c.label)
+		got, ok := metricValue(t, c.line, c.name, c.label)
 		if got != c.want || ok != c.ok {
 			t.Errorf("%q: %v %v, want %v %v", c.line, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// metricValue reads name's value from one line of /metrics text, for the
+// series whose labels include label (name="value"; "" for any).
+func metricValue(t *testing.T, line, name, label string) (float64, bool) {
+	t.Helper()
+	m, err := parseMetrics(strings.NewReader(line + "\n"))
+	if err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	var want []string
+	if k, v, ok := strings.Cut(label, "="); ok {
+		want = []string{k, strings.Trim(v, `"`)}
+	}
+	return m.value(name, want...)
+}
+
+// TestClusterCountersFromHistograms: the Kafka counters come from the
+// nodes' histograms (their _count and _sum) and the forwarded counter by
+// result, as the server exposes them.
+func TestClusterCountersFromHistograms(t *testing.T) {
+	text := "# TYPE surge_kafka_txn_appends histogram\n" +
+		"surge_kafka_txn_appends_bucket{le=\"1\"} 2\nsurge_kafka_txn_appends_bucket{le=\"+Inf\"} 4\n" +
+		"surge_kafka_txn_appends_sum 12\nsurge_kafka_txn_appends_count 4\n" +
+		"# TYPE surge_kafka_produce_seconds histogram\n" +
+		"surge_kafka_produce_seconds_bucket{le=\"+Inf\"} 12\nsurge_kafka_produce_seconds_sum 0.5\nsurge_kafka_produce_seconds_count 12\n" +
+		"# TYPE surge_cluster_forwarded_total counter\n" +
+		"surge_cluster_forwarded_total{result=\"sent\"} 30\nsurge_cluster_forwarded_total{result=\"retry\"} 2\n"
+	m, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := countersOf(m)
+	want := clusterCounters{Transactions: 4, Appends: 12, ProduceSeconds: 0.5, Forwarded: 30, ForwardRetries: 2}
+	if got != want {
+		t.Fatalf("counters %+v, want %+v", got, want)
 	}
 }
