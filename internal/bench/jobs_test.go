@@ -74,10 +74,12 @@ func TestJobsPhasesAgainstTheNullServer(t *testing.T) {
 			}
 			continue
 		}
-		// Every job offered was sent, reached a worker with its submit
-		// time and was reported.
+		// Every job the schedule offered was sent or counted as not sent
+		// (however busy the machine: how many were sent is timing), and
+		// each sent one reached a worker with its submit time and was
+		// reported.
 		want := int64(o.Rate * o.Duration.Seconds())
-		if rep.Submitted+rep.NotSent < want*95/100-int64(o.Batch) || rep.Submitted < want/2 {
+		if rep.Submitted+rep.NotSent < want-int64(o.Batch) {
 			t.Errorf("e2e batch %d: submitted %d, not sent %d, want about %d", c.batch, rep.Submitted, rep.NotSent, want)
 		}
 		if rep.Unfinished != 0 || rep.Executed != rep.Submitted {
