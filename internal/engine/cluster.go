@@ -339,17 +339,6 @@ func partitionErr(err error) error {
 	return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 }
 
-// sendMail delivers m to partition target: into its mailbox when this
-// node serves it, else through the courier. Never blocks.
-func (e *Engine) sendMail(target int, m mail) {
-	t := e.parts[target]
-	if !e.clusterMode() || t.serving.Load() {
-		t.mail.push(m)
-		return
-	}
-	e.courier.push(target, m)
-}
-
 // resend sends again every message of the outbox that has waited longer
 // than ResendAfter for its acknowledgement. On the partition's goroutine.
 func (p *partition) resend() {
