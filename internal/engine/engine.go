@@ -92,8 +92,8 @@ type Options struct {
 	// 0 means DefaultSnapshotInterval; negative turns this trigger off.
 	SnapshotInterval time.Duration
 	// MaxQueueDelay bounds how long a client command waits in its
-	// partition's inbox before the processor starts it (see admission in
-	// partition.go). 0 means DefaultMaxQueueDelay; negative turns the
+	// partition's inbox before the processor starts it (see
+	// admission.go). 0 means DefaultMaxQueueDelay; negative turns the
 	// limit off, leaving only the full inbox to refuse work.
 	MaxQueueDelay time.Duration
 	Metrics       *Metrics

@@ -60,7 +60,7 @@ type partition struct {
 	slotNs atomic.Int64
 	delays delayHist
 
-	// Cluster mode (see cluster.go). ownMu serialises Acquire, Release
+	// Cluster mode (see cluster.go, ownership.go). ownMu serialises Acquire, Release
 	// and the snapshotter's bookkeeping; subMu is held (read) by
 	// submitters while they queue a request, so that Release can wait
 	// until none can enter; plog is the partition's log while served.
