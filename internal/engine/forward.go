@@ -185,33 +185,58 @@ func decodeBatchAnswer(b []byte, batch []*fwdReq) error {
 // partition's inbox before any is waited for, so they share the
 // partition's batches as a local burst would.
 func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
+	items, err := e.enqueueBatch(ctx, part, b)
+	if err != nil {
+		return answerErr(err)
+	}
+	for i := range items {
+		it := &items[i]
+		if it.r == nil {
+			continue
+		}
+		it.res, it.err = e.await(ctx, it.r)
+		if errors.Is(it.err, errMoved) {
+			it.err = ErrNotOwner
+		}
+	}
+	return encodeBatchAnswer(items)
+}
+
+// fwdItem is one request of a forwarded batch at its owner: queued as r,
+// or refused with err before it was queued.
+type fwdItem struct {
+	r   *Request
+	res any
+	err error
+}
+
+var errMalformedBatch = errors.New("engine: malformed forwarded batch")
+
+// enqueueBatch decodes a forwarded batch and queues each of its requests
+// in part's inbox, holding subMu so that a Release waits for all of them.
+// An error means the batch as a whole is malformed.
+func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdItem, error) {
 	if len(b) < 4 {
-		return answerErr(errors.New("engine: malformed forwarded batch"))
+		return nil, errMalformedBatch
 	}
 	n := int(binary.LittleEndian.Uint32(b))
 	b = b[4:]
 	if n > maxForwardBatch {
-		return answerErr(fmt.Errorf("engine: forwarded batch of %d requests (limit %d)", n, maxForwardBatch))
+		return nil, fmt.Errorf("engine: forwarded batch of %d requests (limit %d)", n, maxForwardBatch)
 	}
-	type item struct {
-		r   *Request
-		res any
-		err error
-	}
-	items := make([]item, n)
+	items := make([]fwdItem, n)
 	p := e.parts[part]
 	p.subMu.RLock()
+	defer p.subMu.RUnlock()
 	serving := p.serving.Load() && !p.failed.Load()
 	for i := range items {
 		if len(b) < 6 {
-			p.subMu.RUnlock()
-			return answerErr(errors.New("engine: malformed forwarded batch"))
+			return nil, errMalformedBatch
 		}
 		kind, wl, l := b[0], b[1], int(binary.LittleEndian.Uint32(b[2:]))
 		b = b[6:]
 		if l > len(b) {
-			p.subMu.RUnlock()
-			return answerErr(errors.New("engine: malformed forwarded batch"))
+			return nil, errMalformedBatch
 		}
 		payload := b[:l]
 		b = b[l:]
@@ -226,33 +251,33 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 		}
 		var cmd Command
 		var q any
-		switch kind {
-		case kindCommand:
-			cmd = rawCommand(payload)
-		case kindQuery:
-			if q, it.err = decodeValue(payload); it.err != nil {
-				it.err = fmt.Errorf("engine: decoding a forwarded query: %w", it.err)
-				continue
-			}
-		default:
-			it.err = fmt.Errorf("engine: forwarded request of unknown kind %d", kind)
+		if cmd, q, it.err = decodeForwarded(kind, payload); it.err != nil {
 			continue
 		}
 		it.r, it.err = e.enqueue(p, ctx, wl, cmd, q)
 	}
-	p.subMu.RUnlock()
-	for i := range items {
-		it := &items[i]
-		if it.r == nil {
-			continue
+	return items, nil
+}
+
+// decodeForwarded is the command or query one forwarded request carries.
+func decodeForwarded(kind byte, payload []byte) (Command, any, error) {
+	switch kind {
+	case kindCommand:
+		return rawCommand(payload), nil, nil
+	case kindQuery:
+		q, err := decodeValue(payload)
+		if err != nil {
+			return nil, nil, fmt.Errorf("engine: decoding a forwarded query: %w", err)
 		}
-		it.res, it.err = e.await(ctx, it.r)
-		if errors.Is(it.err, errMoved) {
-			it.err = ErrNotOwner
-		}
+		return nil, q, nil
 	}
+	return nil, nil, fmt.Errorf("engine: forwarded request of unknown kind %d", kind)
+}
+
+// encodeBatchAnswer writes the answer decodeBatchAnswer reads.
+func encodeBatchAnswer(items []fwdItem) []byte {
 	out := []byte{statusOK}
-	out = binary.LittleEndian.AppendUint32(out, uint32(n))
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(items)))
 	for i := range items {
 		if err := items[i].err; err != nil {
 			code, msg := errCode(err), err.Error()
