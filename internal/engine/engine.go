@@ -169,51 +169,8 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 // recovered builds the engine and recovers its state without starting
 // anything, so that the crash simulation can inspect what recovery built.
 func recovered(opts Options, workloads ...Workload) (*Engine, error) {
-	if opts.Cluster != nil {
-		if opts.Cluster.Transport == nil || opts.Snapshots == nil {
-			return nil, errors.New("engine: cluster mode needs Options.Cluster.Transport and Options.Snapshots")
-		}
-		if opts.Cluster.ResendAfter <= 0 {
-			opts.Cluster.ResendAfter = defaultResendAfter
-		}
-		if opts.Cluster.ForwardTimeout <= 0 {
-			opts.Cluster.ForwardTimeout = defaultForwardTimeout
-		}
-	} else if opts.Log == nil || opts.Snapshots == nil {
-		return nil, errors.New("engine: Options.Log and Options.Snapshots are required")
-	}
-	if opts.Partitions <= 0 {
-		opts.Partitions = DefaultPartitions
-	}
-	if opts.Partitions > maxPartitions {
-		return nil, fmt.Errorf("engine: %d partitions is more than the limit of %d", opts.Partitions, maxPartitions)
-	}
-	if opts.InboxLen <= 0 {
-		opts.InboxLen = DefaultInboxLen
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = DefaultMaxBatch
-	}
-	if opts.SnapshotEvery <= 0 {
-		opts.SnapshotEvery = DefaultSnapshotEvery
-	}
-	if opts.SnapshotBytes == 0 {
-		opts.SnapshotBytes = DefaultSnapshotBytes
-	}
-	if opts.SnapshotInterval == 0 {
-		opts.SnapshotInterval = DefaultSnapshotInterval
-	}
-	if opts.shedMinQueue <= 0 {
-		opts.shedMinQueue = defaultShedMinQueue
-	}
-	if opts.MaxQueueDelay == 0 {
-		opts.MaxQueueDelay = DefaultMaxQueueDelay
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.now == nil {
-		opts.now = func() int64 { return time.Now().UnixNano() }
+	if err := opts.fillDefaults(); err != nil {
+		return nil, err
 	}
 	e := &Engine{
 		opts:      opts,
@@ -254,6 +211,58 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// fillDefaults checks the options and puts the default in every limit
+// left zero.
+func (o *Options) fillDefaults() error {
+	if o.Cluster != nil {
+		if o.Cluster.Transport == nil || o.Snapshots == nil {
+			return errors.New("engine: cluster mode needs Options.Cluster.Transport and Options.Snapshots")
+		}
+		if o.Cluster.ResendAfter <= 0 {
+			o.Cluster.ResendAfter = defaultResendAfter
+		}
+		if o.Cluster.ForwardTimeout <= 0 {
+			o.Cluster.ForwardTimeout = defaultForwardTimeout
+		}
+	} else if o.Log == nil || o.Snapshots == nil {
+		return errors.New("engine: Options.Log and Options.Snapshots are required")
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = DefaultPartitions
+	}
+	if o.Partitions > maxPartitions {
+		return fmt.Errorf("engine: %d partitions is more than the limit of %d", o.Partitions, maxPartitions)
+	}
+	if o.InboxLen <= 0 {
+		o.InboxLen = DefaultInboxLen
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.SnapshotEvery <= 0 {
+		o.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if o.SnapshotBytes == 0 {
+		o.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if o.SnapshotInterval == 0 {
+		o.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if o.shedMinQueue <= 0 {
+		o.shedMinQueue = defaultShedMinQueue
+	}
+	if o.MaxQueueDelay == 0 {
+		o.MaxQueueDelay = DefaultMaxQueueDelay
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.now == nil {
+		o.now = func() int64 { return time.Now().UnixNano() }
+	}
+	return nil
 }
 
 func (e *Engine) start() {
@@ -615,6 +624,37 @@ func (e *Engine) recover() error {
 			len(released), len(e.parts))
 	}
 	end := uint64(e.opts.Log.End())
+	from, err := e.restoreSnapshots(start, released, end)
+	if err != nil {
+		return err
+	}
+	// A partition idle since its snapshot may hold one older than the
+	// log's start; it has no records in between (restoreSnapshots
+	// checked), so starting at the log's start is exact.
+	from = max(from, uint64(start))
+	replayed, err := e.replayLog(from)
+	if err != nil {
+		return err
+	}
+	e.doneEnd.Store(end)
+	acked := e.dropDelivered()
+	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from,
+		"took", time.Since(began).Round(time.Millisecond), "delivered_messages_dropped", acked)
+	for _, p := range e.parts {
+		seqs := slices.Sorted(maps.Keys(p.outbox))
+		for _, s := range seqs {
+			m := p.outbox[s]
+			e.parts[m.target].mail.push(m.mail(p.id))
+		}
+	}
+	return nil
+}
+
+// restoreSnapshots loads each partition's latest snapshot and checks that
+// it and the log together hold every record the log has released (a
+// snapshot past the log's end means acknowledged records are missing). It
+// returns the oldest position a snapshot covers, where replay starts.
+func (e *Engine) restoreSnapshots(start cmdlog.Position, released []uint64, end uint64) (uint64, error) {
 	store := ""
 	if s, ok := e.opts.Snapshots.(fmt.Stringer); ok {
 		store = s.String()
@@ -623,29 +663,32 @@ func (e *Engine) recover() error {
 	for _, p := range e.parts {
 		pos, data, ok, err := e.opts.Snapshots.Latest(uint32(p.id))
 		if err != nil {
-			return fmt.Errorf("engine: reading snapshot of partition %d: %w", p.id, err)
+			return 0, fmt.Errorf("engine: reading snapshot of partition %d: %w", p.id, err)
 		}
 		if ok {
 			if err := p.restoreSnapshot(data); err != nil {
-				return err
+				return 0, err
 			}
 			p.snapPos.Store(uint64(pos))
 			p.snapSize.Store(int64(len(data)))
 			if uint64(pos) > end {
-				return fmt.Errorf("engine: partition %d: its snapshot covers the log up to position %d, but the log ends at %d: acknowledged records are missing from the log. "+
+				return 0, fmt.Errorf("engine: partition %d: its snapshot covers the log up to position %d, but the log ends at %d: acknowledged records are missing from the log. "+
 					"Restore the data directory from a backup; keep it as it is", p.id, pos, end)
 			}
 		}
 		if p.records < released[p.id] {
-			return &MissingRecordsError{Partition: p.id, Released: released[p.id], Covered: p.records, Snapshot: ok, LogStart: start, Store: store}
+			return 0, &MissingRecordsError{Partition: p.id, Released: released[p.id], Covered: p.records, Snapshot: ok, LogStart: start, Store: store}
 		}
 		from = min(from, uint64(pos))
 		p.markSnapshot(e.now())
 	}
-	// A partition idle since its snapshot may hold one older than the
-	// log's start; it has no records in between (checked above), so
-	// starting at the log's start is exact.
-	from = max(from, uint64(start))
+	return from, nil
+}
+
+// replayLog applies the log from position from on, each record to its
+// partition unless that partition's snapshot already holds it, and
+// returns how many records it applied.
+func (e *Engine) replayLog(from uint64) (int, error) {
 	var replayed int
 	err := e.opts.Log.Replay(cmdlog.Position(from), func(pos cmdlog.Position, en cmdlog.Entry) error {
 		if int(en.Partition) >= len(e.parts) {
@@ -664,21 +707,7 @@ func (e *Engine) recover() error {
 		replayed++
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	e.doneEnd.Store(end)
-	acked := e.dropDelivered()
-	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from,
-		"took", time.Since(began).Round(time.Millisecond), "delivered_messages_dropped", acked)
-	for _, p := range e.parts {
-		seqs := slices.Sorted(maps.Keys(p.outbox))
-		for _, s := range seqs {
-			m := p.outbox[s]
-			e.parts[m.target].mail.push(m.mail(p.id))
-		}
-	}
-	return nil
+	return replayed, err
 }
 
 // dropDelivered removes from the recovered outboxes every message its
