@@ -43,13 +43,31 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		}
 	}()
 	start := time.Now()
+	pos, replayed, err := p.recoverFrom(lg)
+	if err != nil {
+		return err
+	}
+	p.serve(lg)
+	e.log.Info("partition acquired", "partition", part, "snapshot_pos", uint64(pos), "replayed_records", replayed, "took", time.Since(start).Round(time.Millisecond))
+	if m := e.opts.Metrics; m != nil {
+		m.owned.WithLabelValues(partLabel(part)).Set(1)
+	}
+	return nil
+}
+
+// recoverFrom restores the partition from its latest snapshot and the
+// records of lg after it, and says where the snapshot ends and how many
+// records it replayed. It refuses a log whose retention deleted records
+// no snapshot holds.
+func (p *partition) recoverFrom(lg cmdlog.PartitionLog) (pos cmdlog.Position, replayed int, err error) {
+	e, part := p.e, p.id
 	pos, data, ok, err := e.opts.Snapshots.Latest(uint32(part))
 	if err != nil {
-		return fmt.Errorf("engine: reading snapshot of partition %d: %w", part, err)
+		return 0, 0, fmt.Errorf("engine: reading snapshot of partition %d: %w", part, err)
 	}
 	if ok {
 		if err := p.restoreSnapshot(data); err != nil {
-			return err
+			return 0, 0, err
 		}
 		p.snapPos.Store(uint64(pos))
 		p.lastEnd.Store(uint64(pos))
@@ -60,11 +78,10 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		if ok {
 			have = fmt.Sprintf("its newest snapshot covers only up to %d", pos)
 		}
-		return fmt.Errorf("engine: partition %d: the log starts at position %d (older records were deleted by retention) but %s; serving it would lose those records. Keep the log's retention longer than the snapshot interval, and restore the snapshot topic if it was lost",
+		return 0, 0, fmt.Errorf("engine: partition %d: the log starts at position %d (older records were deleted by retention) but %s; serving it would lose those records. Keep the log's retention longer than the snapshot interval, and restore the snapshot topic if it was lost",
 			part, logStart, have)
 	}
 	p.markSnapshot(e.now())
-	replayed := 0
 	err = lg.Replay(pos, func(at cmdlog.Position, en cmdlog.Entry) error {
 		p.records++
 		p.snapBytes += int64(len(en.Data))
@@ -75,17 +92,20 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 		replayed++
 		return nil
 	})
-	if err != nil {
-		return err
-	}
+	return pos, replayed, err
+}
+
+// serve starts a new term of ownership on lg: the processor runs, and
+// everything the partition sent that is not known to be received goes
+// out again (receivers drop what they already applied).
+func (p *partition) serve(lg cmdlog.PartitionLog) {
+	e := p.e
 	p.plog = lg
 	p.failed.Store(false)
 	p.gen.Add(1)
 	p.stopCh = make(chan struct{})
 	p.stopped = make(chan struct{})
 	p.serving.Store(true)
-	// Everything it sent that is not known to be received: receivers drop
-	// what they already applied.
 	for _, s := range slices.Sorted(maps.Keys(p.outbox)) {
 		m := p.outbox[s]
 		m.sentNs.Store(e.mono())
@@ -93,11 +113,6 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 	}
 	e.wg.Add(1)
 	go p.run()
-	e.log.Info("partition acquired", "partition", part, "snapshot_pos", uint64(pos), "replayed_records", replayed, "took", time.Since(start).Round(time.Millisecond))
-	if m := e.opts.Metrics; m != nil {
-		m.owned.WithLabelValues(partLabel(part)).Set(1)
-	}
-	return nil
 }
 
 // Release stops serving part: requests still queued are passed on to the
