@@ -6,6 +6,10 @@ import (
 	"github.com/surge-run/surge/internal/cmdlog"
 )
 
+// Snapshots: when a partition takes one (its triggers), how it is encoded
+// and written off the partition's goroutine (the snapshotter), and how the
+// log then lets go of the records no partition needs (release).
+
 // snapshotDue says whether the batch being committed should carry a
 // snapshot: after SnapshotEvery inputs, its share of SnapshotBytes of log,
 // or SnapshotInterval since the last one, whichever comes first. The first
@@ -104,4 +108,75 @@ func (p *partition) snapshotSizeHint() int {
 		}
 	}
 	return n
+}
+
+type snapJob struct {
+	p      *partition
+	gen    uint64 // cluster mode: the partition's ownership it belongs to
+	pos    cmdlog.Position
+	encode func(dst []byte) []byte
+	size   int
+}
+
+func (e *Engine) snapshotter() {
+	defer e.snapWG.Done()
+	for j := range e.snapCh {
+		e.writeSnapshot(j)
+	}
+}
+
+func (e *Engine) writeSnapshot(j snapJob) {
+	if e.clusterMode() && j.p.gen.Load() != j.gen {
+		return // taken while an earlier owner's term; a newer one exists
+	}
+	start := time.Now()
+	data := j.encode(make([]byte, 0, j.size))
+	j.p.snapSize.Store(int64(len(data)))
+	if m := e.opts.Metrics; m != nil {
+		m.SnapshotEncodeSeconds.Observe(time.Since(start).Seconds())
+	}
+	if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, data); err != nil {
+		e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
+		return
+	}
+	if e.clusterMode() {
+		// Under ownMu, so that a Release in between cannot leave the
+		// next term with this term's position.
+		j.p.ownMu.Lock()
+		if j.p.gen.Load() == j.gen {
+			j.p.snapPos.Store(uint64(j.pos))
+		}
+		j.p.ownMu.Unlock()
+		if m := e.opts.Metrics; m != nil {
+			m.Snapshots.Inc()
+		}
+		return // the log's retention, not the engine, drops old records
+	}
+	j.p.snapPos.Store(uint64(j.pos))
+	if m := e.opts.Metrics; m != nil {
+		m.Snapshots.Inc()
+	}
+	if err := e.release(); err != nil {
+		e.log.Error("releasing old log segments failed", "err", err)
+	}
+}
+
+// release lets the log drop records that no partition needs: a partition
+// needs records from its snapshot position on, and only if it applied
+// anything since that snapshot.
+func (e *Engine) release() error {
+	// doneEnd, not Log.End: the log's end moves before the done callbacks
+	// that update lastEnd run, and reading it first could make a partition
+	// whose batch is durable but not yet done look idle.
+	upTo := e.doneEnd.Load()
+	for _, p := range e.parts {
+		sp := p.snapPos.Load()
+		if p.lastEnd.Load() > sp && sp < upTo {
+			upTo = sp
+		}
+	}
+	if upTo == 0 {
+		return nil
+	}
+	return e.opts.Log.ReleaseBefore(cmdlog.Position(upTo))
 }
