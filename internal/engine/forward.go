@@ -39,6 +39,86 @@ type forwarder struct {
 	sending bool
 }
 
+// forward sends a request for a partition served elsewhere to its owner,
+// retrying while the partition has no owner, and serves it here if this
+// node acquires it meanwhile.
+func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
+	kind := byte(kindCommand)
+	var payload []byte
+	var err error
+	if cmd != nil {
+		if payload, err = cmd.AppendBinary(nil); err != nil {
+			return nil, fmt.Errorf("engine: encoding command: %w", err)
+		}
+		// The owner would refuse it the same way: refusing it here keeps
+		// every forwarded request within what a call carries.
+		if n := envHeader + len(payload); n > cmdlog.MaxEntryBytes {
+			return nil, tooLarge("command", n)
+		}
+	} else {
+		kind = kindQuery
+		if payload, err = encodeValue(nil, q); err != nil {
+			return nil, fmt.Errorf("engine: encoding the query (%T) for another node: %w; the workload must list its query types in WireTypes", q, err)
+		}
+		if len(payload) > maxForwardQueryBytes {
+			return nil, fmt.Errorf("%w: the query encodes to %d bytes for another node; the limit is %d", ErrTooLarge, len(payload), maxForwardQueryBytes)
+		}
+	}
+	deadline := time.Now().Add(e.opts.Cluster.ForwardTimeout)
+	pause := 10 * time.Millisecond
+	for {
+		if e.parts[part].serving.Load() {
+			res, err := e.submitLocal(ctx, part, wl, cmd, q)
+			if !errors.Is(err, errMoved) {
+				return res, err
+			}
+		} else {
+			res, err, callErr := e.forwardOnce(ctx, part, kind, wl, payload)
+			switch {
+			case callErr == nil && !errors.Is(err, ErrNotOwner):
+				return res, err
+			case callErr != nil && ctx.Err() != nil:
+				return nil, ctx.Err()
+			case callErr != nil && !errors.Is(callErr, ErrNotOwner) && cmd != nil:
+				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, callErr)
+			}
+			// Not delivered, or not the owner: retry. (A query changes
+			// nothing, so asking again after any failure is safe.)
+		}
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (partition %d has had no reachable owner for %v)", ErrNotOwner, part, e.opts.Cluster.ForwardTimeout)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+		if m := e.opts.Metrics; m != nil {
+			m.forwarded.WithLabelValues("retry").Inc()
+		}
+	}
+}
+
+// forwardOnce is one attempt at forwarding a request: the owner's answer,
+// or the transport's failure.
+func (e *Engine) forwardOnce(ctx context.Context, part int, kind byte, wl uint8, payload []byte) (res any, err, callErr error) {
+	r := &fwdReq{kind: kind, wl: wl, payload: payload, done: make(chan struct{}, 1)}
+	start := time.Now()
+	if !e.call(ctx, part, r) {
+		return nil, nil, ctx.Err()
+	}
+	if m := e.opts.Metrics; m != nil {
+		m.forwardSeconds.Observe(time.Since(start).Seconds())
+	}
+	return r.res, r.err, r.callErr
+}
+
 // call sends r to part's owner with the requests of other callers, and
 // returns when r's outcome is known (true) or ctx is done (false: r then
 // belongs to the sender, which may still fill it).
@@ -300,84 +380,4 @@ func encodeBatchAnswer(items []fwdItem) []byte {
 		}
 	}
 	return buf.Bytes()
-}
-
-// forwardOnce is one attempt at forwarding a request: the owner's answer,
-// or the transport's failure.
-func (e *Engine) forwardOnce(ctx context.Context, part int, kind byte, wl uint8, payload []byte) (res any, err, callErr error) {
-	r := &fwdReq{kind: kind, wl: wl, payload: payload, done: make(chan struct{}, 1)}
-	start := time.Now()
-	if !e.call(ctx, part, r) {
-		return nil, nil, ctx.Err()
-	}
-	if m := e.opts.Metrics; m != nil {
-		m.forwardSeconds.Observe(time.Since(start).Seconds())
-	}
-	return r.res, r.err, r.callErr
-}
-
-// forward sends a request for a partition served elsewhere to its owner,
-// retrying while the partition has no owner, and serves it here if this
-// node acquires it meanwhile.
-func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
-	kind := byte(kindCommand)
-	var payload []byte
-	var err error
-	if cmd != nil {
-		if payload, err = cmd.AppendBinary(nil); err != nil {
-			return nil, fmt.Errorf("engine: encoding command: %w", err)
-		}
-		// The owner would refuse it the same way: refusing it here keeps
-		// every forwarded request within what a call carries.
-		if n := envHeader + len(payload); n > cmdlog.MaxEntryBytes {
-			return nil, tooLarge("command", n)
-		}
-	} else {
-		kind = kindQuery
-		if payload, err = encodeValue(nil, q); err != nil {
-			return nil, fmt.Errorf("engine: encoding the query (%T) for another node: %w; the workload must list its query types in WireTypes", q, err)
-		}
-		if len(payload) > maxForwardQueryBytes {
-			return nil, fmt.Errorf("%w: the query encodes to %d bytes for another node; the limit is %d", ErrTooLarge, len(payload), maxForwardQueryBytes)
-		}
-	}
-	deadline := time.Now().Add(e.opts.Cluster.ForwardTimeout)
-	pause := 10 * time.Millisecond
-	for {
-		if e.parts[part].serving.Load() {
-			res, err := e.submitLocal(ctx, part, wl, cmd, q)
-			if !errors.Is(err, errMoved) {
-				return res, err
-			}
-		} else {
-			res, err, callErr := e.forwardOnce(ctx, part, kind, wl, payload)
-			switch {
-			case callErr == nil && !errors.Is(err, ErrNotOwner):
-				return res, err
-			case callErr != nil && ctx.Err() != nil:
-				return nil, ctx.Err()
-			case callErr != nil && !errors.Is(callErr, ErrNotOwner) && cmd != nil:
-				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, callErr)
-			}
-			// Not delivered, or not the owner: retry. (A query changes
-			// nothing, so asking again after any failure is safe.)
-		}
-		if e.isClosed() {
-			return nil, ErrClosed
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w (partition %d has had no reachable owner for %v)", ErrNotOwner, part, e.opts.Cluster.ForwardTimeout)
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 250*time.Millisecond)
-		if m := e.opts.Metrics; m != nil {
-			m.forwarded.WithLabelValues("retry").Inc()
-		}
-	}
 }
