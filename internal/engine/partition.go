@@ -10,6 +10,10 @@ import (
 	"github.com/surge-run/surge/internal/cmdlog"
 )
 
+// partition is one share of every workload's state, changed only by its
+// processor (runloop.go). This file holds that state and the apply path:
+// each input is written into the batch as its log record and applied by
+// its machine, and replay applies logged records the same way.
 type partition struct {
 	e        *Engine
 	id       int
