@@ -121,51 +121,19 @@ type slot struct {
 // missing (with Log.Partitions partitions) and opens the snapshot store.
 // It does not join the group: Join does, once the engine exists.
 func New(ctx context.Context, cfg Config) (*Node, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Log.Logger == nil {
-		cfg.Log.Logger = cfg.Logger
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = DefaultSessionTimeout
-	}
-	if cfg.RefreshEvery <= 0 {
-		cfg.RefreshEvery = DefaultRefreshEvery
-	}
-	if len(cfg.Log.Brokers) == 0 {
-		return nil, errors.New("cluster: no Kafka brokers given")
-	}
-	if cfg.Log.Cluster == "" {
-		return nil, errors.New("cluster: no cluster name given")
-	}
-	if cfg.Log.NodeID == "" || strings.Contains(cfg.Log.NodeID, "/") {
-		return nil, fmt.Errorf("cluster: node id %q: must be non-empty and contain no '/'", cfg.Log.NodeID)
-	}
-	if _, _, err := net.SplitHostPort(cfg.Advertise); err != nil {
-		return nil, fmt.Errorf("cluster: advertise address %q: %w (want host:port)", cfg.Advertise, err)
+	if err := cfg.fillDefaults(); err != nil {
+		return nil, err
 	}
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Log.Brokers...), kgo.ClientID(clientID(cfg.Log.NodeID, cfg.Advertise)+"/admin"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	adm := kadm.NewClient(admCl)
-	if cfg.Log.Partitions == 0 {
-		have, err := existingPartitions(ctx, adm, cfg.Log.LogTopic())
-		if err != nil {
-			admCl.Close()
-			return nil, err
-		}
-		if have == 0 {
-			cfg.Log.Partitions = cfg.NewPartitions
-		}
-	}
-	parts, err := kafkalog.EnsureTopics(ctx, adm, cfg.Log)
+	parts, err := ensureTopics(ctx, adm, &cfg)
 	if err != nil {
 		admCl.Close()
 		return nil, err
 	}
-	cfg.Log.Partitions = parts
 	snaps, err := kafkalog.OpenSnapshots(ctx, cfg.Log)
 	if err != nil {
 		admCl.Close()
@@ -195,6 +163,57 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Registerer.MustRegister(&collector{n: n})
 	}
 	return n, nil
+}
+
+// fillDefaults puts the default in every setting left zero and checks
+// the ones that have none.
+func (cfg *Config) fillDefaults() error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Log.Logger == nil {
+		cfg.Log.Logger = cfg.Logger
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.RefreshEvery <= 0 {
+		cfg.RefreshEvery = DefaultRefreshEvery
+	}
+	if len(cfg.Log.Brokers) == 0 {
+		return errors.New("cluster: no Kafka brokers given")
+	}
+	if cfg.Log.Cluster == "" {
+		return errors.New("cluster: no cluster name given")
+	}
+	if cfg.Log.NodeID == "" || strings.Contains(cfg.Log.NodeID, "/") {
+		return fmt.Errorf("cluster: node id %q: must be non-empty and contain no '/'", cfg.Log.NodeID)
+	}
+	if _, _, err := net.SplitHostPort(cfg.Advertise); err != nil {
+		return fmt.Errorf("cluster: advertise address %q: %w (want host:port)", cfg.Advertise, err)
+	}
+	return nil
+}
+
+// ensureTopics creates the cluster's topics if they are missing, a new
+// log with NewPartitions partitions unless Log.Partitions says otherwise,
+// and sets Log.Partitions to the log's partition count, which it returns.
+func ensureTopics(ctx context.Context, adm *kadm.Client, cfg *Config) (int, error) {
+	if cfg.Log.Partitions == 0 {
+		have, err := existingPartitions(ctx, adm, cfg.Log.LogTopic())
+		if err != nil {
+			return 0, err
+		}
+		if have == 0 {
+			cfg.Log.Partitions = cfg.NewPartitions
+		}
+	}
+	parts, err := kafkalog.EnsureTopics(ctx, adm, cfg.Log)
+	if err != nil {
+		return 0, err
+	}
+	cfg.Log.Partitions = parts
+	return parts, nil
 }
 
 // existingPartitions is the partition count of topic, 0 if it does not

@@ -116,6 +116,8 @@ const snapshotVersion = 3
 // function that encodes it. The engine's own state is encoded at once (it
 // is small); a machine that implements SnapshotForker is encoded later by
 // the returned function, on any goroutine, while the partition goes on.
+// Kept whole on purpose: it writes the format field by field, in the order
+// restoreSnapshot reads it.
 func (p *partition) forkSnapshot() func(dst []byte) []byte {
 	w := wire.Writer{}
 	w.U32(snapshotVersion)

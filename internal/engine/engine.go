@@ -16,8 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,8 +90,8 @@ type Options struct {
 	// 0 means DefaultSnapshotInterval; negative turns this trigger off.
 	SnapshotInterval time.Duration
 	// MaxQueueDelay bounds how long a client command waits in its
-	// partition's inbox before the processor starts it (see admission in
-	// partition.go). 0 means DefaultMaxQueueDelay; negative turns the
+	// partition's inbox before the processor starts it (see
+	// admission.go). 0 means DefaultMaxQueueDelay; negative turns the
 	// limit off, leaving only the full inbox to refuse work.
 	MaxQueueDelay time.Duration
 	Metrics       *Metrics
@@ -169,51 +167,8 @@ func Open(opts Options, workloads ...Workload) (*Engine, error) {
 // recovered builds the engine and recovers its state without starting
 // anything, so that the crash simulation can inspect what recovery built.
 func recovered(opts Options, workloads ...Workload) (*Engine, error) {
-	if opts.Cluster != nil {
-		if opts.Cluster.Transport == nil || opts.Snapshots == nil {
-			return nil, errors.New("engine: cluster mode needs Options.Cluster.Transport and Options.Snapshots")
-		}
-		if opts.Cluster.ResendAfter <= 0 {
-			opts.Cluster.ResendAfter = defaultResendAfter
-		}
-		if opts.Cluster.ForwardTimeout <= 0 {
-			opts.Cluster.ForwardTimeout = defaultForwardTimeout
-		}
-	} else if opts.Log == nil || opts.Snapshots == nil {
-		return nil, errors.New("engine: Options.Log and Options.Snapshots are required")
-	}
-	if opts.Partitions <= 0 {
-		opts.Partitions = DefaultPartitions
-	}
-	if opts.Partitions > maxPartitions {
-		return nil, fmt.Errorf("engine: %d partitions is more than the limit of %d", opts.Partitions, maxPartitions)
-	}
-	if opts.InboxLen <= 0 {
-		opts.InboxLen = DefaultInboxLen
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = DefaultMaxBatch
-	}
-	if opts.SnapshotEvery <= 0 {
-		opts.SnapshotEvery = DefaultSnapshotEvery
-	}
-	if opts.SnapshotBytes == 0 {
-		opts.SnapshotBytes = DefaultSnapshotBytes
-	}
-	if opts.SnapshotInterval == 0 {
-		opts.SnapshotInterval = DefaultSnapshotInterval
-	}
-	if opts.shedMinQueue <= 0 {
-		opts.shedMinQueue = defaultShedMinQueue
-	}
-	if opts.MaxQueueDelay == 0 {
-		opts.MaxQueueDelay = DefaultMaxQueueDelay
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.now == nil {
-		opts.now = func() int64 { return time.Now().UnixNano() }
+	if err := opts.fillDefaults(); err != nil {
+		return nil, err
 	}
 	e := &Engine{
 		opts:      opts,
@@ -254,6 +209,58 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// fillDefaults checks the options and puts the default in every limit
+// left zero.
+func (o *Options) fillDefaults() error {
+	if o.Cluster != nil {
+		if o.Cluster.Transport == nil || o.Snapshots == nil {
+			return errors.New("engine: cluster mode needs Options.Cluster.Transport and Options.Snapshots")
+		}
+		if o.Cluster.ResendAfter <= 0 {
+			o.Cluster.ResendAfter = defaultResendAfter
+		}
+		if o.Cluster.ForwardTimeout <= 0 {
+			o.Cluster.ForwardTimeout = defaultForwardTimeout
+		}
+	} else if o.Log == nil || o.Snapshots == nil {
+		return errors.New("engine: Options.Log and Options.Snapshots are required")
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = DefaultPartitions
+	}
+	if o.Partitions > maxPartitions {
+		return fmt.Errorf("engine: %d partitions is more than the limit of %d", o.Partitions, maxPartitions)
+	}
+	if o.InboxLen <= 0 {
+		o.InboxLen = DefaultInboxLen
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.SnapshotEvery <= 0 {
+		o.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if o.SnapshotBytes == 0 {
+		o.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if o.SnapshotInterval == 0 {
+		o.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if o.shedMinQueue <= 0 {
+		o.shedMinQueue = defaultShedMinQueue
+	}
+	if o.MaxQueueDelay == 0 {
+		o.MaxQueueDelay = DefaultMaxQueueDelay
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.now == nil {
+		o.now = func() int64 { return time.Now().UnixNano() }
+	}
+	return nil
 }
 
 func (e *Engine) start() {
@@ -504,203 +511,4 @@ func (e *Engine) fail(err error) {
 	if e.failed.CompareAndSwap(false, true) {
 		e.log.Error("command log failed; refusing all requests until restart", "err", err)
 	}
-}
-
-type snapJob struct {
-	p      *partition
-	gen    uint64 // cluster mode: the partition's ownership it belongs to
-	pos    cmdlog.Position
-	encode func(dst []byte) []byte
-	size   int
-}
-
-func (e *Engine) snapshotter() {
-	defer e.snapWG.Done()
-	for j := range e.snapCh {
-		e.writeSnapshot(j)
-	}
-}
-
-func (e *Engine) writeSnapshot(j snapJob) {
-	if e.clusterMode() && j.p.gen.Load() != j.gen {
-		return // taken while an earlier owner's term; a newer one exists
-	}
-	start := time.Now()
-	data := j.encode(make([]byte, 0, j.size))
-	j.p.snapSize.Store(int64(len(data)))
-	if m := e.opts.Metrics; m != nil {
-		m.SnapshotEncodeSeconds.Observe(time.Since(start).Seconds())
-	}
-	if err := e.opts.Snapshots.Write(uint32(j.p.id), j.pos, data); err != nil {
-		e.log.Error("writing snapshot failed; will retry at the next one", "partition", j.p.id, "err", err)
-		return
-	}
-	if e.clusterMode() {
-		// Under ownMu, so that a Release in between cannot leave the
-		// next term with this term's position.
-		j.p.ownMu.Lock()
-		if j.p.gen.Load() == j.gen {
-			j.p.snapPos.Store(uint64(j.pos))
-		}
-		j.p.ownMu.Unlock()
-		if m := e.opts.Metrics; m != nil {
-			m.Snapshots.Inc()
-		}
-		return // the log's retention, not the engine, drops old records
-	}
-	j.p.snapPos.Store(uint64(j.pos))
-	if m := e.opts.Metrics; m != nil {
-		m.Snapshots.Inc()
-	}
-	if err := e.release(); err != nil {
-		e.log.Error("releasing old log segments failed", "err", err)
-	}
-}
-
-// release lets the log drop records that no partition needs: a partition
-// needs records from its snapshot position on, and only if it applied
-// anything since that snapshot.
-func (e *Engine) release() error {
-	// doneEnd, not Log.End: the log's end moves before the done callbacks
-	// that update lastEnd run, and reading it first could make a partition
-	// whose batch is durable but not yet done look idle.
-	upTo := e.doneEnd.Load()
-	for _, p := range e.parts {
-		sp := p.snapPos.Load()
-		if p.lastEnd.Load() > sp && sp < upTo {
-			upTo = sp
-		}
-	}
-	if upTo == 0 {
-		return nil
-	}
-	return e.opts.Log.ReleaseBefore(cmdlog.Position(upTo))
-}
-
-// MissingRecordsError is returned by Open when a partition's snapshot does
-// not cover the records the log no longer holds: starting would silently
-// lose them.
-type MissingRecordsError struct {
-	Partition int
-	Released  uint64          // the partition's records before the log's start
-	Covered   uint64          // records its snapshot covers (0: no snapshot)
-	Snapshot  bool            // whether a snapshot was found at all
-	LogStart  cmdlog.Position // position of the oldest retained record
-	Store     string          // where snapshots are kept, if the store says
-}
-
-func (e *MissingRecordsError) Error() string {
-	have := "it has no snapshot"
-	if e.Snapshot {
-		have = fmt.Sprintf("its newest snapshot covers only %d", e.Covered)
-	}
-	where := ""
-	if e.Store != "" {
-		where = " in " + e.Store
-	}
-	return fmt.Sprintf("engine: partition %d: %d of its records lie before the log's start (position %d) and only a snapshot can supply them, but %s%s. "+
-		"Starting would lose them, so the server will not start: restore the snapshot files of partition %d (snap-%05d-*.snap) from a backup; keep the data directory as it is",
-		e.Partition, e.Released, e.LogStart, have, where, e.Partition, e.Partition)
-}
-
-// recover loads each partition's snapshot, checks that the snapshots and
-// the log together hold every record, replays the log tail through the
-// same apply path the processors use, and re-sends every message that is
-// not known to be acknowledged (receivers drop duplicates).
-func (e *Engine) recover() error {
-	began := time.Now()
-	start, released := e.opts.Log.Start()
-	if len(released) != len(e.parts) {
-		return fmt.Errorf("engine: the log was created with %d partitions, not %d; keys would move to other partitions. Start with the partition count the data was written with",
-			len(released), len(e.parts))
-	}
-	end := uint64(e.opts.Log.End())
-	store := ""
-	if s, ok := e.opts.Snapshots.(fmt.Stringer); ok {
-		store = s.String()
-	}
-	from := uint64(1<<64 - 1)
-	for _, p := range e.parts {
-		pos, data, ok, err := e.opts.Snapshots.Latest(uint32(p.id))
-		if err != nil {
-			return fmt.Errorf("engine: reading snapshot of partition %d: %w", p.id, err)
-		}
-		if ok {
-			if err := p.restoreSnapshot(data); err != nil {
-				return err
-			}
-			p.snapPos.Store(uint64(pos))
-			p.snapSize.Store(int64(len(data)))
-			if uint64(pos) > end {
-				return fmt.Errorf("engine: partition %d: its snapshot covers the log up to position %d, but the log ends at %d: acknowledged records are missing from the log. "+
-					"Restore the data directory from a backup; keep it as it is", p.id, pos, end)
-			}
-		}
-		if p.records < released[p.id] {
-			return &MissingRecordsError{Partition: p.id, Released: released[p.id], Covered: p.records, Snapshot: ok, LogStart: start, Store: store}
-		}
-		from = min(from, uint64(pos))
-		p.markSnapshot(e.now())
-	}
-	// A partition idle since its snapshot may hold one older than the
-	// log's start; it has no records in between (checked above), so
-	// starting at the log's start is exact.
-	from = max(from, uint64(start))
-	var replayed int
-	err := e.opts.Log.Replay(cmdlog.Position(from), func(pos cmdlog.Position, en cmdlog.Entry) error {
-		if int(en.Partition) >= len(e.parts) {
-			return fmt.Errorf("engine: the log holds records of partition %d but the engine has %d partitions; start with the partition count the data directory was created with", en.Partition, len(e.parts))
-		}
-		p := e.parts[en.Partition]
-		if uint64(pos) < p.snapPos.Load() {
-			return nil
-		}
-		p.records++
-		p.snapBytes += int64(len(en.Data))
-		if err := p.replay(en.Data); err != nil {
-			return fmt.Errorf("engine: replaying record at position %d: %w", pos, err)
-		}
-		p.lastEnd.Store(uint64(pos) + 1)
-		replayed++
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	e.doneEnd.Store(end)
-	acked := e.dropDelivered()
-	e.log.Info("recovered", "partitions", len(e.parts), "replayed_records", replayed, "from", from,
-		"took", time.Since(began).Round(time.Millisecond), "delivered_messages_dropped", acked)
-	for _, p := range e.parts {
-		seqs := slices.Sorted(maps.Keys(p.outbox))
-		for _, s := range seqs {
-			m := p.outbox[s]
-			e.parts[m.target].mail.push(m.mail(p.id))
-		}
-	}
-	return nil
-}
-
-// dropDelivered removes from the recovered outboxes every message its
-// receiver's recovered state already holds (its high-water mark for the
-// sender is at or past it): the receiver applied it in a durable record,
-// and only the acknowledgement, which is never logged, was lost with the
-// process. Replay rebuilds the outbox of every message sent since the
-// sender's snapshot, so after a kill -9 re-sending them all would flood
-// the mailboxes with duplicates that receivers only drop and acknowledge.
-// Every partition is local and recovered here, so their marks are exact.
-// The outbox is built anew: a map keeps the size it once had.
-func (e *Engine) dropDelivered() int {
-	n := 0
-	for _, p := range e.parts {
-		kept := make(map[uint64]*outMsg)
-		for seq, m := range p.outbox {
-			if seq > e.parts[m.target].hwm[uint32(p.id)] {
-				kept[seq] = m
-			}
-		}
-		n += len(p.outbox) - len(kept)
-		p.outbox = kept
-	}
-	return n
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/surge-run/surge/internal/cmdlog"
 )
 
 // Forwarded requests are batched per partition. The first request to find
@@ -35,6 +37,86 @@ type forwarder struct {
 	mu      sync.Mutex
 	pending []*fwdReq
 	sending bool
+}
+
+// forward sends a request for a partition served elsewhere to its owner,
+// retrying while the partition has no owner, and serves it here if this
+// node acquires it meanwhile.
+func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q any) (any, error) {
+	kind := byte(kindCommand)
+	var payload []byte
+	var err error
+	if cmd != nil {
+		if payload, err = cmd.AppendBinary(nil); err != nil {
+			return nil, fmt.Errorf("engine: encoding command: %w", err)
+		}
+		// The owner would refuse it the same way: refusing it here keeps
+		// every forwarded request within what a call carries.
+		if n := envHeader + len(payload); n > cmdlog.MaxEntryBytes {
+			return nil, tooLarge("command", n)
+		}
+	} else {
+		kind = kindQuery
+		if payload, err = encodeValue(nil, q); err != nil {
+			return nil, fmt.Errorf("engine: encoding the query (%T) for another node: %w; the workload must list its query types in WireTypes", q, err)
+		}
+		if len(payload) > maxForwardQueryBytes {
+			return nil, fmt.Errorf("%w: the query encodes to %d bytes for another node; the limit is %d", ErrTooLarge, len(payload), maxForwardQueryBytes)
+		}
+	}
+	deadline := time.Now().Add(e.opts.Cluster.ForwardTimeout)
+	pause := 10 * time.Millisecond
+	for {
+		if e.parts[part].serving.Load() {
+			res, err := e.submitLocal(ctx, part, wl, cmd, q)
+			if !errors.Is(err, errMoved) {
+				return res, err
+			}
+		} else {
+			res, err, callErr := e.forwardOnce(ctx, part, kind, wl, payload)
+			switch {
+			case callErr == nil && !errors.Is(err, ErrNotOwner):
+				return res, err
+			case callErr != nil && ctx.Err() != nil:
+				return nil, ctx.Err()
+			case callErr != nil && !errors.Is(callErr, ErrNotOwner) && cmd != nil:
+				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, callErr)
+			}
+			// Not delivered, or not the owner: retry. (A query changes
+			// nothing, so asking again after any failure is safe.)
+		}
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (partition %d has had no reachable owner for %v)", ErrNotOwner, part, e.opts.Cluster.ForwardTimeout)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+		if m := e.opts.Metrics; m != nil {
+			m.forwarded.WithLabelValues("retry").Inc()
+		}
+	}
+}
+
+// forwardOnce is one attempt at forwarding a request: the owner's answer,
+// or the transport's failure.
+func (e *Engine) forwardOnce(ctx context.Context, part int, kind byte, wl uint8, payload []byte) (res any, err, callErr error) {
+	r := &fwdReq{kind: kind, wl: wl, payload: payload, done: make(chan struct{}, 1)}
+	start := time.Now()
+	if !e.call(ctx, part, r) {
+		return nil, nil, ctx.Err()
+	}
+	if m := e.opts.Metrics; m != nil {
+		m.forwardSeconds.Observe(time.Since(start).Seconds())
+	}
+	return r.res, r.err, r.callErr
 }
 
 // call sends r to part's owner with the requests of other callers, and
@@ -183,33 +265,58 @@ func decodeBatchAnswer(b []byte, batch []*fwdReq) error {
 // partition's inbox before any is waited for, so they share the
 // partition's batches as a local burst would.
 func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
+	items, err := e.enqueueBatch(ctx, part, b)
+	if err != nil {
+		return answerErr(err)
+	}
+	for i := range items {
+		it := &items[i]
+		if it.r == nil {
+			continue
+		}
+		it.res, it.err = e.await(ctx, it.r)
+		if errors.Is(it.err, errMoved) {
+			it.err = ErrNotOwner
+		}
+	}
+	return encodeBatchAnswer(items)
+}
+
+// fwdItem is one request of a forwarded batch at its owner: queued as r,
+// or refused with err before it was queued.
+type fwdItem struct {
+	r   *Request
+	res any
+	err error
+}
+
+var errMalformedBatch = errors.New("engine: malformed forwarded batch")
+
+// enqueueBatch decodes a forwarded batch and queues each of its requests
+// in part's inbox, holding subMu so that a Release waits for all of them.
+// An error means the batch as a whole is malformed.
+func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdItem, error) {
 	if len(b) < 4 {
-		return answerErr(errors.New("engine: malformed forwarded batch"))
+		return nil, errMalformedBatch
 	}
 	n := int(binary.LittleEndian.Uint32(b))
 	b = b[4:]
 	if n > maxForwardBatch {
-		return answerErr(fmt.Errorf("engine: forwarded batch of %d requests (limit %d)", n, maxForwardBatch))
+		return nil, fmt.Errorf("engine: forwarded batch of %d requests (limit %d)", n, maxForwardBatch)
 	}
-	type item struct {
-		r   *Request
-		res any
-		err error
-	}
-	items := make([]item, n)
+	items := make([]fwdItem, n)
 	p := e.parts[part]
 	p.subMu.RLock()
+	defer p.subMu.RUnlock()
 	serving := p.serving.Load() && !p.failed.Load()
 	for i := range items {
 		if len(b) < 6 {
-			p.subMu.RUnlock()
-			return answerErr(errors.New("engine: malformed forwarded batch"))
+			return nil, errMalformedBatch
 		}
 		kind, wl, l := b[0], b[1], int(binary.LittleEndian.Uint32(b[2:]))
 		b = b[6:]
 		if l > len(b) {
-			p.subMu.RUnlock()
-			return answerErr(errors.New("engine: malformed forwarded batch"))
+			return nil, errMalformedBatch
 		}
 		payload := b[:l]
 		b = b[l:]
@@ -224,33 +331,33 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 		}
 		var cmd Command
 		var q any
-		switch kind {
-		case kindCommand:
-			cmd = rawCommand(payload)
-		case kindQuery:
-			if q, it.err = decodeValue(payload); it.err != nil {
-				it.err = fmt.Errorf("engine: decoding a forwarded query: %w", it.err)
-				continue
-			}
-		default:
-			it.err = fmt.Errorf("engine: forwarded request of unknown kind %d", kind)
+		if cmd, q, it.err = decodeForwarded(kind, payload); it.err != nil {
 			continue
 		}
 		it.r, it.err = e.enqueue(p, ctx, wl, cmd, q)
 	}
-	p.subMu.RUnlock()
-	for i := range items {
-		it := &items[i]
-		if it.r == nil {
-			continue
+	return items, nil
+}
+
+// decodeForwarded is the command or query one forwarded request carries.
+func decodeForwarded(kind byte, payload []byte) (Command, any, error) {
+	switch kind {
+	case kindCommand:
+		return rawCommand(payload), nil, nil
+	case kindQuery:
+		q, err := decodeValue(payload)
+		if err != nil {
+			return nil, nil, fmt.Errorf("engine: decoding a forwarded query: %w", err)
 		}
-		it.res, it.err = e.await(ctx, it.r)
-		if errors.Is(it.err, errMoved) {
-			it.err = ErrNotOwner
-		}
+		return nil, q, nil
 	}
+	return nil, nil, fmt.Errorf("engine: forwarded request of unknown kind %d", kind)
+}
+
+// encodeBatchAnswer writes the answer decodeBatchAnswer reads.
+func encodeBatchAnswer(items []fwdItem) []byte {
 	out := []byte{statusOK}
-	out = binary.LittleEndian.AppendUint32(out, uint32(n))
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(items)))
 	for i := range items {
 		if err := items[i].err; err != nil {
 			code, msg := errCode(err), err.Error()
@@ -273,18 +380,4 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 		}
 	}
 	return buf.Bytes()
-}
-
-// forwardOnce is one attempt at forwarding a request: the owner's answer,
-// or the transport's failure.
-func (e *Engine) forwardOnce(ctx context.Context, part int, kind byte, wl uint8, payload []byte) (res any, err, callErr error) {
-	r := &fwdReq{kind: kind, wl: wl, payload: payload, done: make(chan struct{}, 1)}
-	start := time.Now()
-	if !e.call(ctx, part, r) {
-		return nil, nil, ctx.Err()
-	}
-	if m := e.opts.Metrics; m != nil {
-		m.forwardSeconds.Observe(time.Since(start).Seconds())
-	}
-	return r.res, r.err, r.callErr
 }

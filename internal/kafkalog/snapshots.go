@@ -215,7 +215,26 @@ func (s *Snapshots) Write(partition uint32, pos cmdlog.Position, data []byte) er
 		writtenAt: time.Now().UnixNano(),
 	}
 	m.chunks = uint32((len(data) + snapshotChunkBytes - 1) / snapshotChunkBytes)
+	first, err := s.produceChunks(ctx, partition, &m, data)
+	if err != nil {
+		return fmt.Errorf("kafkalog: writing snapshot of partition %d: %w", partition, err)
+	}
+	m.firstOffset = -1
+	if first != nil {
+		m.firstOffset = first.Offset
+	}
+	mrec := &kgo.Record{Partition: int32(partition), Key: manifestKey(slot), Value: m.encode()}
+	if err := s.cl.ProduceSync(ctx, mrec).FirstErr(); err != nil {
+		return fmt.Errorf("kafkalog: writing snapshot manifest of partition %d: %w", partition, err)
+	}
+	sp.slot = slot
+	return nil
+}
 
+// produceChunks sends data as m's chunks and waits until every one is
+// written; it returns the first chunk's record (nil for empty data), whose
+// offset the manifest points at.
+func (s *Snapshots) produceChunks(ctx context.Context, partition uint32, m *manifest, data []byte) (*kgo.Record, error) {
 	var (
 		errMu    sync.Mutex
 		firstErr error
@@ -231,7 +250,7 @@ func (s *Snapshots) Write(partition uint32, pos cmdlog.Position, data []byte) er
 		// every chunk was sent), so the snapshot is never copied whole.
 		rec := &kgo.Record{
 			Partition: int32(partition),
-			Key:       chunkKey(slot, i),
+			Key:       chunkKey(m.slot, i),
 			Value:     data[lo:hi],
 			Headers:   []kgo.RecordHeader{{Key: headerSnapChunk, Value: h}},
 		}
@@ -249,24 +268,11 @@ func (s *Snapshots) Write(partition uint32, pos cmdlog.Position, data []byte) er
 		})
 	}
 	if err := s.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("kafkalog: writing snapshot of partition %d: %w", partition, err)
+		return nil, err
 	}
 	errMu.Lock()
-	err := firstErr
-	errMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("kafkalog: writing snapshot of partition %d: %w", partition, err)
-	}
-	m.firstOffset = -1
-	if first != nil {
-		m.firstOffset = first.Offset
-	}
-	mrec := &kgo.Record{Partition: int32(partition), Key: manifestKey(slot), Value: m.encode()}
-	if err := s.cl.ProduceSync(ctx, mrec).FirstErr(); err != nil {
-		return fmt.Errorf("kafkalog: writing snapshot manifest of partition %d: %w", partition, err)
-	}
-	sp.slot = slot
-	return nil
+	defer errMu.Unlock()
+	return first, firstErr
 }
 
 // Latest returns partition's complete snapshot with the highest position.

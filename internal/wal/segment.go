@@ -360,43 +360,72 @@ func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64)
 		return 0, fmt.Errorf("wal: %w", err)
 	}
 	if last && headerNeverWritten(f, fileSize) {
-		// createSegment never leaves such a file behind, but a file system
-		// that lost the header of a brand-new, still empty last segment is
-		// harmless to repair: it held no records.
-		counts := prev
-		if counts == nil && s.base == 0 && l.opts.Partitions > 0 {
-			counts = make([]uint64, l.opts.Partitions)
-		}
-		if counts != nil {
-			if prev == nil {
-				l.setLogID(newLogID())
-			}
-			nf, _, err := createSegment(l.fs, l.opts.Dir, s.base, l.logID, counts, !l.opts.NoSync)
-			if err != nil {
-				return 0, fmt.Errorf("wal: repair the header of %s: %w", s.path, err)
-			}
-			nf.Close()
-			s.counts = slices.Clone(counts)
-			fr.counts, fr.sealed = slices.Clone(counts), true
-			l.recovery = Recovery{File: s.path, TruncatedBytes: fileSize}
-			return 0, nil
+		if repaired, err := l.repairHeader(fr, s, prev, fileSize); repaired || err != nil {
+			return 0, err
 		}
 	}
-	id, counts, err := readSegmentHeader(f, s.path, s.base, fileSize)
+	counts, err := l.checkHeader(f, s, prev, fileSize)
 	if err != nil {
 		return 0, err
-	}
-	if prev == nil {
-		l.setLogID(id)
-	} else if id != l.logID {
-		return 0, &CorruptionError{File: s.path, Offset: 24, Reason: "the segment belongs to another log (its log id differs from the segments before it)"}
-	}
-	if prev != nil && !slices.Equal(prev, counts) {
-		return 0, &CorruptionError{File: s.path, Offset: countsOffset, Reason: "the per-partition record counts in the segment header disagree with the records of the segments before it"}
 	}
 	s.counts = counts
 	hdr := segmentHeaderSize(len(counts))
 	fr.reset(f, l.salt, hdr, hdr, fileSize, s.base, slices.Clone(counts))
+	return l.scanFrames(fr, f, s, last, hdr, fileSize)
+}
+
+// repairHeader rewrites the header of a last segment whose header was
+// never written, when the counts it must hold are known (prev, or zeros
+// for a new log's first segment); it reports whether it did.
+// createSegment never leaves such a file behind, but a file system that
+// lost the header of a brand-new, still empty last segment is harmless to
+// repair: it held no records.
+func (l *Log) repairHeader(fr *frameReader, s *segment, prev []uint64, fileSize int64) (bool, error) {
+	counts := prev
+	if counts == nil && s.base == 0 && l.opts.Partitions > 0 {
+		counts = make([]uint64, l.opts.Partitions)
+	}
+	if counts == nil {
+		return false, nil
+	}
+	if prev == nil {
+		l.setLogID(newLogID())
+	}
+	nf, _, err := createSegment(l.fs, l.opts.Dir, s.base, l.logID, counts, !l.opts.NoSync)
+	if err != nil {
+		return false, fmt.Errorf("wal: repair the header of %s: %w", s.path, err)
+	}
+	nf.Close()
+	s.counts = slices.Clone(counts)
+	fr.counts, fr.sealed = slices.Clone(counts), true
+	l.recovery = Recovery{File: s.path, TruncatedBytes: fileSize}
+	return true, nil
+}
+
+// checkHeader reads s's header and checks that it continues the segments
+// before it (prev: the counts at their end, nil for the first): the same
+// log id, and the counts they end with.
+func (l *Log) checkHeader(f vfs.File, s *segment, prev []uint64, fileSize int64) ([]uint64, error) {
+	id, counts, err := readSegmentHeader(f, s.path, s.base, fileSize)
+	if err != nil {
+		return nil, err
+	}
+	if prev == nil {
+		l.setLogID(id)
+	} else if id != l.logID {
+		return nil, &CorruptionError{File: s.path, Offset: 24, Reason: "the segment belongs to another log (its log id differs from the segments before it)"}
+	}
+	if prev != nil && !slices.Equal(prev, counts) {
+		return nil, &CorruptionError{File: s.path, Offset: countsOffset, Reason: "the per-partition record counts in the segment header disagree with the records of the segments before it"}
+	}
+	return counts, nil
+}
+
+// scanFrames reads s's frames to its end and returns its record bytes. A
+// torn frame is corruption anywhere but at the tail of the last segment,
+// and there too if a later group commit's frame follows it (that one was
+// acknowledged); otherwise the tail is cut off.
+func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr, fileSize int64) (int64, error) {
 	for {
 		_, _, _, err := fr.next()
 		if err == nil {
