@@ -330,8 +330,13 @@ func (s *Server) Start() (err error) {
 	return nil
 }
 
-// Addr is the address the server listens on, once it has started.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+// Addr is the address the server listens on; "" before it listens.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
 
 func (s *Server) logServing() {
 	where := []any{"data_dir", s.cfg.DataDir}
@@ -350,8 +355,13 @@ func (s *Server) logServing() {
 // Shutdown stops the server gracefully: the modules' long polls and
 // streams answer first, a cluster node hands its partitions over, the
 // requests in flight finish (for Config.ShutdownTimeout at most), and the
-// engine closes, snapshotting every partition.
+// engine closes, snapshotting every partition. A server that was not
+// started is only closed.
 func (s *Server) Shutdown() error {
+	if s.srv == nil {
+		s.abort()
+		return nil
+	}
 	defer s.release()
 	s.logger.Info("shutting down: finishing in-flight requests")
 	s.ready.Store(false)
