@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,15 +18,23 @@ import (
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/kafkalog"
+	"github.com/surge-run/surge/internal/module"
 	"github.com/surge-run/surge/internal/server"
-	"github.com/surge-run/surge/internal/workload/commerce"
-	"github.com/surge-run/surge/internal/workload/jobs"
-	"github.com/surge-run/surge/internal/workload/sequencer"
-	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
-// envOr lets every flag be set from the environment, NATS-style: the flag
-// wins, then SURGE_*, then the default.
+// envVars ties flags to their SURGE_* variables, NATS-style: the flag
+// wins, then SURGE_*, then the default. A variable is read exactly as its
+// flag would be, so a value the flag refuses stops the start (unless the
+// flag is given) instead of being ignored.
+type envVars struct {
+	vars map[string]string // flag name → variable
+	bad  map[string]error  // flag name → why its variable was refused
+}
+
+func newEnvVars() *envVars { return &envVars{vars: map[string]string{}, bad: map[string]error{}} }
+
+// envOr is a string flag's default from its variable: every string is a
+// value, so there is nothing to refuse.
 func envOr(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
 		return v
@@ -32,24 +42,75 @@ func envOr(name, def string) string {
 	return def
 }
 
-func envIntOr(name string, def int) int {
-	if v, ok := os.LookupEnv(name); ok {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-		fmt.Fprintf(os.Stderr, "surge: ignoring %s=%q: not an integer\n", name, v)
-	}
-	return def
+// help binds flag to variable and returns the flag's help text naming it.
+func (e *envVars) help(flag, variable, text string) string {
+	e.vars[flag] = variable
+	return text + " (" + variable + ")"
 }
 
-func envDurationOr(name string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(name); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
+// read sets every flag of cmd whose variable is set from it, before the
+// command line is parsed, and shows the value as the flag's default in
+// --help. A value the flag refuses is kept for check.
+func (e *envVars) read(cmd *cobra.Command) {
+	for flag, variable := range e.vars {
+		v, ok := os.LookupEnv(variable)
+		if !ok {
+			continue
 		}
-		fmt.Fprintf(os.Stderr, "surge: ignoring %s=%q: not a duration such as 500us\n", name, v)
+		fl := cmd.Flags().Lookup(flag)
+		if err := fl.Value.Set(v); err != nil {
+			e.bad[flag] = fmt.Errorf("invalid value %q in %s, the variable of --%s: %v", v, variable, flag, err)
+			continue
+		}
+		fl.DefValue = fl.Value.String()
 	}
-	return def
+}
+
+// check returns the first refused variable whose flag the command line
+// does not give (a flag given wins, so its variable is not read), as a
+// usage error like the flag's own.
+func (e *envVars) check(cmd *cobra.Command) error {
+	for _, flag := range slices.Sorted(maps.Keys(e.bad)) {
+		if !cmd.Flags().Changed(flag) {
+			return usageError{e.bad[flag]}
+		}
+	}
+	return nil
+}
+
+// flagSet is what a module's flags are defined on (cobra's flag set).
+type flagSet interface {
+	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
+	IntVar(p *int, name string, value int, usage string)
+}
+
+// moduleFlags defines the modules' flags on f and returns what reads
+// their values once the command line is parsed.
+func moduleFlags(f flagSet, env *envVars, mods []module.Module) (settings func() module.Settings) {
+	values := map[string]func() any{}
+	for _, m := range mods {
+		for _, fl := range m.Flags {
+			switch def := fl.Default.(type) {
+			case time.Duration:
+				p := new(time.Duration)
+				f.DurationVar(p, fl.Name, def, env.help(fl.Name, fl.Env, fl.Usage))
+				values[fl.Name] = func() any { return *p }
+			case int:
+				p := new(int)
+				f.IntVar(p, fl.Name, def, env.help(fl.Name, fl.Env, fl.Usage))
+				values[fl.Name] = func() any { return *p }
+			default:
+				panic(fmt.Sprintf("module %s: flag --%s has a default of type %T", m.Name, fl.Name, def))
+			}
+		}
+	}
+	return func() module.Settings {
+		s := module.Settings{}
+		for name, v := range values {
+			s[name] = v()
+		}
+		return s
+	}
 }
 
 // parseBytes reads a size such as 256MiB, 1GiB, 300MB or 268435456; "off"
@@ -83,6 +144,8 @@ var defaultSnapshotBytes = fmt.Sprintf("%dMiB", engine.DefaultSnapshotBytes>>20)
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var memLimit, streamBuffer, bodyMemory, snapBytes string
+	var settings func() module.Settings
+	env := newEnvVars()
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Surge server (embedded log in --data-dir)",
@@ -102,6 +165,10 @@ the heap nears it instead of growing the process).`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			if err := env.check(cmd); err != nil {
+				return err
+			}
+			cfg.Settings = settings()
 			if cfg.MemoryLimit, err = parseBytes(memLimit); err != nil {
 				return fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
 			}
@@ -120,47 +187,38 @@ the heap nears it instead of growing the process).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Addr, "addr", envOr("SURGE_ADDR", "127.0.0.1:8080"), "listen address HOST:PORT (SURGE_ADDR)")
-	f.StringVar(&cfg.DataDir, "data-dir", envOr("SURGE_DATA_DIR", "surge-data"), "directory for the log and snapshots (SURGE_DATA_DIR)")
-	f.IntVar(&cfg.Partitions, "partitions", envIntOr("SURGE_PARTITIONS", 0), "number of partitions; 0 means the data directory's (or with --kafka the cluster's) count, or 8 for a new one (SURGE_PARTITIONS)")
-	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", envIntOr("SURGE_SNAPSHOT_EVERY", 0), "commands a partition applies between snapshots; 0 means 100000 (SURGE_SNAPSHOT_EVERY)")
-	f.StringVar(&snapBytes, "snapshot-bytes", envOr("SURGE_SNAPSHOT_BYTES", defaultSnapshotBytes), "the log a restart after a crash replays at most, over all partitions: each partition takes a snapshot once it has logged its share (this divided by the partition count) since its last one, records replayed at startup included; e.g. 16MiB, or off (or 0) to turn this trigger off (SURGE_SNAPSHOT_BYTES)")
-	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", envDurationOr("SURGE_SNAPSHOT_INTERVAL", engine.DefaultSnapshotInterval), "a partition that logged anything since its last snapshot takes one at most this long after it, even if it has gone quiet; 0 turns this trigger off (SURGE_SNAPSHOT_INTERVAL)")
-	f.DurationVar(&cfg.SyncInterval, "sync-interval", envDurationOr("SURGE_SYNC_INTERVAL", time.Millisecond), "least time between two group commits (fsyncs); appends arriving sooner share the next one (SURGE_SYNC_INTERVAL)")
-	f.IntVar(&cfg.MaxConns, "max-conns", envIntOr("SURGE_MAX_CONNS", 0), "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused (SURGE_MAX_CONNS)")
-	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", envDurationOr("SURGE_IDLE_TIMEOUT", 30*time.Second), "close a keep-alive connection with no request in flight, or a new one that has sent nothing, after this long (SURGE_IDLE_TIMEOUT)")
-	f.IntVar(&cfg.MaxStreams, "max-streams", envIntOr("SURGE_MAX_STREAMS", 128), "concurrent HTTP/2 streams per connection; a client sends more over more connections (SURGE_MAX_STREAMS)")
-	f.IntVar(&cfg.MaxInflight, "max-inflight", envIntOr("SURGE_MAX_INFLIGHT", 4096), "requests handled at once over all connections; beyond it a request waits in the waiting room for a slot, first come first served (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt) (SURGE_MAX_INFLIGHT)")
-	f.DurationVar(&cfg.MaxWait, "max-wait", envDurationOr("SURGE_MAX_WAIT", api.DefaultMaxWait), "the waiting room's patience: a request past --max-inflight whose predicted wait for a slot is longer gets 503 at once with Retry-After = that wait; below common clients' 30s per call, leaving 10s for the answer (SURGE_MAX_WAIT)")
-	f.IntVar(&cfg.WaitingRoom, "waiting-room", envIntOr("SURGE_WAITING_ROOM", api.DefaultWaitingRoom), "requests waiting at once for an in-flight slot (each holds its stream and handler goroutine, about 5KiB); beyond it 503 with Retry-After = the time the room takes to drain (SURGE_WAITING_ROOM)")
-	f.StringVar(&bodyMemory, "max-body-memory", envOr("SURGE_MAX_BODY_MEMORY", "256MiB"), "bytes of large request bodies (over 64KiB) held at once over all requests; a body that does not fit waits, before it is read, until others are answered (up to 30s, then 503 / UNAVAILABLE) (SURGE_MAX_BODY_MEMORY)")
-	f.DurationVar(&cfg.Retention, "retention", envDurationOr("SURGE_RETENTION", ticketing.DefaultRetention), "how long a FAILED or CANCELLED reservation stays readable (and its Idempotency-Key remembered) before it is purged; 0 keeps them for ever (SURGE_RETENTION)")
-	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", envDurationOr("SURGE_MAX_QUEUE_DELAY", 0), "longest a command may wait in its partition's queue: past half of it new ones get 429 at once (Retry-After = the predicted wait), past it a queued one is refused unapplied; 0 means --max-wait, so a burst served within the clients' patience is never refused; negative turns it off (SURGE_MAX_QUEUE_DELAY)")
-	f.DurationVar(&cfg.SagaDeadline, "saga-deadline", envDurationOr("SURGE_SAGA_DEADLINE", 60*time.Second), "how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with (SURGE_SAGA_DEADLINE)")
-	f.DurationVar(&cfg.SagaRetention, "saga-retention", envDurationOr("SURGE_SAGA_RETENTION", commerce.DefaultSagaRetention), "how long an ended order saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT) stays readable at /api/sagas before it and its bookkeeping are purged; orders, payments and events are kept. 0 keeps them for ever; each order logs the retention it was created with (SURGE_SAGA_RETENTION)")
-	f.DurationVar(&cfg.StallTimeout, "stall-timeout", envDurationOr("SURGE_STALL_TIMEOUT", api.DefaultStallTimeout), "a write to a stream's or long poll's reader (SSE, gRPC Read, StreamJobs, ?wait=, waitMs) blocked this long ends it: the reader stopped reading (SURGE_STALL_TIMEOUT)")
-	f.StringVar(&streamBuffer, "stream-buffer", envOr("SURGE_STREAM_BUFFER", "256MiB"), "bytes of stream and long-poll pages (each at most 1MiB of messages) rendered and not yet written, over all readers; a page that cannot have its bytes within --stall-timeout ends its stream with reason server_busy (SURGE_STREAM_BUFFER)")
-	f.IntVar(&cfg.MaxWaiters, "max-waiters", envIntOr("SURGE_MAX_WAITERS", 10000), "long polls (?wait=, waitMs) and streams woken by notes, open at once; beyond it a long poll still waits its time, looking again every second, and a stream gets 503 / RESOURCE_EXHAUSTED with its own turn as Retry-After (SURGE_MAX_WAITERS)")
-	f.DurationVar(&cfg.JobLease, "job-lease", envDurationOr("SURGE_JOB_LEASE", jobs.DefaultLease), "how long a job pushed to a worker stays leased without a heartbeat; past it the job is retried elsewhere (SURGE_JOB_LEASE)")
-	f.DurationVar(&cfg.JobRetention, "job-retention", envDurationOr("SURGE_JOB_RETENTION", jobs.DefaultRetention), "how long a finished job (DONE or DEAD_LETTERED) and its log stay readable before they are purged; each job logs the retention it was submitted with (SURGE_JOB_RETENTION)")
-	f.IntVar(&cfg.MaxWorkers, "max-workers", envIntOr("SURGE_MAX_WORKERS", jobs.DefaultMaxWorkers), "job workers registered at once; more get RESOURCE_EXHAUSTED (a worker's place is freed when it deregisters, or --worker-grace after it went offline) (SURGE_MAX_WORKERS)")
-	f.DurationVar(&cfg.WorkerGrace, "worker-grace", envDurationOr("SURGE_WORKER_GRACE", jobs.DefaultWorkerGrace), "how long a job worker that went offline (no stream, no heartbeat within --job-lease) keeps its place under --max-workers before it is forgotten (SURGE_WORKER_GRACE)")
-	f.DurationVar(&cfg.SeqRetention, "seq-retention", envDurationOr("SURGE_SEQ_RETENTION", 24*time.Hour), "how long a released sequencer message stays readable when no consumer has committed past it (with consumers it goes once all have); each message logs the retention it was published with (SURGE_SEQ_RETENTION)")
-	f.IntVar(&cfg.SeqProcessors, "seq-processors", envIntOr("SURGE_SEQ_PROCESSORS", sequencer.DefaultBenchProcessors), "goroutines processing the messages of the benchmark routes (POST /messages) (SURGE_SEQ_PROCESSORS)")
-	f.BoolVar(&cfg.Pprof, "pprof", envOr("SURGE_PPROF", "") == "1", "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
-	f.IntVar(&cfg.MaxEvents, "max-events", envIntOr("SURGE_MAX_EVENTS", ticketing.DefaultMaxEvents), "events this server holds at most; creating one more is refused with 409 (SURGE_MAX_EVENTS)")
-	f.IntVar(&cfg.MaxAreas, "max-areas", envIntOr("SURGE_MAX_AREAS", ticketing.DefaultMaxAreas), "areas over all events this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_AREAS)")
-	f.IntVar(&cfg.MaxSeats, "max-seats", envIntOr("SURGE_MAX_SEATS", ticketing.DefaultMaxSeats), "seats over all areas this server holds at most; an event that would pass it is refused with 409 (SURGE_MAX_SEATS)")
-	f.StringVar(&memLimit, "memory-limit", envOr("SURGE_MEMORY_LIMIT", "256MiB"), "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap plus half of it, at least 64MiB, plus stacks), the limit follows, so the GC never thrashes. GOMEMLIMIT, if set, is fixed and wins (SURGE_MEMORY_LIMIT)")
-	f.StringVar(&cfg.Cluster.Kafka, "kafka", envOr("SURGE_KAFKA", ""), "run as a node of a cluster on Apache Kafka at these bootstrap brokers, HOST:PORT[,HOST:PORT...], instead of on --data-dir (see docs/CLUSTER.md) (SURGE_KAFKA)")
-	f.StringVar(&cfg.Cluster.Cluster, "cluster", envOr("SURGE_CLUSTER", ""), "with --kafka: the cluster's name; its topics are surge.NAME.log and surge.NAME.snapshots and its group surge.NAME (SURGE_CLUSTER)")
-	f.StringVar(&cfg.Cluster.NodeID, "node-id", envOr("SURGE_NODE_ID", ""), "with --kafka: this node's name, unique in the cluster; default HOSTNAME-PORT (SURGE_NODE_ID)")
-	f.StringVar(&cfg.Cluster.Advertise, "advertise", envOr("SURGE_ADVERTISE", ""), "with --kafka: HOST:PORT where the other nodes reach this one; default --addr (127.0.0.1 if it has no host) (SURGE_ADVERTISE)")
-	f.IntVar(&cfg.Cluster.Replication, "kafka-replication", envIntOr("SURGE_KAFKA_REPLICATION", 1), "with --kafka: replication factor of the topics the cluster creates; use 3 in production (SURGE_KAFKA_REPLICATION)")
-	f.DurationVar(&cfg.Cluster.SessionTimeout, "kafka-session-timeout", envDurationOr("SURGE_KAFKA_SESSION_TIMEOUT", 6*time.Second), "with --kafka: how long a silent node keeps its partitions before the others take them over (SURGE_KAFKA_SESSION_TIMEOUT)")
-	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", envDurationOr("SURGE_KAFKA_LOG_RETENTION", 168*time.Hour), "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often (SURGE_KAFKA_LOG_RETENTION)")
-	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", envDurationOr("SURGE_KAFKA_MIN_CYCLE", kafkalog.DefaultMinCycle), "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none (SURGE_KAFKA_MIN_CYCLE)")
+	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8080", env.help("addr", "SURGE_ADDR", "listen address HOST:PORT"))
+	f.StringVar(&cfg.DataDir, "data-dir", "surge-data", env.help("data-dir", "SURGE_DATA_DIR", "directory for the log and snapshots"))
+	f.IntVar(&cfg.Partitions, "partitions", 0, env.help("partitions", "SURGE_PARTITIONS", "number of partitions; 0 means the data directory's (or with --kafka the cluster's) count, or 8 for a new one"))
+	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", 0, env.help("snapshot-every", "SURGE_SNAPSHOT_EVERY", "commands a partition applies between snapshots; 0 means 100000"))
+	f.StringVar(&snapBytes, "snapshot-bytes", defaultSnapshotBytes, env.help("snapshot-bytes", "SURGE_SNAPSHOT_BYTES", "the log a restart after a crash replays at most, over all partitions: each partition takes a snapshot once it has logged its share (this divided by the partition count) since its last one, records replayed at startup included; e.g. 16MiB, or off (or 0) to turn this trigger off"))
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, env.help("snapshot-interval", "SURGE_SNAPSHOT_INTERVAL", "a partition that logged anything since its last snapshot takes one at most this long after it, even if it has gone quiet; 0 turns this trigger off"))
+	f.DurationVar(&cfg.SyncInterval, "sync-interval", time.Millisecond, env.help("sync-interval", "SURGE_SYNC_INTERVAL", "least time between two group commits (fsyncs); appends arriving sooner share the next one"))
+	f.IntVar(&cfg.MaxConns, "max-conns", 0, env.help("max-conns", "SURGE_MAX_CONNS", "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused"))
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 30*time.Second, env.help("idle-timeout", "SURGE_IDLE_TIMEOUT", "close a keep-alive connection with no request in flight, or a new one that has sent nothing, after this long"))
+	f.IntVar(&cfg.MaxStreams, "max-streams", 128, env.help("max-streams", "SURGE_MAX_STREAMS", "concurrent HTTP/2 streams per connection; a client sends more over more connections"))
+	f.IntVar(&cfg.MaxInflight, "max-inflight", 4096, env.help("max-inflight", "SURGE_MAX_INFLIGHT", "requests handled at once over all connections; beyond it a request waits in the waiting room for a slot, first come first served (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt)"))
+	f.DurationVar(&cfg.MaxWait, "max-wait", api.DefaultMaxWait, env.help("max-wait", "SURGE_MAX_WAIT", "the waiting room's patience: a request past --max-inflight whose predicted wait for a slot is longer gets 503 at once with Retry-After = that wait; below common clients' 30s per call, leaving 10s for the answer"))
+	f.IntVar(&cfg.WaitingRoom, "waiting-room", api.DefaultWaitingRoom, env.help("waiting-room", "SURGE_WAITING_ROOM", "requests waiting at once for an in-flight slot (each holds its stream and handler goroutine, about 5KiB); beyond it 503 with Retry-After = the time the room takes to drain"))
+	f.StringVar(&bodyMemory, "max-body-memory", "256MiB", env.help("max-body-memory", "SURGE_MAX_BODY_MEMORY", "bytes of large request bodies (over 64KiB) held at once over all requests; a body that does not fit waits, before it is read, until others are answered (up to 30s, then 503 / UNAVAILABLE)"))
+	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", 0, env.help("max-queue-delay", "SURGE_MAX_QUEUE_DELAY", "longest a command may wait in its partition's queue: past half of it new ones get 429 at once (Retry-After = the predicted wait), past it a queued one is refused unapplied; 0 means --max-wait, so a burst served within the clients' patience is never refused; negative turns it off"))
+	f.DurationVar(&cfg.StallTimeout, "stall-timeout", api.DefaultStallTimeout, env.help("stall-timeout", "SURGE_STALL_TIMEOUT", "a write to a stream's or long poll's reader (SSE, gRPC Read, StreamJobs, ?wait=, waitMs) blocked this long ends it: the reader stopped reading"))
+	f.StringVar(&streamBuffer, "stream-buffer", "256MiB", env.help("stream-buffer", "SURGE_STREAM_BUFFER", "bytes of stream and long-poll pages (each at most 1MiB of messages) rendered and not yet written, over all readers; a page that cannot have its bytes within --stall-timeout ends its stream with reason server_busy"))
+	f.IntVar(&cfg.MaxWaiters, "max-waiters", 10000, env.help("max-waiters", "SURGE_MAX_WAITERS", "long polls (?wait=, waitMs) and streams woken by notes, open at once; beyond it a long poll still waits its time, looking again every second, and a stream gets 503 / RESOURCE_EXHAUSTED with its own turn as Retry-After"))
+	f.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
+	env.vars["pprof"] = "SURGE_PPROF"
+	f.StringVar(&memLimit, "memory-limit", "256MiB", env.help("memory-limit", "SURGE_MEMORY_LIMIT", "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap plus half of it, at least 64MiB, plus stacks), the limit follows, so the GC never thrashes. GOMEMLIMIT, if set, is fixed and wins"))
+	f.StringVar(&cfg.Cluster.Kafka, "kafka", "", env.help("kafka", "SURGE_KAFKA", "run as a node of a cluster on Apache Kafka at these bootstrap brokers, HOST:PORT[,HOST:PORT...], instead of on --data-dir (see docs/CLUSTER.md)"))
+	f.StringVar(&cfg.Cluster.Cluster, "cluster", "", env.help("cluster", "SURGE_CLUSTER", "with --kafka: the cluster's name; its topics are surge.NAME.log and surge.NAME.snapshots and its group surge.NAME"))
+	f.StringVar(&cfg.Cluster.NodeID, "node-id", "", env.help("node-id", "SURGE_NODE_ID", "with --kafka: this node's name, unique in the cluster; default HOSTNAME-PORT"))
+	f.StringVar(&cfg.Cluster.Advertise, "advertise", "", env.help("advertise", "SURGE_ADVERTISE", "with --kafka: HOST:PORT where the other nodes reach this one; default --addr (127.0.0.1 if it has no host)"))
+	f.IntVar(&cfg.Cluster.Replication, "kafka-replication", 1, env.help("kafka-replication", "SURGE_KAFKA_REPLICATION", "with --kafka: replication factor of the topics the cluster creates; use 3 in production"))
+	f.DurationVar(&cfg.Cluster.SessionTimeout, "kafka-session-timeout", 6*time.Second, env.help("kafka-session-timeout", "SURGE_KAFKA_SESSION_TIMEOUT", "with --kafka: how long a silent node keeps its partitions before the others take them over"))
+	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", 168*time.Hour, env.help("kafka-log-retention", "SURGE_KAFKA_LOG_RETENTION", "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often"))
+	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
+	settings = moduleFlags(f, env, server.Builtin())
+	env.read(cmd)
 	return cmd
 }
 

@@ -88,3 +88,36 @@ func TestServeSnapshotTriggers(t *testing.T) {
 		}
 	}
 }
+
+// A SURGE_* value its flag would refuse stops `surge serve` with a usage
+// error naming the variable, as the bad flag would, instead of a warning
+// and the default; a flag given on the command line wins over its
+// variable, which is then not read. (--snapshot-every -1 makes the start
+// fail should a bad variable be let through, rather than serve.)
+func TestServeBadEnvStopsStart(t *testing.T) {
+	for _, c := range []struct {
+		variable, value string
+		args            []string
+		want            string
+	}{
+		{"SURGE_MAX_CONNS", "lots", nil, `invalid value "lots" in SURGE_MAX_CONNS, the variable of --max-conns`},
+		{"SURGE_IDLE_TIMEOUT", "30", nil, `invalid value "30" in SURGE_IDLE_TIMEOUT`},
+		{"SURGE_PPROF", "yes", nil, `invalid value "yes" in SURGE_PPROF`},
+		{"SURGE_SAGA_DEADLINE", "soon", nil, `invalid value "soon" in SURGE_SAGA_DEADLINE, the variable of --saga-deadline`},
+		{"SURGE_MAX_EVENTS", "1e4", nil, `invalid value "1e4" in SURGE_MAX_EVENTS`},
+		{"SURGE_MAX_CONNS", "lots", []string{"--max-conns", "5"}, "--snapshot-every -1"},
+	} {
+		t.Run(c.variable, func(t *testing.T) {
+			t.Setenv(c.variable, c.value)
+			root := newRootCmd()
+			root.SetArgs(append([]string{"serve", "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--snapshot-every", "-1"}, c.args...))
+			err := root.Execute()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%s=%q %v: error %v, want one containing %q", c.variable, c.value, c.args, err, c.want)
+			}
+			if strings.HasPrefix(c.want, "invalid value") && exitStatus(err) != 2 {
+				t.Errorf("exit status %d, want 2 as for a bad flag", exitStatus(err))
+			}
+		})
+	}
+}

@@ -29,6 +29,7 @@ const (
 )
 
 func newWorkerCmd() *cobra.Command {
+	env := newEnvVars()
 	var (
 		cfg      jobclient.WorkerConfig
 		server   string
@@ -53,6 +54,9 @@ worker deregisters and exits. A second signal kills the running commands and exi
 (their jobs go back to the queue).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := env.check(cmd); err != nil {
+				return err
+			}
 			for q := range strings.SplitSeq(queues, ",") {
 				if q = strings.TrimSpace(q); q != "" {
 					cfg.Queues = append(cfg.Queues, q)
@@ -90,10 +94,11 @@ worker deregisters and exits. A second signal kills the running commands and exi
 	f := cmd.Flags()
 	f.StringVar(&server, "server", envOr("SURGE_SERVER", "http://127.0.0.1:8080"), "the Surge server's URL (SURGE_SERVER)")
 	f.StringVar(&queues, "queues", envOr("SURGE_QUEUES", "default"), "queues to take jobs from, comma-separated (SURGE_QUEUES)")
-	f.IntVar(&cfg.Concurrency, "concurrency", envIntOr("SURGE_CONCURRENCY", runtime.NumCPU()), "jobs run at once (SURGE_CONCURRENCY)")
+	f.IntVar(&cfg.Concurrency, "concurrency", runtime.NumCPU(), env.help("concurrency", "SURGE_CONCURRENCY", "jobs run at once"))
 	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: <host>-<hash of server and queues>-<first free slot>, the same after a restart (SURGE_WORKER_ID)")
 	f.StringVar(&stateDir, "state-dir", envOr("SURGE_WORKER_STATE_DIR", defaultStateDir()), "where the slot locks of default worker ids are kept (SURGE_WORKER_STATE_DIR)")
-	f.DurationVar(&cfg.Heartbeat, "heartbeat", envDurationOr("SURGE_HEARTBEAT", 5*time.Second), "interval between heartbeats; shorter than the server's --job-lease (SURGE_HEARTBEAT)")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, env.help("heartbeat", "SURGE_HEARTBEAT", "interval between heartbeats; shorter than the server's --job-lease"))
+	env.read(cmd)
 	return cmd
 }
 

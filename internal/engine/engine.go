@@ -100,6 +100,11 @@ type Options struct {
 	// per partition, once the command that made it is durable. It runs on
 	// the log's completion goroutine, so it must not block.
 	Notify func(partition int, workload uint8, v any)
+	// Notes routes notes by workload: a note goes to the function of the
+	// workload whose Machine made it (the module that owns the workload),
+	// as Notify does and on the same goroutine. A workload without an
+	// entry has its notes go to Notify alone. See routeNotes.
+	Notes map[uint8]func(partition int, v any)
 	// Cluster, when set, makes this engine one node of a cluster (see
 	// cluster.go): Log is then unused, and partitions are served only
 	// between Acquire and Release.
@@ -194,6 +199,9 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 			return nil, fmt.Errorf("engine: workload id %d used twice or reserved", w.ID())
 		}
 		e.workloads[w.ID()] = w
+	}
+	if err := e.routeNotes(); err != nil {
+		return nil, err
 	}
 	e.parts = make([]*partition, opts.Partitions)
 	for i := range e.parts {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/surge-run/surge/internal/module"
 )
 
 // surge serve serves the commerce routes beside ticketing, with the
@@ -19,7 +21,7 @@ func TestServeCommerce(t *testing.T) {
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- Run(ctx, Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Ready: ready, SagaDeadline: 30 * time.Second})
+		errc <- Run(ctx, Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Ready: ready, Settings: module.Settings{"saga-deadline": 30 * time.Second}})
 	}()
 	var base string
 	select {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surge-run/surge/internal/module"
 	"github.com/surge-run/surge/internal/workload/commerce"
 )
 
@@ -29,7 +30,7 @@ import (
 func TestCommerceHTTPFuzz(t *testing.T) {
 	// A short saga deadline: a step the fuzzer discards from the
 	// dead-letter queue leaves its saga to the deadline's compensation.
-	base := serveForTest(t, Config{Partitions: 4, SagaDeadline: 3 * time.Second})
+	base := serveForTest(t, Config{Partitions: 4, Settings: module.Settings{"saga-deadline": 3 * time.Second}})
 	f := &fuzzer{
 		t: t, base: base,
 		rng: rand.New(rand.NewPCG(*httpFuzzSeed, 0xc0ffee)),

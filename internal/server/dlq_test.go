@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/surge-run/surge/internal/module"
 )
 
 // surge serve serves the commerce admin routes and exports the
 // dead-letter metrics on /metrics and /actuator/prometheus.
 func TestServeCommerceDLQ(t *testing.T) {
-	base := serveForTest(t, Config{SagaDeadline: time.Minute})
+	base := serveForTest(t, Config{Settings: module.Settings{"saga-deadline": time.Minute}})
 	req := func(method, path, body string) (int, string) {
 		t.Helper()
 		r, _ := http.NewRequest(method, base+path, strings.NewReader(body))

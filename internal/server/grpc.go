@@ -11,20 +11,8 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/surge-run/surge/internal/api"
-	"github.com/surge-run/surge/internal/workload/jobs"
+	"github.com/surge-run/surge/internal/module"
 )
-
-// grpcService is one connect service as its generated New...Handler
-// returns it: the path prefix "/pkg.Service/" and the handler, plus the
-// fully qualified service name, which health checks and reflection list.
-type grpcService struct {
-	name    string
-	path    string
-	handler http.Handler
-	// maxMessage is the largest request message the service reads (the
-	// connect.WithReadMaxBytes it was built with).
-	maxMessage int
-}
 
 // grpcSmallMessage bounds the request messages of the health and
 // reflection services, which are a few names at most.
@@ -42,35 +30,39 @@ const grpcHealthPath = "/" + grpchealth.HealthV1ServiceName + "/"
 // mountGRPC serves gRPC (and gRPC-Web and Connect) on the HTTP mux: the
 // given services, grpc.health.v1.Health answering for the server ("") and
 // each of them, and server reflection listing exactly the services served,
-// so grpcurl and ghz work without .proto files. A workload's services are
-// added by passing them here; nothing else changes.
+// so grpcurl and ghz work without .proto files. The services are the
+// modules' (module.Served.GRPC); their long-lived calls get unlimitedStream.
 //
 // Each service's path prefix is registered for every method, so it is more
 // specific than the JSON 404/405 fallback on "/": gRPC calls never reach
 // it. A path under a prefix that names no method gets connect's own answer
 // (HTTP 404, which gRPC clients read as UNIMPLEMENTED).
-func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services []grpcService) {
+func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services []module.GRPCService) {
 	names := []string{grpchealth.HealthV1ServiceName}
 	for _, s := range services {
-		names = append(names, s.name)
+		names = append(names, s.Name)
 	}
 	opts := grpcHandlerOptions(grpcSmallMessage)
 	path, h := grpchealth.NewHandler(healthChecker{names: names, healthy: healthy}, opts...)
-	all := append([]grpcService{{name: grpchealth.HealthV1ServiceName, path: path, handler: h, maxMessage: grpcSmallMessage}}, services...)
+	all := append([]module.GRPCService{{Name: grpchealth.HealthV1ServiceName, Path: path, Handler: h, MaxMessage: grpcSmallMessage}}, services...)
 	reflector := grpcreflect.NewStaticReflector(names...)
 	// v1alpha too: grpcurl and ghz releases still in use ask for it.
 	for _, newHandler := range []func(*grpcreflect.Reflector, ...connect.HandlerOption) (string, http.Handler){
 		grpcreflect.NewHandlerV1, grpcreflect.NewHandlerV1Alpha,
 	} {
 		path, h := newHandler(reflector, opts...)
-		all = append(all, grpcService{path: path, handler: h, maxMessage: grpcSmallMessage})
+		all = append(all, module.GRPCService{Path: path, Handler: h, MaxMessage: grpcSmallMessage})
 	}
 	for _, s := range all {
-		h := limitBody(s.handler, int64(s.maxMessage)+grpcBodySlack)
+		h := s.Handler
+		if len(s.LongLived) > 0 {
+			h = unlimitedStream(h, s.LongLived...)
+		}
+		h = limitBody(h, int64(s.MaxMessage)+grpcBodySlack)
 		// Counted and timed like the HTTP routes. The HTTP status of a
 		// gRPC call is 200 whatever its outcome (that is in grpc-status),
 		// so the route's count is of calls, not of successes.
-		m.Handle(mux, s.path, func(w http.ResponseWriter, r *http.Request) int {
+		m.Handle(mux, s.Path, func(w http.ResponseWriter, r *http.Request) int {
 			h.ServeHTTP(w, r)
 			return http.StatusOK
 		})
@@ -113,7 +105,7 @@ func grpcHandlerOptions(maxMessage int) []connect.HandlerOption {
 // requests that should finish in seconds) from the long-lived calls at
 // paths (streams, and long polls that may wait longer than the write
 // timeout), which would otherwise be cut after them.
-// Its writes can be batched (jobs.BatchFlusher).
+// The handler gets a writer whose flushes can be held (batchWriter).
 func unlimitedStream(h http.Handler, paths ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(paths, r.URL.Path) {
@@ -125,13 +117,14 @@ func unlimitedStream(h http.Handler, paths ...string) http.Handler {
 		st := api.OpenStream(w, r)
 		defer st.Close()
 		bw := &batchWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
-		ctx := api.WithStream(jobs.WithBatchFlusher(r.Context(), bw), st)
-		h.ServeHTTP(bw, r.WithContext(ctx))
+		h.ServeHTTP(bw, r.WithContext(api.WithStream(r.Context(), st)))
 	})
 }
 
-// batchWriter holds flushes between Hold and Release. One goroutine, the
-// stream's handler, writes and flushes, so it needs no lock.
+// batchWriter holds flushes between Hold and Release, so that a handler
+// sending several messages at once (jobs.BatchFlusher) writes them out
+// together. One goroutine, the stream's handler, writes and flushes, so it
+// needs no lock.
 type batchWriter struct {
 	http.ResponseWriter
 	rc            *http.ResponseController

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/surge-run/surge/internal/module"
 )
 
 // TestMemoryLimit: the flag's value is applied, 0 is the default, a
@@ -40,7 +42,7 @@ func TestRunAppliesEventLimits(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(orig) })
 	dir := t.TempDir()
 	cfg := dataDirConfig(dir, 2, nil)
-	cfg.MaxSeats = -1
+	cfg.Settings = module.Settings{"max-seats": -1}
 	if err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "--max-seats") {
 		t.Fatalf("negative --max-seats: %v", err)
 	}
@@ -49,7 +51,7 @@ func TestRunAppliesEventLimits(t *testing.T) {
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
 	cfg = dataDirConfig(dir, 2, ready)
-	cfg.MaxEvents = 1
+	cfg.Settings = module.Settings{"max-events": 1}
 	go func() { errc <- Run(ctx, cfg) }()
 	var addr string
 	select {

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"math"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -66,4 +68,41 @@ func governMemory(ctx context.Context, floor int64) {
 			current = want
 		}
 	}
+}
+
+// DefaultMemoryLimit keeps the heap of a server with about 100 MB of live
+// state well under 300 MB resident, while GOGC=400 still spaces collections
+// out for smaller states (the limit only bites when heap growth would pass
+// it). It is a floor, not a ceiling: when the process needs more (see
+// memgov.go), the limit follows, so the collector never thrashes.
+const DefaultMemoryLimit = 256 << 20
+
+// memoryLimit applies the soft memory limit unless GOMEMLIMIT is set, and
+// returns the one in force (math.MaxInt64: none).
+func memoryLimit(cfg Config) int64 {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
+		return debug.SetMemoryLimit(-1)
+	}
+	limit := cfg.MemoryLimit
+	switch {
+	case limit == 0:
+		limit = DefaultMemoryLimit
+	case limit < 0:
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
+	return limit
+}
+
+// startGovernor applies the soft memory limit and, unless GOMEMLIMIT fixes
+// it or there is none, starts the governor, which New's undo stops; it
+// returns the limit in force.
+func (s *Server) startGovernor() int64 {
+	limit := memoryLimit(s.cfg)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && limit != math.MaxInt64 {
+		ctx, stop := context.WithCancel(context.Background())
+		s.undo = append(s.undo, stop)
+		go governMemory(ctx, limit)
+	}
+	return limit
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/surge-run/surge/internal/module"
 )
 
 // runWithRetention starts the real server on dir with the given retention
@@ -17,7 +19,7 @@ func runWithRetention(t *testing.T, dir string, retention time.Duration) (string
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
 	cfg := dataDirConfig(dir, 2, ready)
-	cfg.Retention = retention
+	cfg.Settings = module.Settings{"retention": retention}
 	go func() { errc <- Run(ctx, cfg) }()
 	select {
 	case addr := <-ready:

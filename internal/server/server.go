@@ -1,39 +1,28 @@
-// Package server wires the embedded log, the engine, the workloads and the
-// HTTP listener into the process that `surge serve` runs.
+// Package server wires the embedded log (or a cluster node), the engine,
+// the workload modules and the HTTP listener into the process that
+// `surge serve` runs: New opens it, Start serves, Shutdown stops it
+// gracefully, and Run does all three.
 package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/cluster"
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
-	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
-	"github.com/surge-run/surge/internal/vfs"
-	"github.com/surge-run/surge/internal/wal"
-	"github.com/surge-run/surge/internal/workload/commerce"
-	"github.com/surge-run/surge/internal/workload/jobs"
-	"github.com/surge-run/surge/internal/workload/sequencer"
-	"github.com/surge-run/surge/internal/workload/ticketing"
+	"github.com/surge-run/surge/internal/module"
 )
 
 // Config is what `surge serve` takes.
@@ -67,47 +56,23 @@ type Config struct {
 	// MaxBodyMemory bounds the bytes of large request bodies held at once
 	// (api.Limits.BodyMemory; 0: api.DefaultBodyMemory).
 	MaxBodyMemory int64
-	// Retention is how long FAILED and CANCELLED reservations are kept
-	// before they are purged; 0 keeps them for ever.
-	Retention time.Duration
-	// SagaDeadline is how long an order's saga may run before it is
-	// compensated and TIMED_OUT; 0 means 60s. Each order logs its own.
-	SagaDeadline time.Duration
-	// SagaRetention is how long an ended saga (and its bookkeeping) is
-	// kept before it is purged; 0 keeps them for ever. Each order logs
-	// its own.
-	SagaRetention time.Duration
-	// MaxWaiters bounds the order long polls and streams open at once,
-	// and separately the sequencer's (lease and output long polls, output
-	// streams); 0 means each workload's default.
+	// MaxWaiters bounds, separately for each workload, the long polls and
+	// streams woken by notes that it holds open at once (the commerce
+	// order waits, the sequencer's lease and output waits and streams);
+	// 0 means each workload's default.
 	MaxWaiters int
-	// JobLease is how long a job pushed to a worker stays leased without a
-	// heartbeat; 0 means jobs.DefaultLease.
-	JobLease time.Duration
-	// JobRetention is how long a finished job and its log are kept; 0
-	// means jobs.DefaultRetention. Each job logs its own.
-	JobRetention time.Duration
-	// MaxWorkers bounds the job worker registry; 0 means
-	// jobs.DefaultMaxWorkers.
-	MaxWorkers int
-	// WorkerGrace is how long an offline job worker keeps its place in
-	// the registry; 0 means jobs.DefaultWorkerGrace.
-	WorkerGrace time.Duration
-	// SeqRetention is how long a released sequencer message is kept when
-	// no consumer has passed it; 0 means 24h. Each message logs its own.
-	SeqRetention time.Duration
-	// SeqProcessors is the size of the benchmark routes' processor pool;
-	// 0 means sequencer.DefaultBenchProcessors.
-	SeqProcessors int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
-	// MaxEvents, MaxAreas and MaxSeats bound what the server holds over
-	// all events; 0 means the ticketing package's default.
-	MaxEvents, MaxAreas, MaxSeats int
 	// MemoryLimit is the Go runtime's soft memory limit in bytes: 0 means
 	// DefaultMemoryLimit, negative means none. GOMEMLIMIT, if set, wins.
 	MemoryLimit int64
 	Logger      *slog.Logger
+	// Modules are the workloads served; nil means Builtin().
+	Modules []module.Module
+	// Settings are the values of the modules' flags by flag name (e.g.
+	// "retention": 15*time.Minute); a module reads a setting left out as
+	// its zero value, which each takes for its default.
+	Settings module.Settings
 	// Cluster, with Kafka set, makes this server a node of a cluster on
 	// Apache Kafka instead of an embedded server with a data directory.
 	Cluster ClusterConfig
@@ -116,157 +81,169 @@ type Config struct {
 	Ready chan<- string
 }
 
-// DefaultMemoryLimit keeps the heap of a server with about 100 MB of live
-// state well under 300 MB resident, while GOGC=400 still spaces collections
-// out for smaller states (the limit only bites when heap growth would pass
-// it). It is a floor, not a ceiling: when the process needs more (see
-// memgov.go), the limit follows, so the collector never thrashes.
-const DefaultMemoryLimit = 256 << 20
+// defaultShutdownTimeout is how long a graceful shutdown waits for the
+// requests in flight when Config.ShutdownTimeout is 0.
+const defaultShutdownTimeout = 30 * time.Second
 
-// memoryLimit applies the soft memory limit unless GOMEMLIMIT is set, and
-// returns the one in force (math.MaxInt64: none).
-func memoryLimit(cfg Config) int64 {
-	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
-		return debug.SetMemoryLimit(-1)
-	}
-	limit := cfg.MemoryLimit
-	switch {
-	case limit == 0:
-		limit = DefaultMemoryLimit
-	case limit < 0:
-		limit = math.MaxInt64
-	}
-	debug.SetMemoryLimit(limit)
-	return limit
-}
-
-// meta is stored in the data directory for operators and tools. The
-// partition count decides where every key lives, so it cannot change under
-// existing data; the log records it too (in every segment header) and is
-// the authority: surge.json must agree with it.
-type meta struct {
-	FormatVersion int `json:"formatVersion"`
-	Partitions    int `json:"partitions"`
-}
-
-const (
-	metaFormatVersion = 1
-	metaFile          = "surge.json"
-)
-
-// readMeta returns the partition count in surge.json, or 0 if there is no
-// such file.
-func readMeta(dir string) (int, error) {
-	path := filepath.Join(dir, metaFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	var m meta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return 0, fmt.Errorf("%s is not valid JSON (%v); correct it, or move it aside: the partition count is then read from the log", path, err)
-	}
-	if m.FormatVersion != metaFormatVersion {
-		return 0, fmt.Errorf("%s has format version %d; this binary reads version %d", path, m.FormatVersion, metaFormatVersion)
-	}
-	if m.Partitions < 1 || m.Partitions > wal.MaxPartitions {
-		return 0, fmt.Errorf("%s says \"partitions\": %d, which is not a partition count (1 to %d); correct it, or move it aside: the count is then read from the log",
-			path, m.Partitions, wal.MaxPartitions)
-	}
-	return m.Partitions, nil
-}
-
-func writeMeta(dir string, partitions int) error {
-	b, _ := json.Marshal(meta{FormatVersion: metaFormatVersion, Partitions: partitions})
-	return vfs.WriteFileAtomic(vfs.OS, filepath.Join(dir, metaFile), append(b, '\n'))
-}
-
-// openLog opens the log with the partition count the flag, surge.json and
-// the log agree on (a new data directory takes the flag, or the default),
-// and brings surge.json in line with the log.
-func openLog(cfg Config, opts wal.Options) (*wal.Log, error) {
-	if cfg.Partitions < 0 || cfg.Partitions > wal.MaxPartitions {
-		return nil, fmt.Errorf("--partitions %d: must be between 1 and %d (or 0: the data directory's count, %d for a new one)",
-			cfg.Partitions, wal.MaxPartitions, engine.DefaultPartitions)
-	}
-	inMeta, err := readMeta(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Partitions > 0 && inMeta > 0 && cfg.Partitions != inMeta {
-		return nil, flagMetaConflict(cfg, opts, inMeta)
-	}
-	opts.Partitions = max(cfg.Partitions, inMeta)
-	lg, err := wal.Open(opts)
-	if errors.Is(err, wal.ErrPartitionsUnknown) {
-		opts.Partitions = engine.DefaultPartitions
-		lg, err = wal.Open(opts)
-	}
-	if errors.Is(err, wal.ErrPartitionMismatch) && cfg.Partitions == 0 {
-		return nil, fmt.Errorf("%s disagrees with the log, which is the authority: %w. Correct the file's \"partitions\", or move it aside",
-			filepath.Join(cfg.DataDir, metaFile), err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if n := lg.Partitions(); n != inMeta {
-		if err := writeMeta(cfg.DataDir, n); err != nil {
-			lg.Close()
-			return nil, fmt.Errorf("writing %s: %w", metaFile, err)
-		}
-	}
-	return lg, nil
-}
-
-// flagMetaConflict explains why --partitions disagrees with surge.json.
-// Where there is a log it is the authority, so it is asked which of the
-// two is wrong; without one, surge.json is the only record.
-func flagMetaConflict(cfg Config, opts wal.Options, inMeta int) error {
-	flagWrong := fmt.Errorf("data directory %s was created with %d partitions; --partitions %d cannot change that (keys would move). Start with --partitions %d or 0",
-		cfg.DataDir, inMeta, cfg.Partitions, inMeta)
-	opts.Partitions = 0 // as recorded; creates nothing if there is no log
-	lg, err := wal.Open(opts)
-	if errors.Is(err, wal.ErrPartitionsUnknown) {
-		return flagWrong
-	}
-	if err != nil {
-		return err
-	}
-	n := lg.Partitions()
-	if err := lg.Close(); err != nil {
-		return err
-	}
-	metaPath := filepath.Join(cfg.DataDir, metaFile)
-	switch n {
-	case inMeta:
-		return flagWrong
-	case cfg.Partitions:
-		return fmt.Errorf("%s says %d partitions, but the log, which is the authority, was written with %d, as --partitions says. Correct the file's \"partitions\" to %d, or move it aside",
-			metaPath, inMeta, n, n)
-	}
-	return fmt.Errorf("%w: the log in %s was written with %d partitions, not %d; keys would move to other partitions. Start with --partitions %d (or 0), and correct %s, which says %d",
-		wal.ErrPartitionMismatch, opts.Dir, n, cfg.Partitions, n, metaPath, inMeta)
-}
-
-// lockDir takes an exclusive lock on the data directory: two processes
-// appending to one log would corrupt it. The kernel drops the lock when the
-// process dies, so a kill -9 leaves nothing stale behind.
-func lockDir(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("data directory %s is in use by another surge process (%v)", dir, err)
-	}
-	return func() { f.Close() }, nil
+// Server is one `surge serve` process.
+type Server struct {
+	cfg    Config
+	logger *slog.Logger
+	limits api.Limits
+	ccfg   ClusterConfig // resolved, in cluster mode
+	reg    *prometheus.Registry
+	node   *cluster.Node // nil unless clustered
+	eng    *engine.Engine
+	// served is what each module's Serve handed back, in module order.
+	served   []module.Served
+	mux      *http.ServeMux
+	ln       net.Listener
+	srv      *api.Server
+	serveErr chan error
+	ready    atomic.Bool
+	memLimit int64
+	started  time.Time
+	// undo releases, last first, what New took besides the engine: the
+	// data directory's lock, the node, the early listener, the memory
+	// governor.
+	undo []func()
 }
 
 // Run serves until ctx is cancelled, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return s.Shutdown()
+	case err := <-s.serveErr:
+		s.abort()
+		return err
+	}
+}
+
+// New checks cfg, opens the log (or joins nothing yet of the cluster),
+// recovers the engine and mounts every route; nothing is served before
+// Start. ctx bounds what opening waits for (the cluster's brokers, the
+// modules' first queries).
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	s := &Server{cfg: cfg, logger: cfg.Logger, serveErr: make(chan error, 1), started: time.Now()}
+	if s.logger == nil {
+		s.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if s.cfg.ShutdownTimeout <= 0 {
+		s.cfg.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if s.cfg.Modules == nil {
+		s.cfg.Modules = Builtin()
+	}
+	defer func() {
+		if err != nil {
+			s.abort()
+		}
+	}()
+	// Checked before recovery, which can take a while, so a bad flag is
+	// reported at once.
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.listenEarly(); err != nil {
+		return nil, err
+	}
+	s.memLimit = s.startGovernor()
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	parts, err := s.openEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Recovery decodes every snapshot and replays the log tail, leaving
+	// garbage several times the live state that GOGC=400 would let the
+	// heap keep until long after the server is serving. One forced
+	// collection now, before any request waits on it, returns it to the OS.
+	debug.FreeOSMemory()
+	if err := s.mount(ctx, parts); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// check refuses a bad setting before anything is opened.
+func (s *Server) check() error {
+	cfg := s.cfg
+	limits, err := s.apiLimits()
+	if err != nil {
+		return err
+	}
+	s.limits = limits
+	if cfg.SnapshotEvery < 0 {
+		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
+	}
+	if err := module.Check(cfg.Modules, cfg.Settings); err != nil {
+		return err
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// State lives in memory and the machine has plenty; collecting
+		// less often takes GC work off the request path.
+		debug.SetGCPercent(400)
+	}
+	return nil
+}
+
+// apiLimits are the listener's limits, with the paths exempt from the
+// in-flight limit: the server's own and the modules'.
+func (s *Server) apiLimits() (api.Limits, error) {
+	cfg := s.cfg
+	exempt := []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath}
+	for _, m := range cfg.Modules {
+		exempt = append(exempt, m.Exempt...)
+	}
+	if cfg.Cluster.enabled() {
+		// A forwarded call already holds a slot on the node its client
+		// reached; refusing it here would fail a request twice counted,
+		// and two busy nodes forwarding to each other would refuse each
+		// other's calls while their own waited on them.
+		exempt = append(exempt, cluster.CallPath)
+	}
+	return api.Limits{
+		MaxConns:     cfg.MaxConns,
+		IdleTimeout:  cfg.IdleTimeout,
+		MaxStreams:   cfg.MaxStreams,
+		MaxInflight:  cfg.MaxInflight,
+		MaxWait:      cfg.MaxWait,
+		WaitingRoom:  cfg.WaitingRoom,
+		StallTimeout: cfg.StallTimeout,
+		StreamBuffer: cfg.StreamBuffer,
+		BodyMemory:   cfg.MaxBodyMemory,
+		// Health checks, scrapes and profiles must get through an
+		// overload.
+		Exempt: exempt,
+	}.Resolve()
+}
+
+// listenEarly resolves a cluster node's settings and listens: a node
+// started on port 0 then advertises the port it got, and connections wait
+// in the backlog until it serves. An embedded server listens in Start.
+func (s *Server) listenEarly() (err error) {
+	if !s.cfg.Cluster.enabled() {
+		return nil
+	}
+	if s.ccfg, err = s.cfg.Cluster.resolve(s.cfg.Addr, s.logger); err != nil {
+		return err
+	}
+	if s.ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
+		return err
+	}
+	s.undo = append(s.undo, func() { s.ln.Close() })
+	s.ccfg.Advertise = advertisePort(s.ccfg.Advertise, s.ln)
+	return nil
+}
+
 // queueDelay is the partitions' --max-queue-delay: as set, or by default
 // the waiting room's patience, so that a partition refuses a command (at
 // half of it predicted) only when its wait would approach what a client
@@ -281,368 +258,153 @@ func queueDelay(flag, patience time.Duration) time.Duration {
 	return patience
 }
 
-func Run(ctx context.Context, cfg Config) error {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+// openEngine opens the log (or the cluster node), sets up every module
+// and opens the engine over them, recovering its state.
+func (s *Server) openEngine(ctx context.Context) ([]module.Parts, error) {
+	opts := engine.Options{
+		SnapshotEvery:    s.cfg.SnapshotEvery,
+		SnapshotBytes:    s.cfg.SnapshotBytes,
+		SnapshotInterval: s.cfg.SnapshotInterval,
+		MaxQueueDelay:    queueDelay(s.cfg.MaxQueueDelay, s.limits.MaxWait),
+		Metrics:          engine.NewMetrics(s.reg),
+		Logger:           s.logger,
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
-	}
-	// Checked before recovery, which can take a while, so a bad flag is
-	// reported at once.
-	exempt := []string{"/healthz", "/v1/health_check", "/metrics", "/actuator/health", "/actuator/health/liveness", "/actuator/health/readiness", "/actuator/info", "/actuator/prometheus", "/debug/pprof/", grpcHealthPath,
-		// A worker's stream lasts as long as the worker; the registry
-		// bounds them (one per worker), not the in-flight cap.
-		jobs.StreamPath,
-		// A sequencer Read follows its group for as long as its
-		// reader runs; the hub bounds them (--max-waiters).
-		sequencer.ReadPath}
-	clustered := cfg.Cluster.enabled()
-	if clustered {
-		// A forwarded call already holds a slot on the node its client
-		// reached; refusing it here would fail a request twice counted,
-		// and two busy nodes forwarding to each other would refuse each
-		// other's calls while their own waited on them.
-		exempt = append(exempt, cluster.CallPath)
-	}
-	limits, err := api.Limits{
-		MaxConns:     cfg.MaxConns,
-		IdleTimeout:  cfg.IdleTimeout,
-		MaxStreams:   cfg.MaxStreams,
-		MaxInflight:  cfg.MaxInflight,
-		MaxWait:      cfg.MaxWait,
-		WaitingRoom:  cfg.WaitingRoom,
-		StallTimeout: cfg.StallTimeout,
-		StreamBuffer: cfg.StreamBuffer,
-		BodyMemory:   cfg.MaxBodyMemory,
-		// Health checks, scrapes and profiles must get through an
-		// overload.
-		Exempt: exempt,
-	}.Resolve()
+	closeLog, err := s.openLog(ctx, &opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if cfg.SnapshotEvery < 0 {
-		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
+	parts, workloads, err := s.openModules(&opts)
+	if err == nil {
+		s.eng, err = engine.Open(opts, workloads...)
 	}
-	if cfg.Retention < 0 {
-		return fmt.Errorf("--retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.Retention)
-	}
-	if cfg.SagaDeadline < 0 {
-		return fmt.Errorf("--saga-deadline %v: must be a positive duration such as 60s", cfg.SagaDeadline)
-	}
-	if cfg.JobLease < 0 {
-		return fmt.Errorf("--job-lease %v: must be a positive duration such as 30s", cfg.JobLease)
-	}
-	if cfg.WorkerGrace < 0 {
-		return fmt.Errorf("--worker-grace %v: must be a positive duration such as 30s", cfg.WorkerGrace)
-	}
-	if cfg.SeqRetention < 0 {
-		return fmt.Errorf("--seq-retention %v: must be a positive duration such as 24h", cfg.SeqRetention)
-	}
-	if cfg.SeqProcessors < 0 {
-		return fmt.Errorf("--seq-processors %d: must be positive (or 0 for the default)", cfg.SeqProcessors)
-	}
-	if cfg.JobRetention < 0 {
-		return fmt.Errorf("--job-retention %v: must be a positive duration such as 24h", cfg.JobRetention)
-	}
-	if cfg.SagaRetention < 0 {
-		return fmt.Errorf("--saga-retention %v: must be 0 (keep for ever) or a positive duration such as 15m", cfg.SagaRetention)
-	}
-	if _, set := os.LookupEnv("GOGC"); !set {
-		// State lives in memory and the machine has plenty; collecting
-		// less often takes GC work off the request path.
-		debug.SetGCPercent(400)
-	}
-	for _, l := range []struct {
-		flag string
-		v    int
-	}{{"--max-events", cfg.MaxEvents}, {"--max-areas", cfg.MaxAreas}, {"--max-seats", cfg.MaxSeats}} {
-		if l.v < 0 {
-			return fmt.Errorf("%s %d: must be positive (or 0 for the default)", l.flag, l.v)
-		}
-	}
-	var (
-		ccfg ClusterConfig
-		ln   net.Listener
-	)
-	if clustered {
-		if ccfg, err = cfg.Cluster.resolve(cfg.Addr, logger); err != nil {
-			return err
-		}
-		// Listening first lets a node started on port 0 advertise the
-		// port it got; connections wait in the backlog until it serves.
-		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-			return err
-		}
-		defer ln.Close()
-		ccfg.Advertise = advertisePort(ccfg.Advertise, ln)
-	}
-	memLimit := memoryLimit(cfg)
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit != math.MaxInt64 {
-		gctx, stopGovernor := context.WithCancel(context.Background())
-		defer stopGovernor()
-		go governMemory(gctx, memLimit)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
-	fsync := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "surge_wal_fsync_seconds",
-		Help:    "Time of one group commit: write plus fsync.",
-		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
-	})
-	syncRecords := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "surge_wal_group_commit_records",
-		Help:    "Records made durable by one fsync (all partitions).",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-	})
-
-	start := time.Now()
-	var (
-		parts int
-		// closeLog closes what the engine would have closed had it
-		// opened: the embedded log, or the node's Kafka clients.
-		closeLog func()
-		node     *cluster.Node
-		engOpts  = engine.Options{
-			SnapshotEvery:    cfg.SnapshotEvery,
-			SnapshotBytes:    cfg.SnapshotBytes,
-			SnapshotInterval: cfg.SnapshotInterval,
-			MaxQueueDelay:    queueDelay(cfg.MaxQueueDelay, limits.MaxWait),
-			Metrics:          engine.NewMetrics(reg),
-			Logger:           logger,
-		}
-	)
-	if clustered {
-		node, err = openCluster(ctx, cfg, ccfg, logger, reg)
-		if err != nil {
-			return err
-		}
-		defer node.Close()
-		closeLog = func() {}
-		parts = node.Partitions()
-		engOpts.Snapshots = node.Snapshots()
-		engOpts.Cluster = node.EngineCluster()
-	} else {
-		if err := vfs.OS.MkdirAll(cfg.DataDir); err != nil {
-			return err
-		}
-		unlock, err := lockDir(cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		reg.MustRegister(fsync, syncRecords)
-		lg, err := openLog(cfg, wal.Options{
-			Dir:          filepath.Join(cfg.DataDir, "wal"),
-			SyncInterval: cfg.SyncInterval,
-			OnSync: func(d time.Duration, records, _ int) {
-				fsync.Observe(d.Seconds())
-				syncRecords.Observe(float64(records))
-			},
-		})
-		if err != nil {
-			return err
-		}
-		parts = lg.Partitions()
-		if rec := lg.Recovery(); rec.File != "" {
-			logger.Warn("cut a torn write (never acknowledged) from the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
-		}
-		snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(cfg.DataDir, "snapshots"))
-		if err != nil {
-			lg.Close()
-			return err
-		}
-		closeLog = func() { lg.Close() }
-		engOpts.Log = lg
-		engOpts.Snapshots = snaps
-	}
-	engOpts.Partitions = parts
-	// The hub exists before the engine, whose recovery may already
-	// complete commands that notify.
-	hub := commerce.NewHub(cfg.MaxWaiters)
-	jobHub := jobs.NewHub(cfg.MaxWorkers).SetGrace(cfg.WorkerGrace)
-	seqHub := sequencer.NewHub(cfg.MaxWaiters)
-	engOpts.Notify = func(_ int, wl uint8, v any) {
-		switch wl {
-		case commerce.WorkloadID:
-			hub.Notify(v)
-		case jobs.WorkloadID:
-			jobHub.Notify(v)
-		case sequencer.WorkloadID:
-			seqHub.Notify(v)
-		}
-	}
-	eng, err := engine.Open(engOpts, ticketing.Workload{}, commerce.Workload{}, &jobs.Workload{Partitions: parts}, &sequencer.Workload{})
 	if err != nil {
 		closeLog()
-		return err
+		return nil, err
 	}
-	// Recovery decodes every snapshot and replays the log tail, leaving
-	// garbage several times the live state that GOGC=400 would let the
-	// heap keep until long after the server is serving. One forced
-	// collection now, before any request waits on it, returns it to the OS.
-	debug.FreeOSMemory()
+	return parts, nil
+}
 
-	var ready atomic.Bool
-	mux := http.NewServeMux()
-	m := api.NewMetrics(reg)
-	health := func(w http.ResponseWriter, r *http.Request) int {
-		if !ready.Load() {
-			return api.Error(w, http.StatusServiceUnavailable, "not ready")
-		}
-		if eng.Failed() {
-			return api.Error(w, http.StatusServiceUnavailable, "the command log failed; this node refuses all requests until it is restarted")
-		}
-		if node != nil {
-			// The first line stays "ok" for existing probes.
-			api.Write(w, http.StatusOK, false, []byte("ok\n"+ownedLine(node)))
-			return http.StatusOK
-		}
-		api.Write(w, http.StatusOK, false, []byte("ok\n"))
-		return http.StatusOK
+// openLog opens what the engine logs to: the node's Kafka log or the
+// embedded one in the data directory.
+func (s *Server) openLog(ctx context.Context, opts *engine.Options) (closeLog func(), err error) {
+	if !s.cfg.Cluster.enabled() {
+		return s.openDataDir(opts)
 	}
-	m.Handle(mux, "GET /healthz", health)
-	m.Handle(mux, "GET /v1/health_check", health)
-	// The Spring Boot actuator's probes, which the commerce peer's tooling uses.
-	actuatorHealth := func(w http.ResponseWriter, r *http.Request) int {
-		if !ready.Load() || eng.Failed() {
-			api.Write(w, http.StatusServiceUnavailable, true, []byte(`{"status":"DOWN"}`+"\n"))
-			return http.StatusServiceUnavailable
-		}
-		api.Write(w, http.StatusOK, true, []byte(`{"status":"UP"}`+"\n"))
-		return http.StatusOK
+	if s.node, err = openCluster(ctx, s.cfg, s.ccfg, s.logger, s.reg); err != nil {
+		return nil, err
 	}
-	m.Handle(mux, "GET /actuator/health", actuatorHealth)
-	// Kubernetes probes of Spring Boot apps use these two. A failed log
-	// needs a restart, so liveness goes DOWN with readiness.
-	m.Handle(mux, "GET /actuator/health/liveness", actuatorHealth)
-	m.Handle(mux, "GET /actuator/health/readiness", actuatorHealth)
-	m.Handle(mux, "GET /actuator/info", func(w http.ResponseWriter, r *http.Request) int {
-		api.Write(w, http.StatusOK, true, []byte(`{"app":{"name":"surge"}}`+"\n"))
-		return http.StatusOK
-	})
-	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	mux.Handle("GET /metrics", metricsHandler)
-	mux.Handle("GET /actuator/prometheus", metricsHandler)
-	tapi := ticketing.NewAPI(eng).SetRetention(cfg.Retention)
-	stateLimits := ticketing.Limits{Events: cfg.MaxEvents, Areas: cfg.MaxAreas, Seats: cfg.MaxSeats}
-	if stateLimits.Events == 0 {
-		stateLimits.Events = ticketing.DefaultMaxEvents
-	}
-	if stateLimits.Areas == 0 {
-		stateLimits.Areas = ticketing.DefaultMaxAreas
-	}
-	if stateLimits.Seats == 0 {
-		stateLimits.Seats = ticketing.DefaultMaxSeats
-	}
-	countCtx := ctx
-	if clustered {
-		// Not one partition is served before the node joins: counting now
-		// would wait for owners that cannot come. The count is made at the
-		// first event creation instead.
-		var cancelCount context.CancelFunc
-		countCtx, cancelCount = context.WithCancel(ctx)
-		cancelCount()
-	}
-	used, err := tapi.SetLimits(countCtx, stateLimits)
-	if err != nil && !clustered {
-		// Counted again at the first event creation.
-		logger.Warn("could not count the events this server holds", "err", err)
-	}
-	tapi.Register(mux, m)
-	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(cfg.SagaDeadline).SetSagaRetention(cfg.SagaRetention)
-	capi.Register(mux, m)
-	reg.MustRegister(capi.DLQCollector())
-	sapi := sequencer.NewAPI(eng, seqHub).SetRetention(cfg.SeqRetention).SetBenchProcessors(cfg.SeqProcessors)
-	sapi.Register(mux, m)
-	healthy := func() bool { return ready.Load() && !eng.Failed() }
-	japi := jobs.NewAPI(eng, jobHub).SetLease(cfg.JobLease).SetRetention(cfg.JobRetention).SetHealth(healthy)
-	var grpcServices []grpcService
-	for _, s := range japi.Handlers(grpcHandlerOptions(jobs.MaxMessageBytes)...) {
-		h := s.Handler
-		if s.Name == jqpbconnect.WorkerServiceName {
-			h = unlimitedStream(h, jobs.StreamPath)
-		}
-		grpcServices = append(grpcServices, grpcService{name: s.Name, path: s.Path, handler: h, maxMessage: jobs.MaxMessageBytes})
-	}
-	seqPath, seqHandler := sapi.GRPCHandler(grpcHandlerOptions(sequencer.MaxMessageBytes)...)
-	grpcServices = append(grpcServices, grpcService{name: seqpbconnect.SequencerServiceName, path: seqPath,
-		handler: unlimitedStream(seqHandler, sequencer.ReadPath, sequencer.LeasePath), maxMessage: sequencer.MaxMessageBytes})
-	mountGRPC(mux, m, healthy, grpcServices)
-	if node != nil {
-		mountCluster(mux, m, node, eng)
-	}
-	if cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
+	s.undo = append(s.undo, func() { s.node.Close() })
+	opts.Partitions, opts.Snapshots, opts.Cluster = s.node.Partitions(), s.node.Snapshots(), s.node.EngineCluster()
+	return func() {}, nil
+}
 
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-			eng.Close()
+// Start serves: it listens (unless New did), accepts requests, joins the
+// cluster if clustered, and reports ready.
+func (s *Server) Start() (err error) {
+	defer func() {
+		if err != nil {
+			s.abort()
+		}
+	}()
+	if s.ln == nil {
+		if s.ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
 			return err
 		}
+		s.undo = append(s.undo, func() { s.ln.Close() })
 	}
-	srv := api.NewServer(cfg.Addr, mux, limits, reg)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	if node != nil {
+	s.srv = api.NewServer(s.cfg.Addr, s.mux, s.limits, s.reg)
+	go func() { s.serveErr <- s.srv.Serve(s.ln) }()
+	if s.node != nil {
 		// Serving first: other nodes forward calls as soon as they see
 		// this node own a partition.
-		if err := node.Join(eng); err != nil {
-			srv.Close()
-			eng.Close()
+		if err := s.node.Join(s.eng); err != nil {
+			s.srv.Close()
 			return err
 		}
 	}
-	ready.Store(true)
-	where := []any{"data_dir", cfg.DataDir}
-	if clustered {
-		where = []any{"cluster", ccfg.Cluster, "node_id", ccfg.NodeID, "advertise", ccfg.Advertise, "kafka", ccfg.Kafka}
+	s.ready.Store(true)
+	s.logServing()
+	if s.cfg.Ready != nil {
+		s.cfg.Ready <- s.Addr()
 	}
-	logger.Info("surge serving", append(append([]any{"addr", ln.Addr().String()}, where...), "partitions", parts, "ready_after", time.Since(start).Round(time.Millisecond),
-		"max_conns", limits.MaxConns, "max_inflight", limits.MaxInflight,
-		"max_wait", limits.MaxWait, "waiting_room", limits.WaitingRoom,
-		"events", fmt.Sprintf("%d/%d", used.Events, stateLimits.Events), "areas", fmt.Sprintf("%d/%d", used.Areas, stateLimits.Areas),
-		"seats", fmt.Sprintf("%d/%d", used.Seats, stateLimits.Seats), "memory_limit", memLimit)...)
-	if cfg.Ready != nil {
-		cfg.Ready <- ln.Addr().String()
-	}
+	return nil
+}
 
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		eng.Close()
-		return err
+// Addr is the address the server listens on; "" before it listens.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
 	}
-	logger.Info("shutting down: finishing in-flight requests")
-	ready.Store(false)
-	capi.Shutdown() // long polls and streams answer now instead of holding the shutdown
-	japi.Shutdown() // worker streams end with UNAVAILABLE: workers reconnect
-	sapi.Shutdown() // long polls and streams answer now; benchmark processors stop
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	return s.ln.Addr().String()
+}
+
+func (s *Server) logServing() {
+	where := []any{"data_dir", s.cfg.DataDir}
+	if s.node != nil {
+		where = []any{"cluster", s.ccfg.Cluster, "node_id", s.ccfg.NodeID, "advertise", s.ccfg.Advertise, "kafka", s.ccfg.Kafka}
+	}
+	attrs := append(append([]any{"addr", s.Addr()}, where...), "partitions", s.eng.Partitions(), "ready_after", time.Since(s.started).Round(time.Millisecond),
+		"max_conns", s.limits.MaxConns, "max_inflight", s.limits.MaxInflight,
+		"max_wait", s.limits.MaxWait, "waiting_room", s.limits.WaitingRoom)
+	for _, sv := range s.served {
+		attrs = append(attrs, sv.Log...)
+	}
+	s.logger.Info("surge serving", append(attrs, "memory_limit", s.memLimit)...)
+}
+
+// Shutdown stops the server gracefully: the modules' long polls and
+// streams answer first, a cluster node hands its partitions over, the
+// requests in flight finish (for Config.ShutdownTimeout at most), and the
+// engine closes, snapshotting every partition. A server that was not
+// started is only closed.
+func (s *Server) Shutdown() error {
+	if s.srv == nil {
+		s.abort()
+		return nil
+	}
+	defer s.release()
+	s.logger.Info("shutting down: finishing in-flight requests")
+	s.ready.Store(false)
+	for _, sv := range s.served {
+		if sv.Shutdown != nil {
+			sv.Shutdown()
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if node != nil {
+	if s.node != nil {
 		// Leaving revokes this node's partitions: each is released with a
 		// hand-over snapshot before the group gives it to another node,
 		// while the listener still answers the calls in flight to it.
 		// Requests still arriving here are forwarded to the new owners.
-		if err := node.Leave(sctx); err != nil {
-			logger.Warn("leaving the cluster's group", "err", err)
+		if err := s.node.Leave(sctx); err != nil {
+			s.logger.Warn("leaving the cluster's group", "err", err)
 		}
-		node.Drain(sctx)
+		s.node.Drain(sctx)
 	}
-	shutErr := srv.Shutdown(sctx)
-	if err := eng.Close(); err != nil {
+	shutErr := s.srv.Shutdown(sctx)
+	if err := s.eng.Close(); err != nil {
 		return fmt.Errorf("closing engine: %w", err)
 	}
-	logger.Info("stopped cleanly")
+	s.logger.Info("stopped cleanly")
 	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
 		return shutErr
 	}
 	return nil
+}
+
+// abort closes the engine, if it opened, without a graceful shutdown, and
+// releases the rest.
+func (s *Server) abort() {
+	if s.eng != nil {
+		s.eng.Close()
+	}
+	s.release()
+}
+
+func (s *Server) release() {
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		s.undo[i]()
+	}
+	s.undo = nil
 }

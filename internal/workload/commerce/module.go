@@ -1,0 +1,38 @@
+package commerce
+
+import (
+	"time"
+
+	"github.com/surge-run/surge/internal/module"
+)
+
+// Module is the commerce workload as the server runs it.
+var Module = module.Module{
+	Name: "commerce",
+	Flags: []module.Flag{
+		module.Duration("saga-deadline", "SURGE_SAGA_DEADLINE", time.Duration(DefaultDeadline),
+			"how long an order's saga may run before it is compensated (stock released, payment refunded, order CANCELLED) and marked TIMED_OUT; each order logs the deadline it was created with").
+			NotNegative("must be a positive duration such as 60s"),
+		module.Duration("saga-retention", "SURGE_SAGA_RETENTION", DefaultSagaRetention,
+			"how long an ended order saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT) stays readable at /api/sagas before it and its bookkeeping are purged; orders, payments and events are kept. 0 keeps them for ever; each order logs the retention it was created with").
+			NotNegative("must be 0 (keep for ever) or a positive duration such as 15m"),
+	},
+	Open: func(env module.Env) (module.Parts, error) {
+		hub := NewHub(env.MaxWaiters)
+		return module.Parts{
+			Workload: Workload{},
+			Notes:    func(_ int, v any) { hub.Notify(v) },
+			Serve: func(h module.Host) (module.Served, error) {
+				a := NewAPI(h.Engine, hub).SetSagaDeadline(env.Settings.Duration("saga-deadline")).
+					SetSagaRetention(env.Settings.Duration("saga-retention"))
+				a.Register(h.Mux, h.Metrics)
+				if err := h.Registry.Register(a.DLQCollector()); err != nil {
+					return module.Served{}, err
+				}
+				// Long polls and streams answer now instead of holding the
+				// shutdown.
+				return module.Served{Shutdown: a.Shutdown}, nil
+			},
+		}, nil
+	},
+}
