@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/surge-run/surge/internal/module"
 )
 
 // earlierDir holds a data directory written by an earlier build of the
@@ -36,10 +38,13 @@ type earlierRead struct {
 func earlierConfig(dir string, ready chan<- string) Config {
 	cfg := dataDirConfig(dir, 4, ready)
 	cfg.SnapshotEvery = 25
-	cfg.JobRetention = 100 * 365 * 24 * time.Hour
-	cfg.SeqRetention = 100 * 365 * 24 * time.Hour
-	cfg.SagaRetention = 0
-	cfg.SagaDeadline = 100 * 365 * 24 * time.Hour // the parked saga stays parked
+	const century = 100 * 365 * 24 * time.Hour
+	cfg.Settings = module.Settings{
+		"job-retention":  century,
+		"seq-retention":  century,
+		"saga-retention": time.Duration(0),
+		"saga-deadline":  century, // the parked saga stays parked
+	}
 	return cfg
 }
 
