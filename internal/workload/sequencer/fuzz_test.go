@@ -2,7 +2,6 @@ package sequencer
 
 import (
 	"bytes"
-	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -128,15 +127,4 @@ func FuzzRestore(f *testing.F) {
 			apply(engine.FromClient, now, &DeleteGroup{Group: n})
 		}
 	})
-}
-
-func TestVarintLen(t *testing.T) {
-	for _, x := range []int64{0, 1, -1, 63, -64, 64, -65, 1 << 40, -(1 << 40), 1<<63 - 1, -1 << 63} {
-		if got, want := varintLen(x), len(binary.AppendVarint(nil, x)); got != want {
-			t.Errorf("varintLen(%d) = %d, want %d", x, got, want)
-		}
-		if got, want := uvarintLen(uint64(x)), len(binary.AppendUvarint(nil, uint64(x))); got != want {
-			t.Errorf("uvarintLen(%d) = %d, want %d", uint64(x), got, want)
-		}
-	}
 }
