@@ -110,3 +110,18 @@ func write(t *testing.T, dir string, cmds []encoding.BinaryAppender, snap []byte
 		t.Fatal(err)
 	}
 }
+
+// RoundTrip is the check of every FuzzDecode: data that decode accepts
+// re-encodes to exactly data, so a logged record means one command. It
+// returns the command, or nil if decode refused data.
+func RoundTrip(t *testing.T, data []byte, decode func([]byte) (encoding.BinaryAppender, error)) encoding.BinaryAppender {
+	t.Helper()
+	cmd, err := decode(data)
+	if err != nil {
+		return nil
+	}
+	if again, err := cmd.AppendBinary(nil); err != nil || !bytes.Equal(again, data) {
+		t.Fatalf("%T re-encodes to %x, was %x (%v)", cmd, again, data, err)
+	}
+	return cmd
+}

@@ -1,7 +1,6 @@
 package commerce
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"reflect"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire/wiretest"
 )
 
 func TestParseMoney(t *testing.T) {
@@ -85,15 +85,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cmd, err := Decode(data)
-		if err != nil {
+		cmd := wiretest.RoundTrip(t, data, Decode)
+		if cmd == nil {
 			return
 		}
-		again, err := cmd.AppendBinary(nil)
-		if err != nil || !bytes.Equal(again, data) {
-			t.Fatalf("%T re-encodes to %x, was %x (%v)", cmd, again, data, err)
-		}
-		cmd2, err := Decode(again)
+		cmd2, err := Decode(data)
 		if err != nil {
 			t.Fatalf("%T re-encoded does not decode: %v", cmd, err)
 		}
