@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 )
 
@@ -144,4 +145,31 @@ func Ptrs(s []string) []*string {
 		p[i] = &s[i]
 	}
 	return p
+}
+
+// ErrUnknownTag is a command whose tag byte names no command.
+var ErrUnknownTag = errors.New("unknown command tag")
+
+// DecodeCommand reads a command encoded as a tag byte and its fields from
+// r: newCmd gives the value a tag decodes into (nil for no command), code
+// reads its fields into it. Bytes after them are refused: a record that
+// decodes from a prefix of itself is not what was written.
+func DecodeCommand[T any](r Reader, newCmd func(tag byte) T, code func(T, *Coder)) (T, error) {
+	var none T
+	if len(r.B) == 0 {
+		return none, ErrUnknownTag
+	}
+	tag := r.U8()
+	cmd := newCmd(tag)
+	if any(cmd) == nil {
+		return none, fmt.Errorf("%w %d", ErrUnknownTag, tag)
+	}
+	code(cmd, &Coder{R: &r})
+	if r.Err == nil && len(r.B) > 0 {
+		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
+	}
+	if r.Err != nil {
+		return none, fmt.Errorf("decoding command %d: %w", tag, r.Err)
+	}
+	return cmd, nil
 }

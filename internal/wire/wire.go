@@ -108,7 +108,8 @@ func (r *Reader) I32() int32   { return int32(r.U32()) }
 func (r *Reader) F64() float64 { return math.Float64frombits(r.U64()) }
 
 // Uvarint reads a varint in its shortest form: 0x80 0x00 is zero too, but
-// not as a Writer writes it.
+// not as a Writer writes it. A varint of more than one byte is in its
+// shortest form exactly when its last byte is not 0.
 func (r *Reader) Uvarint() uint64 {
 	if r.Err != nil {
 		return 0
@@ -118,7 +119,7 @@ func (r *Reader) Uvarint() uint64 {
 	case n <= 0:
 		r.Err = ErrTruncated
 		return 0
-	case n != UvarintLen(v):
+	case n > 1 && r.B[n-1] == 0:
 		r.Err = ErrNotCanonical
 		return 0
 	}

@@ -139,3 +139,24 @@ func TestCoderI32Range(t *testing.T) {
 		t.Fatalf("read %d from a 32-bit field holding 1<<31", v)
 	}
 }
+
+// Uvarint's test of the shortest form (the last byte) agrees with the
+// length of the shortest encoding, for every length.
+func TestUvarintCanonicalAgreesWithLength(t *testing.T) {
+	for _, v := range []uint64{0, 1, 127, 128, 255, 16383, 16384, 1<<35 - 1, 1 << 35, 1<<63 - 1, 1 << 63, 1<<64 - 1} {
+		short := binary.AppendUvarint(nil, v)
+		r := Reader{B: short}
+		if got := r.Uvarint(); got != v || r.Err != nil {
+			t.Errorf("%d: read %d, %v", v, got, r.Err)
+		}
+		// The same value padded to a byte longer, where that fits a uvarint.
+		if len(short) < binary.MaxVarintLen64 {
+			long := append(append([]byte(nil), short...), 0)
+			long[len(short)-1] |= 0x80
+			r := Reader{B: long}
+			if got := r.Uvarint(); !errors.Is(r.Err, ErrNotCanonical) {
+				t.Errorf("%d padded to %x: read %d, %v", v, long, got, r.Err)
+			}
+		}
+	}
+}

@@ -255,6 +255,8 @@ type coded interface {
 	code(c *wire.Coder)
 }
 
+// encode is each AppendBinary: inlined there, its call of code is
+// direct, and the writer stays on the stack.
 func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	w := wire.Writer{B: append(b, tag)}
 	x.code(&wire.Coder{W: &w})
@@ -330,8 +332,6 @@ func (x *ReleaseConfirmedOrder) AppendBinary(b []byte) ([]byte, error) {
 	return encode(b, tagReleaseConfirmedOrder, x)
 }
 
-var errUnknownCommand = errors.New("commerce: unknown command tag")
-
 func newCommand(tag byte) coded {
 	switch tag {
 	case tagCreateCustomer:
@@ -406,20 +406,9 @@ func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(da
 
 // Decode is Machine.Decode, which needs no state.
 func Decode(data []byte) (engine.Command, error) {
-	if len(data) == 0 {
-		return nil, errUnknownCommand
-	}
-	cmd := newCommand(data[0])
-	if cmd == nil {
-		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
-	}
-	r := wire.SharedReader(string(data[1:]))
-	cmd.code(&wire.Coder{R: &r})
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
-	}
-	if r.Err != nil {
-		return nil, fmt.Errorf("commerce: decoding command %d: %w", data[0], r.Err)
+	cmd, err := wire.DecodeCommand(wire.SharedReader(string(data)), newCommand, coded.code)
+	if err != nil {
+		return nil, fmt.Errorf("commerce: %w", err)
 	}
 	return cmd, nil
 }

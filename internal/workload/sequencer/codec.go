@@ -174,6 +174,8 @@ type coded interface {
 	code(c *wire.Coder)
 }
 
+// encode is each AppendBinary: inlined there, its call of code is
+// direct, and the writer stays on the stack.
 func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	w := wire.Writer{B: append(b, tag)}
 	x.code(&wire.Coder{W: &w})
@@ -234,28 +236,15 @@ func newCommand(tag byte) coded {
 	return nil
 }
 
-var errUnknownCommand = errors.New("sequencer: unknown command tag")
-
 // Decode implements engine.Machine.
 func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(data) }
 
 // Decode needs no state. Trailing bytes are an error: a record that
 // decodes from a prefix of itself is not what was written.
 func Decode(data []byte) (engine.Command, error) {
-	if len(data) == 0 {
-		return nil, errUnknownCommand
-	}
-	cmd := newCommand(data[0])
-	if cmd == nil {
-		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
-	}
-	r := wire.Reader{B: data[1:]}
-	cmd.code(&wire.Coder{R: &r})
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
-	}
-	if r.Err != nil {
-		return nil, fmt.Errorf("sequencer: decoding command %d: %w", data[0], r.Err)
+	cmd, err := wire.DecodeCommand(wire.Reader{B: data}, newCommand, coded.code)
+	if err != nil {
+		return nil, fmt.Errorf("sequencer: %w", err)
 	}
 	switch c := cmd.(type) {
 	case releaseSeqs:
