@@ -38,6 +38,8 @@ func (w *Writer) Uvarint(v uint64) { w.B = binary.AppendUvarint(w.B, v) }
 
 // Varint is a zig-zag varint: small negative numbers stay short.
 func (w *Writer) Varint(v int64) { w.B = binary.AppendVarint(w.B, v) }
+
+// Bool is a byte 0 or 1.
 func (w *Writer) Bool(v bool) {
 	if v {
 		w.U8(1)
@@ -145,24 +147,6 @@ func (r *Reader) Bool() bool {
 		r.Err = ErrNotCanonical
 	}
 	return false
-}
-
-// UvarintLen is the length of v's shortest encoding, without encoding it.
-func UvarintLen(v uint64) int {
-	n := 1
-	for ; v >= 0x80; v >>= 7 {
-		n++
-	}
-	return n
-}
-
-// VarintLen is the length of v's zig-zag encoding.
-func VarintLen(v int64) int {
-	u := uint64(v) << 1
-	if v < 0 {
-		u = ^u
-	}
-	return UvarintLen(u)
 }
 
 // Bytes returns a sub-slice of the input (no copy).

@@ -39,18 +39,6 @@ func TestSharedReaderStr(t *testing.T) {
 	}
 }
 
-// Moved from the sequencer's codec, whose copies these were.
-func TestVarintLen(t *testing.T) {
-	for _, x := range []int64{0, 1, -1, 63, -64, 64, -65, 1 << 40, -(1 << 40), 1<<63 - 1, -1 << 63} {
-		if got, want := VarintLen(x), len(binary.AppendVarint(nil, x)); got != want {
-			t.Errorf("VarintLen(%d) = %d, want %d", x, got, want)
-		}
-		if got, want := UvarintLen(uint64(x)), len(binary.AppendUvarint(nil, uint64(x))); got != want {
-			t.Errorf("UvarintLen(%d) = %d, want %d", uint64(x), got, want)
-		}
-	}
-}
-
 // A value in any form but the one a Writer writes is refused, whichever
 // method reads it: the canonical-form rule every decoder relies on for
 // byte-exact round trips.
@@ -141,7 +129,8 @@ func TestCoderI32Range(t *testing.T) {
 }
 
 // Uvarint's test of the shortest form (the last byte) agrees with the
-// length of the shortest encoding, for every length.
+// length of the shortest encoding, for every length. (It replaces the
+// sequencer's test of the uvarintLen and varintLen its codec computed.)
 func TestUvarintCanonicalAgreesWithLength(t *testing.T) {
 	for _, v := range []uint64{0, 1, 127, 128, 255, 16383, 16384, 1<<35 - 1, 1 << 35, 1<<63 - 1, 1 << 63, 1<<64 - 1} {
 		short := binary.AppendUvarint(nil, v)
