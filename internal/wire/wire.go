@@ -1,6 +1,11 @@
 // Package wire has the little-endian, length-prefixed encoding helpers that
 // log records and snapshots are written with. A Reader remembers its first
 // error, so decoders read a whole structure and check once at the end.
+//
+// One canonical-form rule holds for everything a Reader reads: a value is
+// accepted only in the one form a Writer writes it in (a varint in its
+// shortest form, a boolean as 0 or 1). Bytes that decode then re-encode to
+// themselves, so a logged record or a snapshot means one value.
 package wire
 
 import (
@@ -10,8 +15,13 @@ import (
 	"unsafe"
 )
 
-// ErrTruncated means the input ended in the middle of a value.
-var ErrTruncated = errors.New("wire: data is truncated")
+var (
+	// ErrTruncated means the input ended in the middle of a value.
+	ErrTruncated = errors.New("wire: data is truncated")
+	// ErrNotCanonical means a value is not in the form a Writer writes it
+	// in: a varint longer than its value needs, a boolean neither 0 nor 1.
+	ErrNotCanonical = errors.New("wire: a value in another form than the one it is written in")
+)
 
 // Writer appends to B.
 type Writer struct{ B []byte }
@@ -25,6 +35,18 @@ func (w *Writer) F64(v float64) {
 	w.U64(math.Float64bits(v))
 }
 func (w *Writer) Uvarint(v uint64) { w.B = binary.AppendUvarint(w.B, v) }
+
+// Varint is a zig-zag varint: small negative numbers stay short.
+func (w *Writer) Varint(v int64) { w.B = binary.AppendVarint(w.B, v) }
+
+// Bool is a byte 0 or 1.
+func (w *Writer) Bool(v bool) {
+	if v {
+		w.U8(1)
+	} else {
+		w.U8(0)
+	}
+}
 func (w *Writer) Bytes(v []byte) {
 	w.Uvarint(uint64(len(v)))
 	w.B = append(w.B, v...)
@@ -86,17 +108,45 @@ func (r *Reader) U64() uint64 {
 }
 func (r *Reader) I32() int32   { return int32(r.U32()) }
 func (r *Reader) F64() float64 { return math.Float64frombits(r.U64()) }
+
+// Uvarint reads a varint in its shortest form: 0x80 0x00 is zero too, but
+// not as a Writer writes it. A varint of more than one byte is in its
+// shortest form exactly when its last byte is not 0.
 func (r *Reader) Uvarint() uint64 {
 	if r.Err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(r.B)
-	if n <= 0 {
+	switch {
+	case n <= 0:
 		r.Err = ErrTruncated
+		return 0
+	case n > 1 && r.B[n-1] == 0:
+		r.Err = ErrNotCanonical
 		return 0
 	}
 	r.B = r.B[n:]
 	return v
+}
+
+// Varint reads a zig-zag varint in its shortest form.
+func (r *Reader) Varint() int64 {
+	u := r.Uvarint()
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+// Bool reads a byte that must be 0 or 1.
+func (r *Reader) Bool() bool {
+	switch r.U8() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	if r.Err == nil {
+		r.Err = ErrNotCanonical
+	}
+	return false
 }
 
 // Bytes returns a sub-slice of the input (no copy).

@@ -1,7 +1,6 @@
 package commerce
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,9 +11,9 @@ import (
 )
 
 // Command encoding, version 1: a tag byte, then the fields in order. Each
-// type describes its fields once, in code, for both directions (see coder),
-// so encoder and decoder cannot drift apart. Tags are logged: never reuse
-// or renumber one.
+// type describes its fields once, in code, for both directions (see
+// wire.Coder), so encoder and decoder cannot drift apart. Tags are
+// logged: never reuse or renumber one.
 const (
 	tagCreateCustomer = 1 + iota
 	tagUpdateCustomer
@@ -178,89 +177,10 @@ func (*VerifyCustomerForOrder) sagaMessage() {}
 func (*CustomerVerified) sagaMessage()       {}
 func (*ReleaseConfirmedOrder) sagaMessage()  {}
 
-// coder writes (w set) or reads (r set) one field at a time.
-type coder struct {
-	w *wire.Writer
-	r *wire.Reader
-	// version of the snapshot being read; 0 for a command.
-	version uint32
-}
-
-func (c *coder) str(p ...*string) {
-	for _, s := range p {
-		if c.w != nil {
-			c.w.Str(*s)
-		} else {
-			*s = c.r.Str()
-		}
-	}
-}
-
-// i64 is a zig-zag varint: quantities and cents are small and never
-// negative in valid input, but a decoder must take any value.
-func (c *coder) i64(p ...*int64) {
-	for _, v := range p {
-		if c.w != nil {
-			c.w.B = binary.AppendVarint(c.w.B, *v)
-			continue
-		}
-		if c.r.Err != nil {
-			*v = 0
-			continue
-		}
-		x, n := binary.Varint(c.r.B)
-		if n <= 0 {
-			c.r.Err = wire.ErrTruncated
-			*v = 0
-			continue
-		}
-		c.r.B = c.r.B[n:]
-		*v = x
-	}
-}
-
-func (c *coder) u64(p *uint64) {
-	if c.w != nil {
-		c.w.Uvarint(*p)
-	} else {
-		*p = c.r.Uvarint()
-	}
-}
-
-func (c *coder) bool(p *bool) {
-	if c.w != nil {
-		if *p {
-			c.w.U8(1)
-		} else {
-			c.w.U8(0)
-		}
-		return
-	}
-	switch c.r.U8() {
-	case 0:
-		*p = false
-	case 1:
-		*p = true
-	default:
-		if c.r.Err == nil {
-			c.r.Err = errors.New("commerce: a boolean is neither 0 nor 1")
-		}
-	}
-}
-
-// count codes a list's length; on read it is bounded by what the input
-// could hold (minSize bytes per element).
-func (c *coder) count(n int, minSize int) int {
-	if c.w != nil {
-		c.w.Uvarint(uint64(n))
-		return n
-	}
-	return c.r.Count(minSize)
-}
-
-func (c *coder) items(p *[]LineItem) {
-	n := c.count(len(*p), 5)
-	if c.r != nil {
+// codeItems codes an order's line items.
+func codeItems(c *wire.Coder, p *[]LineItem) {
+	n := c.Count(len(*p), 5)
+	if c.Reading() {
 		*p = nil
 		if n > 0 {
 			*p = make([]LineItem, n)
@@ -268,72 +188,78 @@ func (c *coder) items(p *[]LineItem) {
 	}
 	for i := range *p {
 		it := &(*p)[i]
-		c.str(&it.ProductID, &it.ProductName, &it.SKU)
-		c.i64(&it.Quantity, &it.UnitPriceCents)
+		c.Str(&it.ProductID, &it.ProductName, &it.SKU)
+		c.I64(&it.Quantity, &it.UnitPriceCents)
 	}
 }
 
 // fields of each command, for both directions.
-func (x *CreateCustomer) code(c *coder)    { c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
-func (x *UpdateCustomer) code(c *coder)    { c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
-func (x *SetCustomerStatus) code(c *coder) { c.str(&x.ID, &x.Status, &x.Reason) }
-func (x *ClaimSKU) code(c *coder)          { (*CreateProduct)(x).code(c) }
-func (x *CreateProduct) code(c *coder) {
-	c.str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
-	c.i64(&x.PriceCents, &x.OnHand)
+func (x *CreateCustomer) code(c *wire.Coder)    { c.Str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
+func (x *UpdateCustomer) code(c *wire.Coder)    { c.Str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone) }
+func (x *SetCustomerStatus) code(c *wire.Coder) { c.Str(&x.ID, &x.Status, &x.Reason) }
+func (x *ClaimSKU) code(c *wire.Coder)          { (*CreateProduct)(x).code(c) }
+func (x *CreateProduct) code(c *wire.Coder) {
+	c.Str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
+	c.I64(&x.PriceCents, &x.OnHand)
 }
-func (x *ReserveStock) code(c *coder) { c.str(&x.ProductID, &x.OrderID); c.i64(&x.Quantity) }
-func (x *ReleaseStock) code(c *coder) {
-	c.str(&x.ProductID, &x.OrderID)
-	c.i64(&x.Quantity)
-	c.str(&x.Reason)
+func (x *ReserveStock) code(c *wire.Coder) { c.Str(&x.ProductID, &x.OrderID); c.I64(&x.Quantity) }
+func (x *ReleaseStock) code(c *wire.Coder) {
+	c.Str(&x.ProductID, &x.OrderID)
+	c.I64(&x.Quantity)
+	c.Str(&x.Reason)
 }
-func (x *ReplenishStock) code(c *coder) { c.str(&x.ProductID); c.i64(&x.Quantity); c.str(&x.Reason) }
-func (x *CreateOrder) code(c *coder) {
-	c.str(&x.OrderID, &x.CustomerID)
-	c.items(&x.Items)
-	c.str(&x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod)
-	c.i64(&x.DeadlineNs, &x.RetentionNs)
+func (x *ReplenishStock) code(c *wire.Coder) {
+	c.Str(&x.ProductID)
+	c.I64(&x.Quantity)
+	c.Str(&x.Reason)
 }
-func (x *ConfirmOrder) code(c *coder) { c.str(&x.OrderID) }
-func (x *CancelOrder) code(c *coder)  { c.str(&x.OrderID, &x.Reason, &x.CancelledBy) }
-func (x *CreatePayment) code(c *coder) {
-	c.str(&x.OrderID, &x.CustomerID)
-	c.i64(&x.AmountCents)
-	c.str(&x.Currency, &x.Method)
+func (x *CreateOrder) code(c *wire.Coder) {
+	c.Str(&x.OrderID, &x.CustomerID)
+	codeItems(c, &x.Items)
+	c.Str(&x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod)
+	c.I64(&x.DeadlineNs, &x.RetentionNs)
 }
-func (x *RefundPayment) code(c *coder)   { c.str(&x.PaymentID, &x.Reason) }
-func (x *ReserveForOrder) code(c *coder) { c.str(&x.OrderID, &x.ProductID); c.i64(&x.Quantity) }
-func (x *ReleaseForOrder) code(c *coder) { c.str(&x.OrderID, &x.ProductID, &x.Reason) }
-func (x *CommitForOrder) code(c *coder)  { c.str(&x.OrderID, &x.ProductID) }
-func (x *StockReserved) code(c *coder)   { c.str(&x.OrderID, &x.ProductID) }
-func (x *StockFailed) code(c *coder)     { c.str(&x.OrderID, &x.ProductID, &x.Reason) }
-func (x *ProcessPaymentForOrder) code(c *coder) {
-	c.str(&x.OrderID, &x.CustomerID)
-	c.i64(&x.AmountCents)
-	c.str(&x.Method)
+func (x *ConfirmOrder) code(c *wire.Coder) { c.Str(&x.OrderID) }
+func (x *CancelOrder) code(c *wire.Coder)  { c.Str(&x.OrderID, &x.Reason, &x.CancelledBy) }
+func (x *CreatePayment) code(c *wire.Coder) {
+	c.Str(&x.OrderID, &x.CustomerID)
+	c.I64(&x.AmountCents)
+	c.Str(&x.Currency, &x.Method)
 }
-func (x *RefundForOrder) code(c *coder)         { c.str(&x.OrderID, &x.Reason); c.i64(&x.RetentionNs) }
-func (x *PaymentProcessed) code(c *coder)       { c.str(&x.OrderID, &x.PaymentID) }
-func (x *PaymentFailed) code(c *coder)          { c.str(&x.OrderID, &x.Reason) }
-func (x *SagaDeadline) code(c *coder)           { c.str(&x.OrderID) }
-func (x *PurgeSagas) code(c *coder)             {}
-func (x *VerifyCustomerForOrder) code(c *coder) { c.str(&x.OrderID, &x.CustomerID) }
-func (x *CustomerVerified) code(c *coder)       { c.str(&x.OrderID, &x.CustomerID, &x.Reason) }
-func (x *ReleaseConfirmedOrder) code(c *coder) {
-	c.str(&x.OrderID, &x.ProductID)
-	c.i64(&x.Quantity)
-	c.str(&x.Reason)
+func (x *RefundPayment) code(c *wire.Coder)   { c.Str(&x.PaymentID, &x.Reason) }
+func (x *ReserveForOrder) code(c *wire.Coder) { c.Str(&x.OrderID, &x.ProductID); c.I64(&x.Quantity) }
+func (x *ReleaseForOrder) code(c *wire.Coder) { c.Str(&x.OrderID, &x.ProductID, &x.Reason) }
+func (x *CommitForOrder) code(c *wire.Coder)  { c.Str(&x.OrderID, &x.ProductID) }
+func (x *StockReserved) code(c *wire.Coder)   { c.Str(&x.OrderID, &x.ProductID) }
+func (x *StockFailed) code(c *wire.Coder)     { c.Str(&x.OrderID, &x.ProductID, &x.Reason) }
+func (x *ProcessPaymentForOrder) code(c *wire.Coder) {
+	c.Str(&x.OrderID, &x.CustomerID)
+	c.I64(&x.AmountCents)
+	c.Str(&x.Method)
+}
+func (x *RefundForOrder) code(c *wire.Coder)         { c.Str(&x.OrderID, &x.Reason); c.I64(&x.RetentionNs) }
+func (x *PaymentProcessed) code(c *wire.Coder)       { c.Str(&x.OrderID, &x.PaymentID) }
+func (x *PaymentFailed) code(c *wire.Coder)          { c.Str(&x.OrderID, &x.Reason) }
+func (x *SagaDeadline) code(c *wire.Coder)           { c.Str(&x.OrderID) }
+func (x *PurgeSagas) code(c *wire.Coder)             {}
+func (x *VerifyCustomerForOrder) code(c *wire.Coder) { c.Str(&x.OrderID, &x.CustomerID) }
+func (x *CustomerVerified) code(c *wire.Coder)       { c.Str(&x.OrderID, &x.CustomerID, &x.Reason) }
+func (x *ReleaseConfirmedOrder) code(c *wire.Coder) {
+	c.Str(&x.OrderID, &x.ProductID)
+	c.I64(&x.Quantity)
+	c.Str(&x.Reason)
 }
 
 type coded interface {
 	engine.Command
-	code(c *coder)
+	code(c *wire.Coder)
 }
 
+// encode is each AppendBinary: inlined there, its call of code is
+// direct, and the writer stays on the stack.
 func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	w := wire.Writer{B: append(b, tag)}
-	x.code(&coder{w: &w})
+	x.code(&wire.Coder{W: &w})
 	return w.B, nil
 }
 
@@ -405,8 +331,6 @@ func (x *CustomerVerified) AppendBinary(b []byte) ([]byte, error) {
 func (x *ReleaseConfirmedOrder) AppendBinary(b []byte) ([]byte, error) {
 	return encode(b, tagReleaseConfirmedOrder, x)
 }
-
-var errUnknownCommand = errors.New("commerce: unknown command tag")
 
 func newCommand(tag byte) coded {
 	switch tag {
@@ -482,20 +406,9 @@ func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(da
 
 // Decode is Machine.Decode, which needs no state.
 func Decode(data []byte) (engine.Command, error) {
-	if len(data) == 0 {
-		return nil, errUnknownCommand
-	}
-	cmd := newCommand(data[0])
-	if cmd == nil {
-		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
-	}
-	r := wire.SharedReader(string(data[1:]))
-	cmd.code(&coder{r: &r})
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
-	}
-	if r.Err != nil {
-		return nil, fmt.Errorf("commerce: decoding command %d: %w", data[0], r.Err)
+	cmd, err := wire.DecodeCommand(wire.SharedReader(string(data)), newCommand, coded.code)
+	if err != nil {
+		return nil, fmt.Errorf("commerce: %w", err)
 	}
 	return cmd, nil
 }
@@ -510,123 +423,115 @@ const snapshotVersion = 4
 // oldestSnapshotVersion is the oldest version Restore still reads.
 const oldestSnapshotVersion = 2
 
-func (x *Customer) code(c *coder) {
-	c.str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone, &x.Status)
-	c.i64(&x.CreatedAt, &x.UpdatedAt)
+func (x *Customer) code(c *wire.Coder) {
+	c.Str(&x.ID, &x.Email, &x.Name, &x.Address, &x.Phone, &x.Status)
+	c.I64(&x.CreatedAt, &x.UpdatedAt)
 }
 
-func (x *Product) code(c *coder) {
-	c.str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
-	c.i64(&x.PriceCents, &x.OnHand, &x.Reserved, &x.CreatedAt, &x.UpdatedAt)
+func (x *Product) code(c *wire.Coder) {
+	c.Str(&x.ID, &x.SKU, &x.Name, &x.Description, &x.Category)
+	c.I64(&x.PriceCents, &x.OnHand, &x.Reserved, &x.CreatedAt, &x.UpdatedAt)
 	var ids []string
-	if c.w != nil {
+	if !c.Reading() {
 		ids = sortedKeys(x.resv)
 	}
-	n := c.count(len(ids), 3)
-	if c.r != nil {
+	n := c.Count(len(ids), 3)
+	if c.Reading() {
 		x.resv = make(map[string]reservation, n)
 		ids = make([]string, n)
 	}
 	for _, id := range ids {
 		r := x.resv[id]
-		c.str(&id)
-		c.i64(&r.qty)
-		c.bool(&r.saga)
+		c.Str(&id)
+		c.I64(&r.qty)
+		c.Bool(&r.saga)
 		x.resv[id] = r
 	}
 }
 
-func (x *Order) code(c *coder) {
-	c.str(&x.ID, &x.CustomerID)
-	c.items(&x.Items)
-	c.i64(&x.Subtotal, &x.Tax, &x.Total)
-	c.str(&x.Status, &x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod, &x.PaymentID, &x.Reason, &x.CancelledBy)
-	c.i64(&x.CreatedAt, &x.UpdatedAt, &x.Deadline)
+func (x *Order) code(c *wire.Coder) {
+	c.Str(&x.ID, &x.CustomerID)
+	codeItems(c, &x.Items)
+	c.I64(&x.Subtotal, &x.Tax, &x.Total)
+	c.Str(&x.Status, &x.ShippingAddress, &x.CustomerName, &x.CustomerEmail, &x.PaymentMethod, &x.PaymentID, &x.Reason, &x.CancelledBy)
+	c.I64(&x.CreatedAt, &x.UpdatedAt, &x.Deadline)
 }
 
-func (x *Saga) code(c *coder) {
-	c.str(&x.ID, &x.Type, &x.Status)
-	n := c.count(len(x.Steps), 3)
-	if c.r != nil {
+func (x *Saga) code(c *wire.Coder) {
+	c.Str(&x.ID, &x.Type, &x.Status)
+	n := c.Count(len(x.Steps), 3)
+	if c.Reading() {
 		x.Steps = make([]SagaStep, n)
 	}
 	for i := range x.Steps {
 		st := &x.Steps[i]
-		if c.w != nil {
-			c.w.Str(st.Name())
-			c.w.Str(st.Status())
+		if !c.Reading() {
+			c.W.Str(st.Name())
+			c.W.Str(st.Status())
 		} else {
 			var ok1, ok2 bool
-			st.name, ok1 = indexOf(sagaStepNames[:], c.r.Str())
-			st.status, ok2 = indexOf(sagaStepStatuses[:], c.r.Str())
-			if (!ok1 || !ok2) && c.r.Err == nil {
-				c.r.Err = errors.New("commerce: a saga step of unknown name or status")
+			st.name, ok1 = indexOf(sagaStepNames[:], c.R.Str())
+			st.status, ok2 = indexOf(sagaStepStatuses[:], c.R.Str())
+			if (!ok1 || !ok2) && c.R.Err == nil {
+				c.R.Err = errors.New("commerce: a saga step of unknown name or status")
 			}
 		}
-		c.i64(&st.At)
+		c.I64(&st.At)
 	}
-	c.i64(&x.StartedAt, &x.UpdatedAt)
-	n = c.count(len(x.Products), 1)
-	if c.r != nil {
+	c.I64(&x.StartedAt, &x.UpdatedAt)
+	n = c.Count(len(x.Products), 1)
+	if c.Reading() {
 		x.Products = make([]string, n)
 	}
-	c.str(ptrs(x.Products)...)
+	c.Str(wire.Ptrs(x.Products)...)
 	w := int64(x.waiting)
-	c.i64(&w)
+	c.I64(&w)
 	x.waiting = int(w)
-	c.bool(&x.paymentAsked)
-	c.str(&x.FailureReason)
-	c.i64(&x.RetentionNs)
+	c.Bool(&x.paymentAsked)
+	c.Str(&x.FailureReason)
+	c.I64(&x.RetentionNs)
 }
 
-func ptrs(s []string) []*string {
-	p := make([]*string, len(s))
-	for i := range s {
-		p[i] = &s[i]
-	}
-	return p
+func (x *Payment) code(c *wire.Coder) {
+	c.Str(&x.ID, &x.OrderID, &x.CustomerID)
+	c.I64(&x.AmountCents)
+	c.Str(&x.Currency, &x.Method, &x.Status, &x.TransactionID, &x.FailureReason)
+	c.Bool(&x.Saga)
+	c.I64(&x.CreatedAt, &x.UpdatedAt)
 }
 
-func (x *Payment) code(c *coder) {
-	c.str(&x.ID, &x.OrderID, &x.CustomerID)
-	c.i64(&x.AmountCents)
-	c.str(&x.Currency, &x.Method, &x.Status, &x.TransactionID, &x.FailureReason)
-	c.bool(&x.Saga)
-	c.i64(&x.CreatedAt, &x.UpdatedAt)
-}
-
-func (x *Event) code(c *coder) {
-	c.u64(&x.Seq)
-	c.str(&x.Type)
-	c.i64(&x.At)
-	n := c.count(len(x.Fields), 2)
-	if c.r != nil {
+func (x *Event) code(c *wire.Coder) {
+	c.U64(&x.Seq)
+	c.Str(&x.Type)
+	c.I64(&x.At)
+	n := c.Count(len(x.Fields), 2)
+	if c.Reading() {
 		x.Fields = nil
 		if n > 0 {
 			x.Fields = make([]Field, n)
 		}
 	}
 	for i := range x.Fields {
-		c.str(&x.Fields[i].K, &x.Fields[i].V)
+		c.Str(&x.Fields[i].K, &x.Fields[i].V)
 	}
 }
 
 // codeMap writes a map's entries in key order, or reads them back; an
 // entity's key is inside it (id), so only the values are written.
-func codeMap[V any](c *coder, m map[string]*V, key func(*V) string, minSize int) error {
-	if c.w != nil {
+func codeMap[V any](c *wire.Coder, m map[string]*V, key func(*V) string, minSize int) error {
+	if !c.Reading() {
 		ks := sortedKeys(m)
-		c.count(len(ks), minSize)
+		c.Count(len(ks), minSize)
 		for _, k := range ks {
-			any(m[k]).(interface{ code(*coder) }).code(c)
+			any(m[k]).(interface{ code(*wire.Coder) }).code(c)
 		}
 		return nil
 	}
-	for n := c.count(0, minSize); n > 0 && c.r.Err == nil; n-- {
+	for n := c.Count(0, minSize); n > 0 && c.R.Err == nil; n-- {
 		v := new(V)
-		any(v).(interface{ code(*coder) }).code(c)
+		any(v).(interface{ code(*wire.Coder) }).code(c)
 		k := key(v)
-		if _, dup := m[k]; dup && c.r.Err == nil {
+		if _, dup := m[k]; dup && c.R.Err == nil {
 			return fmt.Errorf("commerce: snapshot holds %q twice", k)
 		}
 		m[k] = v
@@ -634,7 +539,7 @@ func codeMap[V any](c *coder, m map[string]*V, key func(*V) string, minSize int)
 	return nil
 }
 
-func (m *Machine) code(c *coder) error {
+func (m *Machine) code(c *wire.Coder) error {
 	for _, err := range []error{
 		codeMap(c, m.customers, func(x *Customer) string { return x.ID }, 8),
 		codeMap(c, m.products, func(x *Product) string { return x.ID }, 10),
@@ -647,30 +552,30 @@ func (m *Machine) code(c *coder) error {
 		}
 	}
 	closed := sortedKeys(m.closedOrders)
-	n := c.count(len(closed), 1)
-	if c.r != nil {
+	n := c.Count(len(closed), 1)
+	if c.Reading() {
 		closed = make([]string, n)
 	}
-	c.str(ptrs(closed)...)
+	c.Str(wire.Ptrs(closed)...)
 	for _, o := range closed {
 		m.closedOrders[o] = true
 	}
 	keys := sortedKeys(m.events)
-	n = c.count(len(keys), 2)
-	if c.r != nil {
+	n = c.Count(len(keys), 2)
+	if c.Reading() {
 		keys = make([]string, n)
 	}
 	for _, k := range keys {
-		c.str(&k)
+		c.Str(&k)
 		l := m.events[k]
-		if c.r != nil {
+		if c.Reading() {
 			l = &eventLog{}
 		}
-		if c.r != nil && c.version == 2 {
-			for hn := c.count(0, 4); hn > 0 && c.r.Err == nil; hn-- {
+		if c.Reading() && c.Version == 2 {
+			for hn := c.Count(0, 4); hn > 0 && c.R.Err == nil; hn-- {
 				var e Event
 				e.code(c)
-				if c.r.Err == nil {
+				if c.R.Err == nil {
 					if err := l.addDecoded(&e); err != nil {
 						return err
 					}
@@ -679,29 +584,29 @@ func (m *Machine) code(c *coder) error {
 		} else if err := l.code(c); err != nil {
 			return err
 		}
-		if c.r != nil && c.r.Err == nil {
+		if c.Reading() && c.R.Err == nil {
 			if _, dup := m.events[k]; dup {
 				return fmt.Errorf("commerce: snapshot holds the events of %q twice", k)
 			}
 			m.events[k] = l
 		}
 	}
-	if err := m.codePurgeQueue(c); err != nil || (c.r != nil && c.version < 3) {
+	if err := m.codePurgeQueue(c); err != nil || (c.Reading() && c.Version < 3) {
 		return err
 	}
 	skus := sortedKeys(m.skus)
-	n = c.count(len(skus), 2)
-	if c.r != nil {
+	n = c.Count(len(skus), 2)
+	if c.Reading() {
 		skus = make([]string, n)
 	}
 	for _, k := range skus {
 		id := m.skus[k]
-		c.str(&k, &id)
-		if c.r != nil && c.r.Err == nil {
+		c.Str(&k, &id)
+		if c.Reading() && c.R.Err == nil {
 			m.skus[k] = id
 		}
 	}
-	if c.r != nil && c.version < 4 {
+	if c.Reading() && c.Version < 4 {
 		return nil
 	}
 	return m.codeDLQ(c)
@@ -711,21 +616,21 @@ func (m *Machine) code(c *coder) error {
 // or reads it back and checks that every entry names an ended saga or a
 // marker of this partition: a queue that purged something else, or
 // nothing, would not be the state that was written.
-func (m *Machine) codePurgeQueue(c *coder) error {
+func (m *Machine) codePurgeQueue(c *wire.Coder) error {
 	q := m.purgeQ[m.purgeHead:]
-	n := c.count(len(q), 3)
-	if c.r != nil {
+	n := c.Count(len(q), 3)
+	if c.Reading() {
 		q = nil
 		if n > 0 {
 			q = make([]purgeEntry, n)
 		}
 	}
 	for i := range q {
-		c.str(&q[i].OrderID)
-		c.i64(&q[i].At)
-		c.bool(&q[i].Marker)
+		c.Str(&q[i].OrderID)
+		c.I64(&q[i].At)
+		c.Bool(&q[i].Marker)
 	}
-	if c.r == nil || c.r.Err != nil {
+	if !c.Reading() || c.R.Err != nil {
 		return nil
 	}
 	// Times are not checked to rise: a lowered retention queues earlier
@@ -746,7 +651,7 @@ func (m *Machine) codePurgeQueue(c *coder) error {
 func (m *Machine) AppendSnapshot(dst []byte) []byte {
 	w := wire.Writer{B: dst}
 	w.U32(snapshotVersion)
-	_ = m.code(&coder{w: &w}) // writing cannot fail
+	_ = m.code(&wire.Coder{W: &w}) // writing cannot fail
 	return w.B
 }
 
@@ -798,7 +703,7 @@ func (m *Machine) Restore(data []byte) error {
 	if r.Err == nil && (v < oldestSnapshotVersion || v > snapshotVersion) {
 		return fmt.Errorf("commerce: snapshot version %d; this binary reads versions %d to %d", v, oldestSnapshotVersion, snapshotVersion)
 	}
-	if err := m.code(&coder{r: &r, version: v}); err != nil {
+	if err := m.code(&wire.Coder{R: &r, Version: uint64(v)}); err != nil {
 		*m = *NewMachine()
 		return err
 	}

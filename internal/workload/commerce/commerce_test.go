@@ -549,7 +549,7 @@ func TestSKUClaim(t *testing.T) {
 	old := NewMachine()
 	v2 := wire.Writer{}
 	v2.U32(2)
-	_ = old.code(&coder{w: &v2})
+	_ = old.code(&wire.Coder{W: &v2})
 	// The empty index's count and the empty dead-letter state (version 4),
 	// which version 2 lacks.
 	v2.B = v2.B[:len(v2.B)-1-emptyDLQBytes]

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire"
 )
 
 // The dead-letter queue: a saga message that a partition cannot process
@@ -61,9 +62,9 @@ type (
 	DiscardDLQ struct{ ID string }
 )
 
-func (x *SetFault) code(c *coder)   { c.bool(&x.Enabled); c.str(&x.Message) }
-func (x *ReplayDLQ) code(c *coder)  { c.str(&x.ID) }
-func (x *DiscardDLQ) code(c *coder) { c.str(&x.ID) }
+func (x *SetFault) code(c *wire.Coder)   { c.Bool(&x.Enabled); c.Str(&x.Message) }
+func (x *ReplayDLQ) code(c *wire.Coder)  { c.Str(&x.ID) }
+func (x *DiscardDLQ) code(c *wire.Coder) { c.Str(&x.ID) }
 
 func (x *SetFault) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagSetFault, x) }
 func (x *ReplayDLQ) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagReplayDLQ, x) }
@@ -351,30 +352,30 @@ func (m *Machine) queryDLQ(q any) (any, bool) {
 
 // codeDLQ writes the dead-letter state (snapshot version 4 on), or reads
 // it back and checks it: entries in rising Seq order, all below next.
-func (m *Machine) codeDLQ(c *coder) error {
+func (m *Machine) codeDLQ(c *wire.Coder) error {
 	d := &m.dlq
-	c.bool(&d.fault)
-	c.str(&d.message)
-	c.u64(&d.next)
+	c.Bool(&d.fault)
+	c.Str(&d.message)
+	c.U64(&d.next)
 	for _, p := range []*uint64{&d.stats.Parked, &d.stats.Replayed, &d.stats.Discarded, &d.stats.Evicted, &d.stats.Dropped} {
-		c.u64(p)
+		c.U64(p)
 	}
-	n := c.count(len(d.entries), 6)
-	if c.r != nil {
+	n := c.Count(len(d.entries), 6)
+	if c.Reading() {
 		d.entries = make([]DLQEntry, n)
 	}
 	for i := range d.entries {
 		e := &d.entries[i]
-		c.u64(&e.Seq)
-		c.str(&e.OrderID, &e.Cause)
-		c.i64(&e.FailedAt)
+		c.U64(&e.Seq)
+		c.Str(&e.OrderID, &e.Cause)
+		c.I64(&e.FailedAt)
 		data := string(e.Data)
-		c.str(&data)
-		if c.r == nil {
+		c.Str(&data)
+		if !c.Reading() {
 			continue
 		}
 		e.Data, e.ID = []byte(data), DLQID(d.part, e.Seq)
-		if c.r.Err != nil {
+		if c.R.Err != nil {
 			return nil
 		}
 		if e.Seq >= d.next || (i > 0 && e.Seq <= d.entries[i-1].Seq) {

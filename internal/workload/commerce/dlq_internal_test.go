@@ -231,7 +231,7 @@ func TestDLQSnapshotVersions(t *testing.T) {
 	m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &CreateProduct{ID: "p", SKU: "p", Name: "p", PriceCents: 1, OnHand: 1}}, &recorder{t: t})
 	v3 := wire.Writer{}
 	v3.U32(3)
-	_ = m.code(&coder{w: &v3})
+	_ = m.code(&wire.Coder{W: &v3})
 	v3.B = v3.B[:len(v3.B)-emptyDLQBytes]
 	r := newMachineAt(2)
 	if err := r.Restore(v3.B); err != nil || r.products["p"] == nil || r.dlq.fault || len(r.dlq.entries) != 0 || r.dlq.part != 2 {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/surge-run/surge/internal/wire"
 )
 
 // eventLog is one entity's history, encoded back to back in one
@@ -113,19 +115,13 @@ func (l *eventLog) addDecoded(e *Event) error {
 
 // code writes the log as a version 3 snapshot holds it, or reads and
 // validates one.
-func (l *eventLog) code(c *coder) error {
-	if c.w != nil {
-		c.w.Uvarint(uint64(l.n))
-		c.w.Uvarint(l.last)
-		c.w.B = binary.AppendVarint(c.w.B, l.base)
-		c.w.Bytes(l.buf)
-		return nil
-	}
-	n := c.count(0, 3)
-	l.last = c.r.Uvarint()
-	c.i64(&l.base)
-	buf := c.r.Bytes()
-	if c.r.Err != nil {
+func (l *eventLog) code(c *wire.Coder) error {
+	n := c.Count(l.n, 3)
+	c.U64(&l.last)
+	c.I64(&l.base)
+	buf := l.buf
+	c.Bytes(&buf)
+	if !c.Reading() || c.R.Err != nil {
 		return nil // the caller reports the reader's error
 	}
 	if n == 0 || l.last < uint64(n) {
@@ -135,7 +131,7 @@ func (l *eventLog) code(c *coder) error {
 	if err != nil {
 		return err
 	}
-	l.buf, l.n, l.prev = append([]byte(nil), buf...), n, prev
+	l.buf, l.n, l.prev = buf, n, prev
 	return nil
 }
 

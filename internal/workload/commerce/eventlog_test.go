@@ -57,12 +57,12 @@ func TestEventLogModel(t *testing.T) {
 		}
 		// Snapshot round trip.
 		w := wire.Writer{}
-		if err := l.code(&coder{w: &w}); err != nil {
+		if err := l.code(&wire.Coder{W: &w}); err != nil {
 			t.Fatal(err)
 		}
 		r := wire.Reader{B: w.B}
 		var back eventLog
-		if err := back.code(&coder{r: &r, version: snapshotVersion}); err != nil || r.Err != nil || len(r.B) != 0 {
+		if err := back.code(&wire.Coder{R: &r, Version: snapshotVersion}); err != nil || r.Err != nil || len(r.B) != 0 {
 			t.Fatalf("seed %d: snapshot read: %v %v, %d bytes left", seed, err, r.Err, len(r.B))
 		}
 		if !reflect.DeepEqual(back, l) {

@@ -1,9 +1,6 @@
 package commerce
 
-import (
-	"bytes"
-	"encoding/gob"
-)
+import "github.com/surge-run/surge/internal/wire"
 
 // In cluster mode replies cross between nodes by gob, which carries only
 // exported fields. These types keep some state in unexported fields; the
@@ -18,13 +15,13 @@ type sagaStepWire struct {
 
 // GobEncode implements gob.GobEncoder.
 func (s SagaStep) GobEncode() ([]byte, error) {
-	return gobBytes(sagaStepWire{s.name, s.status, s.At})
+	return wire.GobBytes(sagaStepWire{s.name, s.status, s.At})
 }
 
 // GobDecode implements gob.GobDecoder.
 func (s *SagaStep) GobDecode(b []byte) error {
 	var w sagaStepWire
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+	if err := wire.FromGob(b, &w); err != nil {
 		return err
 	}
 	*s = SagaStep{name: w.Name, status: w.Status, At: w.At}
@@ -41,13 +38,13 @@ type sagaWire struct {
 
 // GobEncode implements gob.GobEncoder.
 func (s *Saga) GobEncode() ([]byte, error) {
-	return gobBytes(sagaWire{sagaFields(*s), s.waiting, s.paymentAsked})
+	return wire.GobBytes(sagaWire{sagaFields(*s), s.waiting, s.paymentAsked})
 }
 
 // GobDecode implements gob.GobDecoder.
 func (s *Saga) GobDecode(b []byte) error {
 	var w sagaWire
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+	if err := wire.FromGob(b, &w); err != nil {
 		return err
 	}
 	*s = Saga(w.S)
@@ -58,20 +55,14 @@ func (s *Saga) GobDecode(b []byte) error {
 type productFields Product
 
 // GobEncode implements gob.GobEncoder: the exported fields only.
-func (p *Product) GobEncode() ([]byte, error) { return gobBytes(productFields(*p)) }
+func (p *Product) GobEncode() ([]byte, error) { return wire.GobBytes(productFields(*p)) }
 
 // GobDecode implements gob.GobDecoder.
 func (p *Product) GobDecode(b []byte) error {
 	var w productFields
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+	if err := wire.FromGob(b, &w); err != nil {
 		return err
 	}
 	*p = Product(w)
 	return nil
-}
-
-func gobBytes(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	err := gob.NewEncoder(&buf).Encode(v)
-	return buf.Bytes(), err
 }

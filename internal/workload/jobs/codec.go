@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,8 +10,9 @@ import (
 )
 
 // Command encoding, version 1: a tag byte, then the fields in order. Each
-// type lists its fields once (code), for both directions, so encoder and
-// decoder cannot drift apart. Tags are logged: never reuse or renumber.
+// type lists its fields once (code, over a wire.Coder), for both
+// directions, so encoder and decoder cannot drift apart. Tags are logged:
+// never reuse or renumber.
 const (
 	tagCreateQueue = 1 + iota
 	tagDeleteQueue
@@ -138,235 +137,75 @@ func (*ReadyDue) timerCommand()     {}
 func (*TTLExpired) timerCommand()   {}
 func (*PurgeJobs) timerCommand()    {}
 
-// coder writes (w set) or reads (r set) one field at a time.
-type coder struct {
-	w *wire.Writer
-	r *wire.Reader
+func (x *CreateQueue) code(c *wire.Coder) { c.Str(&x.Name); c.I32(&x.MaxRetries); c.I64(&x.TTLNs) }
+func (x *DeleteQueue) code(c *wire.Coder) { c.Str(&x.Name); c.Bool(&x.Force) }
+func (x *PauseQueue) code(c *wire.Coder)  { c.Str(&x.Name) }
+func (x *ResumeQueue) code(c *wire.Coder) { c.Str(&x.Name) }
+func (x *Submit) code(c *wire.Coder) {
+	c.Str(&x.JobID, &x.Queue)
+	c.Bytes(&x.Payload)
+	c.I32(&x.Priority, &x.MaxRetries)
+	c.I64(&x.TTLNs, &x.NotBeforeNs)
+	c.Str(&x.IdempotencyKey)
+	c.I64(&x.RetentionNs)
 }
-
-func (c *coder) str(p ...*string) {
-	for _, s := range p {
-		if c.w != nil {
-			c.w.Str(*s)
-		} else {
-			*s = string(c.r.Next(c.length()))
-		}
-	}
-}
-
-// bytes copies on read: the decoded value outlives the buffer it came
-// from, and a job's payload must not pin a whole log batch.
-func (c *coder) bytes(p *[]byte) {
-	if c.w != nil {
-		c.w.Bytes(*p)
-		return
-	}
-	b := c.r.Next(c.length())
-	*p = nil
-	if len(b) > 0 {
-		*p = slices.Clone(b)
-	}
-}
-
-var errNotCanonical = errors.New("jobs: a number in a longer form than it is written in")
-
-// length reads a length prefix. Every varint must be in its shortest
-// form, so that bytes that decode re-encode to themselves: one logged
-// record, one command.
-func (c *coder) length() int {
-	if c.r.Err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(c.r.B)
-	switch {
-	case n <= 0:
-		c.r.Err = wire.ErrTruncated
-		return 0
-	case n != len(binary.AppendUvarint(nil, x)):
-		c.r.Err = errNotCanonical
-		return 0
-	case x > uint64(len(c.r.B)-n):
-		c.r.Err = wire.ErrTruncated
-		return 0
-	}
-	c.r.B = c.r.B[n:]
-	return int(x)
-}
-
-// i64 is a zig-zag varint: a decoder must take any value.
-func (c *coder) i64(p ...*int64) {
-	for _, v := range p {
-		if c.w != nil {
-			c.w.B = binary.AppendVarint(c.w.B, *v)
-			continue
-		}
-		if c.r.Err != nil {
-			*v = 0
-			continue
-		}
-		x, n := binary.Varint(c.r.B)
-		if n <= 0 || n != len(binary.AppendVarint(nil, x)) {
-			c.r.Err = wire.ErrTruncated
-			if n > 0 {
-				c.r.Err = errNotCanonical
-			}
-			*v = 0
-			continue
-		}
-		c.r.B = c.r.B[n:]
-		*v = x
-	}
-}
-
-func (c *coder) i32(p ...*int32) {
-	for _, v := range p {
-		x := int64(*v)
-		c.i64(&x)
-		if c.r != nil {
-			if x != int64(int32(x)) && c.r.Err == nil {
-				c.r.Err = errors.New("jobs: a 32-bit field out of range")
-			}
-			*v = int32(x)
-		}
-	}
-}
-
-func (c *coder) u64(p *uint64) {
-	if c.w != nil {
-		c.w.Uvarint(*p)
-		return
-	}
-	*p = 0
-	if c.r.Err != nil {
-		return
-	}
-	x, n := binary.Uvarint(c.r.B)
-	if n <= 0 || n != len(binary.AppendUvarint(nil, x)) {
-		c.r.Err = errNotCanonical
-		return
-	}
-	c.r.B = c.r.B[n:]
-	*p = x
-}
-
-func (c *coder) bool(p *bool) {
-	if c.w != nil {
-		b := uint8(0)
-		if *p {
-			b = 1
-		}
-		c.w.U8(b)
-		return
-	}
-	switch c.r.U8() {
-	case 0:
-		*p = false
-	case 1:
-		*p = true
-	default:
-		if c.r.Err == nil {
-			c.r.Err = errors.New("jobs: a boolean is neither 0 nor 1")
-		}
-	}
-}
-
-// strs codes a list of strings; an empty one decodes as nil.
-func (c *coder) strs(p *[]string) {
-	n := c.count(len(*p), 1)
-	if c.r != nil {
-		*p = nil
-		if n > 0 {
-			*p = make([]string, n)
-		}
-	}
-	for i := range *p {
-		c.str(&(*p)[i])
-	}
-}
-
-func (c *coder) count(n, minSize int) int {
-	if c.w != nil {
-		c.w.Uvarint(uint64(n))
-		return n
-	}
-	// In shortest form too (see length): [SubmitBatch, 0x80, 0x00] would
-	// otherwise decode to an empty batch that re-encodes differently.
-	if c.r.Err == nil {
-		if x, n := binary.Uvarint(c.r.B); n > 0 && n != len(binary.AppendUvarint(nil, x)) {
-			c.r.Err = errNotCanonical
-			return 0
-		}
-	}
-	return c.r.Count(minSize)
-}
-
-func (x *CreateQueue) code(c *coder) { c.str(&x.Name); c.i32(&x.MaxRetries); c.i64(&x.TTLNs) }
-func (x *DeleteQueue) code(c *coder) { c.str(&x.Name); c.bool(&x.Force) }
-func (x *PauseQueue) code(c *coder)  { c.str(&x.Name) }
-func (x *ResumeQueue) code(c *coder) { c.str(&x.Name) }
-func (x *Submit) code(c *coder) {
-	c.str(&x.JobID, &x.Queue)
-	c.bytes(&x.Payload)
-	c.i32(&x.Priority, &x.MaxRetries)
-	c.i64(&x.TTLNs, &x.NotBeforeNs)
-	c.str(&x.IdempotencyKey)
-	c.i64(&x.RetentionNs)
-}
-func (x *Lease) code(c *coder) {
-	c.str(&x.Queue, &x.Worker)
-	c.i32(&x.Max)
-	c.i64(&x.LeaseNs)
+func (x *Lease) code(c *wire.Coder) {
+	c.Str(&x.Queue, &x.Worker)
+	c.I32(&x.Max)
+	c.I64(&x.LeaseNs)
 	if !x.legacy {
-		c.str(&x.Session)
+		c.Str(&x.Session)
 	}
 }
-func (x *Ack) code(c *coder)       { c.str(&x.JobID, &x.Worker) }
-func (x *Heartbeat) code(c *coder) { c.str(&x.Worker); c.i64(&x.LeaseNs) }
-func (x *Report) code(c *coder) {
-	c.str(&x.JobID, &x.Worker)
-	c.bool(&x.Success)
-	c.bytes(&x.Result)
-	c.str(&x.Error)
+func (x *Ack) code(c *wire.Coder)       { c.Str(&x.JobID, &x.Worker) }
+func (x *Heartbeat) code(c *wire.Coder) { c.Str(&x.Worker); c.I64(&x.LeaseNs) }
+func (x *Report) code(c *wire.Coder) {
+	c.Str(&x.JobID, &x.Worker)
+	c.Bool(&x.Success)
+	c.Bytes(&x.Result)
+	c.Str(&x.Error)
 }
-func (x *SubmitBatch) code(c *coder) {
-	n := c.count(len(x.Jobs), 9) // an empty Submit takes 9 bytes
-	if c.r != nil {
+func (x *SubmitBatch) code(c *wire.Coder) {
+	n := c.Count(len(x.Jobs), 9) // an empty Submit takes 9 bytes
+	if c.Reading() {
 		x.Jobs = make([]Submit, n)
 	}
 	for i := range x.Jobs {
 		x.Jobs[i].code(c)
 	}
 }
-func (x *Release) code(c *coder) { c.str(&x.Worker, &x.JobID) }
-func (x *Extend) code(c *coder) {
-	c.str(&x.Worker, &x.Session)
-	c.i64(&x.LeaseNs)
-	c.bool(&x.Declared)
-	c.strs(&x.JobIDs)
+func (x *Release) code(c *wire.Coder) { c.Str(&x.Worker, &x.JobID) }
+func (x *Extend) code(c *wire.Coder) {
+	c.Str(&x.Worker, &x.Session)
+	c.I64(&x.LeaseNs)
+	c.Bool(&x.Declared)
+	c.Strs(&x.JobIDs)
 }
-func (x *Reclaim) code(c *coder) {
-	c.str(&x.Worker, &x.Session)
-	c.i64(&x.LeaseNs)
-	c.bool(&x.Declared)
-	c.strs(&x.Keep)
+func (x *Reclaim) code(c *wire.Coder) {
+	c.Str(&x.Worker, &x.Session)
+	c.I64(&x.LeaseNs)
+	c.Bool(&x.Declared)
+	c.Strs(&x.Keep)
 }
-func (x *Unsent) code(c *coder)       { c.str(&x.Worker, &x.Session); c.strs(&x.JobIDs) }
-func (x *Cancel) code(c *coder)       { c.str(&x.JobID) }
-func (x *Retry) code(c *coder)        { c.str(&x.JobID) }
-func (x *LeaseExpired) code(c *coder) { c.str(&x.JobID) }
-func (x *RetryDue) code(c *coder)     { c.str(&x.JobID) }
-func (x *ReadyDue) code(c *coder)     { c.str(&x.JobID) }
-func (x *TTLExpired) code(c *coder)   { c.str(&x.JobID) }
-func (x *PurgeJobs) code(c *coder)    {}
+func (x *Unsent) code(c *wire.Coder)       { c.Str(&x.Worker, &x.Session); c.Strs(&x.JobIDs) }
+func (x *Cancel) code(c *wire.Coder)       { c.Str(&x.JobID) }
+func (x *Retry) code(c *wire.Coder)        { c.Str(&x.JobID) }
+func (x *LeaseExpired) code(c *wire.Coder) { c.Str(&x.JobID) }
+func (x *RetryDue) code(c *wire.Coder)     { c.Str(&x.JobID) }
+func (x *ReadyDue) code(c *wire.Coder)     { c.Str(&x.JobID) }
+func (x *TTLExpired) code(c *wire.Coder)   { c.Str(&x.JobID) }
+func (x *PurgeJobs) code(c *wire.Coder)    {}
 
 type coded interface {
 	engine.Command
-	code(c *coder)
+	code(c *wire.Coder)
 }
 
+// encode is each AppendBinary: inlined there, its call of code is
+// direct, and the writer stays on the stack.
 func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	w := wire.Writer{B: append(b, tag)}
-	x.code(&coder{w: &w})
+	x.code(&wire.Coder{W: &w})
 	return w.B, nil
 }
 
@@ -447,28 +286,15 @@ func newCommand(tag byte) coded {
 	return nil
 }
 
-var errUnknownCommand = errors.New("jobs: unknown command tag")
-
 // Decode implements engine.Machine.
 func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(data) }
 
 // Decode needs no state. Trailing bytes are an error: a record that
 // decodes from a prefix of itself is not what was written.
 func Decode(data []byte) (engine.Command, error) {
-	if len(data) == 0 {
-		return nil, errUnknownCommand
-	}
-	cmd := newCommand(data[0])
-	if cmd == nil {
-		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
-	}
-	r := wire.Reader{B: data[1:]}
-	cmd.code(&coder{r: &r})
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
-	}
-	if r.Err != nil {
-		return nil, fmt.Errorf("jobs: decoding command %d: %w", data[0], r.Err)
+	cmd, err := wire.DecodeCommand(wire.Reader{B: data}, newCommand, coded.code)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
 	}
 	return cmd, nil
 }
@@ -485,62 +311,62 @@ const (
 	snapshotVersionV1 = 1
 )
 
-func (x *Queue) code(c *coder) {
-	c.str(&x.Name)
-	c.i32(&x.MaxRetries)
-	c.i64(&x.TTLNs, &x.CreatedAt)
-	c.bool(&x.Paused)
-	c.i64(&x.Processed, &x.Failures, &x.DurationSum)
+func (x *Queue) code(c *wire.Coder) {
+	c.Str(&x.Name)
+	c.I32(&x.MaxRetries)
+	c.I64(&x.TTLNs, &x.CreatedAt)
+	c.Bool(&x.Paused)
+	c.I64(&x.Processed, &x.Failures, &x.DurationSum)
 }
 
-// code codes a job in snapshot version v.
-func (x *Job) code(c *coder, v uint64) {
-	c.str(&x.ID)
-	c.bytes(&x.Payload)
+// code codes a job in snapshot version c.Version.
+func (x *Job) code(c *wire.Coder) {
+	c.Str(&x.ID)
+	c.Bytes(&x.Payload)
 	st := int64(x.Status)
-	c.i64(&st)
-	if c.r != nil {
+	c.I64(&st)
+	if c.Reading() {
 		x.Status = Status(st)
 	}
-	c.i32(&x.Priority, &x.MaxRetries, &x.RetryCount)
-	c.i64(&x.CreatedAt, &x.StartedAt, &x.CompletedAt)
-	c.str(&x.Worker)
-	if v >= 2 {
-		c.str(&x.Session)
+	c.I32(&x.Priority, &x.MaxRetries, &x.RetryCount)
+	c.I64(&x.CreatedAt, &x.StartedAt, &x.CompletedAt)
+	c.Str(&x.Worker)
+	if c.Version >= 2 {
+		c.Str(&x.Session)
 	}
-	c.bytes(&x.Result)
-	c.i64(&x.NotBefore)
-	c.str(&x.Error)
-	c.i64(&x.TTLNs, &x.TTLFrom, &x.RetentionNs)
-	c.str(&x.IdemKey)
-	c.i64(&x.LeaseUntil)
-	c.bool(&x.CancelAsked)
-	c.str(&x.DeadReason)
-	c.u64(&x.Seq)
-	c.i64(&x.nextEvent, &x.purgeAt)
+	c.Bytes(&x.Result)
+	c.I64(&x.NotBefore)
+	c.Str(&x.Error)
+	c.I64(&x.TTLNs, &x.TTLFrom, &x.RetentionNs)
+	c.Str(&x.IdemKey)
+	c.I64(&x.LeaseUntil)
+	c.Bool(&x.CancelAsked)
+	c.Str(&x.DeadReason)
+	c.U64(&x.Seq)
+	c.I64(&x.nextEvent, &x.purgeAt)
 	inHeap := x.heapIdx >= 0
-	c.bool(&inHeap)
-	if c.r != nil {
+	c.Bool(&inHeap)
+	if c.Reading() {
 		x.heapIdx = -1
 		if inHeap {
 			x.heapIdx = 0 // Restore pushes it
 		}
 	}
-	n := c.count(len(x.Events), 6)
-	if c.r != nil {
+	n := c.Count(len(x.Events), 6)
+	if c.Reading() {
 		x.Events = make([]JobEvent, n)
 	}
 	for i := range x.Events {
 		e := &x.Events[i]
 		from, to := int64(e.From), int64(e.To)
-		c.i64(&e.ID, &from, &to)
-		if c.r != nil {
+		c.I64(&e.ID, &from, &to)
+		if c.Reading() {
 			// Only when decoding: a fork shares its events' backing arrays
 			// with the live machine and with any other fork being encoded.
 			e.From, e.To = Status(from), Status(to)
 		}
-		c.str(&e.Worker, &e.Reason)
-		c.i64(&e.At)
+		c.Str(&e.Worker, &e.Reason)
+		c.I64(&e.At)
 	}
 }
 
@@ -552,25 +378,25 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 	}
 	sort.Strings(names)
 	w := wire.Writer{B: dst}
-	c := &coder{w: &w}
-	w.Uvarint(snapshotVersion)
-	c.u64(&m.seq)
-	c.count(len(names), 1)
+	c := &wire.Coder{W: &w, Version: snapshotVersion}
+	c.U64(&c.Version)
+	c.U64(&m.seq)
+	c.Count(len(names), 1)
 	for _, n := range names {
 		q := m.queues[n]
 		q.code(c)
-		c.count(q.jobs, 1)
+		c.Count(q.jobs, 1)
 		for _, j := range q.order {
 			if j != nil {
-				j.code(c, snapshotVersion)
+				j.code(c)
 			}
 		}
 	}
 	live := m.purgeQ[m.purgeHead:]
-	c.count(len(live), 2)
+	c.Count(len(live), 2)
 	for i := range live {
-		c.str(&live[i].JobID)
-		c.i64(&live[i].At)
+		c.Str(&live[i].JobID)
+		c.I64(&live[i].At)
 	}
 	return w.B
 }
@@ -588,14 +414,14 @@ func (m *Machine) Restore(data []byte) error {
 
 func (m *Machine) restore(data []byte) error {
 	r := wire.Reader{B: data}
-	c := &coder{r: &r}
-	v := r.Uvarint()
-	if r.Err == nil && v != snapshotVersion && v != snapshotVersionV1 {
+	c := &wire.Coder{R: &r}
+	c.U64(&c.Version)
+	if v := c.Version; r.Err == nil && v != snapshotVersion && v != snapshotVersionV1 {
 		return fmt.Errorf("version %d, this build reads %d and %d", v, snapshotVersionV1, snapshotVersion)
 	}
 	clear(m.queues)
-	c.u64(&m.seq)
-	for nq := c.count(0, 8); nq > 0 && r.Err == nil; nq-- {
+	c.U64(&m.seq)
+	for nq := c.Count(0, 8); nq > 0 && r.Err == nil; nq-- {
 		q := newQueue("", 0, 0, 0)
 		q.code(c)
 		if r.Err != nil {
@@ -606,9 +432,9 @@ func (m *Machine) restore(data []byte) error {
 		}
 		m.queues[q.Name] = q
 		var last uint64
-		for nj := c.count(0, 20); nj > 0 && r.Err == nil; nj-- {
+		for nj := c.Count(0, 20); nj > 0 && r.Err == nil; nj-- {
 			j := &Job{Queue: q.Name}
-			j.code(c, v)
+			j.code(c)
 			if r.Err != nil {
 				break
 			}
@@ -637,10 +463,10 @@ func (m *Machine) restore(data []byte) error {
 			}
 		}
 	}
-	for n := c.count(0, 2); n > 0 && r.Err == nil; n-- {
+	for n := c.Count(0, 2); n > 0 && r.Err == nil; n-- {
 		var e purgeEntry
-		c.str(&e.JobID)
-		c.i64(&e.At)
+		c.Str(&e.JobID)
+		c.I64(&e.At)
 		m.purgeQ = append(m.purgeQ, e)
 	}
 	if r.Err == nil && len(r.B) > 0 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire/wiretest"
 )
 
 func seedCommands() []engine.Command {
@@ -35,16 +36,7 @@ func FuzzDecode(f *testing.F) {
 		b, _ := c.AppendBinary(nil)
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		cmd, err := Decode(data)
-		if err != nil {
-			return
-		}
-		again, err := cmd.AppendBinary(nil)
-		if err != nil || !bytes.Equal(again, data) {
-			t.Fatalf("%T re-encodes to %x, was %x (%v)", cmd, again, data, err)
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { wiretest.RoundTrip(t, data, Decode) })
 }
 
 // snapshotSeed is a state with jobs in every status.

@@ -1,9 +1,6 @@
 package jobs
 
-import (
-	"bytes"
-	"encoding/gob"
-)
+import "github.com/surge-run/surge/internal/wire"
 
 // In cluster mode replies cross between nodes by gob, which carries only
 // exported fields. A queue's counts by status and a job's purge time cross
@@ -21,13 +18,13 @@ type queueWire struct {
 
 // GobEncode implements gob.GobEncoder.
 func (q *Queue) GobEncode() ([]byte, error) {
-	return gobBytes(queueWire{queueFields(*q), q.counts, q.jobs})
+	return wire.GobBytes(queueWire{queueFields(*q), q.counts, q.jobs})
 }
 
 // GobDecode implements gob.GobDecoder.
 func (q *Queue) GobDecode(b []byte) error {
 	var w queueWire
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+	if err := wire.FromGob(b, &w); err != nil {
 		return err
 	}
 	*q = Queue(w.Q)
@@ -43,21 +40,15 @@ type jobWire struct {
 }
 
 // GobEncode implements gob.GobEncoder.
-func (j *Job) GobEncode() ([]byte, error) { return gobBytes(jobWire{jobFields(*j), j.purgeAt}) }
+func (j *Job) GobEncode() ([]byte, error) { return wire.GobBytes(jobWire{jobFields(*j), j.purgeAt}) }
 
 // GobDecode implements gob.GobDecoder.
 func (j *Job) GobDecode(b []byte) error {
 	var w jobWire
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&w); err != nil {
+	if err := wire.FromGob(b, &w); err != nil {
 		return err
 	}
 	*j = Job(w.J)
 	j.purgeAt, j.heapIdx = w.PurgeAt, -1
 	return nil
-}
-
-func gobBytes(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	err := gob.NewEncoder(&buf).Encode(v)
-	return buf.Bytes(), err
 }

@@ -1,7 +1,6 @@
 package sequencer
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,8 +12,11 @@ import (
 )
 
 // Command encoding, version 1: a tag byte, then the fields in order. Each
-// type lists its fields once (code), for both directions, so encoder and
-// decoder cannot drift apart. Tags are logged: never reuse or renumber.
+// type lists its fields once (code, over a wire.Coder), for both
+// directions, so encoder and decoder cannot drift apart; wire's
+// canonical-form rule makes bytes that decode re-encode to themselves
+// (one logged record, one command). Tags are logged: never reuse or
+// renumber.
 const (
 	tagPublish = 1 + iota
 	tagPublishBatch
@@ -102,236 +104,81 @@ type timerCommand interface{ timerCommand() }
 func (*LeaseExpired) timerCommand()  {}
 func (*PurgeMessages) timerCommand() {}
 
-// coder writes (w set) or reads (r set) one field at a time. It is the
-// jobs codec's: every varint in its shortest form, so bytes that decode
-// re-encode to themselves (one logged record, one command).
-type coder struct {
-	w *wire.Writer
-	r *wire.Reader
+func (x *Publish) code(c *wire.Coder) {
+	c.Str(&x.Group, &x.MsgID)
+	c.U64(&x.Seq)
+	c.Bytes(&x.Payload)
+	c.I64(&x.RetentionNs)
 }
-
-func (c *coder) str(p ...*string) {
-	for _, s := range p {
-		if c.w != nil {
-			c.w.Str(*s)
-		} else {
-			*s = string(c.r.Next(c.length()))
-		}
-	}
-}
-
-// bytes copies on read: a payload outlives the buffer it came from and
-// must not pin a whole log batch.
-func (c *coder) bytes(p *[]byte) {
-	if c.w != nil {
-		c.w.Bytes(*p)
-		return
-	}
-	b := c.r.Next(c.length())
-	*p = nil
-	if len(b) > 0 {
-		*p = slices.Clone(b)
-	}
-}
-
-var errNotCanonical = errors.New("sequencer: a number in a longer form than it is written in")
-
-// uvarintLen and varintLen are the lengths of the shortest encodings,
-// without encoding (an allocation per field read, otherwise).
-func uvarintLen(x uint64) int {
-	n := 1
-	for ; x >= 0x80; x >>= 7 {
-		n++
-	}
-	return n
-}
-
-func varintLen(x int64) int {
-	ux := uint64(x) << 1
-	if x < 0 {
-		ux = ^ux
-	}
-	return uvarintLen(ux)
-}
-
-func (c *coder) length() int {
-	if c.r.Err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(c.r.B)
-	switch {
-	case n <= 0:
-		c.r.Err = wire.ErrTruncated
-		return 0
-	case n != uvarintLen(x):
-		c.r.Err = errNotCanonical
-		return 0
-	case x > uint64(len(c.r.B)-n):
-		c.r.Err = wire.ErrTruncated
-		return 0
-	}
-	c.r.B = c.r.B[n:]
-	return int(x)
-}
-
-func (c *coder) i64(p ...*int64) {
-	for _, v := range p {
-		if c.w != nil {
-			c.w.B = binary.AppendVarint(c.w.B, *v)
-			continue
-		}
-		if c.r.Err != nil {
-			*v = 0
-			continue
-		}
-		x, n := binary.Varint(c.r.B)
-		if n <= 0 || n != varintLen(x) {
-			c.r.Err = wire.ErrTruncated
-			if n > 0 {
-				c.r.Err = errNotCanonical
-			}
-			*v = 0
-			continue
-		}
-		c.r.B = c.r.B[n:]
-		*v = x
-	}
-}
-
-func (c *coder) i32(p *int32) {
-	x := int64(*p)
-	c.i64(&x)
-	if c.r != nil {
-		if x != int64(int32(x)) && c.r.Err == nil {
-			c.r.Err = errors.New("sequencer: a 32-bit field out of range")
-		}
-		*p = int32(x)
-	}
-}
-
-func (c *coder) u64(p ...*uint64) {
-	for _, v := range p {
-		if c.w != nil {
-			c.w.Uvarint(*v)
-			continue
-		}
-		*v = 0
-		if c.r.Err != nil {
-			continue
-		}
-		x, n := binary.Uvarint(c.r.B)
-		if n <= 0 || n != uvarintLen(x) {
-			c.r.Err = errNotCanonical
-			if n <= 0 {
-				c.r.Err = wire.ErrTruncated
-			}
-			continue
-		}
-		c.r.B = c.r.B[n:]
-		*v = x
-	}
-}
-
-func (c *coder) u8(p *uint8) {
-	if c.w != nil {
-		c.w.U8(*p)
-		return
-	}
-	*p = c.r.U8()
-}
-
-// count is a list's length. Unlike wire.Reader.Count it requires the
-// shortest form too: 0x80 0x00 is also zero, and a record that decodes
-// must re-encode to itself.
-func (c *coder) count(n, minSize int) int {
-	if c.w != nil {
-		c.w.Uvarint(uint64(n))
-		return n
-	}
-	var x uint64
-	c.u64(&x)
-	if c.r.Err == nil && x > uint64(len(c.r.B)/max(minSize, 1)) {
-		c.r.Err = wire.ErrTruncated
-	}
-	if c.r.Err != nil {
-		return 0
-	}
-	return int(x)
-}
-
-func (x *Publish) code(c *coder) {
-	c.str(&x.Group, &x.MsgID)
-	c.u64(&x.Seq)
-	c.bytes(&x.Payload)
-	c.i64(&x.RetentionNs)
-}
-func (x *PublishBatch) code(c *coder) {
-	n := c.count(len(x.Msgs), 5) // an empty Publish takes 5 bytes
-	if c.r != nil {
+func (x *PublishBatch) code(c *wire.Coder) {
+	n := c.Count(len(x.Msgs), 5) // an empty Publish takes 5 bytes
+	if c.Reading() {
 		x.Msgs = make([]Publish, n)
 	}
 	for i := range x.Msgs {
 		x.Msgs[i].code(c)
 	}
 }
-func (x *Lease) code(c *coder) { c.str(&x.Group, &x.Processor); c.i32(&x.Max); c.i64(&x.LeaseNs) }
+func (x *Lease) code(c *wire.Coder) { c.Str(&x.Group, &x.Processor); c.I32(&x.Max); c.I64(&x.LeaseNs) }
 
 // leaseBytes codes a Lease with MaxBytes under a tag of its own, so that
 // leases logged before it decode as they were: positive, so that a
 // decoded record re-encodes under the same tag.
 type leaseBytes struct{ *Lease }
 
-func (x leaseBytes) code(c *coder) {
+func (x leaseBytes) code(c *wire.Coder) {
 	x.Lease.code(c)
-	c.i64(&x.MaxBytes)
-	if c.r != nil && x.MaxBytes <= 0 && c.r.Err == nil {
-		c.r.Err = errors.New("a byte-bounded lease has no positive bound")
+	c.I64(&x.MaxBytes)
+	if c.Reading() && x.MaxBytes <= 0 && c.R.Err == nil {
+		c.R.Err = errors.New("a byte-bounded lease has no positive bound")
 	}
 }
-func (x *Complete) code(c *coder) { c.str(&x.Group); c.u64(&x.Seq); c.str(&x.Processor) }
-func (x *CompleteBatch) code(c *coder) {
-	c.str(&x.Group, &x.Processor)
-	n := c.count(len(x.Seqs), 1)
-	if c.r != nil {
+func (x *Complete) code(c *wire.Coder) { c.Str(&x.Group); c.U64(&x.Seq); c.Str(&x.Processor) }
+func (x *CompleteBatch) code(c *wire.Coder) {
+	c.Str(&x.Group, &x.Processor)
+	n := c.Count(len(x.Seqs), 1)
+	if c.Reading() {
 		x.Seqs = make([]uint64, n)
 	}
 	for i := range x.Seqs {
-		c.u64(&x.Seqs[i])
+		c.U64(&x.Seqs[i])
 	}
 }
-func (x *Extend) code(c *coder)  { c.str(&x.Group, &x.Processor); c.i64(&x.LeaseNs) }
-func (x *Release) code(c *coder) { c.str(&x.Group, &x.Processor) }
+func (x *Extend) code(c *wire.Coder)  { c.Str(&x.Group, &x.Processor); c.I64(&x.LeaseNs) }
+func (x *Release) code(c *wire.Coder) { c.Str(&x.Group, &x.Processor) }
 
 // releaseSeqs codes a Release with Seqs: at least one, so that a decoded
 // record re-encodes under the same tag.
 type releaseSeqs struct{ *Release }
 
-func (x releaseSeqs) code(c *coder) {
+func (x releaseSeqs) code(c *wire.Coder) {
 	x.Release.code(c)
-	n := c.count(len(x.Seqs), 1)
-	if c.r != nil {
-		if n == 0 && c.r.Err == nil {
-			c.r.Err = errors.New("a release of listed seqs lists none")
+	n := c.Count(len(x.Seqs), 1)
+	if c.Reading() {
+		if n == 0 && c.R.Err == nil {
+			c.R.Err = errors.New("a release of listed seqs lists none")
 		}
 		x.Seqs = make([]uint64, n)
 	}
 	for i := range x.Seqs {
-		c.u64(&x.Seqs[i])
+		c.U64(&x.Seqs[i])
 	}
 }
-func (x *Commit) code(c *coder)        { c.str(&x.Group, &x.Consumer); c.u64(&x.Position) }
-func (x *DeleteGroup) code(c *coder)   { c.str(&x.Group) }
-func (x *LeaseExpired) code(c *coder)  { c.str(&x.Group); c.u64(&x.Seq) }
-func (x *PurgeMessages) code(c *coder) {}
+func (x *Commit) code(c *wire.Coder)        { c.Str(&x.Group, &x.Consumer); c.U64(&x.Position) }
+func (x *DeleteGroup) code(c *wire.Coder)   { c.Str(&x.Group) }
+func (x *LeaseExpired) code(c *wire.Coder)  { c.Str(&x.Group); c.U64(&x.Seq) }
+func (x *PurgeMessages) code(c *wire.Coder) {}
 
 type coded interface {
 	engine.Command
-	code(c *coder)
+	code(c *wire.Coder)
 }
 
+// encode is each AppendBinary: inlined there, its call of code is
+// direct, and the writer stays on the stack.
 func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	w := wire.Writer{B: append(b, tag)}
-	x.code(&coder{w: &w})
+	x.code(&wire.Coder{W: &w})
 	return w.B, nil
 }
 
@@ -389,28 +236,15 @@ func newCommand(tag byte) coded {
 	return nil
 }
 
-var errUnknownCommand = errors.New("sequencer: unknown command tag")
-
 // Decode implements engine.Machine.
 func (m *Machine) Decode(data []byte) (engine.Command, error) { return Decode(data) }
 
 // Decode needs no state. Trailing bytes are an error: a record that
 // decodes from a prefix of itself is not what was written.
 func Decode(data []byte) (engine.Command, error) {
-	if len(data) == 0 {
-		return nil, errUnknownCommand
-	}
-	cmd := newCommand(data[0])
-	if cmd == nil {
-		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
-	}
-	r := wire.Reader{B: data[1:]}
-	cmd.code(&coder{r: &r})
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
-	}
-	if r.Err != nil {
-		return nil, fmt.Errorf("sequencer: decoding command %d: %w", data[0], r.Err)
+	cmd, err := wire.DecodeCommand(wire.Reader{B: data}, newCommand, coded.code)
+	if err != nil {
+		return nil, fmt.Errorf("sequencer: %w", err)
 	}
 	switch c := cmd.(type) {
 	case releaseSeqs:
@@ -429,10 +263,10 @@ func Decode(data []byte) (engine.Command, error) {
 // whatever its history.
 const snapshotVersion = 1
 
-func (x *msg) code(c *coder) {
+func (x *msg) code(c *wire.Coder) {
 	st := uint8(x.State)
-	c.u8(&st)
-	if c.r != nil {
+	c.U8(&st)
+	if c.Reading() {
 		// Only when decoding: a snapshot encodes a fork's slots off the
 		// partition while the partition reads them (a write of the same
 		// value is still a race).
@@ -441,53 +275,53 @@ func (x *msg) code(c *coder) {
 	if x.State == MsgGap {
 		return
 	}
-	c.str(&x.ID)
-	c.bytes(&x.Payload)
-	c.i64(&x.Created, &x.Processing, &x.Processed, &x.Released, &x.RetentionNs)
+	c.Str(&x.ID)
+	c.Bytes(&x.Payload)
+	c.I64(&x.Created, &x.Processing, &x.Processed, &x.Released, &x.RetentionNs)
 	if x.State == MsgLeased {
-		c.str(&x.Processor)
-		c.i64(&x.LeaseUntil)
+		c.Str(&x.Processor)
+		c.I64(&x.LeaseUntil)
 	}
 }
 
-func (g *Group) code(c *coder) {
-	c.str(&g.Name)
+func (g *Group) code(c *wire.Coder) {
+	c.Str(&g.Name)
 	mode := uint8(g.Mode)
-	c.u8(&mode)
-	if c.r != nil {
+	c.U8(&mode)
+	if c.Reading() {
 		g.Mode = Mode(mode)
 	}
-	c.i64(&g.CreatedAt)
-	c.u64(&g.base, &g.position)
+	c.I64(&g.CreatedAt)
+	c.U64(&g.base, &g.position)
 }
 
 // AppendSnapshot implements engine.Machine.
 func (m *Machine) AppendSnapshot(dst []byte) []byte {
 	names := slices.Sorted(maps.Keys(m.groups))
 	w := wire.Writer{B: dst}
-	c := &coder{w: &w}
+	c := &wire.Coder{W: &w}
 	w.Uvarint(snapshotVersion)
-	c.count(len(names), 1)
+	c.Count(len(names), 1)
 	for _, n := range names {
 		g := m.groups[n]
 		g.code(c)
 		cons := slices.Sorted(maps.Keys(g.consumers))
-		c.count(len(cons), 2)
+		c.Count(len(cons), 2)
 		for _, name := range cons {
 			pos := g.consumers[name]
-			c.str(&name)
-			c.u64(&pos)
+			c.Str(&name)
+			c.U64(&pos)
 		}
-		c.count(int(g.end+1-g.base), 1)
+		c.Count(int(g.end+1-g.base), 1)
 		for seq := g.base; seq <= g.end; seq++ {
 			g.at(seq).code(c)
 		}
 	}
 	live := m.purgeQ[m.purgeHead:]
-	c.count(len(live), 2)
+	c.Count(len(live), 2)
 	for i := range live {
-		c.str(&live[i].Group)
-		c.i64(&live[i].At)
+		c.Str(&live[i].Group)
+		c.I64(&live[i].At)
 	}
 	return w.B
 }
@@ -505,12 +339,12 @@ func (m *Machine) Restore(data []byte) error {
 
 func (m *Machine) restore(data []byte) error {
 	r := wire.Reader{B: data}
-	c := &coder{r: &r}
+	c := &wire.Coder{R: &r}
 	if v := r.Uvarint(); r.Err == nil && v != snapshotVersion {
 		return fmt.Errorf("version %d, this build reads %d", v, snapshotVersion)
 	}
 	prev := ""
-	for ng := c.count(0, 5); ng > 0 && r.Err == nil; ng-- {
+	for ng := c.Count(0, 5); ng > 0 && r.Err == nil; ng-- {
 		g := newGroup("", 0)
 		g.code(c)
 		if r.Err != nil {
@@ -527,18 +361,18 @@ func (m *Machine) restore(data []byte) error {
 		prev = g.Name
 		m.groups[g.Name] = g
 		lastCons := ""
-		for nc := c.count(0, 2); nc > 0 && r.Err == nil; nc-- {
+		for nc := c.Count(0, 2); nc > 0 && r.Err == nil; nc-- {
 			var name string
 			var pos uint64
-			c.str(&name)
-			c.u64(&pos)
+			c.Str(&name)
+			c.U64(&pos)
 			if r.Err == nil && (name == "" || len(name) > MaxIDLen || (lastCons != "" && name <= lastCons) || pos > g.position) {
 				return fmt.Errorf("group %q: consumer %q at %d", g.Name, name, pos)
 			}
 			lastCons = name
 			g.consumers[name] = pos
 		}
-		n := c.count(0, 1)
+		n := c.Count(0, 1)
 		if r.Err != nil {
 			break
 		}
@@ -559,10 +393,10 @@ func (m *Machine) restore(data []byte) error {
 			g.appendSlot(x)
 		}
 	}
-	for n := c.count(0, 2); n > 0 && r.Err == nil; n-- {
+	for n := c.Count(0, 2); n > 0 && r.Err == nil; n-- {
 		var e purgeEntry
-		c.str(&e.Group)
-		c.i64(&e.At)
+		c.Str(&e.Group)
+		c.I64(&e.At)
 		m.purgeQ = append(m.purgeQ, e)
 	}
 	if r.Err == nil && len(r.B) > 0 {

@@ -2,11 +2,11 @@ package sequencer
 
 import (
 	"bytes"
-	"encoding/binary"
 	"slices"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wire/wiretest"
 )
 
 func seedCommands() []engine.Command {
@@ -36,16 +36,7 @@ func FuzzDecode(f *testing.F) {
 		b, _ := c.AppendBinary(nil)
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		cmd, err := Decode(data)
-		if err != nil {
-			return
-		}
-		again, err := cmd.AppendBinary(nil)
-		if err != nil || !bytes.Equal(again, data) {
-			t.Fatalf("%T re-encodes to %x, was %x (%v)", cmd, again, data, err)
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { wiretest.RoundTrip(t, data, Decode) })
 }
 
 // snapshotSeed is a state with messages in every state, a gap, consumers
@@ -128,15 +119,4 @@ func FuzzRestore(f *testing.F) {
 			apply(engine.FromClient, now, &DeleteGroup{Group: n})
 		}
 	})
-}
-
-func TestVarintLen(t *testing.T) {
-	for _, x := range []int64{0, 1, -1, 63, -64, 64, -65, 1 << 40, -(1 << 40), 1<<63 - 1, -1 << 63} {
-		if got, want := varintLen(x), len(binary.AppendVarint(nil, x)); got != want {
-			t.Errorf("varintLen(%d) = %d, want %d", x, got, want)
-		}
-		if got, want := uvarintLen(uint64(x)), len(binary.AppendUvarint(nil, uint64(x))); got != want {
-			t.Errorf("uvarintLen(%d) = %d, want %d", uint64(x), got, want)
-		}
-	}
 }

@@ -45,6 +45,9 @@ type Reserve struct {
 	// 0 keeps it for ever (see Machine.retire for why it is logged).
 	// Records logged before it existed decode with 0.
 	Retention int64
+	// legacy: decoded from a record logged before Retention existed, so
+	// that it re-encodes to its own bytes.
+	legacy bool
 }
 
 // Cancel frees a RESERVED reservation's seats; the record is then kept
@@ -52,6 +55,7 @@ type Reserve struct {
 type Cancel struct {
 	ID        [16]byte
 	Retention int64
+	legacy    bool // as Reserve's
 }
 
 // Purge is the command of the purge timer: it removes the terminal
@@ -109,12 +113,8 @@ func (c *Reserve) AppendBinary(b []byte) ([]byte, error) {
 	w := wire.Writer{B: append(b, tagReserve)}
 	appendRequest(&w, &c.ID, c.UserID, c.EventID, c.AreaID, c.Type, c.NumOfSeats, c.Seats)
 	w.Str(c.IdemKey)
-	if c.Strict {
-		w.U8(1)
-	} else {
-		w.U8(0)
-	}
-	w.Uvarint(uint64(c.Retention))
+	w.Bool(c.Strict)
+	appendRetention(&w, c.Retention, c.legacy)
 	return w.B, nil
 }
 
@@ -148,19 +148,27 @@ func readRequest(r *wire.Reader, id *[16]byte, user, event, area, typ *string, n
 
 func (c *Cancel) AppendBinary(b []byte) ([]byte, error) {
 	w := wire.Writer{B: append(append(b, tagCancel), c.ID[:]...)}
-	w.Uvarint(uint64(c.Retention))
+	appendRetention(&w, c.Retention, c.legacy)
 	return w.B, nil
 }
 
 func (c *Purge) AppendBinary(b []byte) ([]byte, error) { return append(b, tagPurge), nil }
 
 // optRetention reads a retention that records logged before it existed
-// lack.
-func optRetention(r *wire.Reader) int64 {
+// lack (legacy: it was lacking).
+func optRetention(r *wire.Reader) (retention int64, legacy bool) {
 	if len(r.B) == 0 {
-		return 0
+		return 0, true
 	}
-	return int64(r.Uvarint())
+	return int64(r.Uvarint()), false
+}
+
+// appendRetention writes what optRetention reads; a legacy record's
+// retention is always 0.
+func appendRetention(w *wire.Writer, retention int64, legacy bool) {
+	if !legacy {
+		w.Uvarint(uint64(retention))
+	}
 }
 
 // fingerprint identifies what a request asked for, so a reused
@@ -182,7 +190,9 @@ func (c *Reserve) fingerprint() uint64 {
 
 var errUnknownCommand = errors.New("ticketing: unknown command tag")
 
-// Decode implements engine.Machine.
+// Decode implements engine.Machine. It reads only what AppendBinary
+// writes (wire's canonical-form rule, no bytes after the command), so a
+// logged record means one command.
 func (m *Machine) Decode(data []byte) (engine.Command, error) {
 	if len(data) == 0 {
 		return nil, errUnknownCommand
@@ -200,18 +210,21 @@ func (m *Machine) Decode(data []byte) (engine.Command, error) {
 		c := &Reserve{}
 		readRequest(&r, &c.ID, &c.UserID, &c.EventID, &c.AreaID, &c.Type, &c.NumOfSeats, &c.Seats)
 		c.IdemKey = r.Str()
-		c.Strict = r.U8() == 1
-		c.Retention = optRetention(&r)
+		c.Strict = r.Bool()
+		c.Retention, c.legacy = optRetention(&r)
 		cmd = c
 	case tagCancel:
 		c := &Cancel{}
 		copy(c.ID[:], r.Next(16))
-		c.Retention = optRetention(&r)
+		c.Retention, c.legacy = optRetention(&r)
 		cmd = c
 	case tagPurge:
 		cmd = &Purge{}
 	default:
 		return nil, fmt.Errorf("%w %d", errUnknownCommand, data[0])
+	}
+	if r.Err == nil && len(r.B) > 0 {
+		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
 	}
 	if r.Err != nil {
 		return nil, fmt.Errorf("ticketing: decoding command %d: %w", data[0], r.Err)

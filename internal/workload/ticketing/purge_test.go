@@ -362,14 +362,17 @@ func TestCommandsLoggedWithoutRetentionDecode(t *testing.T) {
 		switch c := c.(type) {
 		case *Reserve:
 			old = old[:len(old)-len(binaryUvarint(uint64(c.Retention)))]
-			c.Retention = 0
+			c.Retention, c.legacy = 0, true
 		case *Cancel:
 			old = old[:17]
-			c.Retention = 0
+			c.Retention, c.legacy = 0, true
 		}
 		got, err = m.Decode(old)
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(c) {
 			t.Fatalf("old record: %+v %v, want %+v", got, err, c)
+		}
+		if again, _ := got.AppendBinary(nil); !bytes.Equal(again, old) {
+			t.Fatalf("old record %x re-encodes to %x", old, again)
 		}
 	}
 }

@@ -1,0 +1,28 @@
+package ticketing
+
+import (
+	"encoding"
+	"testing"
+
+	"github.com/surge-run/surge/internal/wire/wiretest"
+)
+
+// TestCodecGolden: the commands and a snapshot as the build before the
+// shared wire.Coder wrote them (testdata/golden) are what this build
+// writes for the same values, and read back to their own bytes.
+func TestCodecGolden(t *testing.T) {
+	var cmds []encoding.BinaryAppender
+	m := NewMachine()
+	for _, c := range seedCommands() {
+		cmds = append(cmds, c)
+		apply(m, c)
+	}
+	wiretest.Golden(t, "testdata/golden", cmds, m.AppendSnapshot(nil), wiretest.Codec{
+		Decode: NewMachine().Decode,
+		Restore: func(b []byte) ([]byte, error) {
+			m := NewMachine()
+			err := m.Restore(b)
+			return m.AppendSnapshot(nil), err
+		},
+	})
+}
