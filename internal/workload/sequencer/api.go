@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Limits of the HTTP API.
@@ -266,25 +266,7 @@ func queryUint(w http.ResponseWriter, r *http.Request, name string, def uint64) 
 
 // newID returns a random version-4 UUID: a publish without an id gets
 // one, so a retry inside the engine never makes a second message.
-func newID() string {
-	var id [16]byte
-	x, y := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		id[i] = byte(x >> (8 * i))
-		id[8+i] = byte(y >> (8 * i))
-	}
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
-	const hx = "0123456789abcdef"
-	b := make([]byte, 0, 36)
-	for i, c := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hx[c>>4], hx[c&0xf])
-	}
-	return string(b)
-}
+func newID() string { return ids.New().String() }
 
 // stamp renders an input time with full precision: stage latencies are
 // often well under a millisecond.
