@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/retain"
 	"github.com/surge-run/surge/internal/wire"
 )
 
@@ -712,25 +712,30 @@ func (m *Machine) code(c *coder) error {
 // marker of this partition: a queue that purged something else, or
 // nothing, would not be the state that was written.
 func (m *Machine) codePurgeQueue(c *coder) error {
-	q := m.purgeQ[m.purgeHead:]
-	n := c.count(len(q), 3)
-	if c.r != nil {
-		q = nil
-		if n > 0 {
-			q = make([]purgeEntry, n)
+	code := func(e *purgeEntry) {
+		c.str(&e.OrderID)
+		c.i64(&e.At)
+		c.bool(&e.Marker)
+	}
+	n := c.count(m.purgeQ.Len(), 3)
+	if c.r == nil {
+		for e := range m.purgeQ.All() {
+			code(&e)
 		}
+		return nil
 	}
-	for i := range q {
-		c.str(&q[i].OrderID)
-		c.i64(&q[i].At)
-		c.bool(&q[i].Marker)
+	var q retain.Queue[purgeEntry]
+	for ; n > 0 && c.r.Err == nil; n-- {
+		var e purgeEntry
+		code(&e)
+		q.Push(e)
 	}
-	if c.r == nil || c.r.Err != nil {
+	if c.r.Err != nil {
 		return nil
 	}
 	// Times are not checked to rise: a lowered retention queues earlier
 	// times behind later ones.
-	for _, e := range q {
+	for e := range q.All() {
 		if e.Marker && !m.closedOrders[e.OrderID] {
 			return fmt.Errorf("commerce: snapshot purge queue names closed order %q, which is not closed", e.OrderID)
 		}
@@ -738,7 +743,7 @@ func (m *Machine) codePurgeQueue(c *coder) error {
 			return fmt.Errorf("commerce: snapshot purge queue names saga %q, which has not ended", e.OrderID)
 		}
 	}
-	m.purgeQ, m.purgeHead = q, 0
+	m.purgeQ = q
 	return nil
 }
 
@@ -766,7 +771,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 		payments:     forkMap(m.payments, nil),
 		closedOrders: maps.Clone(m.closedOrders),
 		events:       forkMap(m.events, nil),
-		purgeQ:       slices.Clone(m.purgeQ[m.purgeHead:]),
+		purgeQ:       m.purgeQ.View(),
 		skus:         maps.Clone(m.skus),
 		dlq:          m.dlq.fork(),
 	}

@@ -483,11 +483,10 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 			g.at(seq).code(c)
 		}
 	}
-	live := m.purgeQ[m.purgeHead:]
-	c.count(len(live), 2)
-	for i := range live {
-		c.str(&live[i].Group)
-		c.i64(&live[i].At)
+	c.count(m.purgeQ.Len(), 2)
+	for e := range m.purgeQ.All() {
+		c.str(&e.Group)
+		c.i64(&e.At)
 	}
 	return w.B
 }
@@ -563,7 +562,7 @@ func (m *Machine) restore(data []byte) error {
 		var e purgeEntry
 		c.str(&e.Group)
 		c.i64(&e.At)
-		m.purgeQ = append(m.purgeQ, e)
+		m.purgeQ.Push(e)
 	}
 	if r.Err == nil && len(r.B) > 0 {
 		return fmt.Errorf("%d bytes after the snapshot", len(r.B))
@@ -609,7 +608,7 @@ func (g *Group) checkSlot(seq uint64, x *msg, last bool) error {
 // later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, groups: make(map[string]*Group, len(m.groups)),
-		purgeQ: slices.Clone(m.purgeQ[m.purgeHead:])}
+		purgeQ: m.purgeQ.View()}
 	for n, g := range m.groups {
 		fg := &Group{Name: g.Name, Mode: g.Mode, CreatedAt: g.CreatedAt, base: g.base, position: g.position, end: g.end,
 			c0: g.c0, chunks: make([]*chunk, len(g.chunks)), consumers: maps.Clone(g.consumers)}
