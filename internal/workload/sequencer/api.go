@@ -578,8 +578,8 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 	defer rs.Close()
 	var wt *waiter
 	if b.WaitMs > 0 {
-		wt = a.hub.add(a.hub.ready, g, false)
-		defer a.hub.remove(a.hub.ready, g, wt)
+		wt = a.hub.waiters.AddPoll(readyKey(g))
+		defer a.hub.waiters.Remove(readyKey(g), wt)
 	}
 	deadline := time.Now().Add(time.Duration(b.WaitMs) * time.Millisecond)
 	cmd := &Lease{Group: g, Processor: b.Processor, Max: b.Max, LeaseNs: int64(lease), MaxBytes: MaxLeaseBytes}
@@ -599,34 +599,13 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 			return a.replyLeased(ctx, rs, w, g, b.Processor, res)
 		}
 		left := time.Until(deadline)
-		if left <= 0 || !a.sleep(ctx, wt, left) {
+		if left <= 0 || !wt.Wait(ctx, a.done, left) {
 			if ctx.Err() != nil {
 				return 499 // the client went away; nobody reads an answer
 			}
 			return a.replyLeased(ctx, rs, w, g, b.Processor, res)
 		}
 	}
-}
-
-// sleep waits for a wake-up, or an overflow waiter's next look
-// (api.OverflowRecheck); false when the wait passed, the client went or
-// the server is shutting down.
-func (a *API) sleep(ctx context.Context, wt *waiter, d time.Duration) bool {
-	recheck := wt.overflow && d > api.OverflowRecheck
-	if recheck {
-		d = api.OverflowRecheck
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-wt.ch:
-		return true
-	case <-t.C:
-		return recheck
-	case <-ctx.Done():
-	case <-a.done:
-	}
-	return false
 }
 
 type completeBody struct {
@@ -763,8 +742,8 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 	defer rs.Close()
 	var wt *waiter
 	if wait > 0 {
-		wt = a.hub.add(a.hub.output, g, false)
-		defer a.hub.remove(a.hub.output, g, wt)
+		wt = a.hub.waiters.AddPoll(outputKey(g))
+		defer a.hub.waiters.Remove(outputKey(g), wt)
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -772,7 +751,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 		if err != nil {
 			return engineError(w, err)
 		}
-		if len(out.Messages) > 0 || wt == nil || time.Until(deadline) <= 0 || !a.sleep(ctx, wt, time.Until(deadline)) {
+		if len(out.Messages) > 0 || wt == nil || time.Until(deadline) <= 0 || !wt.Wait(ctx, a.done, time.Until(deadline)) {
 			if ctx.Err() != nil {
 				return 499
 			}
@@ -813,12 +792,12 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 		after = max(after, n)
 	}
 	ctx := r.Context()
-	wt := a.hub.add(a.hub.output, g, true)
+	wt := a.hub.waiters.AddStream(outputKey(g))
 	if wt == nil {
-		api.SetRetryAfter(w, a.hub.refusedWait())
+		api.SetRetryAfter(w, a.hub.waiters.RefusedWait())
 		return api.Error(w, http.StatusServiceUnavailable, a.hub.refusedMsg()+" (Retry-After)")
 	}
-	defer a.hub.remove(a.hub.output, g, wt)
+	defer a.hub.waiters.Remove(outputKey(g), wt)
 	rs := api.OpenStream(w, r)
 	defer rs.Close()
 	h := w.Header()
@@ -855,7 +834,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 			}
 		}
 		select {
-		case <-wt.ch:
+		case <-wt.C():
 		case <-ping.C:
 			if rs.Write([]byte(": ping\n\n")) != nil {
 				return http.StatusOK
