@@ -3,12 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Default worker ids. Without --id, `surge worker` takes
@@ -53,13 +54,11 @@ func idHost(host string) string {
 func workerSetHash(server string, queues []string) string {
 	qs := slices.Clone(queues)
 	slices.Sort(qs)
-	h := fnv.New64a()
-	h.Write([]byte(server))
+	h := ids.Hash(server)
 	for _, q := range qs {
-		h.Write([]byte{0})
-		h.Write([]byte(q))
+		h = ids.HashMore(ids.HashMore(h, "\x00"), q)
 	}
-	return fmt.Sprintf("%08x", uint32(h.Sum64()))
+	return fmt.Sprintf("%08x", uint32(h))
 }
 
 // claimWorkerID takes the first free slot in dir and returns its id; the

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/surge-run/surge/internal/jsonscan"
 )
 
 // DecodeJSON decodes b into v and returns what is wrong with it, if
@@ -107,85 +109,19 @@ func CheckText(s string) string {
 	return ""
 }
 
+// scanString scans a string literal (jsonscan.String) and words its
+// first flaw for the client.
 func scanString(b []byte, i int) (end int, problem string) {
-	for i < len(b) {
-		c := b[i]
-		switch {
-		case c == '"':
-			return i, problem
-		case c == '\\':
-			n, p := scanEscape(b, i)
-			if problem == "" {
-				problem = p
-			}
-			i += n
-		case c < 0x20 || c == 0x7f:
-			if problem == "" {
-				problem = fmt.Sprintf("contains the control character U+%04X; text must be printable", c)
-			}
-			i++
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := utf8.DecodeRune(b[i:])
-			if r == utf8.RuneError && size == 1 && problem == "" {
-				problem = "is not valid UTF-8; send text as UTF-8"
-			}
-			i += size
-		}
+	end, f := jsonscan.String(b, i)
+	switch f.Kind {
+	case jsonscan.Control:
+		problem = fmt.Sprintf("contains the control character U+%04X; text must be printable", f.R)
+	case jsonscan.EscapedControl:
+		problem = fmt.Sprintf("contains a control character (\\%c); text must be printable", f.R)
+	case jsonscan.BadUTF8:
+		problem = "is not valid UTF-8; send text as UTF-8"
+	case jsonscan.Surrogate:
+		problem = "contains half of a UTF-16 surrogate pair, which is not a character; send text as UTF-8"
 	}
-	return len(b), problem
-}
-
-func scanEscape(b []byte, i int) (int, string) {
-	if i+1 >= len(b) {
-		return 1, ""
-	}
-	switch b[i+1] {
-	case 'b', 'f', 'n', 'r', 't':
-		return 2, fmt.Sprintf("contains a control character (\\%c); text must be printable", b[i+1])
-	case 'u':
-	default:
-		return 2, ""
-	}
-	r, ok := hex4(b, i+2)
-	if !ok {
-		return 2, ""
-	}
-	switch {
-	case r < 0x20 || r == 0x7f:
-		return 6, fmt.Sprintf("contains the control character U+%04X; text must be printable", r)
-	case 0xdc00 <= r && r <= 0xdfff:
-		return 6, "contains half of a UTF-16 surrogate pair, which is not a character; send text as UTF-8"
-	case 0xd800 <= r && r <= 0xdbff:
-		if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-			if lo, ok := hex4(b, i+8); ok && 0xdc00 <= lo && lo <= 0xdfff {
-				return 12, ""
-			}
-		}
-		return 6, "contains half of a UTF-16 surrogate pair, which is not a character; send text as UTF-8"
-	}
-	return 6, ""
-}
-
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		var v byte
-		switch {
-		case '0' <= c && c <= '9':
-			v = c - '0'
-		case 'a' <= c && c <= 'f':
-			v = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			v = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(v)
-	}
-	return r, true
+	return end, problem
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/surge-run/surge/internal/jsonscan"
 )
 
 // The rules for the names, ids and keys clients send, one per kind of
@@ -126,7 +128,7 @@ func checkBidiJSON(b []byte) string {
 		switch {
 		case b[i] == '\\' && i+1 < len(b):
 			if b[i+1] == 'u' {
-				if r, ok := hex4(b, i+2); ok && IsBidiControl(r) {
+				if r, ok := jsonscan.Hex4(b, i+2); ok && IsBidiControl(r) {
 					return fmt.Sprintf("contains the bidirectional control U+%04X (escaped, at byte %d), which makes text display as other text", r, i)
 				}
 			}

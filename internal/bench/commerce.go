@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // The peer's k6 load test, as docs/BENCHMARKS.md describes it.
@@ -572,19 +573,9 @@ func jsonString(b []byte, name string) []byte {
 	}
 }
 
-// uuidOf formats 128 bits derived from k as a version-4 UUID: the
-// reservation ids are reproducible from the seed.
-func uuidOf(k uint64) string {
-	var b [16]byte
-	x, y := k, splitmix(k)
-	for i := range 8 {
-		b[i], b[8+i] = byte(x>>(8*i)), byte(y>>(8*i))
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+// uuidOf is a version-4 UUID derived from k: the reservation ids are
+// reproducible from the seed.
+func uuidOf(k uint64) string { return ids.FromUint64s(k, splitmix(k)).String() }
 
 // seedCommerce creates the peer's 100 customers and 100 products and
 // pre-builds every request body the mix sends that does not carry a

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // The peer's published crowd: 5 processes of `-a 80 -n 200000 -c 4`.
@@ -180,7 +182,7 @@ func newCrowd(cfg CrowdConfig) (*crowdRunner, error) {
 		}
 	}
 	for gi := range cfg.Groups {
-		gr := &crowdGroup{idx: gi, eventID: "event-" + newUUID(), latUs: make([]uint32, cfg.Reservations)}
+		gr := &crowdGroup{idx: gi, eventID: "event-" + ids.New().String(), latUs: make([]uint32, cfg.Reservations)}
 		if cfg.Kill != nil {
 			gr.recs = make([]crowdRecord, cfg.Reservations)
 		}

@@ -7,8 +7,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +23,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Flows the generator can drive.
@@ -194,7 +194,7 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 		if gi < cfg.Inflight%cfg.Groups {
 			workers++
 		}
-		gr := &genGroup{idx: gi, eventID: "event-" + newUUID(), n: int64(cfg.Reservations)}
+		gr := &genGroup{idx: gi, eventID: "event-" + ids.New().String(), n: int64(cfg.Reservations)}
 		gr.bodyPrefix = fmt.Appendf(nil, `{"userId":"user123","eventId":%q,"areaId":"`, gr.eventID)
 		gr.keyPrefix = fmt.Appendf(nil, "%s-", gr.eventID)
 		for ci := range cfg.Clients {
@@ -736,15 +736,6 @@ func clip(b []byte) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
-}
-
-func newUUID() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func selfCPUSeconds() float64 {

@@ -20,6 +20,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // OverloadOptions are the flags of `surge bench overload`.
@@ -192,7 +193,7 @@ type overloadEvent struct {
 // its first area, so one partition is the bottleneck; parts is the
 // server's partition count.
 func (l *loader) createEvent(ctx context.Context, areas, parts int) (*overloadEvent, error) {
-	ev := &overloadEvent{id: "overload-" + newUUID()}
+	ev := &overloadEvent{id: "overload-" + ids.New().String()}
 	part := -1
 	type area struct {
 		AreaID   string `json:"areaId"`

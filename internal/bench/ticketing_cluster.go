@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 const (
@@ -432,7 +434,7 @@ func (r *ticketingRun) cluster(ctx context.Context, flow string, embedded *RunRe
 	if err != nil {
 		return nil, err
 	}
-	name := "bench-" + flow + "-" + newUUID()[:8]
+	name := "bench-" + flow + "-" + ids.New().String()[:8]
 	cr := &ClusterReport{Cluster: name, Brokers: broker.addr, BrokerPID: broker.pid}
 	var nodes []*child
 	var ids, bases []string

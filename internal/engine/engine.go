@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Limits. Every queue has one, so overload turns into backpressure.
@@ -308,18 +309,12 @@ func (e *Engine) dropped(what string, part int, err error) {
 // PartitionOf maps a key to its partition.
 func (e *Engine) PartitionOf(key string) int { return PartitionOfHash(Hash(key), len(e.parts)) }
 
-// Hash is FNV-1a over s; HashMore continues it, so callers can hash a
-// composite key without building it as a string.
-func Hash(s string) uint64 { return HashMore(14695981039346656037, s) }
+// Hash is the key hash (ids.Hash, FNV-1a); HashMore continues it, so
+// callers can hash a composite key without building it as a string.
+func Hash(s string) uint64 { return ids.Hash(s) }
 
 // HashMore continues Hash over s.
-func HashMore(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
+func HashMore(h uint64, s string) uint64 { return ids.HashMore(h, s) }
 
 // PartitionOfHash maps a key hash to one of n partitions.
 func PartitionOfHash(h uint64, n int) int { return int(h % uint64(n)) }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Limits of the HTTP API.
@@ -264,25 +264,7 @@ func floatArtifactCents(s string) (int64, bool) {
 
 // newID returns a random version-4 UUID. Ids embed nothing: entities are
 // found by the hash of their key.
-func newID() string {
-	var id [16]byte
-	x, y := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		id[i] = byte(x >> (8 * i))
-		id[8+i] = byte(y >> (8 * i))
-	}
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
-	const hx = "0123456789abcdef"
-	b := make([]byte, 0, 36)
-	for i, c := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hx[c>>4], hx[c&0xf])
-	}
-	return string(b)
-}
+func newID() string { return ids.New().String() }
 
 // --- wire forms ---
 

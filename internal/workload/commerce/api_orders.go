@@ -13,128 +13,43 @@ import (
 	"unicode/utf8"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/waiters"
 )
 
-// Hub holds the long polls and streams waiting for orders to end, fed by
-// the engine's notes (engine.Options.Notify → Hub.Notify). A waiter is
-// registered before the order is read, so a change between the read and
-// the wait is not missed.
-//
-// Past its cap (--max-waiters) a stream is refused with a pause from
-// retry, and a long poll still waits, unregistered (see waiter.overflow).
+// Hub holds the long polls and streams waiting for orders to end, by
+// order id, fed by the engine's notes (engine.Options.Notify →
+// Hub.Notify). The registry (package waiters) caps them at --max-waiters.
 type Hub struct {
-	mu      sync.Mutex
-	max, n  int
-	waiters map[string]map[*waiter]struct{}
-	retry   api.SlotRetry
+	waiters *waiters.Registry[string, OrderChanged]
 }
 
-// waiter is one long poll or stream. An overflow waiter, a long poll past
-// the cap, is in no set, so no note wakes it: it looks at the order again
-// every api.OverflowRecheck until its wait passes. A long poll is answered
-// within its wait either way, as its client expects, instead of a refusal
-// that its retry loop would turn into a storm of polls.
-type waiter struct {
-	ch       chan OrderChanged
-	overflow bool
-}
+type waiter = waiters.Waiter[OrderChanged]
 
 // NewHub returns a hub for at most max waiters at once (0: the default).
 func NewHub(max int) *Hub {
 	if max <= 0 {
 		max = DefaultMaxWaiters
 	}
-	return &Hub{max: max, waiters: map[string]map[*waiter]struct{}{}}
+	return &Hub{waiters: waiters.New[string, OrderChanged](max)}
 }
 
 // Notify takes a note of the commerce workload; it never blocks (it runs
 // on the log's completion goroutine).
 func (h *Hub) Notify(v any) {
-	oc, ok := v.(OrderChanged)
-	if !ok {
-		return
+	if oc, ok := v.(OrderChanged); ok {
+		h.waiters.Wake(oc.OrderID, oc)
 	}
-	h.mu.Lock()
-	for w := range h.waiters[oc.OrderID] {
-		select {
-		case w.ch <- oc:
-		default: // it has a note to act on already
-		}
-	}
-	h.mu.Unlock()
 }
 
 // Waiting is how many waiters are registered.
-func (h *Hub) Waiting() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n
-}
-
-// add registers a waiter on orderID; past the cap it returns an overflow
-// waiter for a long poll, and nil for a stream.
-func (h *Hub) add(orderID string, stream bool) *waiter {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	w := &waiter{ch: make(chan OrderChanged, 1)}
-	if h.n >= h.max {
-		if stream {
-			return nil
-		}
-		w.overflow = true
-		return w
-	}
-	set := h.waiters[orderID]
-	if set == nil {
-		set = map[*waiter]struct{}{}
-		h.waiters[orderID] = set
-	}
-	set[w] = struct{}{}
-	h.n++
-	return w
-}
-
-func (h *Hub) remove(orderID string, w *waiter) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	set := h.waiters[orderID]
-	if _, ok := set[w]; !ok {
-		return
-	}
-	delete(set, w)
-	if len(set) == 0 {
-		delete(h.waiters, orderID)
-	}
-	h.n--
-	h.retry.Released()
-}
+func (h *Hub) Waiting() int { return h.waiters.Waiting() }
 
 // refused words a stream's refusal at the cap: 503 with a Retry-After
 // that gives it its own turn for a freed place (api.SlotRetry).
 func (h *Hub) refused(w http.ResponseWriter) int {
-	api.SetRetryAfter(w, h.retry.Refused())
-	return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders (--max-waiters "+strconv.Itoa(h.max)+
+	api.SetRetryAfter(w, h.waiters.RefusedWait())
+	return api.Error(w, http.StatusServiceUnavailable, "too many clients are waiting for orders (--max-waiters "+strconv.Itoa(h.waiters.Max())+
 		"); poll instead, or come back after the Retry-After pause")
-}
-
-// pause waits for a note on wt, at most d (an overflow waiter at most
-// api.OverflowRecheck); false when the client went or the server is
-// closing.
-func (h *Hub) pause(ctx context.Context, done <-chan struct{}, wt *waiter, d time.Duration) bool {
-	if wt.overflow {
-		d = min(d, api.OverflowRecheck)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-wt.ch:
-	case <-t.C:
-	case <-ctx.Done():
-		return false
-	case <-done:
-		return false
-	}
-	return true
 }
 
 func terminalOrder(status string) bool { return status == OrderConfirmed || status == OrderCancelled }
@@ -333,8 +248,8 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 		// The wait may outlast the server's write timeout.
 		rs = api.OpenStream(w, r)
 		defer rs.Close()
-		wt = a.hub.add(id, false)
-		defer a.hub.remove(id, wt)
+		wt = a.hub.waiters.AddPoll(id)
+		defer a.hub.waiters.Remove(id, wt)
 	}
 	deadline := time.Now().Add(wait)
 	o, err := a.readOrder(ctx, id)
@@ -349,7 +264,7 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) int {
 		if left <= 0 {
 			break
 		}
-		if !a.hub.pause(ctx, a.done, wt, left) {
+		if !wt.Wait(ctx, a.done, left) {
 			if ctx.Err() != nil {
 				return 499 // the client went away; nobody reads an answer
 			}
@@ -396,11 +311,11 @@ func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
 		return notFound(w, "order", id)
 	}
 	ctx := r.Context()
-	wt := a.hub.add(id, true)
+	wt := a.hub.waiters.AddStream(id)
 	if wt == nil {
 		return a.hub.refused(w)
 	}
-	defer a.hub.remove(id, wt)
+	defer a.hub.waiters.Remove(id, wt)
 	o, err := a.readOrder(ctx, id)
 	if err != nil {
 		return engineError(w, err)
@@ -430,7 +345,7 @@ func (a *API) streamOrder(w http.ResponseWriter, r *http.Request) int {
 	defer ping.Stop()
 	for !terminalOrder(last) {
 		select {
-		case <-wt.ch:
+		case <-wt.C():
 		case <-ping.C:
 			if rs.Write([]byte(": ping\n\n")) != nil {
 				return http.StatusOK

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/retain"
 	"github.com/surge-run/surge/internal/wire"
 )
 
@@ -617,25 +617,30 @@ func (m *Machine) code(c *wire.Coder) error {
 // marker of this partition: a queue that purged something else, or
 // nothing, would not be the state that was written.
 func (m *Machine) codePurgeQueue(c *wire.Coder) error {
-	q := m.purgeQ[m.purgeHead:]
-	n := c.Count(len(q), 3)
-	if c.Reading() {
-		q = nil
-		if n > 0 {
-			q = make([]purgeEntry, n)
+	code := func(e *purgeEntry) {
+		c.Str(&e.OrderID)
+		c.I64(&e.At)
+		c.Bool(&e.Marker)
+	}
+	n := c.Count(m.purgeQ.Len(), 3)
+	if !c.Reading() {
+		for e := range m.purgeQ.All() {
+			code(&e)
 		}
+		return nil
 	}
-	for i := range q {
-		c.Str(&q[i].OrderID)
-		c.I64(&q[i].At)
-		c.Bool(&q[i].Marker)
+	var q retain.Queue[purgeEntry]
+	for ; n > 0 && c.R.Err == nil; n-- {
+		var e purgeEntry
+		code(&e)
+		q.Push(e)
 	}
-	if !c.Reading() || c.R.Err != nil {
+	if c.R.Err != nil {
 		return nil
 	}
 	// Times are not checked to rise: a lowered retention queues earlier
 	// times behind later ones.
-	for _, e := range q {
+	for e := range q.All() {
 		if e.Marker && !m.closedOrders[e.OrderID] {
 			return fmt.Errorf("commerce: snapshot purge queue names closed order %q, which is not closed", e.OrderID)
 		}
@@ -643,7 +648,7 @@ func (m *Machine) codePurgeQueue(c *wire.Coder) error {
 			return fmt.Errorf("commerce: snapshot purge queue names saga %q, which has not ended", e.OrderID)
 		}
 	}
-	m.purgeQ, m.purgeHead = q, 0
+	m.purgeQ = q
 	return nil
 }
 
@@ -671,7 +676,7 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 		payments:     forkMap(m.payments, nil),
 		closedOrders: maps.Clone(m.closedOrders),
 		events:       forkMap(m.events, nil),
-		purgeQ:       slices.Clone(m.purgeQ[m.purgeHead:]),
+		purgeQ:       m.purgeQ.View(),
 		skus:         maps.Clone(m.skus),
 		dlq:          m.dlq.fork(),
 	}

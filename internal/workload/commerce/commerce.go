@@ -83,6 +83,7 @@ import (
 	"strings"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/retain"
 )
 
 // WorkloadID is written into every log record of this workload.
@@ -316,10 +317,8 @@ type Machine struct {
 	// events by entity key (c/…, p/…, o/…, pay/…), append-only.
 	events map[string]*eventLog
 	// purgeQ holds what is to be purged, in the order it ended: ended
-	// sagas and closed-order markers with a retention. purgeHead is its
-	// first live entry. See purgeTimerID.
-	purgeQ    []purgeEntry
-	purgeHead int
+	// sagas and closed-order markers with a retention. See purgeTimerID.
+	purgeQ retain.Queue[purgeEntry]
 	// skus maps a sku whose SKUKey is in this partition to the product
 	// that claimed it. Products created before the index (by a client
 	// CreateProduct) are not in it.
@@ -335,6 +334,8 @@ type purgeEntry struct {
 	At      int64
 	Marker  bool
 }
+
+func (e purgeEntry) Due() int64 { return e.At }
 
 // NewMachine returns an empty partition.
 func NewMachine() *Machine {
@@ -1333,9 +1334,7 @@ func (m *Machine) retire(orderID string, marker bool, now, retention int64, fx E
 	if at < now {
 		at = math.MaxInt64
 	}
-	wasEmpty := m.purgeHead == len(m.purgeQ)
-	m.purgeQ = append(m.purgeQ, purgeEntry{OrderID: orderID, At: at, Marker: marker})
-	if wasEmpty {
+	if m.purgeQ.Push(purgeEntry{OrderID: orderID, At: at, Marker: marker}) {
 		m.armPurge(at, fx)
 	}
 }
@@ -1351,34 +1350,16 @@ func (m *Machine) armPurge(at int64, fx Effects) {
 // purge removes the due entries at the head of the queue, at most
 // maxPurgePerFiring, and re-arms the timer for the next one.
 func (m *Machine) purge(now int64, fx Effects) *Result {
-	n := 0
-	for ; n < maxPurgePerFiring && m.purgeHead < len(m.purgeQ); n++ {
-		e := m.purgeQ[m.purgeHead]
-		if e.At > now {
-			break
-		}
+	n := m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
 		if e.Marker {
 			delete(m.closedOrders, e.OrderID)
 		} else {
 			delete(m.sagas, e.OrderID)
 		}
-		m.purgeQ[m.purgeHead] = purgeEntry{} // let the id go
-		m.purgeHead++
-	}
-	if m.purgeHead == len(m.purgeQ) {
-		m.purgeQ, m.purgeHead = m.purgeQ[:0], 0
-		if cap(m.purgeQ) > 4096 {
-			m.purgeQ = nil // a burst is over: give its memory back
-		}
-	} else if m.purgeHead >= 1024 && m.purgeHead*2 >= len(m.purgeQ) {
-		// Shift the live half down, so the slice follows what is queued
-		// and the cost is amortized per purged entry.
-		m.purgeQ = append(m.purgeQ[:0], m.purgeQ[m.purgeHead:]...)
-		m.purgeHead = 0
-	}
-	if m.purgeHead < len(m.purgeQ) {
+	})
+	if at, ok := m.purgeQ.Next(); ok {
 		// Due already only if the limit stopped this firing: then at once.
-		m.armPurge(max(m.purgeQ[m.purgeHead].At, now), fx)
+		m.armPurge(max(at, now), fx)
 	}
 	return &Result{Outcome: OK, Msg: fmt.Sprintf("purged %d", n)}
 }

@@ -159,7 +159,7 @@ func TestRestoreRefusesABadPurgeQueue(t *testing.T) {
 	for _, bad := range []purgeEntry{{OrderID: "run", At: 5}, {OrderID: "gone", At: 5}, {OrderID: "run", At: 5, Marker: true}} {
 		m := NewMachine()
 		m.sagas["run"] = &Saga{ID: "run", Status: SagaInProgress}
-		m.purgeQ = []purgeEntry{bad}
+		m.purgeQ.Push(bad)
 		if err := NewMachine().Restore(m.AppendSnapshot(nil)); err == nil {
 			t.Fatalf("restored a purge queue holding %+v", bad)
 		}

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -392,11 +391,10 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 			}
 		}
 	}
-	live := m.purgeQ[m.purgeHead:]
-	c.Count(len(live), 2)
-	for i := range live {
-		c.Str(&live[i].JobID)
-		c.I64(&live[i].At)
+	c.Count(m.purgeQ.Len(), 2)
+	for e := range m.purgeQ.All() {
+		c.Str(&e.JobID)
+		c.I64(&e.At)
 	}
 	return w.B
 }
@@ -467,7 +465,7 @@ func (m *Machine) restore(data []byte) error {
 		var e purgeEntry
 		c.Str(&e.JobID)
 		c.I64(&e.At)
-		m.purgeQ = append(m.purgeQ, e)
+		m.purgeQ.Push(e)
 	}
 	if r.Err == nil && len(r.B) > 0 {
 		return fmt.Errorf("%d bytes after the snapshot", len(r.B))
@@ -503,7 +501,7 @@ func (m *Machine) checkJob(j *Job, lastSeq uint64) error {
 // past the length the copy holds) and encodes later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, queues: make(map[string]*Queue, len(m.queues)), seq: m.seq,
-		purgeQ: slices.Clone(m.purgeQ[m.purgeHead:])}
+		purgeQ: m.purgeQ.View()}
 	for n, q := range m.queues {
 		c := *q
 		c.ready = [MaxPriority + 1]jobHeap{}

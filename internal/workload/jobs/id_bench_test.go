@@ -3,8 +3,10 @@ package jobs
 import (
 	"math/rand/v2"
 
-	"github.com/surge-run/surge/internal/engine"
 	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 func BenchmarkNewJobID(b *testing.B) {
@@ -17,12 +19,12 @@ func BenchmarkNewJobID(b *testing.B) {
 	}
 }
 
-// hashBytes must agree with engine.Hash, or ids would land in the wrong
-// partition.
+// ids.HashBytes (what NewJobID hashes with) must agree with engine.Hash,
+// or ids would land in the wrong partition.
 func TestHashBytesIsEngineHash(t *testing.T) {
 	for _, s := range []string{"", "j/", "j/0f8c2a1e-4b7d-4e21-9a3c-5d6e7f801234", "q/default"} {
-		if hashBytes([]byte(s)) != engine.Hash(s) {
-			t.Fatalf("hashBytes(%q) != engine.Hash", s)
+		if ids.HashBytes([]byte(s)) != engine.Hash(s) {
+			t.Fatalf("ids.HashBytes(%q) != engine.Hash", s)
 		}
 	}
 }

@@ -65,6 +65,7 @@ import (
 	"strconv"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/retain"
 )
 
 // WorkloadID is written into every log record of this workload.
@@ -280,8 +281,7 @@ type Machine struct {
 	// leases: worker → its ASSIGNED/RUNNING jobs here, for heartbeats.
 	leases map[string]map[string]*Job
 	// purgeQ: finished jobs in the order they finished; see purge.
-	purgeQ    []purgeEntry
-	purgeHead int
+	purgeQ retain.Queue[purgeEntry]
 	// inBatch holds back QueueReady notes while a SubmitBatch applies.
 	inBatch bool
 	// finished counts DONE and DEAD_LETTERED jobs (Limits.MaxFinished).
@@ -292,6 +292,8 @@ type purgeEntry struct {
 	JobID string
 	At    int64
 }
+
+func (e purgeEntry) Due() int64 { return e.At }
 
 // NewMachine returns an empty partition (with the default queue if it
 // owns it).
@@ -307,7 +309,7 @@ func (m *Machine) reset() {
 	m.jobs = map[string]*Job{}
 	m.leases = map[string]map[string]*Job{}
 	m.seq = 0
-	m.purgeQ, m.purgeHead = nil, 0
+	m.purgeQ = retain.Queue[purgeEntry]{}
 	m.finished = 0
 	if m.opts.OwnsDefault {
 		m.queues[DefaultQueue] = newQueue(DefaultQueue, DefaultMaxRetries, 0, 0)
@@ -1184,22 +1186,21 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx Effects) {
 		ret = DefaultRetentionNs
 	}
 	j.purgeAt = addSat(now, ret)
-	wasEmpty := m.purgeHead == len(m.purgeQ)
-	m.purgeQ = append(m.purgeQ, purgeEntry{JobID: j.ID, At: j.purgeAt})
-	if wasEmpty {
+	if m.purgeQ.Push(purgeEntry{JobID: j.ID, At: j.purgeAt}) {
 		m.setTimer(fx, purgeTimerID, j.purgeAt, &PurgeJobs{})
 	}
 	// Past the cap the oldest-ended job goes now. Entries of jobs that
 	// are gone or live again are skipped, so this ends: j itself is in
 	// the queue. The purge timer may then fire for an entry already
 	// gone, and re-arms for the new head.
-	for m.finished > m.opts.Limits.MaxFinished && m.purgeHead < len(m.purgeQ) {
-		e := m.purgeQ[m.purgeHead]
+	for m.finished > m.opts.Limits.MaxFinished {
+		e, ok := m.purgeQ.Pop()
+		if !ok {
+			break
+		}
 		if old := m.jobs[e.JobID]; old != nil && old.Status.Finished() && old.purgeAt == e.At {
 			m.dropJob(old, fx)
 		}
-		m.purgeQ[m.purgeHead] = purgeEntry{}
-		m.purgeHead++
 	}
 }
 
@@ -1291,29 +1292,13 @@ const (
 )
 
 func (m *Machine) purge(now int64, fx Effects) *Result {
-	n := 0
-	for ; n < maxPurgePerFiring && m.purgeHead < len(m.purgeQ); n++ {
-		e := m.purgeQ[m.purgeHead]
-		if e.At > now {
-			break
-		}
+	n := m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
 		if j := m.jobs[e.JobID]; j != nil && j.Status.Finished() && j.purgeAt == e.At {
 			m.dropJob(j, fx)
 		}
-		m.purgeQ[m.purgeHead] = purgeEntry{}
-		m.purgeHead++
-	}
-	if m.purgeHead == len(m.purgeQ) {
-		m.purgeQ, m.purgeHead = m.purgeQ[:0], 0
-		if cap(m.purgeQ) > 4096 {
-			m.purgeQ = nil
-		}
-	} else if m.purgeHead >= 1024 && m.purgeHead*2 >= len(m.purgeQ) {
-		m.purgeQ = append(m.purgeQ[:0], m.purgeQ[m.purgeHead:]...)
-		m.purgeHead = 0
-	}
-	if m.purgeHead < len(m.purgeQ) {
-		m.setTimer(fx, purgeTimerID, max(m.purgeQ[m.purgeHead].At, now), &PurgeJobs{})
+	})
+	if at, ok := m.purgeQ.Next(); ok {
+		m.setTimer(fx, purgeTimerID, max(at, now), &PurgeJobs{})
 	}
 	return &Result{Outcome: OK, Msg: fmt.Sprintf("purged %d", n)}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Limits of the HTTP API.
@@ -266,25 +266,7 @@ func queryUint(w http.ResponseWriter, r *http.Request, name string, def uint64) 
 
 // newID returns a random version-4 UUID: a publish without an id gets
 // one, so a retry inside the engine never makes a second message.
-func newID() string {
-	var id [16]byte
-	x, y := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		id[i] = byte(x >> (8 * i))
-		id[8+i] = byte(y >> (8 * i))
-	}
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
-	const hx = "0123456789abcdef"
-	b := make([]byte, 0, 36)
-	for i, c := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hx[c>>4], hx[c&0xf])
-	}
-	return string(b)
-}
+func newID() string { return ids.New().String() }
 
 // stamp renders an input time with full precision: stage latencies are
 // often well under a millisecond.
@@ -596,8 +578,8 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 	defer rs.Close()
 	var wt *waiter
 	if b.WaitMs > 0 {
-		wt = a.hub.add(a.hub.ready, g, false)
-		defer a.hub.remove(a.hub.ready, g, wt)
+		wt = a.hub.waiters.AddPoll(readyKey(g))
+		defer a.hub.waiters.Remove(readyKey(g), wt)
 	}
 	deadline := time.Now().Add(time.Duration(b.WaitMs) * time.Millisecond)
 	cmd := &Lease{Group: g, Processor: b.Processor, Max: b.Max, LeaseNs: int64(lease), MaxBytes: MaxLeaseBytes}
@@ -617,34 +599,13 @@ func (a *API) lease(w http.ResponseWriter, r *http.Request) int {
 			return a.replyLeased(ctx, rs, w, g, b.Processor, res)
 		}
 		left := time.Until(deadline)
-		if left <= 0 || !a.sleep(ctx, wt, left) {
+		if left <= 0 || !wt.Wait(ctx, a.done, left) {
 			if ctx.Err() != nil {
 				return 499 // the client went away; nobody reads an answer
 			}
 			return a.replyLeased(ctx, rs, w, g, b.Processor, res)
 		}
 	}
-}
-
-// sleep waits for a wake-up, or an overflow waiter's next look
-// (api.OverflowRecheck); false when the wait passed, the client went or
-// the server is shutting down.
-func (a *API) sleep(ctx context.Context, wt *waiter, d time.Duration) bool {
-	recheck := wt.overflow && d > api.OverflowRecheck
-	if recheck {
-		d = api.OverflowRecheck
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-wt.ch:
-		return true
-	case <-t.C:
-		return recheck
-	case <-ctx.Done():
-	case <-a.done:
-	}
-	return false
 }
 
 type completeBody struct {
@@ -781,8 +742,8 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 	defer rs.Close()
 	var wt *waiter
 	if wait > 0 {
-		wt = a.hub.add(a.hub.output, g, false)
-		defer a.hub.remove(a.hub.output, g, wt)
+		wt = a.hub.waiters.AddPoll(outputKey(g))
+		defer a.hub.waiters.Remove(outputKey(g), wt)
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -790,7 +751,7 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 		if err != nil {
 			return engineError(w, err)
 		}
-		if len(out.Messages) > 0 || wt == nil || time.Until(deadline) <= 0 || !a.sleep(ctx, wt, time.Until(deadline)) {
+		if len(out.Messages) > 0 || wt == nil || time.Until(deadline) <= 0 || !wt.Wait(ctx, a.done, time.Until(deadline)) {
 			if ctx.Err() != nil {
 				return 499
 			}
@@ -831,12 +792,12 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 		after = max(after, n)
 	}
 	ctx := r.Context()
-	wt := a.hub.add(a.hub.output, g, true)
+	wt := a.hub.waiters.AddStream(outputKey(g))
 	if wt == nil {
-		api.SetRetryAfter(w, a.hub.refusedWait())
+		api.SetRetryAfter(w, a.hub.waiters.RefusedWait())
 		return api.Error(w, http.StatusServiceUnavailable, a.hub.refusedMsg()+" (Retry-After)")
 	}
-	defer a.hub.remove(a.hub.output, g, wt)
+	defer a.hub.waiters.Remove(outputKey(g), wt)
 	rs := api.OpenStream(w, r)
 	defer rs.Close()
 	h := w.Header()
@@ -873,7 +834,7 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 			}
 		}
 		select {
-		case <-wt.ch:
+		case <-wt.C():
 		case <-ping.C:
 			if rs.Write([]byte(": ping\n\n")) != nil {
 				return http.StatusOK

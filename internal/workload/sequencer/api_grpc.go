@@ -219,8 +219,8 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 	}
 	var wt *waiter
 	if m.WaitMs > 0 {
-		wt = a.hub.add(a.hub.ready, m.Group, false)
-		defer a.hub.remove(a.hub.ready, m.Group, wt)
+		wt = a.hub.waiters.AddPoll(readyKey(m.Group))
+		defer a.hub.waiters.Remove(readyKey(m.Group), wt)
 	}
 	deadline := time.Now().Add(time.Duration(m.WaitMs) * time.Millisecond)
 	cmd := &Lease{Group: m.Group, Processor: m.Processor, Max: n, LeaseNs: int64(lease), MaxBytes: MaxLeaseBytes}
@@ -247,7 +247,7 @@ func (a *API) Lease(ctx context.Context, req *connect.Request[seqpb.LeaseRequest
 			return connect.NewResponse(&seqpb.LeaseResponse{Messages: messagesPB(res.Messages)}), nil
 		}
 		left := time.Until(deadline)
-		if left <= 0 || !a.sleep(ctx, wt, left) {
+		if left <= 0 || !wt.Wait(ctx, a.done, left) {
 			if err := ctx.Err(); err != nil {
 				return nil, api.GRPCEngineError(err)
 			}
@@ -336,11 +336,11 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 	}
 	// Registered before the first read, so a release between the read
 	// and the wait is not missed.
-	wt := a.hub.add(a.hub.output, m.Group, true)
+	wt := a.hub.waiters.AddStream(outputKey(m.Group))
 	if wt == nil {
-		return api.GRPCRetryError(connect.CodeResourceExhausted, a.hub.refusedMsg()+" (RetryInfo)", a.hub.refusedWait())
+		return api.GRPCRetryError(connect.CodeResourceExhausted, a.hub.refusedMsg()+" (RetryInfo)", a.hub.waiters.RefusedWait())
 	}
-	defer a.hub.remove(a.hub.output, m.Group, wt)
+	defer a.hub.waiters.Remove(outputKey(m.Group), wt)
 	// Headers now: a gRPC client's call returns only once they arrive,
 	// and the group may have nothing released for a long time.
 	if err := out.Send(nil); err != nil {
@@ -369,7 +369,7 @@ func (a *API) Read(ctx context.Context, req *connect.Request[seqpb.ReadRequest],
 			}
 		}
 		select {
-		case <-wt.ch:
+		case <-wt.C():
 		case <-ctx.Done():
 			return api.GRPCEngineError(ctx.Err())
 		case <-a.done:

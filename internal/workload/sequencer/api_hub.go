@@ -6,44 +6,35 @@ import (
 	"sync"
 	"time"
 
-	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/waiters"
 )
 
 // Hub holds the lease long polls, output long polls and streams waiting
 // on groups, fed by the engine's notes (engine.Options.Notify →
-// Hub.Notify). A waiter registers before it reads the group, so a note
-// between the read and the wait is not missed. It also records when each
-// benchmark group's output became durable (the "sequenced" stage), which
-// only the note can tell: the machine never sees the fsync.
+// Hub.Notify); the registry (package waiters) caps them at
+// --max-waiters. It also records when each benchmark group's output
+// became durable (the "sequenced" stage), which only the note can tell:
+// the machine never sees the fsync.
 type Hub struct {
-	mu     sync.Mutex
-	max, n int
-	ready  map[string]map[*waiter]struct{} // lease waiters by group
-	output map[string]map[*waiter]struct{} // output waiters by group
-	track  map[string]*tracker             // benchmark groups
+	waiters *waiters.Registry[waitKey, struct{}]
+	mu      sync.Mutex
+	track   map[string]*tracker // benchmark groups
 	// readyGen is closed (and replaced) by every Ready note of a tracked
 	// group: every idle benchmark processor wakes, not just one.
 	readyGen chan struct{}
-	// retry spaces the streams refused at the cap (api.SlotRetry).
-	retry api.SlotRetry
 }
 
-// waiter is one long poll or stream. An overflow waiter, a long poll past
-// the cap (--max-waiters), is in no set, so no note wakes it: it looks
-// again every api.OverflowRecheck until its wait passes. A long poll is
-// answered within its wait either way, as its client expects, instead of
-// a refusal that its retry loop would turn into a storm of polls.
-type waiter struct {
-	ch       chan struct{}
-	overflow bool
+// waitKey names what a waiter waits for: a group's messages to lease
+// (output false) or its released output.
+type waitKey struct {
+	group  string
+	output bool
 }
 
-func (w *waiter) poke() {
-	select {
-	case w.ch <- struct{}{}:
-	default: // it has a wake-up to act on already
-	}
-}
+func readyKey(group string) waitKey  { return waitKey{group: group} }
+func outputKey(group string) waitKey { return waitKey{group: group, output: true} }
+
+type waiter = waiters.Waiter[struct{}]
 
 // NewHub returns a hub for at most max client waiters at once (0: the
 // default).
@@ -51,93 +42,41 @@ func NewHub(max int) *Hub {
 	if max <= 0 {
 		max = DefaultMaxWaiters
 	}
-	return &Hub{max: max, ready: map[string]map[*waiter]struct{}{}, output: map[string]map[*waiter]struct{}{},
-		track: map[string]*tracker{}, readyGen: make(chan struct{})}
+	return &Hub{waiters: waiters.New[waitKey, struct{}](max), track: map[string]*tracker{}, readyGen: make(chan struct{})}
 }
 
 // Notify takes a note of the sequencer workload; it never blocks (it runs
 // on the log's completion goroutine).
 func (h *Hub) Notify(v any) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	switch n := v.(type) {
 	case Ready:
 		// As many waiters as there are messages: each takes at least one,
 		// and one that finds none left registers again.
-		left := n.N
-		for w := range h.ready[n.Group] {
-			if left <= 0 {
-				break
-			}
-			w.poke()
-			left--
-		}
+		h.waiters.WakeN(readyKey(n.Group), struct{}{}, max(n.N, 0))
+		h.mu.Lock()
 		if h.track[n.Group] != nil {
 			close(h.readyGen)
 			h.readyGen = make(chan struct{})
 		}
+		h.mu.Unlock()
 	case Released:
-		for w := range h.output[n.Group] {
-			w.poke()
-		}
+		h.waiters.Wake(outputKey(n.Group), struct{}{})
+		h.mu.Lock()
 		if t := h.track[n.Group]; t != nil {
 			t.add(n.Position, time.Now().UnixNano())
 		}
+		h.mu.Unlock()
 	}
 }
 
 // Waiting is how many client waiters are registered.
-func (h *Hub) Waiting() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n
-}
+func (h *Hub) Waiting() int { return h.waiters.Waiting() }
 
-// add registers a waiter on group in set; past the cap it returns an
-// overflow waiter for a long poll, and nil for a stream.
-func (h *Hub) add(set map[string]map[*waiter]struct{}, group string, stream bool) *waiter {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	w := &waiter{ch: make(chan struct{}, 1)}
-	if h.n >= h.max {
-		if stream {
-			return nil
-		}
-		w.overflow = true
-		return w
-	}
-	s := set[group]
-	if s == nil {
-		s = map[*waiter]struct{}{}
-		set[group] = s
-	}
-	s[w] = struct{}{}
-	h.n++
-	return w
-}
-
-func (h *Hub) remove(set map[string]map[*waiter]struct{}, group string, w *waiter) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s := set[group]
-	if _, ok := s[w]; !ok {
-		return
-	}
-	delete(s, w)
-	if len(s) == 0 {
-		delete(set, group)
-	}
-	h.n--
-	h.retry.Released()
-}
-
-// refusedMsg words a stream's refusal at the cap; refusedWait is the pause
-// its client is given, its own turn for a freed place.
+// refusedMsg words a stream's refusal at the cap; its client is given
+// the pause h.waiters.RefusedWait, its own turn for a freed place.
 func (h *Hub) refusedMsg() string {
-	return "too many clients are waiting (--max-waiters " + strconv.Itoa(h.max) + "); poll instead, or come back after the pause"
+	return "too many clients are waiting (--max-waiters " + strconv.Itoa(h.waiters.Max()) + "); poll instead, or come back after the pause"
 }
-
-func (h *Hub) refusedWait() time.Duration { return h.retry.Refused() }
 
 // readyChan is closed at the next Ready note of a benchmark group; taken
 // before a processor looks for work, so a note while it looks is not

@@ -317,11 +317,10 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 			g.at(seq).code(c)
 		}
 	}
-	live := m.purgeQ[m.purgeHead:]
-	c.Count(len(live), 2)
-	for i := range live {
-		c.Str(&live[i].Group)
-		c.I64(&live[i].At)
+	c.Count(m.purgeQ.Len(), 2)
+	for e := range m.purgeQ.All() {
+		c.Str(&e.Group)
+		c.I64(&e.At)
 	}
 	return w.B
 }
@@ -397,7 +396,7 @@ func (m *Machine) restore(data []byte) error {
 		var e purgeEntry
 		c.Str(&e.Group)
 		c.I64(&e.At)
-		m.purgeQ = append(m.purgeQ, e)
+		m.purgeQ.Push(e)
 	}
 	if r.Err == nil && len(r.B) > 0 {
 		return fmt.Errorf("%d bytes after the snapshot", len(r.B))
@@ -443,7 +442,7 @@ func (g *Group) checkSlot(seq uint64, x *msg, last bool) error {
 // later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, groups: make(map[string]*Group, len(m.groups)),
-		purgeQ: slices.Clone(m.purgeQ[m.purgeHead:])}
+		purgeQ: m.purgeQ.View()}
 	for n, g := range m.groups {
 		fg := &Group{Name: g.Name, Mode: g.Mode, CreatedAt: g.CreatedAt, base: g.base, position: g.position, end: g.end,
 			c0: g.c0, chunks: make([]*chunk, len(g.chunks)), consumers: maps.Clone(g.consumers)}

@@ -68,7 +68,7 @@ func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := NewMachine(Options{})
 		if err := m.Restore(data); err != nil {
-			if len(m.groups) != 0 || len(m.purgeQ) != 0 {
+			if len(m.groups) != 0 || m.purgeQ.Len() != 0 {
 				t.Fatal("a failed restore left state behind")
 			}
 			return

@@ -14,14 +14,14 @@ import (
 	"github.com/surge-run/surge/internal/seqpb"
 )
 
-// fillHub lowers the hub's cap to one place and takes it, as one long
-// poll of another group would.
+// fillHub takes every place of the hub, as long polls of another group
+// would.
 func fillHub(t *testing.T, h *Hub) {
-	h.mu.Lock()
-	h.max = 1
-	h.mu.Unlock()
-	w := h.add(h.output, "someone-else", false)
-	t.Cleanup(func() { h.remove(h.output, "someone-else", w) })
+	key := outputKey("someone-else")
+	for h.Waiting() < h.waiters.Max() {
+		w := h.waiters.AddPoll(key)
+		t.Cleanup(func() { h.waiters.Remove(key, w) })
+	}
 }
 
 // TestWaitersPastTheCapHTTP: with every --max-waiters place taken, a

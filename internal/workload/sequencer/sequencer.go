@@ -42,6 +42,7 @@ import (
 	"strconv"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/retain"
 )
 
 // WorkloadID is written into every log record of this workload.
@@ -255,15 +256,16 @@ type Machine struct {
 	opts   Options
 	groups map[string]*Group
 	// purgeQ: released runs in release order; see purge.
-	purgeQ    []purgeEntry
-	purgeHead int
-	inBatch   bool // holds back Ready notes while a batch applies
+	purgeQ  retain.Queue[purgeEntry]
+	inBatch bool // holds back Ready notes while a batch applies
 }
 
 type purgeEntry struct {
 	Group string
 	At    int64
 }
+
+func (e purgeEntry) Due() int64 { return e.At }
 
 // NewMachine returns an empty partition.
 func NewMachine(o Options) *Machine {
@@ -275,7 +277,7 @@ func NewMachine(o Options) *Machine {
 
 func (m *Machine) reset() {
 	m.groups = map[string]*Group{}
-	m.purgeQ, m.purgeHead = nil, 0
+	m.purgeQ = retain.Queue[purgeEntry]{}
 }
 
 // Outcome of a command, for the API layer to map to a status code.
@@ -969,12 +971,11 @@ const (
 )
 
 func (m *Machine) queuePurge(group string, at int64, fx Effects) {
-	if n := len(m.purgeQ); n > m.purgeHead && m.purgeQ[n-1] == (purgeEntry{Group: group, At: at}) {
+	e := purgeEntry{Group: group, At: at}
+	if last, ok := m.purgeQ.Back(); ok && last == e {
 		return
 	}
-	wasEmpty := m.purgeHead == len(m.purgeQ)
-	m.purgeQ = append(m.purgeQ, purgeEntry{Group: group, At: at})
-	if wasEmpty {
+	if m.purgeQ.Push(e) {
 		m.setTimer(fx, purgeTimerID, at, &PurgeMessages{})
 	}
 }
@@ -1010,29 +1011,14 @@ func (m *Machine) purgeFront(g *Group, now int64) int {
 }
 
 func (m *Machine) purge(now int64, fx Effects) *Result {
-	n, entries := 0, 0
-	for ; entries < maxPurgePerFiring && m.purgeHead < len(m.purgeQ); entries++ {
-		e := m.purgeQ[m.purgeHead]
-		if e.At > now {
-			break
-		}
+	n := 0
+	m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
 		if g := m.groups[e.Group]; g != nil {
 			n += m.purgeFront(g, now)
 		}
-		m.purgeQ[m.purgeHead] = purgeEntry{}
-		m.purgeHead++
-	}
-	if m.purgeHead == len(m.purgeQ) {
-		m.purgeQ, m.purgeHead = m.purgeQ[:0], 0
-		if cap(m.purgeQ) > 4096 {
-			m.purgeQ = nil
-		}
-	} else if m.purgeHead >= 1024 && m.purgeHead*2 >= len(m.purgeQ) {
-		m.purgeQ = append(m.purgeQ[:0], m.purgeQ[m.purgeHead:]...)
-		m.purgeHead = 0
-	}
-	if m.purgeHead < len(m.purgeQ) {
-		m.setTimer(fx, purgeTimerID, max(m.purgeQ[m.purgeHead].At, now), &PurgeMessages{})
+	})
+	if at, ok := m.purgeQ.Next(); ok {
+		m.setTimer(fx, purgeTimerID, max(at, now), &PurgeMessages{})
 	}
 	return &Result{Outcome: OK, Msg: fmt.Sprintf("purged %d", n)}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Body size limits.
@@ -371,7 +371,7 @@ func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
 // UUID, or names a partition this server does not have, was never issued.
 func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 	raw := r.PathValue("id")
-	id, ok := parseID(raw)
+	id, ok := ids.Parse(raw)
 	part := partitionOfID(id)
 	if !ok || part >= a.eng.Partitions() {
 		return nil, api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
@@ -390,7 +390,7 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 // compatGet is the peer's long poll. Reservations are final before their
 // id is handed out, so it never has to wait.
 func (a *API) compatGet(w http.ResponseWriter, r *http.Request) int {
-	if id, ok := parseID(r.PathValue("id")); ok {
+	if id, ok := ids.Parse(r.PathValue("id")); ok {
 		if body, ok := a.failed.get(id, time.Now().UnixNano()); ok {
 			api.Write(w, http.StatusOK, true, body)
 			return http.StatusOK
@@ -408,7 +408,7 @@ func (a *API) nativeGet(w http.ResponseWriter, r *http.Request) int { return a.c
 
 func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
 	raw := r.PathValue("id")
-	id, ok := parseID(raw)
+	id, ok := ids.Parse(raw)
 	part := partitionOfID(id)
 	if !ok || part >= a.eng.Partitions() {
 		return api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
@@ -469,14 +469,7 @@ func appendReservation(b []byte, res *Reservation) []byte {
 // Reservation ids are random version-4 UUIDs whose last two bytes hold the
 // partition that keeps the record, so a lookup by id needs no index.
 func newID(part int) [16]byte {
-	var id [16]byte
-	x, y := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		id[i] = byte(x >> (8 * i))
-		id[8+i] = byte(y >> (8 * i))
-	}
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
+	id := ids.New()
 	id[14], id[15] = byte(part>>8), byte(part)
 	return id
 }
@@ -489,35 +482,7 @@ func formatID(b []byte, id [16]byte) []byte {
 	if id == ([16]byte{}) {
 		return b
 	}
-	const hx = "0123456789abcdef"
-	for i, c := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hx[c>>4], hx[c&0xf])
-	}
-	return b
-}
-
-// idHexAt is where each byte's two hex digits are in the canonical form.
-// Reading fixed positions (rather than skipping dashes wherever they are)
-// means a misplaced dash is a non-hex digit, never a read past the end.
-var idHexAt = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
-
-// parseID accepts exactly the canonical form (hex in either case).
-func parseID(s string) (id [16]byte, ok bool) {
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return id, false
-	}
-	for j, i := range idHexAt {
-		hi, ok1 := unhex(s[i])
-		lo, ok2 := unhex(s[i+1])
-		if !ok1 || !ok2 {
-			return [16]byte{}, false
-		}
-		id[j] = hi<<4 | lo
-	}
-	return id, true
+	return ids.UUID(id).Append(b)
 }
 
 // idempotencyKey reads the Idempotency-Key header (absent or empty: no
@@ -539,16 +504,4 @@ func idempotencyKey(vals []string) (key, problem string) {
 		}
 	}
 	return vals[0], ""
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }

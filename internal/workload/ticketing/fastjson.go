@@ -54,7 +54,7 @@ func (p *fastParser) object(field func(key []byte) bool) bool {
 	}
 	for {
 		p.WS()
-		key, ok := p.raw()
+		key, ok := p.PlainString()
 		if !ok {
 			return false
 		}
@@ -74,31 +74,12 @@ func (p *fastParser) object(field func(key []byte) bool) bool {
 	}
 }
 
-// raw reads a string of printable ASCII without escapes and returns its
-// bytes in place; anything else (escapes, control bytes, DEL, non-ASCII)
-// is left to the fallback, which also runs checkStrings. So a body the
-// fast path accepts needs no further check.
-func (p *fastParser) raw() ([]byte, bool) {
-	if !p.Eat('"') {
-		return nil, false
-	}
-	start := p.I
-	for p.I < len(p.B) {
-		c := p.B[p.I]
-		switch {
-		case c == '"':
-			p.I++
-			return p.B[start : p.I-1], true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return nil, false
-		}
-		p.I++
-	}
-	return nil, false
-}
-
+// str reads a plain string (jsonscan's PlainString): anything else
+// (escapes, control bytes, DEL, non-ASCII) is left to the fallback,
+// which also runs checkStrings, so a body the fast path accepts needs
+// no further check.
 func (p *fastParser) str() (string, bool) {
-	b, ok := p.raw()
+	b, ok := p.PlainString()
 	if !ok {
 		return "", false
 	}

@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/ids"
 	"github.com/surge-run/surge/internal/wal"
 )
 
@@ -44,12 +45,12 @@ func FuzzParseID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		id, ok := parseID(s)
+		id, ok := ids.Parse(s)
 		if ok != canonicalID.MatchString(s) {
-			t.Fatalf("parseID(%q) ok=%v, but the canonical form says %v", s, ok, !ok)
+			t.Fatalf("ids.Parse(%q) ok=%v, but the canonical form says %v", s, ok, !ok)
 		}
 		if ok && id != ([16]byte{}) && string(formatID(nil, id)) != strings.ToLower(s) {
-			t.Fatalf("parseID(%q) = %x, which formats as %s", s, id, formatID(nil, id))
+			t.Fatalf("ids.Parse(%q) = %x, which formats as %s", s, id, formatID(nil, id))
 		}
 		// Round trip from the other side: any 16 bytes.
 		var want [16]byte
@@ -57,7 +58,7 @@ func FuzzParseID(f *testing.F) {
 		if want == ([16]byte{}) {
 			return
 		}
-		got, ok := parseID(string(formatID(nil, want)))
+		got, ok := ids.Parse(string(formatID(nil, want)))
 		if !ok || got != want {
 			t.Fatalf("%x formats as %s, which parses as %x, %v", want, formatID(nil, want), got, ok)
 		}

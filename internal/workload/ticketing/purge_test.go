@@ -332,7 +332,7 @@ func TestRestoresVersion1SnapshotRecords(t *testing.T) {
 		}
 	}
 	checkInvariants(t, m)
-	if m.recs.head != m.recs.queue.n {
+	if m.recs.queue.Len() != 0 {
 		t.Fatal("version 1 records were queued for purging")
 	}
 	bad := append([]Reservation(nil), recs...)

@@ -3,6 +3,7 @@ package ticketing
 import (
 	"math"
 
+	"github.com/surge-run/surge/internal/retain"
 	"github.com/surge-run/surge/internal/wire"
 )
 
@@ -120,6 +121,8 @@ type due struct {
 	slot uint32
 }
 
+func (d due) Due() int64 { return d.at }
+
 // store holds a partition's reservation records.
 type store struct {
 	recs    slab[record]
@@ -130,9 +133,8 @@ type store struct {
 	index   map[[16]byte]uint32
 	idem    map[idemKey][16]byte
 	// queue holds the terminal records in the order they became terminal,
-	// each with the time it is to be purged; head is its first live entry.
-	queue slab[due]
-	head  uint32
+	// each with the time it is to be purged.
+	queue retain.Queue[due]
 	live  int
 	// gen counts forks; chunks of an older generation may be shared.
 	gen uint64
@@ -285,32 +287,16 @@ func (s *store) setState(slot uint32, st State) { s.recs.mut(slot, s.gen).state 
 // retire queues the record in slot to be purged at at. It reports whether
 // the queue was empty, so the caller knows to arm the purge timer.
 func (s *store) retire(slot uint32, at int64) (wasEmpty bool) {
-	wasEmpty = s.head == s.queue.n
-	s.queue.push(due{at: at, slot: slot}, s.gen)
-	return wasEmpty
+	return s.queue.Push(due{at: at, slot: slot})
 }
 
 // next returns the purge time of the first queued record.
-func (s *store) next() (int64, bool) {
-	if s.head == s.queue.n {
-		return 0, false
-	}
-	return s.queue.at(s.head).at, true
-}
+func (s *store) next() (int64, bool) { return s.queue.Next() }
 
 // purge removes up to max queued records due at now, in queue order, and
 // reports how many it removed.
 func (s *store) purge(now int64, max int) int {
-	k := 0
-	for k < max && s.head < s.queue.n {
-		d := s.queue.at(s.head)
-		if d.at > now {
-			break
-		}
-		s.remove(d.slot)
-		s.head++
-		k++
-	}
+	k := s.queue.PopDue(now, max, func(d due) { s.remove(d.slot) })
 	if dead := int(s.recs.n) - s.live; dead >= chunkSize && dead > s.live {
 		s.compact()
 	}
@@ -362,10 +348,9 @@ func (s *store) compact() {
 		ns.index[rec.id] = remap[i]
 		ns.live++
 	}
-	for i := old.head; i < old.queue.n; i++ {
-		d := *old.queue.at(i)
+	for d := range old.queue.All() {
 		d.slot = remap[d.slot]
-		ns.queue.push(d, ns.gen)
+		ns.queue.Push(d)
 	}
 	*s = ns
 }
@@ -380,14 +365,13 @@ type storeView struct {
 	extras slab[extra]
 	user   []byte
 	names  []areaKey
-	queue  slab[due]
-	head   uint32
+	queue  retain.Queue[due]
 }
 
 // fork captures the view and starts a new generation, so that what the
 // view shares is copied before it is changed.
 func (s *store) fork() *storeView {
-	v := &storeView{recs: s.recs.view(), extras: s.extras.view(), user: s.user, names: s.names, queue: s.queue.view(), head: s.head}
+	v := &storeView{recs: s.recs.view(), extras: s.extras.view(), user: s.user, names: s.names, queue: s.queue.View()}
 	s.gen++
 	return v
 }
@@ -452,9 +436,8 @@ func (v *storeView) appendTo(w *wire.Writer) {
 			w.U64(x.idemFP)
 		}
 	}
-	w.Uvarint(uint64(v.queue.n - v.head))
-	for i := v.head; i < v.queue.n; i++ {
-		d := v.queue.at(i)
+	w.Uvarint(uint64(v.queue.Len()))
+	for d := range v.queue.All() {
 		w.Uvarint(uint64(ordinal[d.slot]))
 		w.U64(uint64(d.at))
 	}
