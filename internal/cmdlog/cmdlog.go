@@ -1,8 +1,9 @@
 // Package cmdlog defines the command logs the engine writes to and replays
-// from, so that the engine imports neither implementation: Log, one log
-// for every partition of a node, is the embedded write-ahead log
-// (internal/wal); PartitionLog, one log per partition whose opener becomes
-// its only writer, is the cluster mode's log on Kafka (internal/kafkalog).
+// from, so that the engine imports neither implementation. Log, one log
+// for every partition of a node, is implemented by the embedded write-ahead
+// log (internal/wal); PartitionLog, one log per partition whose opener
+// becomes its only writer, by cluster mode's log on Kafka
+// (internal/kafkalog).
 package cmdlog
 
 import "errors"
