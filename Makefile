@@ -2,7 +2,7 @@
 GO    ?= go
 BIN   := bin/surge
 
-.PHONY: build demo test vet fmt-check bench-full clean proto
+.PHONY: build demo test vet staticcheck fmt-check bench-full clean proto
 
 build:
 	$(GO) build -o $(BIN) ./cmd/surge
@@ -20,11 +20,16 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# staticcheck at a pinned version, installed into bin/tools on first use
+# (from the Go module proxy); any finding fails the target.
+staticcheck:
+	GO=$(GO) scripts/staticcheck.sh
+
 # Every test, with the race detector, including the kill -9 crash tests.
 # The cluster-mode tests need Apache Kafka: with-kafka.sh starts one
 # single-node broker from Maven Central jars (scripts/kafka.sh) for the whole
 # run and stops it afterwards; set SURGE_KAFKA_BROKERS to use another one.
-test: fmt-check vet
+test: fmt-check vet staticcheck
 	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
 	# Every workload's API tests again, through a cluster node that serves
 	# no partition: each request, reply and note crosses between nodes.

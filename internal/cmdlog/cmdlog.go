@@ -1,7 +1,9 @@
-// Package cmdlog defines the command log the engine writes to and replays
-// from. The embedded write-ahead log (internal/wal) implements it today; a
-// Kafka-backed log can implement the same shape later: append a batch, learn
-// when it is durable, read from a position, learn the owner's epoch.
+// Package cmdlog defines the command logs the engine writes to and replays
+// from, so that the engine imports neither implementation. Log, one log
+// for every partition of a node, is implemented by the embedded write-ahead
+// log (internal/wal); PartitionLog, one log per partition whose opener
+// becomes its only writer, by cluster mode's log on Kafka
+// (internal/kafkalog).
 package cmdlog
 
 import "errors"
@@ -49,8 +51,10 @@ type Log interface {
 	// released, so that only the partition's snapshot can supply them. The
 	// length of the slice is the partition count the log was created with.
 	Start() (Position, []uint64)
-	// Epoch identifies the current owner of the log; a Kafka-backed log
-	// bumps it when ownership moves so that a zombie owner is fenced.
+	// Epoch identifies the current owner of the log. The embedded log has
+	// one owner, the process holding its data directory's lock, so its
+	// epoch never changes; cluster mode fences an earlier owner through
+	// PartitionLog instead (ErrFenced), not through an epoch.
 	Epoch() uint64
 	// ReleaseBefore tells the log that no reader needs records before pos
 	// any more (every snapshot covers them), so it may delete them.

@@ -44,7 +44,8 @@ func TestWireValueCarriesTypedNil(t *testing.T) {
 }
 
 type wireHidden struct {
-	Shown  int
+	Shown int
+	//lint:ignore U1000 never read: it is here for CheckWireTypes to refuse.
 	hidden []string
 }
 

@@ -115,22 +115,6 @@ func (c *clients) job(t *testing.T, id string) *jqpb.Job {
 	return res.Msg.Job
 }
 
-// waitStatus polls until the job is in status want.
-func (c *clients) waitStatus(t *testing.T, id string, want jqpb.JobStatus) *jqpb.Job {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		j := c.job(t, id)
-		if j.Status == want {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s is %v, want %v", id, j.Status, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // testWorker is a registered worker with an open stream whose
 // assignments arrive on got.
 type testWorker struct {

@@ -678,16 +678,16 @@ func (h *Hub) close(s *stream) {
 	}
 }
 
-// step takes what the stream should do next under the lock: its end, the
-// cancels to send, and how many jobs it may take.
-func (h *Hub) step(s *stream) (end error, cancels []string, free int) {
+// step takes what the stream should do next under the lock: the cancels
+// to send, how many jobs it may take, and its end.
+func (h *Hub) step(s *stream) (cancels []string, free int, end error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.end != nil {
-		return s.end, nil, 0
+		return nil, 0, s.end
 	}
 	cancels, s.cancels = s.cancels, nil
-	return nil, cancels, min(s.w.free(), MaxLeaseBatch)
+	return cancels, min(s.w.free(), MaxLeaseBatch), nil
 }
 
 // track records jobs leased for the stream's worker; false if the stream
@@ -795,7 +795,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 	bg := context.WithoutCancel(ctx)
 	next := 0
 	for {
-		end, cancels, free := a.hub.step(s)
+		cancels, free, end := a.hub.step(s)
 		if end != nil {
 			if end == errDrained {
 				return nil

@@ -206,8 +206,8 @@ func TestCancelRunningTellsTheWorker(t *testing.T) {
 	}
 	r, notes = h.notes(&Report{JobID: "j", Worker: "w", Success: true})
 	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
-	if j.Status != DeadLettered || j.DeadReason != ReasonCancelled || len(notes) != 1 || notes[0] != (JobEnded{JobID: "j", Queue: DefaultQueue, Status: DeadLettered}) {
-		t.Fatalf("report after cancel: %+v %v", j, notes)
+	if r.Outcome != OK || j.Status != DeadLettered || j.DeadReason != ReasonCancelled || len(notes) != 1 || notes[0] != (JobEnded{JobID: "j", Queue: DefaultQueue, Status: DeadLettered}) {
+		t.Fatalf("report after cancel: %+v %+v %v", r, j, notes)
 	}
 	logs := h.ms[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
 	var reasons []string
