@@ -40,10 +40,12 @@ func (h *purgeHarness) apply(kind engine.InputKind, cmd engine.Command) *Result 
 	}
 	var fx engine.Effects
 	h.m.Apply(&engine.Input{Kind: kind, TimeNs: h.now, Cmd: dc, TimerID: purgeTimerID}, &fx)
-	if at, ok := engine.TimerOf(&fx, purgeTimerID); ok {
-		h.timer = at
+	for _, op := range fx.Timers() {
+		if op.ID == purgeTimerID && !op.Cancel {
+			h.timer = op.AtNs
+		}
 	}
-	if !engine.IsUnchanged(&fx) || kind == engine.FromTimer {
+	if !fx.IsUnchanged() || kind == engine.FromTimer {
 		h.log = append(h.log, loggedInput{kind: kind, at: h.now, data: data})
 	}
 	return replyOf(&fx)

@@ -17,7 +17,7 @@ func apply(m *Machine, cmd engine.Command) *Result {
 	return replyOf(&fx)
 }
 
-func replyOf(fx *engine.Effects) *Result { return engine.ReplyOf(fx).(*Result) }
+func replyOf(fx *engine.Effects) *Result { return fx.Replied().(*Result) }
 
 func id(n int) [16]byte {
 	var b [16]byte
@@ -146,11 +146,11 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 			var fx engine.Effects
 			m.Apply(&engine.Input{Kind: engine.FromClient, Cmd: cmd}, &fx)
 			res := replyOf(&fx)
-			if engine.IsUnchanged(&fx) && !bytes.Equal(before, m.AppendSnapshot(nil)) {
+			if fx.IsUnchanged() && !bytes.Equal(before, m.AppendSnapshot(nil)) {
 				t.Fatalf("seed %d step %d: %T declared Unchanged but changed the state", seed, step, cmd)
 			}
-			if (res.Outcome == OK) == engine.IsUnchanged(&fx) {
-				t.Fatalf("seed %d step %d: outcome %d with Unchanged=%v", seed, step, res.Outcome, engine.IsUnchanged(&fx))
+			if (res.Outcome == OK) == fx.IsUnchanged() {
+				t.Fatalf("seed %d step %d: outcome %d with Unchanged=%v", seed, step, res.Outcome, fx.IsUnchanged())
 			}
 			if rc, ok := cmd.(*Reserve); ok && res.Outcome == OK {
 				issued = append(issued, rc.ID)
@@ -165,7 +165,7 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 					}
 				}
 			}
-			if !engine.IsUnchanged(&fx) {
+			if !fx.IsUnchanged() {
 				logged = append(logged, cmd)
 			}
 			checkInvariants(t, m)
