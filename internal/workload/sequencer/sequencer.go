@@ -341,20 +341,8 @@ type (
 	}
 )
 
-// Effects is what Apply needs of engine.Effects; tests supply their own.
-type Effects interface {
-	Reply(v any)
-	Unchanged()
-	SetTimer(id string, atNs int64, cmd engine.Command) error
-	CancelTimer(id string)
-	Notify(v any)
-}
-
 // Apply implements engine.Machine.
-func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) { m.ApplyTo(in, fx) }
-
-// ApplyTo is Apply with any Effects.
-func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
+func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 	var res *Result
 	if _, ok := in.Cmd.(timerCommand); ok && in.Kind != engine.FromTimer {
 		// A forged expiry from a client could take a lease from its holder.
@@ -368,7 +356,7 @@ func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
 	fx.Reply(res)
 }
 
-func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
+func (m *Machine) apply(cmd engine.Command, now int64, fx *engine.Effects) *Result {
 	switch c := cmd.(type) {
 	case *Publish:
 		return m.publish(c, now, fx)
@@ -483,7 +471,7 @@ func (m *Machine) newGroupAllowed(name string) *Result {
 	return nil
 }
 
-func (m *Machine) publish(c *Publish, now int64, fx Effects) *Result {
+func (m *Machine) publish(c *Publish, now int64, fx *engine.Effects) *Result {
 	if r := badName("group name", c.Group); r != nil {
 		return r
 	}
@@ -534,7 +522,7 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	return seq
 }
 
-func (m *Machine) notifyReady(g *Group, fx Effects) {
+func (m *Machine) notifyReady(g *Group, fx *engine.Effects) {
 	if !m.inBatch && len(g.pending) > 0 {
 		fx.Notify(Ready{Group: g.Name, N: len(g.pending)})
 	}
@@ -544,7 +532,7 @@ func (m *Machine) notifyReady(g *Group, fx Effects) {
 // is checked before any is added, so a refused batch changes nothing and
 // the client can fix it and resend the whole. An id repeated within the
 // batch gets the first one's seq.
-func (m *Machine) publishBatch(c *PublishBatch, now int64, fx Effects) *Result {
+func (m *Machine) publishBatch(c *PublishBatch, now int64, fx *engine.Effects) *Result {
 	if len(c.Msgs) == 0 || len(c.Msgs) > MaxBatch {
 		return fail(Invalid, "sequencer: a batch holds 1 to %d messages", MaxBatch)
 	}
@@ -635,7 +623,7 @@ func leaseTimerID(group string, seq uint64) string {
 	return "lease/" + group + "/" + strconv.FormatUint(seq, 10)
 }
 
-func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
+func (m *Machine) lease(c *Lease, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -684,7 +672,7 @@ func (g *Group) addLease(proc string, seq uint64) {
 }
 
 // endLease drops a LEASED message's lease (not its state).
-func (g *Group) endLease(seq uint64, x *msg, fx Effects) {
+func (g *Group) endLease(seq uint64, x *msg, fx *engine.Effects) {
 	if s := g.leases[x.Processor]; s != nil {
 		delete(s, seq)
 		if len(s) == 0 {
@@ -696,13 +684,13 @@ func (g *Group) endLease(seq uint64, x *msg, fx Effects) {
 }
 
 // giveBack makes a LEASED message leasable again.
-func (g *Group) giveBack(seq uint64, x *msg, fx Effects) {
+func (g *Group) giveBack(seq uint64, x *msg, fx *engine.Effects) {
 	g.endLease(seq, x, fx)
 	g.move(x, MsgPending)
 	g.pending.push(seq)
 }
 
-func (m *Machine) complete(c *Complete, now int64, fx Effects) *Result {
+func (m *Machine) complete(c *Complete, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -719,7 +707,7 @@ func (m *Machine) complete(c *Complete, now int64, fx Effects) *Result {
 // completeOne checks and applies the completion of one seq into res,
 // without releasing: a batch releases once, after all of its seqs. It
 // reports whether the message changed state.
-func (g *Group) completeOne(seq uint64, proc string, now int64, fx Effects, res *Result) bool {
+func (g *Group) completeOne(seq uint64, proc string, now int64, fx *engine.Effects, res *Result) bool {
 	*res = Result{Outcome: Same, Position: g.position}
 	if seq == 0 {
 		*res = Result{Outcome: Invalid, Msg: "sequencer: seq must be positive"}
@@ -757,7 +745,7 @@ func (g *Group) completeOne(seq uint64, proc string, now int64, fx Effects, res 
 // not all or nothing: a processor whose lease on one message ran out
 // must still get the others done. The command is logged if any seq
 // changed; if none did, its outcome is the first refusal's (or Same).
-func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx Effects) *Result {
+func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -794,7 +782,7 @@ func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx Effects) *Result
 // releaseRun releases the contiguous run of processed messages after the
 // released position, in this Apply: order per group is one partition's,
 // so no separate sequencer (the peer's leader) is needed.
-func (m *Machine) releaseRun(g *Group, now int64, fx Effects) {
+func (m *Machine) releaseRun(g *Group, now int64, fx *engine.Effects) {
 	from := g.position
 	var lastRet int64 = -1
 	for {
@@ -818,7 +806,7 @@ func (m *Machine) releaseRun(g *Group, now int64, fx Effects) {
 	}
 }
 
-func (m *Machine) extend(c *Extend, now int64, fx Effects) *Result {
+func (m *Machine) extend(c *Extend, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -858,7 +846,7 @@ func (g *Group) leasedBy(proc string) []uint64 {
 
 // release gives a processor's leases in the group back at once: one that
 // stops cleanly says so, and nobody waits for its leases to run out.
-func (m *Machine) release(c *Release, fx Effects) *Result {
+func (m *Machine) release(c *Release, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -877,7 +865,7 @@ func (m *Machine) release(c *Release, fx Effects) *Result {
 	return &Result{Outcome: OK, Position: g.position}
 }
 
-func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx Effects) *Result {
+func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx *engine.Effects) *Result {
 	g := m.groups[c.Group]
 	var x *msg
 	if g != nil {
@@ -935,7 +923,7 @@ func (g *Group) minCommitted() (uint64, bool) {
 	return low, true
 }
 
-func (m *Machine) deleteGroup(c *DeleteGroup, fx Effects) *Result {
+func (m *Machine) deleteGroup(c *DeleteGroup, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -968,7 +956,7 @@ const (
 	maxPurgePerFiring = 4096
 )
 
-func (m *Machine) queuePurge(group string, at int64, fx Effects) {
+func (m *Machine) queuePurge(group string, at int64, fx *engine.Effects) {
 	if n := len(m.purgeQ); n > m.purgeHead && m.purgeQ[n-1] == (purgeEntry{Group: group, At: at}) {
 		return
 	}
@@ -1009,7 +997,7 @@ func (m *Machine) purgeFront(g *Group, now int64) int {
 	return n
 }
 
-func (m *Machine) purge(now int64, fx Effects) *Result {
+func (m *Machine) purge(now int64, fx *engine.Effects) *Result {
 	n, entries := 0, 0
 	for ; entries < maxPurgePerFiring && m.purgeHead < len(m.purgeQ); entries++ {
 		e := m.purgeQ[m.purgeHead]
@@ -1039,7 +1027,7 @@ func (m *Machine) purge(now int64, fx Effects) *Result {
 
 // setTimer arms a timer whose command is this package's own and whose id
 // is short (names are bounded), so SetTimer cannot refuse it.
-func (m *Machine) setTimer(fx Effects, id string, at int64, cmd engine.Command) {
+func (m *Machine) setTimer(fx *engine.Effects, id string, at int64, cmd engine.Command) {
 	if err := fx.SetTimer(id, at, cmd); err != nil {
 		panic(err)
 	}

@@ -1,0 +1,39 @@
+package enginetest
+
+import (
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/vfs"
+	"github.com/surge-run/surge/internal/wal"
+)
+
+// OpenEngine opens an embedded engine on the real write-ahead log in
+// dir/wal, with snapshots in dir/snap, as `surge serve` does: opts says
+// the rest (Partitions must be set; a nil Logger discards). Opening the
+// same dir again after Close is a restart: the engine recovers from the
+// snapshots and the log. The caller closes the engine.
+func OpenEngine(t testing.TB, dir string, opts engine.Options, workloads ...engine.Workload) *engine.Engine {
+	t.Helper()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: opts.Partitions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(dir, "snap"))
+	if err != nil {
+		lg.Close()
+		t.Fatal(err)
+	}
+	opts.Log, opts.Snapshots = lg, snaps
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	eng, err := engine.Open(opts, workloads...)
+	if err != nil {
+		lg.Close() // the engine owns the log only once it is open
+		t.Fatal(err)
+	}
+	return eng
+}
