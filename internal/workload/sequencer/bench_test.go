@@ -14,7 +14,7 @@ import (
 func BenchmarkMessageLifecycle(b *testing.B) {
 	m := NewMachine(Options{})
 	fx := new(engine.Effects) // as the engine does: reset, not made, per apply
-	var buf []byte // the engine's batch buffer, reused
+	var buf []byte            // the engine's batch buffer, reused
 	payload := []byte(`{"processingTime":0}`)
 	ids := make([]string, b.N)
 	for i := range ids {
