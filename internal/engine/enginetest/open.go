@@ -14,7 +14,9 @@ import (
 // dir/wal, with snapshots in dir/snap, as `surge serve` does: opts says
 // the rest (Partitions must be set; a nil Logger discards). Opening the
 // same dir again after Close is a restart: the engine recovers from the
-// snapshots and the log. The caller closes the engine.
+// snapshots and the log. The engine is closed when the test ends, if the
+// test has not closed it (a test that cares about Close's error closes it
+// itself).
 func OpenEngine(t testing.TB, dir string, opts engine.Options, workloads ...engine.Workload) *engine.Engine {
 	t.Helper()
 	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: opts.Partitions})
@@ -35,5 +37,18 @@ func OpenEngine(t testing.TB, dir string, opts engine.Options, workloads ...engi
 		lg.Close() // the engine owns the log only once it is open
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { eng.Close() })
 	return eng
+}
+
+// APIEngine is the engine of a workload's API tests: embedded, on the
+// write-ahead log in a fresh directory, or, with ForwardEnv set, the node
+// of Forwarding that serves no partition, so that every request, reply
+// and note crosses the wire. It is closed when the test ends.
+func APIEngine(t testing.TB, opts engine.Options, workloads ...engine.Workload) *engine.Engine {
+	t.Helper()
+	if Forward() {
+		return Forwarding(t, opts, workloads...)
+	}
+	return OpenEngine(t, t.TempDir(), opts, workloads...)
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,28 +19,13 @@ import (
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
-	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
 // newEngine opens an engine with the ticketing workload on a fresh data
 // directory, closed when the test ends.
 func newEngine(t testing.TB, partitions int) *engine.Engine {
-	t.Helper()
-	if enginetest.Forward() {
-		return enginetest.Forwarding(t, engine.Options{Partitions: partitions, Logger: quiet}, ticketing.Workload{})
-	}
-	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: partitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: partitions, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: quiet}, ticketing.Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return eng
+	return enginetest.APIEngine(t, engine.Options{Partitions: partitions}, ticketing.Workload{})
 }
 
 // serveAPI serves a ticketing API over eng until the test ends.
