@@ -133,11 +133,10 @@ func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
 // do applies cmd at key's partition. If the engine failed or the machine
 // refused the command, it has answered and returns that status.
 func (a *API) do(ctx context.Context, w http.ResponseWriter, key string, cmd engine.Command) (*Result, int) {
-	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
+	res, err := engine.Do[*Result](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, cmd)
 	if err != nil {
 		return nil, engineError(w, err)
 	}
-	res := v.(*Result)
 	return res, refused(w, res)
 }
 

@@ -176,11 +176,11 @@ func (a *API) dlqEntry(w http.ResponseWriter, r *http.Request) (id string, part 
 	if st != 0 {
 		return "", 0, nil, st
 	}
-	v, err := a.eng.Query(r.Context(), part, WorkloadID, &GetDLQ{ID: id})
+	e, err := engine.Query[*DLQEntry](r.Context(), a.eng, part, WorkloadID, &GetDLQ{ID: id})
 	if err != nil {
 		return "", 0, nil, engineError(w, err)
 	}
-	if e = v.(*DLQEntry); e == nil {
+	if e == nil {
 		return "", 0, nil, notFound(w, "dead-letter entry", id)
 	}
 	return id, part, e, 0
@@ -194,11 +194,11 @@ func (a *API) dlqChange(w http.ResponseWriter, r *http.Request, status string, c
 	if st != 0 {
 		return st
 	}
-	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd(id))
+	res, err := engine.Do[*Result](r.Context(), a.eng, part, WorkloadID, cmd(id))
 	if err != nil {
 		return engineError(w, err)
 	}
-	if st := refused(w, res.(*Result)); st != 0 {
+	if st := refused(w, res); st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, dlqOut(e, status))
@@ -227,11 +227,11 @@ func (a *API) setFault(w http.ResponseWriter, r *http.Request) int {
 	}
 	cmd := &SetFault{Enabled: on, Message: msg}
 	for p := range a.eng.Partitions() {
-		v, err := a.eng.Do(r.Context(), p, WorkloadID, cmd)
+		res, err := engine.Do[*Result](r.Context(), a.eng, p, WorkloadID, cmd)
 		if err != nil {
 			return engineError(w, err)
 		}
-		if st := refused(w, v.(*Result)); st != 0 {
+		if st := refused(w, res); st != 0 {
 			return st
 		}
 	}

@@ -35,11 +35,11 @@ func (a *API) createProduct(w http.ResponseWriter, r *http.Request) int {
 	id := newID()
 	claim := &ClaimSKU{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
 		Category: b.Category, PriceCents: price, OnHand: b.QuantityOnHand}
-	v, err := a.eng.Do(r.Context(), a.eng.PartitionOf(SKUKey(b.SKU)), WorkloadID, claim)
+	res, err := engine.Do[*Result](r.Context(), a.eng, a.eng.PartitionOf(SKUKey(b.SKU)), WorkloadID, claim)
 	if err != nil {
 		return engineError(w, err)
 	}
-	if res := v.(*Result); res.Outcome == Conflict {
+	if res.Outcome == Conflict {
 		return a.createSameSKU(w, r, (*CreateProduct)(claim))
 	} else if st := refused(w, res); st != 0 {
 		return st

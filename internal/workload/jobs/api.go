@@ -161,11 +161,10 @@ func outcomeErr(r *Result) error {
 
 // do applies cmd at key and returns its result, or the call's error.
 func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {
-	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
+	r, err := engine.Do[*Result](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, cmd)
 	if err != nil {
 		return nil, api.GRPCEngineError(err)
 	}
-	r := v.(*Result)
 	return r, outcomeErr(r)
 }
 

@@ -129,27 +129,15 @@ func (a *API) do(ctx context.Context, w http.ResponseWriter, group string, cmd e
 }
 
 func (a *API) doRaw(ctx context.Context, group string, cmd engine.Command) (*Result, error) {
-	v, err := a.eng.Do(ctx, a.part(group), WorkloadID, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Result), nil
+	return engine.Do[*Result](ctx, a.eng, a.part(group), WorkloadID, cmd)
 }
 
 func (a *API) info(ctx context.Context, group string) (*Info, error) {
-	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, GroupInfo{Group: group})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Info), nil
+	return engine.Query[*Info](ctx, a.eng, a.part(group), WorkloadID, GroupInfo{Group: group})
 }
 
 func (a *API) read(ctx context.Context, group string, after uint64, limit int) (*Output, error) {
-	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Output), nil
+	return engine.Query[*Output](ctx, a.eng, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit})
 }
 
 func engineError(w http.ResponseWriter, err error) int {
