@@ -122,8 +122,8 @@ func TestEffectsRefusals(t *testing.T) {
 	}
 }
 
-// Do and Query return the machine's answer as the type the caller names,
-// and an error naming both types when it is another.
+// Do, Query and QueryAll return the machine's answer as the type the
+// caller names, and an error naming both types when it is another.
 func TestTypedDoAndQuery(t *testing.T) {
 	e := openEngine(t, t.TempDir(), 0)
 	defer e.Close()
@@ -142,6 +142,12 @@ func TestTypedDoAndQuery(t *testing.T) {
 	if _, err := engine.Query[*account](ctx, e, p, 7, getAccount{Key: "a"}); err == nil ||
 		!strings.Contains(err.Error(), "with a engine_test.account, not a *engine_test.account") {
 		t.Fatalf("Query[*account] of an account: %v", err)
+	}
+	if all, err := engine.QueryAll[account](ctx, e, 7, getAccount{Key: "a"}); err != nil || len(all) != e.Partitions() || all[p].debits != 6 {
+		t.Fatalf("QueryAll[account]: %+v, %v", all, err)
+	}
+	if _, err := engine.QueryAll[string](ctx, e, 7, getAccount{Key: "a"}); err == nil || !strings.Contains(err.Error(), "not a string") {
+		t.Fatalf("QueryAll[string] of accounts: %v", err)
 	}
 	// The ledger answers nil to a question it does not know: R's zero.
 	if v, err := engine.Query[*account](ctx, e, p, 7, "what?"); err != nil || v != nil {

@@ -37,3 +37,19 @@ func as[R any](wl uint8, asked, v any) (R, error) {
 	}
 	return r, nil
 }
+
+// QueryAll is Engine.QueryAll for a question whose answers are of type R,
+// with Query's check on every partition's answer.
+func QueryAll[R any](ctx context.Context, e *Engine, wl uint8, q any) ([]R, error) {
+	vs, err := e.QueryAll(ctx, wl, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]R, len(vs))
+	for i, v := range vs {
+		if out[i], err = as[R](wl, q, v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -140,13 +140,15 @@ func (a *API) do(ctx context.Context, w http.ResponseWriter, key string, cmd eng
 	return res, refused(w, res)
 }
 
-func (a *API) query(ctx context.Context, key string, q any) (any, error) {
-	return a.eng.Query(ctx, a.eng.PartitionOf(key), WorkloadID, q)
+// query asks q at key's partition; the answer is an R.
+func query[R any](ctx context.Context, a *API, key string, q any) (R, error) {
+	return engine.Query[R](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, q)
 }
 
-// fanout asks every partition q and returns the answers in partition order.
-func (a *API) fanout(ctx context.Context, q any) ([]any, error) {
-	return a.eng.QueryAll(ctx, WorkloadID, q)
+// fanout asks every partition q and returns the answers, each an R, in
+// partition order.
+func fanout[R any](ctx context.Context, a *API, q any) ([]R, error) {
+	return engine.QueryAll[R](ctx, a.eng, WorkloadID, q)
 }
 
 // engineError maps engine failures to statuses a client can act on.
@@ -448,11 +450,10 @@ func (a *API) events(w http.ResponseWriter, r *http.Request, what, id, key strin
 	if st != 0 {
 		return st
 	}
-	v, err := a.query(r.Context(), key, &Events{Key: key, Limit: limit})
+	evs, err := query[[]Event](r.Context(), a, key, &Events{Key: key, Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
-	evs := v.([]Event)
 	if len(evs) == 0 {
 		return notFound(w, what, id)
 	}
@@ -494,11 +495,10 @@ func (a *API) getCustomer(w http.ResponseWriter, r *http.Request) int {
 	if !ok {
 		return notFound(w, "customer", id)
 	}
-	v, err := a.query(r.Context(), CustomerKey(id), &GetCustomer{ID: id})
+	c, err := query[*Customer](r.Context(), a, CustomerKey(id), &GetCustomer{ID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	c := v.(*Customer)
 	if c == nil {
 		return notFound(w, "customer", id)
 	}
@@ -547,13 +547,13 @@ func (a *API) listCustomers(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	parts, err := a.fanout(r.Context(), &ListCustomers{Limit: limit})
+	parts, err := fanout[[]Customer](r.Context(), a, &ListCustomers{Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
 	var all []Customer
 	for _, p := range parts {
-		all = append(all, p.([]Customer)...)
+		all = append(all, p...)
 	}
 	slices.SortFunc(all, func(x, y Customer) int { return strings.Compare(x.ID, y.ID) })
 	out := make([]customerDTO, 0, min(limit, len(all)))

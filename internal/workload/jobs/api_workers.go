@@ -494,11 +494,11 @@ func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJo
 		a.hub.mu.Unlock()
 	}
 	for _, q := range queues {
-		v, err := a.query(ctx, QueueKey(q), GetStats{Name: q})
+		stats, err := query[*Stats](ctx, a, QueueKey(q), GetStats{Name: q})
 		if err != nil {
 			return err
 		}
-		if v.(*Stats) == nil {
+		if stats == nil {
 			return errf(connect.CodeNotFound, "no queue %q; create it first (AdminService.CreateQueue)", q)
 		}
 	}

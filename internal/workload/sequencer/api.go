@@ -349,13 +349,13 @@ func groupOut(in *Info) groupDTO {
 // --- groups ---
 
 func (a *API) listGroups(w http.ResponseWriter, r *http.Request) int {
-	parts, err := a.eng.QueryAll(r.Context(), WorkloadID, ListGroups{})
+	parts, err := engine.QueryAll[[]*Info](r.Context(), a.eng, WorkloadID, ListGroups{})
 	if err != nil {
 		return engineError(w, err)
 	}
 	out := []groupDTO{}
 	for _, infos := range parts {
-		for _, in := range infos.([]*Info) {
+		for _, in := range infos {
 			out = append(out, groupOut(in))
 		}
 	}
