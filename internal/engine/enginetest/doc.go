@@ -56,8 +56,10 @@
 // # The real engine: OpenEngine
 //
 // OpenEngine opens an engine on the write-ahead log in a directory; close
-// it and open the directory again to test a restart. engine.Do[R] and
-// engine.Query[R] return replies as the workload's own types.
+// it and open the directory again to test a restart. APIEngine is the
+// engine of API tests: embedded, or behind a forwarding node (ForwardEnv).
+// engine.Do[R], engine.Query[R] and engine.QueryAll[R] return answers as
+// the workload's own types, as its API code does.
 //
 // # A cluster in one process: Store, Net, Forwarding
 //
