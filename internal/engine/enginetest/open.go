@@ -14,21 +14,22 @@ import (
 // dir/wal, with snapshots in dir/snap, as `surge serve` does: opts says
 // the rest (Partitions must be set; a nil Logger discards). Opening the
 // same dir again after Close is a restart: the engine recovers from the
-// snapshots and the log. The engine is closed when the test ends, if the
-// test has not closed it (a test that cares about Close's error closes it
-// itself).
+// snapshots and the log. A test that watches what is logged sets
+// opts.Log to its wrapper of OpenWAL's log. The engine is closed when the
+// test ends, if the test has not closed it (a test that cares about
+// Close's error closes it itself).
 func OpenEngine(t testing.TB, dir string, opts engine.Options, workloads ...engine.Workload) *engine.Engine {
 	t.Helper()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: opts.Partitions})
-	if err != nil {
-		t.Fatal(err)
+	if opts.Log == nil {
+		opts.Log = OpenWAL(t, dir, opts.Partitions)
 	}
+	lg := opts.Log
 	snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(dir, "snap"))
 	if err != nil {
 		lg.Close()
 		t.Fatal(err)
 	}
-	opts.Log, opts.Snapshots = lg, snaps
+	opts.Snapshots = snaps
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -39,6 +40,17 @@ func OpenEngine(t testing.TB, dir string, opts engine.Options, workloads ...engi
 	}
 	t.Cleanup(func() { eng.Close() })
 	return eng
+}
+
+// OpenWAL opens the write-ahead log of partitions partitions in dir/wal,
+// where OpenEngine keeps it.
+func OpenWAL(t testing.TB, dir string, partitions int) *wal.Log {
+	t.Helper()
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: partitions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lg
 }
 
 // APIEngine is the engine of a workload's API tests: embedded, on the

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -219,8 +218,6 @@ func TestRandomBodiesNeverCrash(t *testing.T) {
 		}
 	}
 }
-
-var quiet = slog.New(slog.DiscardHandler)
 
 // TestCachedFailedAnswerMatchesPartition: a FAILED compat reservation is
 // answered from the API's cache right after the POST; a fresh API over the
