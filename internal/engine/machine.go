@@ -72,6 +72,15 @@ type Workload interface {
 
 // Effects collects what one Apply wants done. The engine releases them only
 // after the command is durable.
+//
+// It is the whole seam between a Machine and the engine, and a test can
+// stand in for the engine with it: make one with new(Effects), call Apply,
+// read what was asked with Replied, IsUnchanged, Sends, Timers and Notes,
+// and Reset it before the next Apply. Outside the engine, Send and
+// SetTimer still refuse what they refuse inside it (a nil or unencodable
+// command, one over its size limit, a timer id over MaxTimerIDBytes),
+// except a command the receiving machine cannot decode: only the engine
+// knows its machines (package enginetest's Harness checks that too).
 type Effects struct {
 	reply     any
 	sends     []send
@@ -211,23 +220,62 @@ var (
 	ErrFailed = errors.New("engine: the command log failed; restart the server")
 )
 
-// ReplyOf returns the reply recorded in fx; for workload tests that call
-// Apply directly.
-func ReplyOf(fx *Effects) any { return fx.reply }
+// The read side of Effects: what one Apply asked for, as the engine acts
+// on it. The engine reads its own fields; these are for a workload's tests
+// (and tools) that call Apply themselves, with an Effects they made with
+// new(engine.Effects) and Reset between applies. The slices they return
+// are valid until the next Reset.
 
-// NotesOf returns what Apply passed to Notify; for workload tests.
-func NotesOf(fx *Effects) []any { return fx.notes }
-
-// IsUnchanged reports whether Apply called Unchanged; for workload tests.
-func IsUnchanged(fx *Effects) bool { return fx.unchanged }
-
-// TimerOf returns the time of the last SetTimer of id in fx; for workload
-// tests that call Apply.
-func TimerOf(fx *Effects, id string) (atNs int64, set bool) {
-	for _, t := range fx.timers {
-		if t.id == id {
-			atNs, set = t.atNs, !t.cancel
-		}
-	}
-	return atNs, set
+// Message is one Send that Effects accepted: the command already encoded.
+type Message struct {
+	Key      string
+	Workload uint8
+	Data     []byte
 }
+
+// TimerOp is one SetTimer (Data set, Cancel false) or CancelTimer that
+// Effects accepted, the command already encoded.
+type TimerOp struct {
+	ID     string
+	AtNs   int64
+	Data   []byte
+	Cancel bool
+}
+
+// Replied returns the value passed to Reply (nil if none).
+func (fx *Effects) Replied() any { return fx.reply }
+
+// IsUnchanged reports whether Apply called Unchanged.
+func (fx *Effects) IsUnchanged() bool { return fx.unchanged }
+
+// Unlogged reports whether the engine leaves a client command with these
+// effects out of its log: it declared Unchanged and sent, timed and
+// noted nothing. (Messages and timer firings are always logged.)
+func (fx *Effects) Unlogged() bool {
+	return fx.unchanged && len(fx.sends) == 0 && len(fx.timers) == 0 && len(fx.notes) == 0
+}
+
+// Notes returns what Apply passed to Notify, in order.
+func (fx *Effects) Notes() []any { return fx.notes }
+
+// Sends returns the messages Send accepted, in order.
+func (fx *Effects) Sends() []Message {
+	out := make([]Message, len(fx.sends))
+	for i, s := range fx.sends {
+		out[i] = Message{Key: s.key, Workload: s.workload, Data: s.data}
+	}
+	return out
+}
+
+// Timers returns the timers set and cancelled, in the order Apply asked:
+// applied in turn, the last operation on an id decides.
+func (fx *Effects) Timers() []TimerOp {
+	out := make([]TimerOp, len(fx.timers))
+	for i, t := range fx.timers {
+		out[i] = TimerOp{ID: t.id, AtNs: t.atNs, Data: t.data, Cancel: t.cancel}
+	}
+	return out
+}
+
+// Reset empties fx for the next Apply, keeping its memory.
+func (fx *Effects) Reset() { fx.reset() }

@@ -1,10 +1,10 @@
-// Package enginetest runs engines in cluster mode inside one process, for
-// tests: partition logs and snapshots in memory with the fencing rule of
-// the real (Kafka) log, and a transport that calls the owner's engine
-// directly. Workload tests use Forwarding to run their API tests through a
-// node that serves no partition, so every query, reply and note crosses
-// the wire encoding.
 package enginetest
+
+// Cluster mode inside one process: partition logs and snapshots in memory
+// with the fencing rule of the real (Kafka) log, and a transport that
+// calls the owner's engine directly. Workload tests use Forwarding to run
+// their API tests through a node that serves no partition, so every
+// query, reply and note crosses the wire encoding.
 
 import (
 	"context"

@@ -133,21 +133,22 @@ func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
 // do applies cmd at key's partition. If the engine failed or the machine
 // refused the command, it has answered and returns that status.
 func (a *API) do(ctx context.Context, w http.ResponseWriter, key string, cmd engine.Command) (*Result, int) {
-	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
+	res, err := engine.Do[*Result](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, cmd)
 	if err != nil {
 		return nil, engineError(w, err)
 	}
-	res := v.(*Result)
 	return res, refused(w, res)
 }
 
-func (a *API) query(ctx context.Context, key string, q any) (any, error) {
-	return a.eng.Query(ctx, a.eng.PartitionOf(key), WorkloadID, q)
+// query asks q at key's partition; the answer is an R.
+func query[R any](ctx context.Context, a *API, key string, q any) (R, error) {
+	return engine.Query[R](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, q)
 }
 
-// fanout asks every partition q and returns the answers in partition order.
-func (a *API) fanout(ctx context.Context, q any) ([]any, error) {
-	return a.eng.QueryAll(ctx, WorkloadID, q)
+// fanout asks every partition q and returns the answers, each an R, in
+// partition order.
+func fanout[R any](ctx context.Context, a *API, q any) ([]R, error) {
+	return engine.QueryAll[R](ctx, a.eng, WorkloadID, q)
 }
 
 // engineError maps engine failures to statuses a client can act on.
@@ -431,11 +432,10 @@ func (a *API) events(w http.ResponseWriter, r *http.Request, what, id, key strin
 	if st != 0 {
 		return st
 	}
-	v, err := a.query(r.Context(), key, &Events{Key: key, Limit: limit})
+	evs, err := query[[]Event](r.Context(), a, key, &Events{Key: key, Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
-	evs := v.([]Event)
 	if len(evs) == 0 {
 		return notFound(w, what, id)
 	}
@@ -477,11 +477,10 @@ func (a *API) getCustomer(w http.ResponseWriter, r *http.Request) int {
 	if !ok {
 		return notFound(w, "customer", id)
 	}
-	v, err := a.query(r.Context(), CustomerKey(id), &GetCustomer{ID: id})
+	c, err := query[*Customer](r.Context(), a, CustomerKey(id), &GetCustomer{ID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	c := v.(*Customer)
 	if c == nil {
 		return notFound(w, "customer", id)
 	}
@@ -530,13 +529,13 @@ func (a *API) listCustomers(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	parts, err := a.fanout(r.Context(), &ListCustomers{Limit: limit})
+	parts, err := fanout[[]Customer](r.Context(), a, &ListCustomers{Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
 	var all []Customer
 	for _, p := range parts {
-		all = append(all, p.([]Customer)...)
+		all = append(all, p...)
 	}
 	slices.SortFunc(all, func(x, y Customer) int { return strings.Compare(x.ID, y.ID) })
 	out := make([]customerDTO, 0, min(limit, len(all)))

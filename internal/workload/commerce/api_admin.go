@@ -105,13 +105,13 @@ func (a *API) listDLQ(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	parts, err := a.fanout(r.Context(), &ListDLQ{Limit: limit})
+	parts, err := fanout[[]DLQEntry](r.Context(), a, &ListDLQ{Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
 	var all []DLQEntry
 	for _, p := range parts {
-		all = append(all, p.([]DLQEntry)...)
+		all = append(all, p...)
 	}
 	slices.SortFunc(all, func(x, y DLQEntry) int {
 		return cmp.Or(cmp.Compare(x.FailedAt, y.FailedAt), cmp.Compare(x.ID, y.ID))
@@ -135,13 +135,12 @@ type dlqCountDTO struct {
 
 // dlqTotals adds up the partitions' counters.
 func (a *API) dlqTotals(ctx context.Context) (dlqCountDTO, error) {
-	parts, err := a.fanout(ctx, &StatsDLQ{})
+	parts, err := fanout[*DLQStats](ctx, a, &StatsDLQ{})
 	if err != nil {
 		return dlqCountDTO{}, err
 	}
 	var t dlqCountDTO
-	for _, p := range parts {
-		s := p.(*DLQStats)
+	for _, s := range parts {
 		t.Count += s.Count
 		t.FaultEnabled = t.FaultEnabled || s.Fault
 		t.Parked += s.Parked
@@ -176,11 +175,11 @@ func (a *API) dlqEntry(w http.ResponseWriter, r *http.Request) (id string, part 
 	if st != 0 {
 		return "", 0, nil, st
 	}
-	v, err := a.eng.Query(r.Context(), part, WorkloadID, &GetDLQ{ID: id})
+	e, err := engine.Query[*DLQEntry](r.Context(), a.eng, part, WorkloadID, &GetDLQ{ID: id})
 	if err != nil {
 		return "", 0, nil, engineError(w, err)
 	}
-	if e = v.(*DLQEntry); e == nil {
+	if e == nil {
 		return "", 0, nil, notFound(w, "dead-letter entry", id)
 	}
 	return id, part, e, 0
@@ -194,11 +193,11 @@ func (a *API) dlqChange(w http.ResponseWriter, r *http.Request, status string, c
 	if st != 0 {
 		return st
 	}
-	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd(id))
+	res, err := engine.Do[*Result](r.Context(), a.eng, part, WorkloadID, cmd(id))
 	if err != nil {
 		return engineError(w, err)
 	}
-	if st := refused(w, res.(*Result)); st != 0 {
+	if st := refused(w, res); st != 0 {
 		return st
 	}
 	return writeJSON(w, http.StatusOK, dlqOut(e, status))
@@ -227,11 +226,11 @@ func (a *API) setFault(w http.ResponseWriter, r *http.Request) int {
 	}
 	cmd := &SetFault{Enabled: on, Message: msg}
 	for p := range a.eng.Partitions() {
-		v, err := a.eng.Do(r.Context(), p, WorkloadID, cmd)
+		res, err := engine.Do[*Result](r.Context(), a.eng, p, WorkloadID, cmd)
 		if err != nil {
 			return engineError(w, err)
 		}
-		if st := refused(w, v.(*Result)); st != 0 {
+		if st := refused(w, res); st != 0 {
 			return st
 		}
 	}
@@ -258,11 +257,11 @@ func (a *API) similarProducts(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	v, err := a.query(r.Context(), ProductKey(id), &GetProduct{ID: id})
+	p, err := query[*Product](r.Context(), a, ProductKey(id), &GetProduct{ID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	if v.(*Product) == nil {
+	if p == nil {
 		return notFound(w, "product", id)
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{

@@ -134,17 +134,11 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 	var cu *Customer
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		v, err := a.query(ctx, CustomerKey(b.CustomerID), &GetCustomer{ID: b.CustomerID})
-		if errs[len(ids)] = err; err == nil {
-			cu = v.(*Customer)
-		}
+		cu, errs[len(ids)] = query[*Customer](ctx, a, CustomerKey(b.CustomerID), &GetCustomer{ID: b.CustomerID})
 	})
 	for i, id := range ids {
 		wg.Go(func() {
-			v, err := a.query(ctx, ProductKey(id), &GetProduct{ID: id})
-			if errs[i] = err; err == nil {
-				found[i] = v.(*Product)
-			}
+			found[i], errs[i] = query[*Product](ctx, a, ProductKey(id), &GetProduct{ID: id})
 		})
 	}
 	wg.Wait()
@@ -198,11 +192,7 @@ func unknownInOrder(it *LineItem) {
 }
 
 func (a *API) readOrder(ctx context.Context, id string) (*Order, error) {
-	v, err := a.query(ctx, OrderKey(id), &GetOrder{ID: id})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Order), nil
+	return query[*Order](ctx, a, OrderKey(id), &GetOrder{ID: id})
 }
 
 // parseWait reads ?wait= as a duration ("10s", "500ms") or whole seconds.
@@ -376,14 +366,14 @@ func (a *API) ordersByCustomer(w http.ResponseWriter, r *http.Request, cid strin
 	if st != 0 {
 		return st
 	}
-	v, err := a.query(r.Context(), CustomerKey(cid), &GetCustomer{ID: cid})
+	cu, err := query[*Customer](r.Context(), a, CustomerKey(cid), &GetCustomer{ID: cid})
 	if err != nil {
 		return engineError(w, err)
 	}
-	if v.(*Customer) == nil {
+	if cu == nil {
 		return notFound(w, "customer", cid)
 	}
-	parts, err := a.fanout(r.Context(), &OrdersByCustomer{CustomerID: cid, Limit: limit})
+	parts, err := fanout[[]Order](r.Context(), a, &OrdersByCustomer{CustomerID: cid, Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
@@ -395,17 +385,17 @@ func (a *API) listOrders(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	parts, err := a.fanout(r.Context(), &ListOrders{Limit: limit})
+	parts, err := fanout[[]Order](r.Context(), a, &ListOrders{Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
 	return a.writeOrders(w, parts, limit)
 }
 
-func (a *API) writeOrders(w http.ResponseWriter, parts []any, limit int) int {
+func (a *API) writeOrders(w http.ResponseWriter, parts [][]Order, limit int) int {
 	var all []Order
 	for _, p := range parts {
-		all = append(all, p.([]Order)...)
+		all = append(all, p...)
 	}
 	slices.SortFunc(all, func(x, y Order) int { return strings.Compare(x.ID, y.ID) })
 	out := make([]orderDTO, 0, min(limit, len(all)))
@@ -453,11 +443,10 @@ func (a *API) getSaga(w http.ResponseWriter, r *http.Request) int {
 	if !ok {
 		return notFound(w, "saga", id)
 	}
-	v, err := a.query(r.Context(), OrderKey(id), &GetSaga{ID: id})
+	s, err := query[*Saga](r.Context(), a, OrderKey(id), &GetSaga{ID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	s := v.(*Saga)
 	if s == nil {
 		return notFound(w, "saga", id)
 	}
@@ -481,13 +470,13 @@ func (a *API) listSagas(w http.ResponseWriter, r *http.Request) int {
 		api.Write(w, http.StatusOK, true, []byte("[]\n"))
 		return http.StatusOK
 	}
-	parts, err := a.fanout(r.Context(), &ListSagas{Status: status, Type: typ, Limit: limit})
+	parts, err := fanout[[]Saga](r.Context(), a, &ListSagas{Status: status, Type: typ, Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
 	var all []Saga
 	for _, p := range parts {
-		all = append(all, p.([]Saga)...)
+		all = append(all, p...)
 	}
 	slices.SortFunc(all, func(x, y Saga) int { return strings.Compare(x.ID, y.ID) })
 	out := make([]sagaDTO, 0, min(limit, len(all)))

@@ -35,11 +35,11 @@ func (a *API) createProduct(w http.ResponseWriter, r *http.Request) int {
 	id := newID()
 	claim := &ClaimSKU{ID: id, SKU: b.SKU, Name: b.Name, Description: b.Description,
 		Category: b.Category, PriceCents: price, OnHand: b.QuantityOnHand}
-	v, err := a.eng.Do(r.Context(), a.eng.PartitionOf(SKUKey(b.SKU)), WorkloadID, claim)
+	res, err := engine.Do[*Result](r.Context(), a.eng, a.eng.PartitionOf(SKUKey(b.SKU)), WorkloadID, claim)
 	if err != nil {
 		return engineError(w, err)
 	}
-	if res := v.(*Result); res.Outcome == Conflict {
+	if res.Outcome == Conflict {
 		return a.createSameSKU(w, r, (*CreateProduct)(claim))
 	} else if st := refused(w, res); st != 0 {
 		return st
@@ -52,11 +52,11 @@ func (a *API) createProduct(w http.ResponseWriter, r *http.Request) int {
 	// product's partition refused (an id collision), which would hang.
 	giveUp := time.Now().Add(30 * time.Second)
 	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		v, err := a.query(r.Context(), ProductKey(id), &GetProduct{ID: id})
+		p, err := query[*Product](r.Context(), a, ProductKey(id), &GetProduct{ID: id})
 		if err != nil {
 			return engineError(w, err)
 		}
-		if p := v.(*Product); p != nil {
+		if p != nil {
 			return writeJSON(w, http.StatusCreated, productOut(p))
 		}
 		if time.Now().After(giveUp) {
@@ -91,11 +91,10 @@ func (a *API) getProduct(w http.ResponseWriter, r *http.Request) int {
 	if !ok {
 		return notFound(w, "product", id)
 	}
-	v, err := a.query(r.Context(), ProductKey(id), &GetProduct{ID: id})
+	p, err := query[*Product](r.Context(), a, ProductKey(id), &GetProduct{ID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	p := v.(*Product)
 	if p == nil {
 		return notFound(w, "product", id)
 	}
@@ -107,13 +106,13 @@ func (a *API) listProducts(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	parts, err := a.fanout(r.Context(), &ListProducts{Limit: limit})
+	parts, err := fanout[[]Product](r.Context(), a, &ListProducts{Limit: limit})
 	if err != nil {
 		return engineError(w, err)
 	}
 	var all []Product
 	for _, p := range parts {
-		all = append(all, p.([]Product)...)
+		all = append(all, p...)
 	}
 	slices.SortFunc(all, func(x, y Product) int { return strings.Compare(x.ID, y.ID) })
 	out := make([]productDTO, 0, min(limit, len(all)))
@@ -210,11 +209,10 @@ func (a *API) getPayment(w http.ResponseWriter, r *http.Request) int {
 	if !ok || !ok2 {
 		return notFound(w, "payment", id)
 	}
-	v, err := a.query(r.Context(), PaymentKey(orderID), &GetPayment{ID: id})
+	p, err := query[*Payment](r.Context(), a, PaymentKey(orderID), &GetPayment{ID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	p := v.(*Payment)
 	if p == nil {
 		return notFound(w, "payment", id)
 	}
@@ -226,11 +224,10 @@ func (a *API) paymentByOrder(w http.ResponseWriter, r *http.Request) int {
 	if !ok {
 		return notFound(w, "payment of order", id)
 	}
-	v, err := a.query(r.Context(), PaymentKey(id), &PaymentByOrder{OrderID: id})
+	p, err := query[*Payment](r.Context(), a, PaymentKey(id), &PaymentByOrder{OrderID: id})
 	if err != nil {
 		return engineError(w, err)
 	}
-	p := v.(*Payment)
 	if p == nil {
 		return notFound(w, "payment of order", id)
 	}

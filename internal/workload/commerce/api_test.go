@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +17,6 @@ import (
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
-	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/commerce"
 )
 
@@ -39,27 +36,12 @@ func newServerRetention(t *testing.T, deadline, retention time.Duration) *httpte
 // newServerHub is newServerRetention with the given hub.
 func newServerHub(t *testing.T, deadline, retention time.Duration, hub *commerce.Hub) *httptest.Server {
 	t.Helper()
-	dir := t.TempDir()
-	opts := engine.Options{Partitions: 4, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler),
+	eng := enginetest.APIEngine(t, engine.Options{Partitions: 4,
 		Notify: func(_ int, wl uint8, v any) {
 			if wl == commerce.WorkloadID {
 				hub.Notify(v)
 			}
-		}}
-	var eng *engine.Engine
-	if enginetest.Forward() {
-		eng = enginetest.Forwarding(t, opts, commerce.Workload{})
-	} else {
-		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Log = lg
-		if eng, err = engine.Open(opts, commerce.Workload{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+		}}, commerce.Workload{})
 	mux := http.NewServeMux()
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(deadline).SetSagaRetention(retention)
 	capi.Register(mux, api.NewMetrics(prometheus.NewRegistry()))

@@ -22,10 +22,10 @@ func TestCodecGolden(t *testing.T) {
 		&SetFault{Enabled: true, Message: "m"}, &ReplayDLQ{ID: "dlq-0-1"}, &DiscardDLQ{ID: "dlq-0-2"}, &PurgeSagas{})
 	h := newHarness(t, 1, 1)
 	for _, c := range sampleCommands() {
-		h.client("", c)
+		h.Client("", c)
 	}
-	h.drain()
-	wiretest.Golden(t, "testdata/golden", cmds, h.ms[0].AppendSnapshot(nil), wiretest.Codec{
+	h.Drain()
+	wiretest.Golden(t, "testdata/golden", cmds, h.Machines[0].AppendSnapshot(nil), wiretest.Codec{
 		Decode: Decode,
 		Restore: func(b []byte) ([]byte, error) {
 			m := NewMachine()

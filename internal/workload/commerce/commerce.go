@@ -377,19 +377,6 @@ type Result struct {
 	Payment  *Payment
 }
 
-// Effects is what Apply needs of engine.Effects; the property tests
-// drive the machine through their own implementation of it.
-type Effects interface {
-	Reply(v any)
-	Unchanged()
-	Send(key string, wl uint8, cmd engine.Command) error
-	SetTimer(id string, atNs int64, cmd engine.Command) error
-	CancelTimer(id string)
-	// Notify hands v to observers once the command is durable (not
-	// logged, not replayed): the API's long polls and streams.
-	Notify(v any)
-}
-
 // OrderChanged is notified when an order reaches a terminal status
 // (CONFIRMED or CANCELLED); its saga has then ended too.
 type OrderChanged struct {
@@ -397,10 +384,7 @@ type OrderChanged struct {
 }
 
 // Apply implements engine.Machine.
-func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) { m.ApplyTo(in, fx) }
-
-// ApplyTo is Apply with any Effects.
-func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
+func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 	now := in.TimeNs
 	var res *Result
 	if _, ok := in.Cmd.(sagaMessage); ok && in.Kind == engine.FromClient {
@@ -416,7 +400,7 @@ func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
 	fx.Reply(res)
 }
 
-func (m *Machine) apply(in *engine.Input, now int64, fx Effects) *Result {
+func (m *Machine) apply(in *engine.Input, now int64, fx *engine.Effects) *Result {
 	if res := m.applyDLQ(in, now, fx); res != nil {
 		return res
 	}
@@ -625,7 +609,7 @@ func (m *Machine) createProduct(c *CreateProduct, now int64) *Result {
 // claimSKU checks the whole product here, so the CreateProduct it sends
 // cannot be refused at the product's partition and leave a claim that
 // names no product.
-func (m *Machine) claimSKU(c *ClaimSKU, fx Effects) *Result {
+func (m *Machine) claimSKU(c *ClaimSKU, fx *engine.Effects) *Result {
 	cp := (*CreateProduct)(c)
 	if c.ID == "" {
 		return invalid("productId must not be empty")
@@ -777,7 +761,7 @@ func (m *Machine) replenishStock(c *ReplenishStock, now int64) *Result {
 	return &Result{Outcome: OK, Product: p.copy()}
 }
 
-func (m *Machine) reserveForOrder(c *ReserveForOrder, now int64, fx Effects) *Result {
+func (m *Machine) reserveForOrder(c *ReserveForOrder, now int64, fx *engine.Effects) *Result {
 	reply := func(reason string) *Result {
 		var msg engine.Command = &StockReserved{OrderID: c.OrderID, ProductID: c.ProductID}
 		if reason != "" {
@@ -861,7 +845,7 @@ func (s *Saga) copy() *Saga {
 	return &cp
 }
 
-func (m *Machine) createOrder(c *CreateOrder, now int64, fx Effects) *Result {
+func (m *Machine) createOrder(c *CreateOrder, now int64, fx *engine.Effects) *Result {
 	if msg := validText("orderId", c.OrderID, 1, MaxTextLen); msg != "" {
 		return invalid("%s", msg)
 	}
@@ -968,7 +952,7 @@ func (m *Machine) setOrderStatus(o *Order, status, reason string, now int64) {
 // compensate ends a saga that will not complete: the order is cancelled,
 // every product is told to release (those that reserved nothing ignore
 // it) and a requested payment is told to refund.
-func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64, fx Effects) *Result {
+func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64, fx *engine.Effects) *Result {
 	for _, p := range s.Products {
 		if err := fx.Send(ProductKey(p), WorkloadID, &ReleaseForOrder{OrderID: o.ID, ProductID: p, Reason: reason}); err != nil {
 			return invalid("%v", err)
@@ -1004,7 +988,7 @@ func (m *Machine) running(orderID string) (*Order, *Saga) {
 	return o, s
 }
 
-func (m *Machine) stockAnswer(orderID, productID, failure string, now int64, fx Effects) *Result {
+func (m *Machine) stockAnswer(orderID, productID, failure string, now int64, fx *engine.Effects) *Result {
 	o, s := m.running(orderID)
 	if o == nil || s.paymentAsked || s.waiting == 0 {
 		return &Result{Outcome: Ignored}
@@ -1020,7 +1004,7 @@ func (m *Machine) stockAnswer(orderID, productID, failure string, now int64, fx 
 
 // payWhenReady asks for the payment once every answer the saga waits for
 // (each product's and, if asked, the customer's) has come.
-func (m *Machine) payWhenReady(o *Order, s *Saga, now int64, fx Effects) *Result {
+func (m *Machine) payWhenReady(o *Order, s *Saga, now int64, fx *engine.Effects) *Result {
 	if s.waiting > 0 {
 		return &Result{Outcome: OK}
 	}
@@ -1035,7 +1019,7 @@ func (m *Machine) payWhenReady(o *Order, s *Saga, now int64, fx Effects) *Result
 
 // verifyCustomer answers whether the order's customer exists and may
 // order. Sending the answer is a change, whatever it says.
-func (m *Machine) verifyCustomer(c *VerifyCustomerForOrder, fx Effects) *Result {
+func (m *Machine) verifyCustomer(c *VerifyCustomerForOrder, fx *engine.Effects) *Result {
 	reason := ""
 	switch cu := m.customers[c.CustomerID]; {
 	case cu == nil:
@@ -1049,7 +1033,7 @@ func (m *Machine) verifyCustomer(c *VerifyCustomerForOrder, fx Effects) *Result 
 	return &Result{Outcome: OK, Msg: reason}
 }
 
-func (m *Machine) customerAnswer(c *CustomerVerified, now int64, fx Effects) *Result {
+func (m *Machine) customerAnswer(c *CustomerVerified, now int64, fx *engine.Effects) *Result {
 	o, s := m.running(c.OrderID)
 	if o == nil || s.paymentAsked || s.waiting == 0 {
 		return &Result{Outcome: Ignored}
@@ -1063,7 +1047,7 @@ func (m *Machine) customerAnswer(c *CustomerVerified, now int64, fx Effects) *Re
 	return m.payWhenReady(o, s, now, fx)
 }
 
-func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, fx Effects) *Result {
+func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, fx *engine.Effects) *Result {
 	o, s := m.running(orderID)
 	if o == nil || !s.paymentAsked {
 		return &Result{Outcome: Ignored}
@@ -1090,7 +1074,7 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
 
-func (m *Machine) deadline(c *SagaDeadline, now int64, fx Effects) *Result {
+func (m *Machine) deadline(c *SagaDeadline, now int64, fx *engine.Effects) *Result {
 	o, s := m.running(c.OrderID)
 	if o == nil {
 		return &Result{Outcome: Ignored}
@@ -1112,7 +1096,7 @@ func (m *Machine) confirmOrder(c *ConfirmOrder) *Result {
 	return &Result{Outcome: Unprocessable, Msg: "order is confirmed by its saga once the payment is processed; it is still running", Order: o.copy()}
 }
 
-func (m *Machine) cancelOrder(c *CancelOrder, now int64, fx Effects) *Result {
+func (m *Machine) cancelOrder(c *CancelOrder, now int64, fx *engine.Effects) *Result {
 	o := m.orders[c.OrderID]
 	if o == nil {
 		return &Result{Outcome: NotFound, Msg: fmt.Sprintf("order %q not found", c.OrderID)}
@@ -1139,7 +1123,7 @@ func (m *Machine) cancelOrder(c *CancelOrder, now int64, fx Effects) *Result {
 // COMPLETED, since it did complete. The engine delivers the release after
 // the saga's reservation and the refund after the capture (one FIFO per
 // pair of partitions), so neither can overtake what it undoes.
-func (m *Machine) cancelConfirmed(o *Order, c *CancelOrder, now int64, fx Effects) *Result {
+func (m *Machine) cancelConfirmed(o *Order, c *CancelOrder, now int64, fx *engine.Effects) *Result {
 	qty := map[string]int64{}
 	for _, it := range o.Items {
 		qty[it.ProductID] += it.Quantity
@@ -1245,7 +1229,7 @@ func (m *Machine) refundPayment(c *RefundPayment, now int64) *Result {
 	return &Result{Outcome: OK, Payment: &cp}
 }
 
-func (m *Machine) processPayment(c *ProcessPaymentForOrder, now int64, fx Effects) *Result {
+func (m *Machine) processPayment(c *ProcessPaymentForOrder, now int64, fx *engine.Effects) *Result {
 	answer := func(paymentID, failure string) *Result {
 		var msg engine.Command = &PaymentProcessed{OrderID: c.OrderID, PaymentID: paymentID}
 		if failure != "" {
@@ -1271,7 +1255,7 @@ func (m *Machine) processPayment(c *ProcessPaymentForOrder, now int64, fx Effect
 	return answer(p.ID, "")
 }
 
-func (m *Machine) refundForOrder(c *RefundForOrder, now int64, fx Effects) *Result {
+func (m *Machine) refundForOrder(c *RefundForOrder, now int64, fx *engine.Effects) *Result {
 	p := m.payments[c.OrderID]
 	if p == nil {
 		if m.closedOrders[c.OrderID] {
@@ -1326,7 +1310,7 @@ const (
 // retire queues the saga of orderID (marker: its closed-order marker)
 // for purging after retention (0: kept for ever) and arms the purge
 // timer if the queue was empty.
-func (m *Machine) retire(orderID string, marker bool, now, retention int64, fx Effects) {
+func (m *Machine) retire(orderID string, marker bool, now, retention int64, fx *engine.Effects) {
 	if retention <= 0 {
 		return
 	}
@@ -1339,7 +1323,7 @@ func (m *Machine) retire(orderID string, marker bool, now, retention int64, fx E
 	}
 }
 
-func (m *Machine) armPurge(at int64, fx Effects) {
+func (m *Machine) armPurge(at int64, fx *engine.Effects) {
 	// PurgeSagas has no fields, so it always encodes and the id is short:
 	// SetTimer cannot refuse it.
 	if err := fx.SetTimer(purgeTimerID, at, &PurgeSagas{}); err != nil {
@@ -1349,7 +1333,7 @@ func (m *Machine) armPurge(at int64, fx Effects) {
 
 // purge removes the due entries at the head of the queue, at most
 // maxPurgePerFiring, and re-arms the timer for the next one.
-func (m *Machine) purge(now int64, fx Effects) *Result {
+func (m *Machine) purge(now int64, fx *engine.Effects) *Result {
 	n := m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
 		if e.Marker {
 			delete(m.closedOrders, e.OrderID)

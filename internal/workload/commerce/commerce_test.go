@@ -57,23 +57,23 @@ type stats struct {
 // queue their purges when they have a retention.
 func (md *model) watch(h *harness) {
 	md.ended = map[string]ending{}
-	md.queued = make([][]queuedPurge, h.n)
-	h.onApply = func(p int, cmd engine.Command, res *Result, notes []any) {
+	md.queued = make([][]queuedPurge, h.N)
+	h.OnApply = func(p int, cmd engine.Command, res *Result, notes []any) {
 		for _, n := range notes {
 			oc, ok := n.(OrderChanged)
 			if !ok {
 				continue
 			}
 			if _, dup := md.ended[oc.OrderID]; dup {
-				h.t.Fatalf("saga %s ended twice", oc.OrderID)
+				h.T.Fatalf("saga %s ended twice", oc.OrderID)
 			}
-			md.ended[oc.OrderID] = ending{status: oc.SagaStatus, at: h.now}
+			md.ended[oc.OrderID] = ending{status: oc.SagaStatus, at: h.Now}
 			if ret := md.orders[oc.OrderID].RetentionNs; ret > 0 {
-				md.queued[p] = append(md.queued[p], queuedPurge{id: oc.OrderID, at: h.now + ret})
+				md.queued[p] = append(md.queued[p], queuedPurge{id: oc.OrderID, at: h.Now + ret})
 			}
 		}
-		if c, ok := cmd.(*RefundForOrder); ok && res.Outcome == OK && h.ms[p].payments[c.OrderID] == nil && c.RetentionNs > 0 {
-			md.queued[p] = append(md.queued[p], queuedPurge{id: c.OrderID, marker: true, at: h.now + c.RetentionNs})
+		if c, ok := cmd.(*RefundForOrder); ok && res.Outcome == OK && h.Machines[p].payments[c.OrderID] == nil && c.RetentionNs > 0 {
+			md.queued[p] = append(md.queued[p], queuedPurge{id: c.OrderID, marker: true, at: h.Now + c.RetentionNs})
 		}
 	}
 }
@@ -84,12 +84,12 @@ func (md *model) watch(h *harness) {
 // passed remains only while an entry queued before it (made under a
 // longer retention) is not due yet. Sagas kept for ever remain.
 func checkPurges(h *harness, md *model, end bool) {
-	h.t.Helper()
+	h.T.Helper()
 	for p, q := range md.queued {
-		m := h.ms[p]
+		m := h.Machines[p]
 		blocked := false
 		for _, e := range q {
-			due := !blocked && e.at <= h.now
+			due := !blocked && e.at <= h.Now
 			blocked = blocked || !due
 			var present bool
 			if e.marker {
@@ -99,16 +99,16 @@ func checkPurges(h *harness, md *model, end bool) {
 			}
 			switch {
 			case present && due:
-				h.t.Fatalf("partition %d: %+v is due at %d but not purged", p, e, h.now)
+				h.T.Fatalf("partition %d: %+v is due at %d but not purged", p, e, h.Now)
 			case !present && !due:
-				h.t.Fatalf("partition %d: %+v purged before its time (now %d)", p, e, h.now)
+				h.T.Fatalf("partition %d: %+v purged before its time (now %d)", p, e, h.Now)
 			case end && present:
-				h.t.Fatalf("partition %d: %+v still there after everything fired", p, e)
+				h.T.Fatalf("partition %d: %+v still there after everything fired", p, e)
 			case end && e.marker:
 				md.stats.markersPurged++
 			case end:
 				md.stats.sagasPurged++
-			case present && e.at <= h.now:
+			case present && e.at <= h.Now:
 				md.stats.heldBack++
 			}
 		}
@@ -116,7 +116,7 @@ func checkPurges(h *harness, md *model, end bool) {
 	for id, e := range md.ended {
 		if md.orders[id].RetentionNs == 0 {
 			if _, s := h.order(id); s == nil || s.Status != e.status {
-				h.t.Fatalf("saga %s (kept for ever, ended %s) is now %+v", id, e.status, s)
+				h.T.Fatalf("saga %s (kept for ever, ended %s) is now %+v", id, e.status, s)
 			}
 			if end {
 				md.stats.sagasKept++
@@ -127,29 +127,29 @@ func checkPurges(h *harness, md *model, end bool) {
 
 const ms = int64(1e6)
 
-func (h *harness) product(id string) *Product { return h.ms[h.part(ProductKey(id))].products[id] }
+func (h *harness) product(id string) *Product { return h.Machines[h.Part(ProductKey(id))].products[id] }
 func (h *harness) order(id string) (*Order, *Saga) {
-	m := h.ms[h.part(OrderKey(id))]
+	m := h.Machines[h.Part(OrderKey(id))]
 	return m.orders[id], m.sagas[id]
 }
 func (h *harness) payment(orderID string) *Payment {
-	return h.ms[h.part(PaymentKey(orderID))].payments[orderID]
+	return h.Machines[h.Part(PaymentKey(orderID))].payments[orderID]
 }
 
 // checkAlways holds after every step, whatever is in flight.
 func checkAlways(h *harness, md *model) {
-	h.t.Helper()
+	h.T.Helper()
 	for _, id := range md.products {
 		p := h.product(id)
 		if p.Available() < 0 || p.Reserved < 0 {
-			h.t.Fatalf("product %s: onHand %d reserved %d: oversold", id, p.OnHand, p.Reserved)
+			h.T.Fatalf("product %s: onHand %d reserved %d: oversold", id, p.OnHand, p.Reserved)
 		}
 		if s := p.ReservationsSum(); s != p.Reserved {
-			h.t.Fatalf("product %s: reserved %d but its reservations add up to %d", id, p.Reserved, s)
+			h.T.Fatalf("product %s: reserved %d but its reservations add up to %d", id, p.Reserved, s)
 		}
 		for o, q := range md.direct[id] {
 			if r := p.resv[o]; r.saga || r.qty != q {
-				h.t.Fatalf("product %s: direct reservation %s is %+v, the model says %d", id, o, r, q)
+				h.T.Fatalf("product %s: direct reservation %s is %+v, the model says %d", id, o, r, q)
 			}
 		}
 	}
@@ -158,16 +158,16 @@ func checkAlways(h *harness, md *model) {
 		e, ended := md.ended[id]
 		switch {
 		case s == nil && (!ended || o.Status == OrderPending):
-			h.t.Fatalf("order %s is %s but its saga is gone", id, o.Status)
+			h.T.Fatalf("order %s is %s but its saga is gone", id, o.Status)
 		case s != nil && (o.Status == OrderPending) == s.Terminal():
-			h.t.Fatalf("order %s is %s but its saga is %s", id, o.Status, s.Status)
+			h.T.Fatalf("order %s is %s but its saga is %s", id, o.Status, s.Status)
 		case s != nil && ended != s.Terminal(), s != nil && ended && e.status != s.Status:
-			h.t.Fatalf("saga %s is %s; the model saw it end %+v", id, s.Status, e)
+			h.T.Fatalf("saga %s is %s; the model saw it end %+v", id, s.Status, e)
 		}
 		if o.Status == OrderConfirmed {
 			pay := h.payment(id)
 			if pay == nil || !pay.Saga || pay.Status != PaymentCaptured || pay.AmountCents != o.Total {
-				h.t.Fatalf("order %s CONFIRMED (total %d) with payment %+v", id, o.Total, pay)
+				h.T.Fatalf("order %s CONFIRMED (total %d) with payment %+v", id, o.Total, pay)
 			}
 		}
 	}
@@ -175,14 +175,14 @@ func checkAlways(h *harness, md *model) {
 
 // checkEnd holds once everything has been delivered and fired.
 func checkEnd(h *harness, md *model) {
-	h.t.Helper()
+	h.T.Helper()
 	var confirmedTotal, captured int64
 	held := map[string]map[string]int64{} // product → confirmed order → units it keeps reserved
 	for _, id := range md.sagaOrders {
 		o, _ := h.order(id)
 		e, ok := md.ended[id]
 		if !ok {
-			h.t.Fatalf("saga %s never ended", id)
+			h.T.Fatalf("saga %s never ended", id)
 		}
 		s := &Saga{Status: e.status} // it may have been purged
 		switch o.Status {
@@ -190,10 +190,10 @@ func checkEnd(h *harness, md *model) {
 			md.stats.confirmed++
 			confirmedTotal += o.Total
 			if why := md.doomed[id]; why != "" {
-				h.t.Fatalf("order %s CONFIRMED though %s", id, why)
+				h.T.Fatalf("order %s CONFIRMED though %s", id, why)
 			}
 			if s.Status != SagaCompleted {
-				h.t.Fatalf("order %s CONFIRMED with saga %s", id, s.Status)
+				h.T.Fatalf("order %s CONFIRMED with saga %s", id, s.Status)
 			}
 			for _, it := range md.orders[id].Items {
 				if held[it.ProductID] == nil {
@@ -214,10 +214,10 @@ func checkEnd(h *harness, md *model) {
 			case s.Status == SagaCompleted && md.afterConfirm[id]:
 				md.stats.cancelledConfirmed++
 			default:
-				h.t.Fatalf("order %s CANCELLED with saga %s", id, s.Status)
+				h.T.Fatalf("order %s CANCELLED with saga %s", id, s.Status)
 			}
 			if pay := h.payment(id); pay != nil && pay.Saga && pay.Status == PaymentCaptured {
-				h.t.Fatalf("order %s CANCELLED but its payment is still captured", id)
+				h.T.Fatalf("order %s CANCELLED but its payment is still captured", id)
 			}
 		}
 		if p := h.payment(id); p != nil && p.Saga && p.Status == PaymentCaptured {
@@ -227,48 +227,48 @@ func checkEnd(h *harness, md *model) {
 	// Captured minus refunded over saga payments: a refunded one is no
 	// longer CAPTURED, so what remains captured is the difference.
 	if captured != confirmedTotal {
-		h.t.Fatalf("saga payments captured − refunded = %d, confirmed orders total %d", captured, confirmedTotal)
+		h.T.Fatalf("saga payments captured − refunded = %d, confirmed orders total %d", captured, confirmedTotal)
 	}
 	// The peer's stock model: only a replenish changes quantityOnHand,
 	// and a CONFIRMED order's units stay reserved, exactly those.
 	for _, id := range md.products {
 		p := h.product(id)
 		if want := md.initial[id] + md.replenish[id]; p.OnHand != want {
-			h.t.Fatalf("product %s: onHand %d, want %d (initial %d + replenished %d)", id, p.OnHand, want, md.initial[id], md.replenish[id])
+			h.T.Fatalf("product %s: onHand %d, want %d (initial %d + replenished %d)", id, p.OnHand, want, md.initial[id], md.replenish[id])
 		}
 		for o, r := range p.resv {
 			if r.saga && r.qty != held[id][o] {
-				h.t.Fatalf("product %s: saga reservation of %d for order %s, which holds %d as CONFIRMED", id, r.qty, o, held[id][o])
+				h.T.Fatalf("product %s: saga reservation of %d for order %s, which holds %d as CONFIRMED", id, r.qty, o, held[id][o])
 			}
 		}
 		for o, q := range held[id] {
 			if r := p.resv[o]; !r.saga || r.qty != q {
-				h.t.Fatalf("product %s: CONFIRMED order %s bought %d but its reservation is %+v", id, o, q, r)
+				h.T.Fatalf("product %s: CONFIRMED order %s bought %d but its reservation is %+v", id, o, q, r)
 			}
 		}
 	}
 	checkAlways(h, md)
 	checkPurges(h, md, true)
-	h.checkReplay()
+	h.CheckReplay()
 }
 
 var methods = []string{"CREDIT_CARD", "DEBIT_CARD", "BANK_TRANSFER", "DIGITAL_WALLET"}
 
 func runSeed(t testing.TB, seed uint64, st *stats) {
 	h := newHarness(t, seed, 4)
-	r := h.rng
+	r := h.Rng
 	md := &model{initial: map[string]int64{}, replenish: map[string]int64{}, direct: map[string]map[string]int64{},
 		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: st, afterConfirm: map[string]bool{}}
 	md.watch(h)
 	// Customers c0 and c1 exist from the start, c3 from a random step
 	// (racing the sagas that verify it), c2 never.
 	for _, id := range []string{"c0", "c1"} {
-		if res := h.client(CustomerKey(id), &CreateCustomer{ID: id, Email: id + "@example.com", Name: "customer " + id}); res.Outcome != Created {
+		if res := h.Client(CustomerKey(id), &CreateCustomer{ID: id, Email: id + "@example.com", Name: "customer " + id}); res.Outcome != Created {
 			t.Fatalf("create customer: %+v", res)
 		}
 	}
 	c3At := r.IntN(120)
-	forks, atFork := make([]func([]byte) []byte, h.n), make([][]byte, h.n)
+	forks, atFork := make([]func([]byte) []byte, h.N), make([][]byte, h.N)
 	// retention: a quarter of the orders keep their saga for ever, the
 	// others for up to 60 ms, so the clock passes many purge times.
 	retention := func() int64 {
@@ -284,15 +284,15 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 		onHand := r.Int64N(25)
 		// As the API does: the sku's claim creates the product by a message,
 		// so replay and snapshots cover the index too.
-		res := h.client(SKUKey("SKU-"+id), &ClaimSKU{ID: id, SKU: "SKU-" + id, Name: "product " + id, PriceCents: price, OnHand: onHand})
+		res := h.Client(SKUKey("SKU-"+id), &ClaimSKU{ID: id, SKU: "SKU-" + id, Name: "product " + id, PriceCents: price, OnHand: onHand})
 		if res.Outcome != Created {
 			t.Fatalf("claim sku: %+v", res)
 		}
-		h.drain()
-		if res := h.client(SKUKey("SKU-"+id), &ClaimSKU{ID: id + "-dup", SKU: "SKU-" + id, Name: "dup", PriceCents: 1}); res.Outcome != Conflict {
+		h.Drain()
+		if res := h.Client(SKUKey("SKU-"+id), &ClaimSKU{ID: id + "-dup", SKU: "SKU-" + id, Name: "dup", PriceCents: 1}); res.Outcome != Conflict {
 			t.Fatalf("second claim of SKU-%s: %+v", id, res)
 		}
-		if h.ms[h.part(ProductKey(id))].products[id] == nil {
+		if h.Machines[h.Part(ProductKey(id))].products[id] == nil {
 			t.Fatalf("product %s not created by its claim", id)
 		}
 		md.products = append(md.products, id)
@@ -328,7 +328,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 				}
 				c.Items = append(c.Items, LineItem{ProductID: pid, Quantity: 1 + r.Int64N(4), UnitPriceCents: prices[pid]})
 			}
-			res := h.client(OrderKey(id), c)
+			res := h.Client(OrderKey(id), c)
 			if res.Outcome != Created || res.Order.Status != OrderPending || res.Saga.Status != SagaInProgress {
 				t.Fatalf("create order: %+v", res)
 			}
@@ -345,7 +345,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			nDirect++
 			q := 1 + r.Int64N(3)
 			before := h.product(pid).Available()
-			res := h.client(ProductKey(pid), &ReserveStock{ProductID: pid, OrderID: oid, Quantity: q})
+			res := h.Client(ProductKey(pid), &ReserveStock{ProductID: pid, OrderID: oid, Quantity: q})
 			_, held := md.direct[pid][oid]
 			switch {
 			case res.Outcome == OK:
@@ -361,7 +361,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			pid := pick()
 			for oid, q := range md.direct[pid] { // any one; order does not matter to the model
 				rel := 1 + r.Int64N(q)
-				res := h.client(ProductKey(pid), &ReleaseStock{ProductID: pid, OrderID: oid, Quantity: rel, Reason: "test"})
+				res := h.Client(ProductKey(pid), &ReleaseStock{ProductID: pid, OrderID: oid, Quantity: rel, Reason: "test"})
 				if res.Outcome != OK {
 					t.Fatalf("release: %+v", res)
 				}
@@ -373,7 +373,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 		case roll < 50:
 			pid := pick()
 			q := 1 + r.Int64N(5)
-			if res := h.client(ProductKey(pid), &ReplenishStock{ProductID: pid, Quantity: q, Reason: "restock"}); res.Outcome != OK {
+			if res := h.Client(ProductKey(pid), &ReplenishStock{ProductID: pid, Quantity: q, Reason: "restock"}); res.Outcome != OK {
 				t.Fatalf("replenish: %+v", res)
 			}
 			md.replenish[pid] += q
@@ -391,7 +391,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			}
 			before, _ := h.order(id)
 			was := before.Status
-			res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "changed my mind", CancelledBy: "customer"})
+			res := h.Client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "changed my mind", CancelledBy: "customer"})
 			want := map[string]Outcome{OrderPending: OK, OrderCancelled: Same, OrderConfirmed: OK}[was]
 			if res.Outcome != want || res.Order.Status != OrderCancelled {
 				t.Fatalf("cancel of a %s order: %+v, want outcome %d", was, res, want)
@@ -403,7 +403,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			id := fmt.Sprintf("o%d", r.IntN(nOrders))
 			o, _ := h.order(id)
 			want := map[string]Outcome{OrderPending: Unprocessable, OrderCancelled: Conflict, OrderConfirmed: Same}[o.Status]
-			if res := h.client(OrderKey(id), &ConfirmOrder{OrderID: id}); res.Outcome != want {
+			if res := h.Client(OrderKey(id), &ConfirmOrder{OrderID: id}); res.Outcome != want {
 				t.Fatalf("confirm of a %s order: outcome %d, want %d", o.Status, res.Outcome, want)
 			}
 		case roll < 62:
@@ -413,7 +413,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 				// A cancelled order's marker refuses a direct payment
 				// until it is purged.
 				oid = md.ghosts[r.IntN(len(md.ghosts))]
-				closed = h.ms[h.part(PaymentKey(oid))].closedOrders[oid]
+				closed = h.Machines[h.Part(PaymentKey(oid))].closedOrders[oid]
 			} else if nOrders > 0 && r.IntN(6) == 0 {
 				oid = fmt.Sprintf("o%d", r.IntN(nOrders)) // takes the order's one payment
 				md.doomed[oid] = "a direct payment took its one payment"
@@ -423,7 +423,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 					delete(md.doomed, oid) // its request is already on the way
 				}
 			}
-			res := h.client(PaymentKey(oid), &CreatePayment{OrderID: oid, CustomerID: "c0", AmountCents: 1 + r.Int64N(1_200_000), Currency: "EUR", Method: methods[r.IntN(4)]})
+			res := h.Client(PaymentKey(oid), &CreatePayment{OrderID: oid, CustomerID: "c0", AmountCents: 1 + r.Int64N(1_200_000), Currency: "EUR", Method: methods[r.IntN(4)]})
 			if closed && res.Outcome != Conflict {
 				t.Fatalf("direct payment for closed order %s: %+v", oid, res)
 			}
@@ -439,7 +439,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			oid := md.payments[r.IntN(len(md.payments))]
 			p := h.payment(oid)
 			was := p.Status
-			res := h.client(PaymentKey(oid), &RefundPayment{PaymentID: p.ID, Reason: "returned"})
+			res := h.Client(PaymentKey(oid), &RefundPayment{PaymentID: p.ID, Reason: "returned"})
 			if wantOK := was == PaymentCaptured && !p.Saga; (res.Outcome == OK) != wantOK {
 				t.Fatalf("refund of a %s payment (saga %v): %+v", was, p.Saga, res)
 			}
@@ -454,45 +454,45 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res := h.apply(h.part(PaymentKey(id)), engine.FromMessage, "", data); res.Outcome != OK {
+			if res := h.Apply(h.Part(PaymentKey(id)), engine.FromMessage, "", data); res.Outcome != OK {
 				t.Fatalf("refund for order %s: %+v", id, res)
 			}
 		case roll < 88:
-			h.deliver()
+			h.Deliver()
 		default:
-			h.advance(r.Int64N(10 * ms))
+			h.Advance(r.Int64N(10 * ms))
 		}
 		if step == c3At {
-			if res := h.client(CustomerKey("c3"), &CreateCustomer{ID: "c3", Email: "c3@example.com", Name: "customer c3"}); res.Outcome != Created {
+			if res := h.Client(CustomerKey("c3"), &CreateCustomer{ID: "c3", Email: "c3@example.com", Name: "customer c3"}); res.Outcome != Created {
 				t.Fatalf("create customer: %+v", res)
 			}
 		}
 		checkAlways(h, md)
 		checkPurges(h, md, false)
 		if step == 60 {
-			h.checkReplay() // also mid-flight, with messages and timers pending
+			h.CheckReplay() // also mid-flight, with messages and timers pending
 		}
 		if step == 40 {
-			for p, m := range h.ms {
+			for p, m := range h.Machines {
 				forks[p], atFork[p] = m.ForkSnapshot(), m.AppendSnapshot(nil)
 			}
 		}
 	}
-	h.drain()
+	h.Drain()
 	// Then cancel some of the confirmed orders, between deliveries of each
 	// other's releases and refunds.
 	for _, id := range md.sagaOrders {
 		if o, _ := h.order(id); o.Status == OrderConfirmed && r.IntN(3) == 0 {
-			if res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
+			if res := h.Client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
 				t.Fatalf("cancel of a CONFIRMED order: %+v", res)
 			}
 			md.afterConfirm[id] = true
-			for r.IntN(3) != 0 && h.deliver() {
+			for r.IntN(3) != 0 && h.Deliver() {
 			}
 			checkAlways(h, md)
 		}
 	}
-	h.drain()
+	h.Drain()
 	// A fork encodes the state at the fork, however much changed since.
 	for p, f := range forks {
 		if !bytes.Equal(f(nil), atFork[p]) {
@@ -531,16 +531,16 @@ func TestPropertySagas(t *testing.T) {
 // reads a version 2 snapshot, which has no index.
 func TestSKUClaim(t *testing.T) {
 	m := NewMachine()
-	claim := func(id, sku string) (*recorder, *Result) {
-		fx := &recorder{t: t}
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &ClaimSKU{ID: id, SKU: sku, Name: "n", PriceCents: 1}}, fx)
-		return fx, fx.reply.(*Result)
+	claim := func(id, sku string) (*engine.Effects, *Result) {
+		fx := new(engine.Effects)
+		m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &ClaimSKU{ID: id, SKU: sku, Name: "n", PriceCents: 1}}, fx)
+		return fx, fx.Replied().(*Result)
 	}
-	if fx, res := claim("p1", "A"); res.Outcome != Created || len(fx.sends) != 1 || fx.sends[0].key != ProductKey("p1") {
-		t.Fatalf("first claim: %+v, sends %v", res, fx.sends)
+	if fx, res := claim("p1", "A"); res.Outcome != Created || len(fx.Sends()) != 1 || fx.Sends()[0].Key != ProductKey("p1") {
+		t.Fatalf("first claim: %+v, sends %v", res, fx.Sends())
 	}
-	if fx, res := claim("p2", "A"); res.Outcome != Conflict || !strings.Contains(res.Msg, `"p1"`) || len(fx.sends) != 0 || !fx.unchanged {
-		t.Fatalf("second claim: %+v, sends %v", res, fx.sends)
+	if fx, res := claim("p2", "A"); res.Outcome != Conflict || !strings.Contains(res.Msg, `"p1"`) || len(fx.Sends()) != 0 || !fx.IsUnchanged() {
+		t.Fatalf("second claim: %+v, sends %v", res, fx.Sends())
 	}
 	r := NewMachine()
 	if err := r.Restore(m.AppendSnapshot(nil)); err != nil || r.skus["A"] != "p1" {

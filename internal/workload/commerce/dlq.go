@@ -147,7 +147,7 @@ func faultable(cmd engine.Command) (string, bool) {
 // applyDLQ handles the dead-letter commands, parks a forward step while
 // the fault is on, and drops the parked entries of an order whose saga
 // has ended. nil: apply in as usual.
-func (m *Machine) applyDLQ(in *engine.Input, now int64, fx Effects) *Result {
+func (m *Machine) applyDLQ(in *engine.Input, now int64, fx *engine.Effects) *Result {
 	switch c := in.Cmd.(type) {
 	case *SetFault:
 		return m.setFault(c)
@@ -284,7 +284,7 @@ func dlqNotFound(id string) *Result {
 // replayDLQ applies the parked message as if it had just arrived, and
 // removes the entry in the same Apply. While the fault is on it would
 // only fail again, so it is refused and the entry stays.
-func (m *Machine) replayDLQ(c *ReplayDLQ, now int64, fx Effects) *Result {
+func (m *Machine) replayDLQ(c *ReplayDLQ, now int64, fx *engine.Effects) *Result {
 	i := m.findEntry(c.ID)
 	if i < 0 {
 		return dlqNotFound(c.ID)

@@ -15,26 +15,26 @@ const emptyDLQBytes = 9
 
 // everywhere applies a client command at every partition of h.
 func (h *harness) everywhere(cmd engine.Command) {
-	h.t.Helper()
+	h.T.Helper()
 	data, err := cmd.AppendBinary(nil)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
-	for p := range h.n {
-		if res := h.apply(p, engine.FromClient, "", data); res.Outcome != OK && res.Outcome != Same {
-			h.t.Fatalf("%T at partition %d: %+v", cmd, p, res)
+	for p := range h.N {
+		if res := h.Apply(p, engine.FromClient, "", data); res.Outcome != OK && res.Outcome != Same {
+			h.T.Fatalf("%T at partition %d: %+v", cmd, p, res)
 		}
 	}
 }
 
 // at applies a client command at partition p.
 func (h *harness) at(p int, cmd engine.Command) *Result {
-	h.t.Helper()
+	h.T.Helper()
 	data, err := cmd.AppendBinary(nil)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
-	return h.apply(p, engine.FromClient, "", data)
+	return h.Apply(p, engine.FromClient, "", data)
 }
 
 // runDLQSeed: random orders while the fault goes on and off, parked steps
@@ -50,14 +50,14 @@ var customerAnswers int
 
 func runDLQSeed(t *testing.T, seed uint64) (parked, replayed, discarded, dropped uint64) {
 	h := newHarness(t, seed, 4)
-	r := h.rng
+	r := h.Rng
 	md := &model{initial: map[string]int64{}, replenish: map[string]int64{}, direct: map[string]map[string]int64{},
 		orders: map[string]*CreateOrder{}, doomed: map[string]string{}, stats: &stats{}}
 	md.watch(h)
 	for i := range 4 {
 		id := fmt.Sprintf("p%d", i)
 		onHand := 5 + r.Int64N(20)
-		if res := h.client(ProductKey(id), &CreateProduct{ID: id, SKU: id, Name: id, PriceCents: 100 + r.Int64N(5000), OnHand: onHand}); res.Outcome != Created {
+		if res := h.Client(ProductKey(id), &CreateProduct{ID: id, SKU: id, Name: id, PriceCents: 100 + r.Int64N(5000), OnHand: onHand}); res.Outcome != Created {
 			t.Fatalf("%+v", res)
 		}
 		md.products, md.initial[id], md.direct[id] = append(md.products, id), onHand, map[string]int64{}
@@ -80,7 +80,7 @@ func runDLQSeed(t *testing.T, seed uint64) (parked, replayed, discarded, dropped
 				c.VerifyCustomer = true
 				md.doomed[id] = "its customer does not exist"
 			}
-			if res := h.client(OrderKey(id), c); res.Outcome != Created {
+			if res := h.Client(OrderKey(id), c); res.Outcome != Created {
 				t.Fatalf("create order: %+v", res)
 			}
 			md.orders[id], md.sagaOrders = c, append(md.sagaOrders, id)
@@ -88,8 +88,8 @@ func runDLQSeed(t *testing.T, seed uint64) (parked, replayed, discarded, dropped
 			fault = !fault
 			h.everywhere(&SetFault{Enabled: fault, Message: "seed fault"})
 		case roll < 45:
-			p := r.IntN(h.n)
-			es := h.ms[p].Query(&ListDLQ{}).([]DLQEntry)
+			p := r.IntN(h.N)
+			es := h.Machines[p].Query(&ListDLQ{}).([]DLQEntry)
 			if len(es) == 0 {
 				break
 			}
@@ -115,18 +115,18 @@ func runDLQSeed(t *testing.T, seed uint64) (parked, replayed, discarded, dropped
 				}
 			}
 		case roll < 85:
-			h.deliver()
+			h.Deliver()
 		default:
-			h.advance(r.Int64N(20 * ms))
+			h.Advance(r.Int64N(20 * ms))
 		}
 		checkAlways(h, md)
 		if step == 100 {
-			h.checkReplay()
+			h.CheckReplay()
 		}
 	}
-	h.drain()
+	h.Drain()
 	checkEnd(h, md)
-	for p, m := range h.ms {
+	for p, m := range h.Machines {
 		s := m.Query(&StatsDLQ{}).(*DLQStats)
 		if s.Count != 0 {
 			t.Fatalf("partition %d: %d entries left after every saga ended: %+v", p, s.Count, m.Query(&ListDLQ{}))
@@ -153,7 +153,7 @@ func runDLQSeed(t *testing.T, seed uint64) (parked, replayed, discarded, dropped
 	}
 	for _, id := range md.sagaOrders {
 		n := 0
-		for _, e := range h.ms[h.part(PaymentKey(id))].Query(&Events{Key: PaymentKey(id), Limit: MaxEventsPerEntity}).([]Event) {
+		for _, e := range h.Machines[h.Part(PaymentKey(id))].Query(&Events{Key: PaymentKey(id), Limit: MaxEventsPerEntity}).([]Event) {
 			if e.Type == "PaymentRequested" {
 				n++
 			}
@@ -166,7 +166,7 @@ func runDLQSeed(t *testing.T, seed uint64) (parked, replayed, discarded, dropped
 }
 
 func productEvents(h *harness, id string) []Event {
-	return h.ms[h.part(ProductKey(id))].Query(&Events{Key: ProductKey(id), Limit: MaxEventsPerEntity}).([]Event)
+	return h.Machines[h.Part(ProductKey(id))].Query(&Events{Key: ProductKey(id), Limit: MaxEventsPerEntity}).([]Event)
 }
 
 func fieldOf(e Event, k string) string {
@@ -204,9 +204,9 @@ func TestDLQEvictsOldest(t *testing.T) {
 	m := NewMachine()
 	m.dlq.fault, m.dlq.message = true, "x"
 	for i := range MaxDLQPerPartition + 2 {
-		fx := &recorder{t: t}
-		m.ApplyTo(&engine.Input{Kind: engine.FromMessage, TimeNs: int64(i), Cmd: &ReserveForOrder{OrderID: fmt.Sprint("o", i), ProductID: "p", Quantity: 1}}, fx)
-		if res := fx.reply.(*Result); res.Outcome != OK || fx.unchanged || len(fx.sends) != 0 {
+		fx := new(engine.Effects)
+		m.Apply(&engine.Input{Kind: engine.FromMessage, TimeNs: int64(i), Cmd: &ReserveForOrder{OrderID: fmt.Sprint("o", i), ProductID: "p", Quantity: 1}}, fx)
+		if res := fx.Replied().(*Result); res.Outcome != OK || fx.IsUnchanged() || len(fx.Sends()) != 0 {
 			t.Fatalf("park %d: %+v", i, res)
 		}
 	}
@@ -228,7 +228,7 @@ func TestDLQEvictsOldest(t *testing.T) {
 // empty queue and the fault off; a bad entry order is refused.
 func TestDLQSnapshotVersions(t *testing.T) {
 	m := NewMachine()
-	m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &CreateProduct{ID: "p", SKU: "p", Name: "p", PriceCents: 1, OnHand: 1}}, &recorder{t: t})
+	m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &CreateProduct{ID: "p", SKU: "p", Name: "p", PriceCents: 1, OnHand: 1}}, new(engine.Effects))
 	v3 := wire.Writer{}
 	v3.U32(3)
 	_ = m.code(&wire.Coder{W: &v3})
@@ -239,7 +239,7 @@ func TestDLQSnapshotVersions(t *testing.T) {
 	}
 	m.dlq.fault = true
 	for i := range 2 {
-		m.ApplyTo(&engine.Input{Kind: engine.FromMessage, TimeNs: 2, Cmd: &ReserveForOrder{OrderID: fmt.Sprint("o", i), ProductID: "p", Quantity: 1}}, &recorder{t: t})
+		m.Apply(&engine.Input{Kind: engine.FromMessage, TimeNs: 2, Cmd: &ReserveForOrder{OrderID: fmt.Sprint("o", i), ProductID: "p", Quantity: 1}}, new(engine.Effects))
 	}
 	m.dlq.entries[0], m.dlq.entries[1] = m.dlq.entries[1], m.dlq.entries[0]
 	if err := NewMachine().Restore(m.AppendSnapshot(nil)); err == nil || !strings.Contains(err.Error(), "out of order") {
@@ -252,15 +252,15 @@ func TestDLQSnapshotVersions(t *testing.T) {
 // not found.
 func TestDLQClientInputs(t *testing.T) {
 	m := newMachineAt(1)
-	fx := &recorder{t: t}
-	m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &SetFault{Enabled: true, Message: strings.Repeat("x", MaxTextLen+1)}}, fx)
-	if res := fx.reply.(*Result); res.Outcome != Invalid || !fx.unchanged || m.dlq.fault {
+	fx := new(engine.Effects)
+	m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &SetFault{Enabled: true, Message: strings.Repeat("x", MaxTextLen+1)}}, fx)
+	if res := fx.Replied().(*Result); res.Outcome != Invalid || !fx.IsUnchanged() || m.dlq.fault {
 		t.Fatalf("too long a message: %+v", res)
 	}
 	for _, id := range []string{"dlq-0-0", "dlq-1-0", "dlq-1-x", "x", "dlq-01-0"} {
-		fx := &recorder{t: t}
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &ReplayDLQ{ID: id}}, fx)
-		if res := fx.reply.(*Result); res.Outcome != NotFound || !fx.unchanged {
+		fx := new(engine.Effects)
+		m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &ReplayDLQ{ID: id}}, fx)
+		if res := fx.Replied().(*Result); res.Outcome != NotFound || !fx.IsUnchanged() {
 			t.Fatalf("replay %q: %+v", id, res)
 		}
 	}

@@ -3,11 +3,9 @@ package commerce_test
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +16,7 @@ import (
 	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/workload/commerce"
 )
 
@@ -43,21 +41,14 @@ func fillTo(t *testing.T, n int, obj map[string]any, field string) string {
 // the saga's messages and the product a sku claim creates included.
 func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	el := &apitest.EntryLog{Log: lg}
+	el := &apitest.EntryLog{Log: enginetest.OpenWAL(t, dir, 4)}
 	hub := commerce.NewHub(0)
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: el, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler), Notify: func(_ int, wl uint8, v any) {
+	eng := enginetest.OpenEngine(t, dir, engine.Options{Partitions: 4, Log: el,
+		Notify: func(_ int, wl uint8, v any) {
 			if wl == commerce.WorkloadID {
 				hub.Notify(v)
 			}
 		}}, commerce.Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	capi := commerce.NewAPI(eng, hub).SetSagaDeadline(time.Minute)
 	capi.Register(mux, api.NewMetrics(prometheus.NewRegistry()))

@@ -3,30 +3,15 @@ package commerce
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 func openEngine(t *testing.T, dir string) *engine.Engine {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: slog.New(slog.DiscardHandler)}, Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
+	return enginetest.OpenEngine(t, dir, engine.Options{Partitions: 4}, Workload{})
 }
 
 // The saga on the real engine: messages between partitions, the deadline

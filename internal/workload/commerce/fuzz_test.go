@@ -100,10 +100,10 @@ func FuzzDecode(f *testing.F) {
 		// panic either: this is what replay of a strange record does.
 		m := NewMachine()
 		for _, kind := range []engine.InputKind{engine.FromClient, engine.FromMessage, engine.FromTimer} {
-			fx := &recorder{t: t}
-			m.ApplyTo(&engine.Input{Kind: kind, Cmd: cmd}, fx)
-			if _, ok := fx.reply.(*Result); !ok {
-				t.Fatalf("%T: reply %T", cmd, fx.reply)
+			fx := new(engine.Effects)
+			m.Apply(&engine.Input{Kind: kind, Cmd: cmd}, fx)
+			if _, ok := fx.Replied().(*Result); !ok {
+				t.Fatalf("%T: reply %T", cmd, fx.Replied())
 			}
 		}
 	})
@@ -114,10 +114,10 @@ func FuzzDecode(f *testing.F) {
 func FuzzRestore(f *testing.F) {
 	h := newHarness(f, 1, 1)
 	for _, c := range sampleCommands() {
-		h.client("", c)
+		h.Client("", c)
 	}
-	h.drain()
-	f.Add(h.ms[0].AppendSnapshot(nil))
+	h.Drain()
+	f.Add(h.Machines[0].AppendSnapshot(nil))
 	f.Add(NewMachine().AppendSnapshot(nil))
 	for p := range 2 { // version 2, which Restore still reads
 		if b, err := os.ReadFile(fmt.Sprintf("testdata/v2-snap-%d.bin", p)); err == nil {

@@ -22,11 +22,11 @@ func TestBytesPerOrder(t *testing.T) {
 	h := newHarness(t, 3, parts)
 	for i := range products {
 		id := fmt.Sprintf("p%d", i)
-		h.client(ProductKey(id), &CreateProduct{ID: id, SKU: "SKU-" + id, Name: "Product " + id, PriceCents: 999, OnHand: 100_000})
+		h.Client(ProductKey(id), &CreateProduct{ID: id, SKU: "SKU-" + id, Name: "Product " + id, PriceCents: 999, OnHand: 100_000})
 	}
 	snapshots := func() [][]byte {
 		out := make([][]byte, parts)
-		for i, m := range h.ms {
+		for i, m := range h.Machines {
 			out[i] = m.AppendSnapshot(nil)
 		}
 		return out
@@ -51,10 +51,10 @@ func TestBytesPerOrder(t *testing.T) {
 		id := fmt.Sprintf("order-%08d-0000-0000-0000-000000000000", i)
 		c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", i%100), PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline, RetentionNs: 1e9,
 			ShippingAddress: "1 Main Street", Items: []LineItem{{ProductID: fmt.Sprintf("p%d", i%products), Quantity: 1, UnitPriceCents: 1000}}}
-		if res := h.client(OrderKey(id), c); res.Outcome != Created {
+		if res := h.Client(OrderKey(id), c); res.Outcome != Created {
 			t.Fatalf("%+v", res)
 		}
-		for h.deliver() {
+		for h.Deliver() {
 		}
 	}
 	heap1, size1 := measure(snapshots())
@@ -62,9 +62,9 @@ func TestBytesPerOrder(t *testing.T) {
 	perSnap := float64(size1-size0) / orders
 	// Past the saga retention: the sagas are purged, the orders, payments
 	// and events stay.
-	h.drain()
-	h.advance(2e9)
-	h.drain()
+	h.Drain()
+	h.Advance(2e9)
+	h.Drain()
 	heap2, size2 := measure(snapshots())
 	perKept := float64(heap2-heap0) / orders
 	perKeptSnap := float64(size2-size0) / orders

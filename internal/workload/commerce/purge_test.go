@@ -15,23 +15,23 @@ func TestPurgeAfterRetention(t *testing.T) {
 	const ret = 100 * ms
 	ok := order("ok", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 999})
 	ok.RetentionNs = ret
-	h.client(OrderKey("ok"), ok)
-	for h.deliver() {
+	h.Client(OrderKey("ok"), ok)
+	for h.Deliver() {
 	}
-	endOK := h.now
-	h.advance(40 * ms)
+	endOK := h.Now
+	h.Advance(40 * ms)
 	cancel := order("cancel", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 999})
 	cancel.RetentionNs = ret
-	h.client(OrderKey("cancel"), cancel)
-	if res := h.client(OrderKey("cancel"), &CancelOrder{OrderID: "cancel", Reason: "no", CancelledBy: "me"}); res.Outcome != OK {
+	h.Client(OrderKey("cancel"), cancel)
+	if res := h.Client(OrderKey("cancel"), &CancelOrder{OrderID: "cancel", Reason: "no", CancelledBy: "me"}); res.Outcome != OK {
 		t.Fatalf("%+v", res)
 	}
-	endCancel := h.now
+	endCancel := h.Now
 	forever := order("forever", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 999})
-	h.client(OrderKey("forever"), forever) // RetentionNs 0
-	for h.deliver() {
+	h.Client(OrderKey("forever"), forever) // RetentionNs 0
+	for h.Deliver() {
 	}
-	saga := func(id string) *Saga { return h.ms[h.part(OrderKey(id))].Query(&GetSaga{ID: id}).(*Saga) }
+	saga := func(id string) *Saga { return h.Machines[h.Part(OrderKey(id))].Query(&GetSaga{ID: id}).(*Saga) }
 	if s := saga("ok"); s == nil || s.Status != SagaCompleted {
 		t.Fatalf("ok: %+v", s)
 	}
@@ -39,30 +39,30 @@ func TestPurgeAfterRetention(t *testing.T) {
 		t.Fatalf("cancel: %+v", s)
 	}
 
-	h.advance(endOK + ret - 1 - h.now) // 1 ns before the first purge time
+	h.Advance(endOK + ret - 1 - h.Now) // 1 ns before the first purge time
 	if saga("ok") == nil {
 		t.Fatal("purged 1 ns before its retention passed")
 	}
-	h.checkReplay()
-	h.advance(1)
+	h.CheckReplay()
+	h.Advance(1)
 	if saga("ok") != nil {
 		t.Fatal("not purged once its retention passed")
 	}
 	if saga("cancel") == nil {
 		t.Fatal("the later saga went with the first")
 	}
-	if o := h.ms[h.part(OrderKey("ok"))].Query(&GetOrder{ID: "ok"}).(*Order); o == nil || o.Status != OrderConfirmed {
+	if o := h.Machines[h.Part(OrderKey("ok"))].Query(&GetOrder{ID: "ok"}).(*Order); o == nil || o.Status != OrderConfirmed {
 		t.Fatalf("the order must stay: %+v", o)
 	}
-	if evs := h.ms[h.part(OrderKey("ok"))].Query(&Events{Key: OrderKey("ok")}).([]Event); len(evs) == 0 {
+	if evs := h.Machines[h.Part(OrderKey("ok"))].Query(&Events{Key: OrderKey("ok")}).([]Event); len(evs) == 0 {
 		t.Fatal("the order's events must stay")
 	}
 	if p := h.payment("ok"); p == nil || p.Status != PaymentCaptured {
 		t.Fatalf("the payment must stay: %+v", p)
 	}
-	h.checkReplay()
+	h.CheckReplay()
 	// The timer is re-armed for the next saga.
-	h.advance(endCancel + ret - h.now)
+	h.Advance(endCancel + ret - h.Now)
 	if saga("cancel") != nil {
 		t.Fatal("the cancelled saga was not purged at its time")
 	}
@@ -71,19 +71,19 @@ func TestPurgeAfterRetention(t *testing.T) {
 	}
 	// A cancelled, purged order still answers as before: cancel is a
 	// no-op and confirm a conflict; its late messages change nothing.
-	if res := h.client(OrderKey("cancel"), &CancelOrder{OrderID: "cancel", Reason: "again", CancelledBy: "me"}); res.Outcome != Same {
+	if res := h.Client(OrderKey("cancel"), &CancelOrder{OrderID: "cancel", Reason: "again", CancelledBy: "me"}); res.Outcome != Same {
 		t.Fatalf("%+v", res)
 	}
-	if res := h.client(OrderKey("ok"), &ConfirmOrder{OrderID: "ok"}); res.Outcome != Same {
+	if res := h.Client(OrderKey("ok"), &ConfirmOrder{OrderID: "ok"}); res.Outcome != Same {
 		t.Fatalf("%+v", res)
 	}
-	if res := h.client(OrderKey("ok"), &CreateOrder{OrderID: "ok", CustomerID: "c1", Items: ok.Items, DeadlineNs: DefaultDeadline}); res.Outcome != Conflict {
+	if res := h.Client(OrderKey("ok"), &CreateOrder{OrderID: "ok", CustomerID: "c1", Items: ok.Items, DeadlineNs: DefaultDeadline}); res.Outcome != Conflict {
 		t.Fatalf("re-creating a purged saga's order: %+v", res)
 	}
-	if h.timersLeft() != 0 {
-		t.Fatalf("%d timers left with nothing to purge", h.timersLeft())
+	if h.TimersLeft() != 0 {
+		t.Fatalf("%d timers left with nothing to purge", h.TimersLeft())
 	}
-	h.checkReplay()
+	h.CheckReplay()
 }
 
 // TestPurgeClosedOrderMarker: a RefundForOrder for an order with no
@@ -91,15 +91,15 @@ func TestPurgeAfterRetention(t *testing.T) {
 func TestPurgeClosedOrderMarker(t *testing.T) {
 	h := newHarness(t, 1, 4)
 	data, _ := (&RefundForOrder{OrderID: "x", Reason: "cancelled", RetentionNs: 50 * ms}).AppendBinary(nil)
-	h.apply(h.part(PaymentKey("x")), engine.FromMessage, "", data)
+	h.Apply(h.Part(PaymentKey("x")), engine.FromMessage, "", data)
 	pay := &CreatePayment{OrderID: "x", CustomerID: "c", AmountCents: 100, Currency: "EUR", Method: "CREDIT_CARD"}
-	h.advance(50*ms - 1)
-	if res := h.client(PaymentKey("x"), pay); res.Outcome != Conflict {
+	h.Advance(50*ms - 1)
+	if res := h.Client(PaymentKey("x"), pay); res.Outcome != Conflict {
 		t.Fatalf("payment for a closed order before the purge: %+v", res)
 	}
-	h.advance(1)
-	h.checkReplay()
-	if res := h.client(PaymentKey("x"), pay); res.Outcome != Created {
+	h.Advance(1)
+	h.CheckReplay()
+	if res := h.Client(PaymentKey("x"), pay); res.Outcome != Created {
 		t.Fatalf("payment after the marker's purge: %+v", res)
 	}
 }
@@ -108,16 +108,16 @@ func TestPurgeClosedOrderMarker(t *testing.T) {
 func TestPurgeOnlyFromTimer(t *testing.T) {
 	m := NewMachine()
 	for _, k := range []engine.InputKind{engine.FromClient, engine.FromMessage} {
-		fx := &recorder{t: t}
-		m.ApplyTo(&engine.Input{Kind: k, Cmd: &PurgeSagas{}}, fx)
-		if res := fx.reply.(*Result); res.Outcome != Invalid || !fx.unchanged {
+		fx := new(engine.Effects)
+		m.Apply(&engine.Input{Kind: k, Cmd: &PurgeSagas{}}, fx)
+		if res := fx.Replied().(*Result); res.Outcome != Invalid || !fx.IsUnchanged() {
 			t.Fatalf("kind %v: %+v", k, res)
 		}
 	}
-	fx := &recorder{t: t}
-	m.ApplyTo(&engine.Input{Kind: engine.FromClient, Cmd: &CreateOrder{OrderID: "o", CustomerID: "c", DeadlineNs: 1, RetentionNs: -1,
+	fx := new(engine.Effects)
+	m.Apply(&engine.Input{Kind: engine.FromClient, Cmd: &CreateOrder{OrderID: "o", CustomerID: "c", DeadlineNs: 1, RetentionNs: -1,
 		Items: []LineItem{{ProductID: "a", Quantity: 1}}}}, fx)
-	if res := fx.reply.(*Result); res.Outcome != Invalid {
+	if res := fx.Replied().(*Result); res.Outcome != Invalid {
 		t.Fatalf("negative retention: %+v", res)
 	}
 }
@@ -127,18 +127,24 @@ func TestPurgeOnlyFromTimer(t *testing.T) {
 func TestPurgeBoundedPerFiring(t *testing.T) {
 	m := NewMachine()
 	const n = maxPurgePerFiring + 10
-	fx := &recorder{t: t}
+	fx := new(engine.Effects)
 	for i := range n {
 		id := string(rune('a'+i%26)) + itoa(int64(i))
 		m.sagas[id] = &Saga{ID: id, Status: SagaCompleted}
 		m.retire(id, false, 0, 10, fx)
 	}
-	fx = &recorder{t: t}
-	m.ApplyTo(&engine.Input{Kind: engine.FromTimer, TimeNs: 20, Cmd: &PurgeSagas{}}, fx)
+	fx = new(engine.Effects)
+	m.Apply(&engine.Input{Kind: engine.FromTimer, TimeNs: 20, Cmd: &PurgeSagas{}}, fx)
 	if len(m.sagas) != 10 {
 		t.Fatalf("%d sagas left after one firing, want 10", len(m.sagas))
 	}
-	if tm := fx.timers[purgeTimerID]; tm == nil || tm.at != 20 {
+	var tm *engine.TimerOp
+	for _, op := range fx.Timers() {
+		if op.ID == purgeTimerID {
+			tm = &op
+		}
+	}
+	if tm == nil || tm.Cancel || tm.AtNs != 20 {
 		t.Fatalf("timer %+v, want re-armed at once (20)", tm)
 	}
 	snap := m.AppendSnapshot(nil)
@@ -146,10 +152,10 @@ func TestPurgeBoundedPerFiring(t *testing.T) {
 	if err := r.Restore(snap); err != nil {
 		t.Fatal(err)
 	}
-	fx = &recorder{t: t}
-	r.ApplyTo(&engine.Input{Kind: engine.FromTimer, TimeNs: 20, Cmd: &PurgeSagas{}}, fx)
-	if len(r.sagas) != 0 || len(fx.timers) != 0 {
-		t.Fatalf("%d sagas, timers %v after the second firing", len(r.sagas), fx.timers)
+	fx = new(engine.Effects)
+	r.Apply(&engine.Input{Kind: engine.FromTimer, TimeNs: 20, Cmd: &PurgeSagas{}}, fx)
+	if len(r.sagas) != 0 || len(fx.Timers()) != 0 {
+		t.Fatalf("%d sagas, timers %v after the second firing", len(r.sagas), fx.Timers())
 	}
 }
 

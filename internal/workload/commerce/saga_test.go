@@ -13,7 +13,7 @@ func setup(t *testing.T, stock map[string]int64) *harness {
 	t.Helper()
 	h := newHarness(t, 7, 4)
 	for id, n := range stock {
-		if res := h.client(ProductKey(id), &CreateProduct{ID: id, SKU: id, Name: id, PriceCents: 999, OnHand: n}); res.Outcome != Created {
+		if res := h.Client(ProductKey(id), &CreateProduct{ID: id, SKU: id, Name: id, PriceCents: 999, OnHand: n}); res.Outcome != Created {
 			t.Fatalf("%+v", res)
 		}
 	}
@@ -26,7 +26,7 @@ func order(id string, method string, items ...LineItem) *CreateOrder {
 
 func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 5, "b": 5})
-	res := h.client(OrderKey("o1"), order("o1", "CREDIT_CARD",
+	res := h.Client(OrderKey("o1"), order("o1", "CREDIT_CARD",
 		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 1000},
 		LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 999},
 		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 1000}))
@@ -34,10 +34,10 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	if o := res.Order; res.Outcome != Created || o.Subtotal != 2999 || o.Tax != 300 || o.Total != 3299 {
 		t.Fatalf("%+v", res.Order)
 	}
-	if h.part(ProductKey("a")) == h.part(ProductKey("b")) && h.part(ProductKey("a")) == h.part(OrderKey("o1")) {
+	if h.Part(ProductKey("a")) == h.Part(ProductKey("b")) && h.Part(ProductKey("a")) == h.Part(OrderKey("o1")) {
 		t.Log("all keys in one partition; the saga still crosses keys")
 	}
-	for h.deliver() {
+	for h.Deliver() {
 	}
 	o, s := h.order("o1")
 	if o.Status != OrderConfirmed || s.Status != SagaCompleted || o.PaymentID != "PAY-o1" {
@@ -50,11 +50,11 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	if p := h.payment("o1"); p.Status != PaymentCaptured || p.AmountCents != 3299 {
 		t.Fatalf("%+v", p)
 	}
-	if h.timersLeft() != 0 {
+	if h.TimersLeft() != 0 {
 		t.Fatal("the deadline timer of a completed saga is still armed")
 	}
 	// The product got one ReserveForOrder for its two lines.
-	evs := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a")}).([]Event)
+	evs := h.Machines[h.Part(ProductKey("a"))].Query(&Events{Key: ProductKey("a")}).([]Event)
 	var types []string
 	for _, e := range evs {
 		types = append(types, e.Type)
@@ -62,7 +62,7 @@ func TestSagaConfirmsAcrossPartitions(t *testing.T) {
 	if want := "ProductCreated StockReserved"; join(types) != want {
 		t.Fatalf("events %q, want %q", join(types), want)
 	}
-	if last := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 2 {
+	if last := h.Machines[h.Part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1}).([]Event); len(last) != 1 || last[0].Seq != 2 {
 		t.Fatalf("limit 1 gives %+v, want the newest", last)
 	}
 }
@@ -85,13 +85,13 @@ func TestDeadlineCompensatesLateReservations(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 5, "b": 5})
 	c := order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100}, LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 100})
 	c.DeadlineNs = 5 * ms
-	h.client(OrderKey("o1"), c)
-	h.advance(5 * ms)
+	h.Client(OrderKey("o1"), c)
+	h.Advance(5 * ms)
 	o, s := h.order("o1")
 	if o.Status != OrderCancelled || s.Status != SagaTimedOut {
 		t.Fatalf("order %s saga %s", o.Status, s.Status)
 	}
-	h.drain()
+	h.Drain()
 	for _, id := range []string{"a", "b"} {
 		if p := h.product(id); p.Reserved != 0 || p.OnHand != 5 || len(p.resv) != 0 {
 			t.Fatalf("product %s: onHand %d reserved %d %v", id, p.OnHand, p.Reserved, p.resv)
@@ -108,14 +108,14 @@ func TestDeadlineRefundsACapturedPayment(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 5})
 	c := order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100})
 	c.DeadlineNs = 5 * ms
-	h.client(OrderKey("o1"), c)
-	h.deliver() // ReserveForOrder
-	h.deliver() // StockReserved → ProcessPaymentForOrder sent
+	h.Client(OrderKey("o1"), c)
+	h.Deliver() // ReserveForOrder
+	h.Deliver() // StockReserved → ProcessPaymentForOrder sent
 	if _, s := h.order("o1"); !s.paymentAsked {
 		t.Fatal("payment not asked")
 	}
-	h.advance(5 * ms)
-	h.drain()
+	h.Advance(5 * ms)
+	h.Drain()
 	o, s := h.order("o1")
 	if o.Status != OrderCancelled || s.Status != SagaTimedOut {
 		t.Fatalf("order %s saga %s", o.Status, s.Status)
@@ -132,11 +132,11 @@ func TestDeadlineRefundsACapturedPayment(t *testing.T) {
 // loser's order is cancelled with nothing left reserved.
 func TestNoOversellBetweenSagaAndDirectReserve(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 1})
-	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
-	if res := h.client(ProductKey("a"), &ReserveStock{ProductID: "a", OrderID: "perftest-x", Quantity: 1}); res.Outcome != OK {
+	h.Client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	if res := h.Client(ProductKey("a"), &ReserveStock{ProductID: "a", OrderID: "perftest-x", Quantity: 1}); res.Outcome != OK {
 		t.Fatalf("%+v", res)
 	}
-	h.drain()
+	h.Drain()
 	o, s := h.order("o1")
 	if o.Status != OrderCancelled || s.Status != SagaCompensated {
 		t.Fatalf("order %s saga %s", o.Status, s.Status)
@@ -144,7 +144,7 @@ func TestNoOversellBetweenSagaAndDirectReserve(t *testing.T) {
 	if p := h.product("a"); p.Reserved != 1 || p.Available() != 0 || p.Reservation("perftest-x") != 1 {
 		t.Fatalf("reserved %d available %d", p.Reserved, p.Available())
 	}
-	if res := h.client(ProductKey("a"), &ReserveStock{ProductID: "a", OrderID: "perftest-y", Quantity: 1}); res.Outcome != Conflict {
+	if res := h.Client(ProductKey("a"), &ReserveStock{ProductID: "a", OrderID: "perftest-y", Quantity: 1}); res.Outcome != Conflict {
 		t.Fatalf("reserve past the stock: %+v", res)
 	}
 }
@@ -155,8 +155,8 @@ func TestDeclinedPaymentCompensates(t *testing.T) {
 		order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: MaxPaymentCents}), // + tax: over the limit
 	} {
 		h := setup(t, map[string]int64{"a": 5})
-		h.client(OrderKey("o1"), c)
-		h.drain()
+		h.Client(OrderKey("o1"), c)
+		h.Drain()
 		o, s := h.order("o1")
 		if o.Status != OrderCancelled || s.Status != SagaCompensated {
 			t.Fatalf("order %s saga %s", o.Status, s.Status)
@@ -174,15 +174,15 @@ func TestDeclinedPaymentCompensates(t *testing.T) {
 // PaymentProcessed would confirm an order nobody paid for.
 func TestClientCannotForgeSagaMessages(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 5})
-	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
-	h.deliver()
-	h.deliver()
+	h.Client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.Deliver()
+	h.Deliver()
 	for _, c := range []engine.Command{&PaymentProcessed{OrderID: "o1", PaymentID: "PAY-o1"}, &SagaDeadline{OrderID: "o1"}, &StockFailed{OrderID: "o1", ProductID: "a"}} {
-		logged := len(h.log[h.part(OrderKey("o1"))])
-		if res := h.client(OrderKey("o1"), c); res.Outcome != Invalid {
+		logged := len(h.Log[h.Part(OrderKey("o1"))])
+		if res := h.Client(OrderKey("o1"), c); res.Outcome != Invalid {
 			t.Fatalf("%T from a client: %+v", c, res)
 		}
-		if len(h.log[h.part(OrderKey("o1"))]) != logged {
+		if len(h.Log[h.Part(OrderKey("o1"))]) != logged {
 			t.Fatalf("%T from a client was logged", c)
 		}
 	}
@@ -193,9 +193,9 @@ func TestClientCannotForgeSagaMessages(t *testing.T) {
 
 func TestManualRefund(t *testing.T) {
 	h := setup(t, nil)
-	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "none", Quantity: 1, UnitPriceCents: 100}))
+	h.Client(OrderKey("o1"), order("o1", "CREDIT_CARD", LineItem{ProductID: "none", Quantity: 1, UnitPriceCents: 100}))
 	pay := func(order string, amount int64) *Result {
-		return h.client(PaymentKey(order), &CreatePayment{OrderID: order, CustomerID: "c1", AmountCents: amount, Currency: "EUR", Method: "CREDIT_CARD"})
+		return h.Client(PaymentKey(order), &CreatePayment{OrderID: order, CustomerID: "c1", AmountCents: amount, Currency: "EUR", Method: "CREDIT_CARD"})
 	}
 	if res := pay("d1", 500); res.Outcome != Created || res.Payment.Status != PaymentCaptured || res.Payment.ID != "PAY-d1" {
 		t.Fatalf("%+v", res)
@@ -207,7 +207,7 @@ func TestManualRefund(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 	refund := func(id string) Outcome {
-		return h.client(PaymentKey(id[4:]), &RefundPayment{PaymentID: id, Reason: "r"}).Outcome
+		return h.Client(PaymentKey(id[4:]), &RefundPayment{PaymentID: id, Reason: "r"}).Outcome
 	}
 	if got := refund("PAY-d1"); got != OK {
 		t.Fatalf("refund of a captured payment: %d", got)
@@ -221,28 +221,28 @@ func TestManualRefund(t *testing.T) {
 	if got := refund("PAY-nope"); got != NotFound {
 		t.Fatalf("refund of an unknown payment: %d", got)
 	}
-	if res := h.client(PaymentKey("d3"), &CreatePayment{OrderID: "d3", CustomerID: "c1", AmountCents: 1, Currency: "eur"}); res.Outcome != Invalid {
+	if res := h.Client(PaymentKey("d3"), &CreatePayment{OrderID: "d3", CustomerID: "c1", AmountCents: 1, Currency: "eur"}); res.Outcome != Invalid {
 		t.Fatalf("lower-case currency: %+v", res)
 	}
 }
 
 func TestQueries(t *testing.T) {
 	h := newHarness(t, 1, 1)
-	m := h.ms[0]
-	h.client("", &CreateCustomer{ID: "c1", Email: "a@b.c", Name: "Ann"})
-	if res := h.client("", &CreateCustomer{ID: "c2", Email: "nope", Name: "Bob"}); res.Outcome != Invalid {
+	m := h.Machines[0]
+	h.Client("", &CreateCustomer{ID: "c1", Email: "a@b.c", Name: "Ann"})
+	if res := h.Client("", &CreateCustomer{ID: "c2", Email: "nope", Name: "Bob"}); res.Outcome != Invalid {
 		t.Fatalf("bad email: %+v", res)
 	}
-	if res := h.client("", &SetCustomerStatus{ID: "c1", Status: CustomerClosed, Reason: "gone"}); res.Outcome != OK {
+	if res := h.Client("", &SetCustomerStatus{ID: "c1", Status: CustomerClosed, Reason: "gone"}); res.Outcome != OK {
 		t.Fatalf("%+v", res)
 	}
-	if res := h.client("", &SetCustomerStatus{ID: "c1", Status: CustomerActive}); res.Outcome != Conflict {
+	if res := h.Client("", &SetCustomerStatus{ID: "c1", Status: CustomerActive}); res.Outcome != Conflict {
 		t.Fatalf("reopening a closed customer: %+v", res)
 	}
-	h.client("", &CreateProduct{ID: "a", SKU: "a", Name: "a", PriceCents: 100, OnHand: 9})
-	h.client("", order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
-	h.client("", order("o2", "BITCOIN", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
-	h.drain()
+	h.Client("", &CreateProduct{ID: "a", SKU: "a", Name: "a", PriceCents: 100, OnHand: 9})
+	h.Client("", order("o1", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.Client("", order("o2", "BITCOIN", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+	h.Drain()
 	if got := m.Query(&ListSagas{Status: SagaCompleted}).([]Saga); len(got) != 1 || got[0].ID != "o1" {
 		t.Fatalf("completed sagas %+v", got)
 	}
@@ -280,14 +280,14 @@ func TestEventHistoryIsBounded(t *testing.T) {
 	const orders = 1500 // two product events each (reserved, then released by a cancel): 3,001 with the creation
 	for i := range orders {
 		id := fmt.Sprintf("o%d", i)
-		h.client(OrderKey(id), order(id, "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
-		for h.deliver() {
+		h.Client(OrderKey(id), order(id, "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
+		for h.Deliver() {
 		}
-		h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "test", CancelledBy: "test"})
-		for h.deliver() {
+		h.Client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "test", CancelledBy: "test"})
+		for h.Deliver() {
 		}
 	}
-	evs := h.ms[h.part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1 << 20}).([]Event)
+	evs := h.Machines[h.Part(ProductKey("a"))].Query(&Events{Key: ProductKey("a"), Limit: 1 << 20}).([]Event)
 	if len(evs) < MaxEventsPerEntity || len(evs) > 2*MaxEventsPerEntity {
 		t.Fatalf("%d events kept, want %d to %d", len(evs), MaxEventsPerEntity, 2*MaxEventsPerEntity)
 	}
@@ -296,7 +296,7 @@ func TestEventHistoryIsBounded(t *testing.T) {
 			t.Fatalf("event %d has sequence %d, want %d", i, e.Seq, want)
 		}
 	}
-	h.checkReplay()
+	h.CheckReplay()
 }
 
 // TestCancelConfirmedOrder: a CONFIRMED order cancelled by hand gives its
@@ -305,10 +305,10 @@ func TestEventHistoryIsBounded(t *testing.T) {
 // changes nothing.
 func TestCancelConfirmedOrder(t *testing.T) {
 	h := setup(t, map[string]int64{"a": 5, "b": 5})
-	h.client(OrderKey("o1"), order("o1", "CREDIT_CARD",
+	h.Client(OrderKey("o1"), order("o1", "CREDIT_CARD",
 		LineItem{ProductID: "a", Quantity: 2, UnitPriceCents: 100}, LineItem{ProductID: "b", Quantity: 1, UnitPriceCents: 100},
 		LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100}))
-	h.drain()
+	h.Drain()
 	if o, _ := h.order("o1"); o.Status != OrderConfirmed {
 		t.Fatalf("order %s", o.Status)
 	}
@@ -316,8 +316,8 @@ func TestCancelConfirmedOrder(t *testing.T) {
 	// builds did, so their logs replay with the same message sequence.
 	for _, id := range []string{"a", "b"} {
 		commits := 0
-		for _, in := range h.log[h.part(ProductKey(id))] {
-			if c, _ := Decode(in.data); c != nil {
+		for _, in := range h.Log[h.Part(ProductKey(id))] {
+			if c, _ := Decode(in.Data); c != nil {
 				if cm, ok := c.(*CommitForOrder); ok && cm.ProductID == id {
 					commits++
 				}
@@ -327,18 +327,18 @@ func TestCancelConfirmedOrder(t *testing.T) {
 			t.Fatalf("product %s got %d CommitForOrder, want 1", id, commits)
 		}
 	}
-	res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "changed my mind", CancelledBy: "customer"})
+	res := h.Client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "changed my mind", CancelledBy: "customer"})
 	if res.Outcome != OK || res.Order.Status != OrderCancelled || res.Order.Reason != "changed my mind" || res.Order.CancelledBy != "customer" {
 		t.Fatalf("cancel: %+v", res)
 	}
-	h.drain()
+	h.Drain()
 	for id, want := range map[string]string{"a": "ProductCreated StockReserved StockReleased", "b": "ProductCreated StockReserved StockReleased"} {
 		p := h.product(id)
 		if p.OnHand != 5 || p.Reserved != 0 || len(p.resv) != 0 {
 			t.Fatalf("product %s: onHand %d reserved %d %v", id, p.OnHand, p.Reserved, p.resv)
 		}
 		var types []string
-		for _, e := range h.ms[h.part(ProductKey(id))].Query(&Events{Key: ProductKey(id)}).([]Event) {
+		for _, e := range h.Machines[h.Part(ProductKey(id))].Query(&Events{Key: ProductKey(id)}).([]Event) {
 			types = append(types, e.Type)
 		}
 		if join(types) != want {
@@ -351,10 +351,10 @@ func TestCancelConfirmedOrder(t *testing.T) {
 	if o, s := h.order("o1"); o.Status != OrderCancelled || s.Status != SagaCompleted {
 		t.Fatalf("order %s saga %s", o.Status, s.Status)
 	}
-	if res := h.client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "again", CancelledBy: "customer"}); res.Outcome != Same {
+	if res := h.Client(OrderKey("o1"), &CancelOrder{OrderID: "o1", Reason: "again", CancelledBy: "customer"}); res.Outcome != Same {
 		t.Fatalf("second cancel: %+v", res)
 	}
-	h.checkReplay()
+	h.CheckReplay()
 }
 
 // TestSagaVerifiesUnknownCustomer: an order the API accepted for a
@@ -371,10 +371,10 @@ func TestSagaVerifiesUnknownCustomer(t *testing.T) {
 	if data, _ := order("x", "CREDIT_CARD").AppendBinary(nil); data[0] != tagCreateOrder {
 		t.Fatalf("an order without the flag is tagged %d, as before", data[0])
 	}
-	if res := h.client(OrderKey("o1"), c); res.Outcome != Created || res.Order.Status != OrderPending {
+	if res := h.Client(OrderKey("o1"), c); res.Outcome != Created || res.Order.Status != OrderPending {
 		t.Fatalf("%+v", res)
 	}
-	h.drain()
+	h.Drain()
 	o, s := h.order("o1")
 	if o.Status != OrderCancelled || s.Status != SagaCompensated || o.Reason != `customer "ghost" not found` {
 		t.Fatalf("order %s (%q) saga %s", o.Status, o.Reason, s.Status)
@@ -386,11 +386,11 @@ func TestSagaVerifiesUnknownCustomer(t *testing.T) {
 		t.Fatal("an order of an unknown customer was paid")
 	}
 
-	h.client(CustomerKey("late"), &CreateCustomer{ID: "late", Email: "l@example.com", Name: "Late"})
+	h.Client(CustomerKey("late"), &CreateCustomer{ID: "late", Email: "l@example.com", Name: "Late"})
 	c = order("o2", "CREDIT_CARD", LineItem{ProductID: "a", Quantity: 1, UnitPriceCents: 100})
 	c.CustomerID, c.VerifyCustomer = "late", true
-	h.client(OrderKey("o2"), c)
-	h.drain()
+	h.Client(OrderKey("o2"), c)
+	h.Drain()
 	o, s = h.order("o2")
 	var steps []string
 	for _, st := range s.Steps {
@@ -399,7 +399,7 @@ func TestSagaVerifiesUnknownCustomer(t *testing.T) {
 	if o.Status != OrderConfirmed || !strings.Contains(join(steps), "CUSTOMER_VERIFICATION:COMPLETED") {
 		t.Fatalf("order %s steps %v", o.Status, steps)
 	}
-	h.checkReplay()
+	h.CheckReplay()
 }
 
 // TestCancelOnOldSnapshot: snapshots written by an older build
@@ -414,7 +414,7 @@ func TestCancelOnOldSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := h.ms[p].Restore(b); err != nil {
+		if err := h.Machines[p].Restore(b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -426,11 +426,11 @@ func TestCancelOnOldSnapshot(t *testing.T) {
 		if o, _ := h.order(id); o == nil || o.Status != OrderConfirmed {
 			t.Fatalf("%s: %+v", id, o)
 		}
-		if res := h.client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
+		if res := h.Client(OrderKey(id), &CancelOrder{OrderID: id, Reason: "returned", CancelledBy: "shop"}); res.Outcome != OK {
 			t.Fatalf("cancel %s: %+v", id, res)
 		}
 	}
-	h.drain()
+	h.Drain()
 	if p := h.product("p0"); p.OnHand != 5 || p.Reserved != 0 {
 		t.Fatalf("p0 after the cancels: onHand %d reserved %d, want 5 and 0", p.OnHand, p.Reserved)
 	}
@@ -440,9 +440,9 @@ func TestCancelOnOldSnapshot(t *testing.T) {
 		}
 	}
 	// A new order on the old state takes the peer's model.
-	h.client(CustomerKey("c0"), &CreateCustomer{ID: "c0", Email: "c0@x.io", Name: "Ann c0"})
-	h.client(OrderKey("new"), &CreateOrder{OrderID: "new", CustomerID: "c0", Items: []LineItem{{ProductID: "p0", Quantity: 2, UnitPriceCents: 100}}, PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline})
-	h.drain()
+	h.Client(CustomerKey("c0"), &CreateCustomer{ID: "c0", Email: "c0@x.io", Name: "Ann c0"})
+	h.Client(OrderKey("new"), &CreateOrder{OrderID: "new", CustomerID: "c0", Items: []LineItem{{ProductID: "p0", Quantity: 2, UnitPriceCents: 100}}, PaymentMethod: "CREDIT_CARD", DeadlineNs: DefaultDeadline})
+	h.Drain()
 	if o, _ := h.order("new"); o.Status != OrderConfirmed {
 		t.Fatalf("new order %s", o.Status)
 	}

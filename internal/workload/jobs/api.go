@@ -161,18 +161,18 @@ func outcomeErr(r *Result) error {
 
 // do applies cmd at key and returns its result, or the call's error.
 func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {
-	v, err := a.eng.Do(ctx, a.eng.PartitionOf(key), WorkloadID, cmd)
+	r, err := engine.Do[*Result](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, cmd)
 	if err != nil {
 		return nil, api.GRPCEngineError(err)
 	}
-	r := v.(*Result)
 	return r, outcomeErr(r)
 }
 
-func (a *API) query(ctx context.Context, key string, q any) (any, error) {
-	v, err := a.eng.Query(ctx, a.eng.PartitionOf(key), WorkloadID, q)
+// query asks q at key's partition; the answer is an R.
+func query[R any](ctx context.Context, a *API, key string, q any) (R, error) {
+	v, err := engine.Query[R](ctx, a.eng, a.eng.PartitionOf(key), WorkloadID, q)
 	if err != nil {
-		return nil, api.GRPCEngineError(err)
+		return v, api.GRPCEngineError(err)
 	}
 	return v, nil
 }
@@ -394,11 +394,10 @@ func (a *API) getJob(ctx context.Context, id string) (*Job, error) {
 	if err := checkJobID(id); err != nil {
 		return nil, err
 	}
-	v, err := a.query(ctx, JobKey(id), GetJob{ID: id})
+	j, err := query[*Job](ctx, a, JobKey(id), GetJob{ID: id})
 	if err != nil {
 		return nil, err
 	}
-	j := v.(*Job)
 	if j == nil {
 		return nil, errf(connect.CodeNotFound, "no job %q (finished jobs are purged after their retention)", id)
 	}
@@ -418,11 +417,10 @@ func (a *API) GetJobLogs(ctx context.Context, req *connect.Request[jqpb.GetJobLo
 	if err := checkJobID(id); err != nil {
 		return nil, err
 	}
-	v, err := a.query(ctx, JobKey(id), GetJobLogs{ID: id})
+	evs, err := query[[]JobEvent](ctx, a, JobKey(id), GetJobLogs{ID: id})
 	if err != nil {
 		return nil, err
 	}
-	evs := v.([]JobEvent)
 	if evs == nil {
 		return nil, errf(connect.CodeNotFound, "no job %q (finished jobs are purged after their retention)", id)
 	}
@@ -445,11 +443,10 @@ func (a *API) ListJobs(ctx context.Context, req *connect.Request[jqpb.ListJobsRe
 	if m.Status < 0 || m.Status >= jqpb.JobStatus(numStatuses) {
 		return nil, errf(connect.CodeInvalidArgument, "status %d is not a JobStatus", m.Status)
 	}
-	v, err := a.query(ctx, QueueKey(m.QueueName), ListJobs{Queue: m.QueueName, Status: Status(m.Status), Limit: int(m.Limit), PageToken: m.PageToken})
+	p, err := query[*JobPage](ctx, a, QueueKey(m.QueueName), ListJobs{Queue: m.QueueName, Status: Status(m.Status), Limit: int(m.Limit), PageToken: m.PageToken})
 	if err != nil {
 		return nil, err
 	}
-	p := v.(*JobPage)
 	if !p.Found {
 		if m.PageToken != "" {
 			return nil, errf(connect.CodeInvalidArgument, "%s", p.Msg)
@@ -531,13 +528,13 @@ func (a *API) ResumeQueue(ctx context.Context, req *connect.Request[jqpb.ResumeQ
 
 // queues lists every partition's queues, by name.
 func (a *API) queues(ctx context.Context) ([]*Queue, error) {
-	per, err := a.eng.QueryAll(ctx, WorkloadID, ListQueues{})
+	per, err := engine.QueryAll[[]*Queue](ctx, a.eng, WorkloadID, ListQueues{})
 	if err != nil {
 		return nil, api.GRPCEngineError(err)
 	}
 	var out []*Queue
 	for _, qs := range per {
-		out = append(out, qs.([]*Queue)...)
+		out = append(out, qs...)
 	}
 	slices.SortFunc(out, func(x, y *Queue) int {
 		switch {
@@ -567,11 +564,10 @@ func (a *API) GetQueueStats(ctx context.Context, req *connect.Request[jqpb.GetQu
 	if err := checkQueueName("name", req.Msg.Name); err != nil {
 		return nil, err
 	}
-	v, err := a.query(ctx, QueueKey(req.Msg.Name), GetStats{Name: req.Msg.Name})
+	s, err := query[*Stats](ctx, a, QueueKey(req.Msg.Name), GetStats{Name: req.Msg.Name})
 	if err != nil {
 		return nil, err
 	}
-	s := v.(*Stats)
 	if s == nil {
 		return nil, errf(connect.CodeNotFound, "no queue %q", req.Msg.Name)
 	}

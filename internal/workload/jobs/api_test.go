@@ -3,11 +3,9 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
-	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/jobs"
 )
 
@@ -48,28 +45,13 @@ func newAPI(t *testing.T, lease time.Duration) *clients {
 // newAPIHub is newAPI with the given worker registry.
 func newAPIHub(t *testing.T, lease time.Duration, hub *jobs.Hub) *clients {
 	t.Helper()
-	dir := t.TempDir()
 	const parts = 4
-	opts := engine.Options{Partitions: parts, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler),
+	eng := enginetest.APIEngine(t, engine.Options{Partitions: parts,
 		Notify: func(_ int, wl uint8, v any) {
 			if wl == jobs.WorkloadID {
 				hub.Notify(v)
 			}
-		}}
-	var eng *engine.Engine
-	if enginetest.Forward() {
-		eng = enginetest.Forwarding(t, opts, &jobs.Workload{Partitions: parts})
-	} else {
-		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Log = lg
-		if eng, err = engine.Open(opts, &jobs.Workload{Partitions: parts}); err != nil {
-			t.Fatal(err)
-		}
-	}
+		}}, &jobs.Workload{Partitions: parts})
 	a := jobs.NewAPI(eng, hub).SetLease(lease)
 	mux := http.NewServeMux()
 	for _, s := range a.Handlers() {

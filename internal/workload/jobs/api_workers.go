@@ -333,11 +333,10 @@ func (a *API) Heartbeat(ctx context.Context, req *connect.Request[jqpb.Heartbeat
 	per := a.byPartition(ids)
 	held := make([][]string, a.parts)
 	err = a.all(func(p int) error {
-		v, err := a.eng.Do(ctx, p, WorkloadID, &Extend{Worker: id, Session: session, LeaseNs: a.leaseNs, Declared: declared, JobIDs: per[p]})
+		r, err := engine.Do[*Result](ctx, a.eng, p, WorkloadID, &Extend{Worker: id, Session: session, LeaseNs: a.leaseNs, Declared: declared, JobIDs: per[p]})
 		if err != nil {
 			return api.GRPCEngineError(err)
 		}
-		r := v.(*Result)
 		if err := outcomeErr(r); err != nil {
 			return err
 		}
@@ -441,11 +440,11 @@ func (a *API) ReportResult(ctx context.Context, req *connect.Request[jqpb.Report
 // release gives back every job the worker holds, on every partition.
 func (a *API) release(ctx context.Context, id string) error {
 	return a.all(func(p int) error {
-		v, err := a.eng.Do(ctx, p, WorkloadID, &Release{Worker: id})
+		r, err := engine.Do[*Result](ctx, a.eng, p, WorkloadID, &Release{Worker: id})
 		if err != nil {
 			return api.GRPCEngineError(err)
 		}
-		return outcomeErr(v.(*Result))
+		return outcomeErr(r)
 	})
 }
 
@@ -495,11 +494,11 @@ func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJo
 		a.hub.mu.Unlock()
 	}
 	for _, q := range queues {
-		v, err := a.query(ctx, QueueKey(q), GetStats{Name: q})
+		stats, err := query[*Stats](ctx, a, QueueKey(q), GetStats{Name: q})
 		if err != nil {
 			return err
 		}
-		if v.(*Stats) == nil {
+		if stats == nil {
 			return errf(connect.CodeNotFound, "no queue %q; create it first (AdminService.CreateQueue)", q)
 		}
 	}
@@ -540,11 +539,10 @@ func (a *API) reclaim(ctx context.Context, s *stream, out *connect.ServerStream[
 	// would leave jobs under this session with no one to send them to.
 	bg := context.WithoutCancel(ctx)
 	err := a.all(func(p int) error {
-		v, err := a.eng.Do(bg, p, WorkloadID, &Reclaim{Worker: s.w.id, Session: s.session, LeaseNs: a.leaseNs, Declared: declared, Keep: per[p]})
+		r, err := engine.Do[*Result](bg, a.eng, p, WorkloadID, &Reclaim{Worker: s.w.id, Session: s.session, LeaseNs: a.leaseNs, Declared: declared, Keep: per[p]})
 		if err != nil {
 			return api.GRPCEngineError(err)
 		}
-		r := v.(*Result)
 		got[p] = r.Jobs
 		return outcomeErr(r)
 	})
@@ -810,7 +808,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 		retry := false
 		for i := 0; i < len(s.queues) && free > 0; i++ {
 			q := s.queues[(next+i)%len(s.queues)]
-			v, err := a.eng.Do(bg, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
+			r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -821,7 +819,6 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 				}
 				return api.GRPCEngineError(err)
 			}
-			r := v.(*Result)
 			if r.Outcome == NotFound {
 				continue // deleted since: nothing to take
 			}

@@ -22,29 +22,29 @@ type compatRecord struct {
 // log and the snapshot it ends in exercise every encoding.
 func compatRun(t testing.TB) *harness {
 	h := newHarness(t, 11, 1, Limits{})
-	h.client("", &CreateQueue{Name: "q", MaxRetries: 2, TTLNs: 3600e9})
+	h.Client("", &CreateQueue{Name: "q", MaxRetries: 2, TTLNs: 3600e9})
 	for i, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-		h.client("", &Submit{JobID: id, Queue: "q", Priority: int32(i % 3), IdempotencyKey: "k" + id, Payload: []byte(id),
+		h.Client("", &Submit{JobID: id, Queue: "q", Priority: int32(i % 3), IdempotencyKey: "k" + id, Payload: []byte(id),
 			RetentionNs: 7200e9})
 	}
-	h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "i", Queue: "q"}, {JobID: "j", Queue: "q", Priority: 9}}})
-	h.client("", &Submit{JobID: "later", Queue: "q", NotBeforeNs: h.now + 50e9})
-	h.client("", &Lease{Queue: "q", Worker: "w1", Max: 3, LeaseNs: 30e9})
-	h.client("", &Lease{Queue: "q", Worker: "w2", Max: 3, LeaseNs: 30e9})
-	h.client("", &Ack{JobID: "j", Worker: "w1"})
-	h.advance(10e9)
-	h.client("", &Heartbeat{Worker: "w1", LeaseNs: 30e9})
-	h.client("", &Report{JobID: "j", Worker: "w1", Success: true, Result: []byte("ok")})
-	h.client("", &Report{JobID: "c", Worker: "w1", Success: false, Error: "boom"})
-	h.client("", &Release{Worker: "w2"})
-	h.client("", &Lease{Queue: "q", Worker: "w3", Max: 2, LeaseNs: 30e9})
-	h.advance(35e9) // w1's unreported job and w3's leases expire
-	h.client("", &Cancel{JobID: "a"})
-	h.advance(60e9) // retries, not_before
-	h.client("", &Lease{Queue: "q", Worker: "w4", Max: 2, LeaseNs: 300e9})
-	h.client("", &PauseQueue{Name: "q"})
-	h.client("", &CreateQueue{Name: "gone"})
-	h.client("", &DeleteQueue{Name: "gone"})
+	h.Client("", &SubmitBatch{Jobs: []Submit{{JobID: "i", Queue: "q"}, {JobID: "j", Queue: "q", Priority: 9}}})
+	h.Client("", &Submit{JobID: "later", Queue: "q", NotBeforeNs: h.Now + 50e9})
+	h.Client("", &Lease{Queue: "q", Worker: "w1", Max: 3, LeaseNs: 30e9})
+	h.Client("", &Lease{Queue: "q", Worker: "w2", Max: 3, LeaseNs: 30e9})
+	h.Client("", &Ack{JobID: "j", Worker: "w1"})
+	h.Advance(10e9)
+	h.Client("", &Heartbeat{Worker: "w1", LeaseNs: 30e9})
+	h.Client("", &Report{JobID: "j", Worker: "w1", Success: true, Result: []byte("ok")})
+	h.Client("", &Report{JobID: "c", Worker: "w1", Success: false, Error: "boom"})
+	h.Client("", &Release{Worker: "w2"})
+	h.Client("", &Lease{Queue: "q", Worker: "w3", Max: 2, LeaseNs: 30e9})
+	h.Advance(35e9) // w1's unreported job and w3's leases expire
+	h.Client("", &Cancel{JobID: "a"})
+	h.Advance(60e9) // retries, not_before
+	h.Client("", &Lease{Queue: "q", Worker: "w4", Max: 2, LeaseNs: 300e9})
+	h.Client("", &PauseQueue{Name: "q"})
+	h.Client("", &CreateQueue{Name: "gone"})
+	h.Client("", &DeleteQueue{Name: "gone"})
 	return h
 }
 
@@ -58,8 +58,8 @@ func TestWriteCompatData(t *testing.T) {
 	}
 	h := compatRun(t)
 	var recs []compatRecord
-	for _, in := range h.log[0] {
-		recs = append(recs, compatRecord{Kind: uint8(in.kind), At: in.at, TimerID: in.timerID, Data: base64.StdEncoding.EncodeToString(in.data)})
+	for _, in := range h.Log[0] {
+		recs = append(recs, compatRecord{Kind: uint8(in.Kind), At: in.At, TimerID: in.TimerID, Data: base64.StdEncoding.EncodeToString(in.Data)})
 	}
 	dir := filepath.Join("testdata", "compat", fmt.Sprintf("v%d", snapshotVersion))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -72,7 +72,7 @@ func TestWriteCompatData(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "log.json"), js, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "snapshot.bin"), h.ms[0].AppendSnapshot(nil), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "snapshot.bin"), h.Machines[0].AppendSnapshot(nil), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

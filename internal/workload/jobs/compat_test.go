@@ -45,7 +45,7 @@ func TestOldEncodingsLoad(t *testing.T) {
 		if again, _ := cmd.AppendBinary(nil); !bytes.Equal(again, data) {
 			t.Fatalf("record %d (%T) re-encodes to %x, was %x", i, cmd, again, data)
 		}
-		replayed.ApplyTo(&engine.Input{Kind: engine.InputKind(rec.Kind), TimeNs: rec.At, TimerID: rec.TimerID, Cmd: cmd}, &recorder{t: t})
+		replayed.Apply(&engine.Input{Kind: engine.InputKind(rec.Kind), TimeNs: rec.At, TimerID: rec.TimerID, Cmd: cmd}, new(engine.Effects))
 	}
 	restored := NewMachine(opts)
 	if err := restored.Restore(snap); err != nil {
@@ -56,7 +56,7 @@ func TestOldEncodingsLoad(t *testing.T) {
 		t.Fatal("the v1 snapshot restores to another state than replaying the v1 log")
 	}
 	// The same state as this build makes of the same commands.
-	if got := compatRun(t).ms[0].AppendSnapshot(nil); !bytes.Equal(got, want) {
+	if got := compatRun(t).Machines[0].AppendSnapshot(nil); !bytes.Equal(got, want) {
 		t.Fatal("the v1 log replays to another state than this build reaches with the same commands")
 	}
 	held := restored.Query(WorkerJobs{Worker: "w4"}).([]string)
@@ -64,9 +64,9 @@ func TestOldEncodingsLoad(t *testing.T) {
 		t.Fatal("the testdata should leave jobs leased to w4")
 	}
 	now := recs[len(recs)-1].At
-	fx := &recorder{t: t}
-	restored.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Reclaim{Worker: "w4", Session: "s-new", LeaseNs: 30e9, Declared: true}}, fx)
-	if r := fx.reply.(*Result); r.Outcome != OK || len(r.Jobs) != 0 {
+	fx := new(engine.Effects)
+	restored.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Reclaim{Worker: "w4", Session: "s-new", LeaseNs: 30e9, Declared: true}}, fx)
+	if r := fx.Replied().(*Result); r.Outcome != OK || len(r.Jobs) != 0 {
 		t.Fatalf("reclaim of w4's pre-session leases: %+v", r)
 	}
 	if left := restored.Query(WorkerJobs{Worker: "w4"}).([]string); len(left) != 0 {

@@ -2,10 +2,8 @@ package jobs_test
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +13,9 @@ import (
 	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
-	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/jobs"
 )
 
@@ -181,16 +179,8 @@ func newJSONClients(c *clients) *clients {
 // cmdlog.MaxEntryBytes.
 func TestAPIWorstSubmitsFitALogEntry(t *testing.T) {
 	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	el := &apitest.EntryLog{Log: lg}
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: el, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler)}, &jobs.Workload{Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	el := &apitest.EntryLog{Log: enginetest.OpenWAL(t, dir, 4)}
+	eng := enginetest.OpenEngine(t, dir, engine.Options{Partitions: 4, Log: el}, &jobs.Workload{Partitions: 4})
 	a := jobs.NewAPI(eng, jobs.NewHub(0))
 	mux := http.NewServeMux()
 	for _, s := range a.Handlers() {

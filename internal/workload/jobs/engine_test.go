@@ -2,35 +2,19 @@ package jobs
 
 import (
 	"context"
-	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 const enginePartitions = 4
 
 func openEngine(t *testing.T, dir string, notify func(int, uint8, any)) *engine.Engine {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: enginePartitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: enginePartitions, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler), Notify: notify}, &Workload{Partitions: enginePartitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
+	return enginetest.OpenEngine(t, dir, engine.Options{Partitions: enginePartitions, Notify: notify}, &Workload{Partitions: enginePartitions})
 }
 
 // The machine on the real engine: commands routed by job id reach the

@@ -42,17 +42,17 @@ func FuzzDecode(f *testing.F) {
 // snapshotSeed is a state with jobs in every status.
 func snapshotSeed(t testing.TB) []byte {
 	h := newHarness(t, 7, 1, Limits{})
-	h.client("", &CreateQueue{Name: "q"})
+	h.Client("", &CreateQueue{Name: "q"})
 	for i, id := range []string{"a", "b", "c", "d", "e", "f"} {
-		h.client("", &Submit{JobID: id, Queue: "q", Priority: int32(i), IdempotencyKey: id, Payload: []byte(id)})
+		h.Client("", &Submit{JobID: id, Queue: "q", Priority: int32(i), IdempotencyKey: id, Payload: []byte(id)})
 	}
-	h.client("", &Submit{JobID: "later", Queue: "q", NotBeforeNs: h.now + 1e12})
-	h.client("", &Lease{Queue: "q", Worker: "w", Max: 4, LeaseNs: 1e12})
-	h.client("", &Ack{JobID: "f", Worker: "w"})
-	h.client("", &Report{JobID: "e", Worker: "w", Success: true})
-	h.client("", &Report{JobID: "d", Worker: "w", Success: false})
-	h.client("", &Cancel{JobID: "a"})
-	return h.ms[0].AppendSnapshot(nil)
+	h.Client("", &Submit{JobID: "later", Queue: "q", NotBeforeNs: h.Now + 1e12})
+	h.Client("", &Lease{Queue: "q", Worker: "w", Max: 4, LeaseNs: 1e12})
+	h.Client("", &Ack{JobID: "f", Worker: "w"})
+	h.Client("", &Report{JobID: "e", Worker: "w", Success: true})
+	h.Client("", &Report{JobID: "d", Worker: "w", Success: false})
+	h.Client("", &Cancel{JobID: "a"})
+	return h.Machines[0].AppendSnapshot(nil)
 }
 
 // FuzzRestore: no input panics; whatever restores encodes stably, and the
@@ -76,22 +76,22 @@ func FuzzRestore(f *testing.F) {
 		if again := m2.AppendSnapshot(nil); !bytes.Equal(again, snap) {
 			t.Fatal("snapshot not stable")
 		}
-		fx := &recorder{t: t}
+		fx := new(engine.Effects)
 		now := int64(1e18)
 		for id, j := range m.jobs {
 			for _, c := range []engine.Command{&Ack{JobID: id, Worker: j.Worker},
 				&Report{JobID: id, Worker: j.Worker}, &Cancel{JobID: id}, &Retry{JobID: id}} {
-				m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: c}, fx)
+				m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: c}, fx)
 			}
 			for _, c := range []engine.Command{&LeaseExpired{JobID: id}, &ReadyDue{JobID: id}, &TTLExpired{JobID: id}, &RetryDue{JobID: id}} {
-				m.ApplyTo(&engine.Input{Kind: engine.FromTimer, TimeNs: now, Cmd: c}, fx)
+				m.Apply(&engine.Input{Kind: engine.FromTimer, TimeNs: now, Cmd: c}, fx)
 			}
 		}
 		for name := range m.queues {
-			m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Lease{Queue: name, Worker: "x", Max: 100, LeaseNs: 1}}, fx)
-			m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &DeleteQueue{Name: name, Force: true}}, fx)
+			m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Lease{Queue: name, Worker: "x", Max: 100, LeaseNs: 1}}, fx)
+			m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &DeleteQueue{Name: name, Force: true}}, fx)
 		}
-		m.ApplyTo(&engine.Input{Kind: engine.FromTimer, TimeNs: now * 9, Cmd: &PurgeJobs{}}, fx)
+		m.Apply(&engine.Input{Kind: engine.FromTimer, TimeNs: now * 9, Cmd: &PurgeJobs{}}, fx)
 	})
 }
 

@@ -1,221 +1,39 @@
 package jobs
 
 import (
-	"bytes"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
-// The harness runs several partitions' Machines the way the engine does,
-// without it (the approach of commerce's harness, not its code): a client
-// command goes to its key's partition, timers fire once the clock passes
-// them, earliest first, and every logged input is kept per partition so a
-// test can replay the log into fresh machines. Randomness comes from the
-// seed only.
-
-type loggedInput struct {
-	kind    engine.InputKind
-	at      int64
-	timerID string
-	data    []byte
-}
-
-type timer struct {
-	at   int64
-	data []byte
-}
-
-// recorder is an Effects that keeps what an Apply asked for; like the
-// engine it encodes timer commands at once and checks they decode.
-type recorder struct {
-	t         testing.TB
-	reply     any
-	unchanged bool
-	timers    map[string]*timer // nil entry: cancelled
-	order     []string
-	notes     []any
-}
-
-func (r *recorder) Reply(v any)  { r.reply = v }
-func (r *recorder) Unchanged()   { r.unchanged = true }
-func (r *recorder) Notify(v any) { r.notes = append(r.notes, v) }
-
-func (r *recorder) SetTimer(id string, at int64, cmd engine.Command) error {
-	data, err := cmd.AppendBinary(nil)
-	if err != nil {
-		r.t.Fatalf("encoding %T: %v", cmd, err)
-	}
-	if _, err := Decode(data); err != nil {
-		r.t.Fatalf("%T does not decode from its own encoding: %v", cmd, err)
-	}
-	r.set(id, &timer{at: at, data: data})
-	return nil
-}
-
-func (r *recorder) CancelTimer(id string) { r.set(id, nil) }
-
-func (r *recorder) set(id string, t *timer) {
-	if r.timers == nil {
-		r.timers = map[string]*timer{}
-	}
-	if _, ok := r.timers[id]; !ok {
-		r.order = append(r.order, id)
-	}
-	r.timers[id] = t
-}
-
+// harness runs the jobs machines of n partitions with the engine's test
+// kit (enginetest.Harness); the model tests add their own helpers to it.
 type harness struct {
-	t      testing.TB
-	rng    *rand.Rand
-	n      int
-	opts   []Options
-	ms     []*Machine
-	now    int64
-	timers []map[string]*timer
-	log    [][]loggedInput
-	// onApply sees every input applied (not replays) after its effects.
-	onApply func(p int, cmd engine.Command, res *Result, notes []any)
+	*enginetest.Harness[*Machine, *Result]
 }
 
 func newHarness(t testing.TB, seed uint64, n int, lim Limits) *harness {
-	h := &harness{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), n: n,
-		now: 1_700_000_000_000_000_000}
-	w := &Workload{Partitions: n, Limits: lim}
-	for p := range n {
-		m := w.NewMachine(p).(*Machine)
-		h.ms = append(h.ms, m)
-		h.opts = append(h.opts, m.opts)
-		h.timers = append(h.timers, map[string]*timer{})
-	}
-	h.log = make([][]loggedInput, n)
+	h := &harness{enginetest.NewHarness[*Machine, *Result](t, &Workload{Partitions: n, Limits: lim}, n, seed)}
+	h.Poke = func(m *Machine) { pokeFork(m, h.Now) }
 	return h
-}
-
-func (h *harness) part(key string) int { return engine.PartitionOfHash(engine.Hash(key), h.n) }
-
-func (h *harness) apply(p int, kind engine.InputKind, timerID string, data []byte) *Result {
-	h.t.Helper()
-	cmd, err := Decode(data)
-	if err != nil {
-		h.t.Fatalf("decode: %v", err)
-	}
-	fx := &recorder{t: h.t}
-	h.ms[p].ApplyTo(&engine.Input{Kind: kind, TimeNs: h.now, Cmd: cmd, TimerID: timerID}, fx)
-	res, ok := fx.reply.(*Result)
-	if !ok {
-		h.t.Fatalf("%T: reply %T", cmd, fx.reply)
-	}
-	changed := !fx.unchanged || len(fx.timers) > 0 || len(fx.notes) > 0
-	if kind != engine.FromClient || changed {
-		h.log[p] = append(h.log[p], loggedInput{kind: kind, at: h.now, timerID: timerID, data: data})
-	}
-	if fx.unchanged && (len(fx.timers) > 0 || len(fx.notes) > 0) {
-		h.t.Fatalf("%T declared Unchanged but set timers or notified", cmd)
-	}
-	for _, id := range fx.order {
-		if t := fx.timers[id]; t != nil {
-			h.timers[p][id] = t
-		} else {
-			delete(h.timers[p], id)
-		}
-	}
-	if h.onApply != nil {
-		h.onApply(p, cmd, res, fx.notes)
-	}
-	return res
-}
-
-func (h *harness) client(key string, cmd engine.Command) *Result {
-	h.t.Helper()
-	data, err := cmd.AppendBinary(nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return h.apply(h.part(key), engine.FromClient, "", data)
-}
-
-// advance moves the clock by d and fires every timer now due, earliest
-// first (ties by partition and id, so the order is the seed's).
-func (h *harness) advance(d int64) {
-	h.now += d
-	for {
-		bestP, bestID := -1, ""
-		var best *timer
-		for p, ts := range h.timers {
-			for id, t := range ts {
-				if t.at > h.now {
-					continue
-				}
-				if best == nil || t.at < best.at || (t.at == best.at && (p < bestP || (p == bestP && id < bestID))) {
-					bestP, bestID, best = p, id, t
-				}
-			}
-		}
-		if best == nil {
-			return
-		}
-		delete(h.timers[bestP], bestID)
-		h.apply(bestP, engine.FromTimer, bestID, best.data)
-	}
-}
-
-// checkReplay replays every partition's log into a fresh machine and
-// requires byte-identical snapshots; a snapshot must restore to a machine
-// that encodes the same bytes, and a fork taken now must encode them too
-// even after the original goes on. The run continues with the restored
-// (even partitions) or replayed (odd) machines, so state lost by both
-// encodings alike shows up in later checks.
-func (h *harness) checkReplay() {
-	h.t.Helper()
-	for p, m := range h.ms {
-		want := m.AppendSnapshot(nil)
-		fork := m.ForkSnapshot()
-		fresh := NewMachine(h.opts[p])
-		for _, in := range h.log[p] {
-			cmd, err := Decode(in.data)
-			if err != nil {
-				h.t.Fatal(err)
-			}
-			fresh.ApplyTo(&engine.Input{Kind: in.kind, TimeNs: in.at, Cmd: cmd, TimerID: in.timerID}, &recorder{t: h.t})
-		}
-		if got := fresh.AppendSnapshot(nil); !bytes.Equal(got, want) {
-			h.t.Fatalf("partition %d: replaying %d inputs gives a different state (%d bytes, want %d)", p, len(h.log[p]), len(got), len(want))
-		}
-		restored := NewMachine(h.opts[p])
-		if err := restored.Restore(want); err != nil {
-			h.t.Fatalf("partition %d: restore: %v", p, err)
-		}
-		if got := restored.AppendSnapshot(nil); !bytes.Equal(got, want) {
-			h.t.Fatalf("partition %d: snapshot → Restore → snapshot differs", p)
-		}
-		if p%2 == 0 {
-			h.ms[p] = restored
-		} else {
-			h.ms[p] = fresh
-		}
-		// The original goes on changing (a few steps on it) before the
-		// fork is encoded, as the engine's partition does.
-		h.pokeFork(m)
-		if got := fork(nil); !bytes.Equal(got, want) {
-			h.t.Fatalf("partition %d: fork encodes a different state", p)
-		}
-	}
 }
 
 // pokeFork changes m (no longer used by the run) the ways that could
 // leak into a fork sharing its memory: events appended past the cap,
 // jobs leased, finished and purged.
-func (h *harness) pokeFork(m *Machine) {
-	fx := &recorder{t: h.t}
-	now := h.now
+func pokeFork(m *Machine, now int64) {
+	fx := new(engine.Effects)
+	apply := func(kind engine.InputKind, at int64, cmd engine.Command) {
+		fx.Reset()
+		m.Apply(&engine.Input{Kind: kind, TimeNs: at, Cmd: cmd}, fx)
+	}
 	for _, q := range m.queues {
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Lease{Queue: q.Name, Worker: "poke", Max: 1000, LeaseNs: 1}}, fx)
+		apply(engine.FromClient, now, &Lease{Queue: q.Name, Worker: "poke", Max: 1000, LeaseNs: 1})
 	}
 	for id, j := range m.jobs {
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Report{JobID: id, Worker: j.Worker, Success: true}}, fx)
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &Cancel{JobID: id}}, fx)
+		apply(engine.FromClient, now, &Report{JobID: id, Worker: j.Worker, Success: true})
+		apply(engine.FromClient, now, &Cancel{JobID: id})
 	}
-	m.ApplyTo(&engine.Input{Kind: engine.FromTimer, TimeNs: now + 1e18, Cmd: &PurgeJobs{}}, fx)
+	apply(engine.FromTimer, now+1e18, &PurgeJobs{})
 }

@@ -359,20 +359,8 @@ type (
 	}
 )
 
-// Effects is what Apply needs of engine.Effects; tests supply their own.
-type Effects interface {
-	Reply(v any)
-	Unchanged()
-	SetTimer(id string, atNs int64, cmd engine.Command) error
-	CancelTimer(id string)
-	Notify(v any)
-}
-
 // Apply implements engine.Machine.
-func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) { m.ApplyTo(in, fx) }
-
-// ApplyTo is Apply with any Effects.
-func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
+func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 	var res *Result
 	if _, ok := in.Cmd.(timerCommand); ok && in.Kind != engine.FromTimer {
 		// A forged expiry from a client could dead-letter any job.
@@ -386,7 +374,7 @@ func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
 	fx.Reply(res)
 }
 
-func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
+func (m *Machine) apply(cmd engine.Command, now int64, fx *engine.Effects) *Result {
 	switch c := cmd.(type) {
 	case *CreateQueue:
 		return m.createQueue(c, now)
@@ -472,7 +460,7 @@ func (m *Machine) createQueue(c *CreateQueue, now int64) *Result {
 	return &Result{Outcome: Created, Queue: copyQueue(q)}
 }
 
-func (m *Machine) deleteQueue(c *DeleteQueue, fx Effects) *Result {
+func (m *Machine) deleteQueue(c *DeleteQueue, fx *engine.Effects) *Result {
 	q := m.queues[c.Name]
 	if q == nil {
 		return fail(NotFound, "jobs: no queue %q", c.Name)
@@ -493,7 +481,7 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx Effects) *Result {
 	return &Result{Outcome: OK}
 }
 
-func (m *Machine) pauseQueue(name string, pause bool, now int64, fx Effects) *Result {
+func (m *Machine) pauseQueue(name string, pause bool, now int64, fx *engine.Effects) *Result {
 	q := m.queues[name]
 	if q == nil {
 		return fail(NotFound, "jobs: no queue %q", name)
@@ -508,7 +496,7 @@ func (m *Machine) pauseQueue(name string, pause bool, now int64, fx Effects) *Re
 	return &Result{Outcome: OK, Queue: copyQueue(q)}
 }
 
-func (m *Machine) notifyReady(q *Queue, fx Effects) {
+func (m *Machine) notifyReady(q *Queue, fx *engine.Effects) {
 	if q.Paused || m.inBatch {
 		return
 	}
@@ -527,7 +515,7 @@ func (q *Queue) readyCount() int {
 
 // --- submit and lease ---
 
-func (m *Machine) submit(c *Submit, now int64, fx Effects) *Result {
+func (m *Machine) submit(c *Submit, now int64, fx *engine.Effects) *Result {
 	q := m.queues[c.Queue]
 	if q == nil {
 		return fail(NotFound, "jobs: no queue %q", c.Queue)
@@ -569,7 +557,7 @@ func (m *Machine) checkSubmit(q *Queue, c *Submit) *Result {
 	return nil
 }
 
-func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx Effects) *Result {
+func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Result {
 	mr, ttl := c.MaxRetries, c.TTLNs
 	if mr == 0 {
 		mr = q.MaxRetries
@@ -599,7 +587,7 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx Effects) *Result {
 // submitBatch applies each Submit as if alone: one bad job does not
 // refuse the others, and each has its own result. All name one queue, so
 // the batch is one partition's and costs one log record.
-func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
+func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx *engine.Effects) *Result {
 	if len(c.Jobs) == 0 || len(c.Jobs) > MaxSubmitBatch {
 		return fail(Invalid, "jobs: a batch holds 1 to %d jobs", MaxSubmitBatch)
 	}
@@ -668,7 +656,7 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx Effects) *Result {
 // makePending puts a job that has just become PENDING where it belongs:
 // in the ready heap, or behind a timer for its not_before. A job whose
 // TTL has passed goes to the dead letters instead.
-func (m *Machine) makePending(q *Queue, j *Job, now int64, fx Effects) {
+func (m *Machine) makePending(q *Queue, j *Job, now int64, fx *engine.Effects) {
 	if j.TTLNs > 0 && now >= addSat(j.TTLFrom, j.TTLNs) {
 		m.deadLetter(q, j, "", ReasonTTL, now, fx)
 		return
@@ -681,7 +669,7 @@ func (m *Machine) makePending(q *Queue, j *Job, now int64, fx Effects) {
 	m.notifyReady(q, fx)
 }
 
-func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
+func (m *Machine) lease(c *Lease, now int64, fx *engine.Effects) *Result {
 	q := m.queues[c.Queue]
 	if q == nil {
 		return fail(NotFound, "jobs: no queue %q", c.Queue)
@@ -723,7 +711,7 @@ func (m *Machine) addLease(j *Job) {
 	s[j.ID] = j
 }
 
-func (m *Machine) endLease(j *Job, fx Effects) {
+func (m *Machine) endLease(j *Job, fx *engine.Effects) {
 	if s := m.leases[j.Worker]; s != nil {
 		delete(s, j.ID)
 		if len(s) == 0 {
@@ -763,7 +751,7 @@ func (m *Machine) ack(c *Ack, now int64) *Result {
 
 // heartbeat extends every lease of the worker id: the rule of logs
 // written before sessions, kept so that they replay as they ran.
-func (m *Machine) heartbeat(c *Heartbeat, now int64, fx Effects) *Result {
+func (m *Machine) heartbeat(c *Heartbeat, now int64, fx *engine.Effects) *Result {
 	if c.LeaseNs <= 0 {
 		return fail(Invalid, "jobs: a heartbeat needs a positive lease duration")
 	}
@@ -772,7 +760,7 @@ func (m *Machine) heartbeat(c *Heartbeat, now int64, fx Effects) *Result {
 
 // extend is a heartbeat: it extends the leases of the worker's jobs that
 // the worker names (Declared) or that its live stream holds (Session).
-func (m *Machine) extend(c *Extend, now int64, fx Effects) *Result {
+func (m *Machine) extend(c *Extend, now int64, fx *engine.Effects) *Result {
 	if c.LeaseNs <= 0 || len(c.JobIDs) > MaxHeldJobs {
 		return fail(Invalid, "jobs: a heartbeat needs a positive lease duration and names at most %d jobs", MaxHeldJobs)
 	}
@@ -792,7 +780,7 @@ func (m *Machine) extend(c *Extend, now int64, fx Effects) *Result {
 // lists every job the worker holds here, extended or not: the API counts
 // a worker's unreported jobs from it, so a job whose lease ran out (and
 // went to someone else) stops taking a slot.
-func (m *Machine) extendWhere(worker string, now, leaseNs int64, fx Effects, pick func(*Job) bool) *Result {
+func (m *Machine) extendWhere(worker string, now, leaseNs int64, fx *engine.Effects, pick func(*Job) bool) *Result {
 	s := m.leases[worker]
 	if len(s) == 0 {
 		return &Result{Outcome: Same}
@@ -819,7 +807,7 @@ func (m *Machine) extendWhere(worker string, now, leaseNs int64, fx Effects, pic
 
 // cover gives j's lease to session and makes it last at least leaseNs
 // from now; it reports whether anything changed.
-func (m *Machine) cover(j *Job, session string, now, leaseNs int64, fx Effects) bool {
+func (m *Machine) cover(j *Job, session string, now, leaseNs int64, fx *engine.Effects) bool {
 	changed := j.Session != session
 	j.Session = session
 	if until := addSat(now, leaseNs); until > j.LeaseUntil {
@@ -850,7 +838,7 @@ func (m *Machine) heldBy(worker string) []*Job {
 // restarted one runs them, one that only reconnected gets a job it may
 // already run; each offer counts as a retry, so a job that kills its
 // worker does not come back for ever.
-func (m *Machine) reclaim(c *Reclaim, now int64, fx Effects) *Result {
+func (m *Machine) reclaim(c *Reclaim, now int64, fx *engine.Effects) *Result {
 	if c.Worker == "" || c.Session == "" || len(c.Session) > MaxIDLen || c.LeaseNs <= 0 || len(c.Keep) > MaxHeldJobs {
 		return fail(Invalid, "jobs: reclaiming needs a worker, a session, a positive lease and at most %d kept jobs", MaxHeldJobs)
 	}
@@ -887,7 +875,7 @@ func (m *Machine) reclaim(c *Reclaim, now int64, fx Effects) *Result {
 
 // unsent gives back, uncounted, jobs a session leased but could not push
 // (its stream was gone or replaced): nobody has them.
-func (m *Machine) unsent(c *Unsent, now int64, fx Effects) *Result {
+func (m *Machine) unsent(c *Unsent, now int64, fx *engine.Effects) *Result {
 	if c.Worker == "" || c.Session == "" || len(c.JobIDs) == 0 || len(c.JobIDs) > MaxLeaseBatch {
 		return fail(Invalid, "jobs: unsent needs a worker, a session and 1 to %d jobs", MaxLeaseBatch)
 	}
@@ -904,7 +892,7 @@ func (m *Machine) unsent(c *Unsent, now int64, fx Effects) *Result {
 	return res
 }
 
-func (m *Machine) report(c *Report, now int64, fx Effects) *Result {
+func (m *Machine) report(c *Report, now int64, fx *engine.Effects) *Result {
 	if len(c.Result) > MaxPayloadBytes {
 		return fail(Exhausted, "jobs: result of %d bytes is over %d", len(c.Result), MaxPayloadBytes)
 	}
@@ -941,7 +929,7 @@ func (m *Machine) report(c *Report, now int64, fx Effects) *Result {
 // says it has stopped them, so nobody waits for the leases to run out.
 // It is not counted as a retry: the worker reports a clean stop, not a
 // crash the job may have caused (an expired lease is counted).
-func (m *Machine) release(c *Release, now int64, fx Effects) *Result {
+func (m *Machine) release(c *Release, now int64, fx *engine.Effects) *Result {
 	var held []*Job
 	if c.JobID != "" {
 		j, res := m.held(c.JobID, c.Worker)
@@ -965,7 +953,7 @@ func (m *Machine) release(c *Release, now int64, fx Effects) *Result {
 
 // giveBack ends a lease without counting a retry: the job goes back to
 // PENDING (or, if cancelled meanwhile, to the dead letters).
-func (m *Machine) giveBack(q *Queue, j *Job, worker, reason string, now int64, fx Effects) {
+func (m *Machine) giveBack(q *Queue, j *Job, worker, reason string, now int64, fx *engine.Effects) {
 	m.endLease(j, fx)
 	if j.CancelAsked {
 		m.deadLetter(q, j, worker, ReasonCancelled, now, fx)
@@ -976,7 +964,7 @@ func (m *Machine) giveBack(q *Queue, j *Job, worker, reason string, now int64, f
 }
 
 // afterFailure schedules the retry of a FAILED job or dead-letters it.
-func (m *Machine) afterFailure(q *Queue, j *Job, now int64, fx Effects) {
+func (m *Machine) afterFailure(q *Queue, j *Job, now int64, fx *engine.Effects) {
 	if j.RetryCount >= j.MaxRetries {
 		m.deadLetter(q, j, "", ReasonExhausted, now, fx)
 		return
@@ -997,7 +985,7 @@ func Backoff(id string, n int32) int64 {
 	return d + int64(h%uint64(d/4+1))
 }
 
-func (m *Machine) retryDue(c *RetryDue, now int64, fx Effects) *Result {
+func (m *Machine) retryDue(c *RetryDue, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil || j.Status != Failed {
 		return fail(Same, "jobs: job %q no longer waits for a retry", c.JobID)
@@ -1009,7 +997,7 @@ func (m *Machine) retryDue(c *RetryDue, now int64, fx Effects) *Result {
 	return &Result{Outcome: OK}
 }
 
-func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx Effects) *Result {
+func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil || (j.Status != Assigned && j.Status != Running) || j.LeaseUntil > now {
 		return fail(Same, "jobs: job %q holds no expired lease", c.JobID)
@@ -1020,7 +1008,7 @@ func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx Effects) *Result {
 
 // loseAttempt ends a lease whose attempt was lost with its worker: it
 // counts as a retry, or dead-letters the job when none is left.
-func (m *Machine) loseAttempt(q *Queue, j *Job, reason string, now int64, fx Effects) {
+func (m *Machine) loseAttempt(q *Queue, j *Job, reason string, now int64, fx *engine.Effects) {
 	worker := j.Worker
 	m.endLease(j, fx)
 	switch {
@@ -1035,7 +1023,7 @@ func (m *Machine) loseAttempt(q *Queue, j *Job, reason string, now int64, fx Eff
 	}
 }
 
-func (m *Machine) readyDue(c *ReadyDue, now int64, fx Effects) *Result {
+func (m *Machine) readyDue(c *ReadyDue, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil || j.Status != Pending || j.heapIdx >= 0 {
 		return fail(Same, "jobs: job %q is not waiting for its start time", c.JobID)
@@ -1046,7 +1034,7 @@ func (m *Machine) readyDue(c *ReadyDue, now int64, fx Effects) *Result {
 	return &Result{Outcome: OK}
 }
 
-func (m *Machine) ttlExpired(c *TTLExpired, now int64, fx Effects) *Result {
+func (m *Machine) ttlExpired(c *TTLExpired, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil || j.Status != Pending {
 		// Not pending now: makePending checks the TTL when it returns.
@@ -1058,7 +1046,7 @@ func (m *Machine) ttlExpired(c *TTLExpired, now int64, fx Effects) *Result {
 
 // --- cancel and retry ---
 
-func (m *Machine) cancel(c *Cancel, now int64, fx Effects) *Result {
+func (m *Machine) cancel(c *Cancel, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil {
 		return fail(NotFound, "jobs: no job %q", c.JobID)
@@ -1090,7 +1078,7 @@ func (m *Machine) cancel(c *Cancel, now int64, fx Effects) *Result {
 	return &Result{Outcome: OK, Jobs: []*Job{copyJob(j)}}
 }
 
-func (m *Machine) retry(c *Retry, now int64, fx Effects) *Result {
+func (m *Machine) retry(c *Retry, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil {
 		return fail(NotFound, "jobs: no job %q", c.JobID)
@@ -1166,7 +1154,7 @@ func (m *Machine) record(j *Job, from, to Status, worker, reason string, now int
 	j.Events = append(j.Events, JobEvent{ID: j.nextEvent, From: from, To: to, Worker: worker, Reason: reason, At: now})
 }
 
-func (m *Machine) deadLetter(q *Queue, j *Job, worker, reason string, now int64, fx Effects) {
+func (m *Machine) deadLetter(q *Queue, j *Job, worker, reason string, now int64, fx *engine.Effects) {
 	if j.heapIdx >= 0 {
 		q.ready[j.Priority].remove(j)
 	}
@@ -1177,7 +1165,7 @@ func (m *Machine) deadLetter(q *Queue, j *Job, worker, reason string, now int64,
 }
 
 // finish ends a job: its timers go, it is queued for purging.
-func (m *Machine) finish(q *Queue, j *Job, now int64, fx Effects) {
+func (m *Machine) finish(q *Queue, j *Job, now int64, fx *engine.Effects) {
 	j.CompletedAt = now
 	fx.CancelTimer("ttl/" + j.ID)
 	fx.Notify(JobEnded{JobID: j.ID, Queue: q.Name, Status: j.Status})
@@ -1205,7 +1193,7 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx Effects) {
 }
 
 // dropJob removes a job and everything that points to it.
-func (m *Machine) dropJob(j *Job, fx Effects) {
+func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
 	q := m.queues[j.Queue]
 	if j.heapIdx >= 0 {
 		q.ready[j.Priority].remove(j)
@@ -1291,7 +1279,7 @@ const (
 	maxPurgePerFiring = 4096
 )
 
-func (m *Machine) purge(now int64, fx Effects) *Result {
+func (m *Machine) purge(now int64, fx *engine.Effects) *Result {
 	n := m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
 		if j := m.jobs[e.JobID]; j != nil && j.Status.Finished() && j.purgeAt == e.At {
 			m.dropJob(j, fx)
@@ -1305,7 +1293,7 @@ func (m *Machine) purge(now int64, fx Effects) *Result {
 
 // setTimer arms a timer whose command is this package's own and whose id
 // is short (job ids are at most MaxIDLen), so SetTimer cannot refuse it.
-func (m *Machine) setTimer(fx Effects, id string, at int64, cmd engine.Command) {
+func (m *Machine) setTimer(fx *engine.Effects, id string, at int64, cmd engine.Command) {
 	if err := fx.SetTimer(id, at, cmd); err != nil {
 		panic(err)
 	}

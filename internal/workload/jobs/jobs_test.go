@@ -67,10 +67,10 @@ func one(t *testing.T) *harness { return newHarness(t, 1, 1, Limits{MaxJobsPerQu
 
 func (h *harness) notes(cmd engine.Command) (*Result, []any) {
 	var got []any
-	prev := h.onApply
-	h.onApply = func(_ int, _ engine.Command, _ *Result, n []any) { got = n }
-	defer func() { h.onApply = prev }()
-	return h.client("", cmd), got
+	prev := h.OnApply
+	h.OnApply = func(_ int, _ engine.Command, _ *Result, n []any) { got = n }
+	defer func() { h.OnApply = prev }()
+	return h.Client("", cmd), got
 }
 
 func TestDefaultQueue(t *testing.T) {
@@ -85,17 +85,17 @@ func TestDefaultQueue(t *testing.T) {
 		t.Fatalf("%d partitions hold the default queue", owners)
 	}
 	h := one(t)
-	if r := h.client("", &DeleteQueue{Name: DefaultQueue, Force: true}); r.Outcome != Conflict {
+	if r := h.Client("", &DeleteQueue{Name: DefaultQueue, Force: true}); r.Outcome != Conflict {
 		t.Fatalf("delete default: %+v", r)
 	}
-	if r := h.client("", &Submit{JobID: "j", Queue: "nope"}); r.Outcome != NotFound {
+	if r := h.Client("", &Submit{JobID: "j", Queue: "nope"}); r.Outcome != NotFound {
 		t.Fatalf("submit to an unknown queue: %+v", r)
 	}
 }
 
 func TestRefusalsChangeNothing(t *testing.T) {
 	h := one(t)
-	before := h.ms[0].AppendSnapshot(nil)
+	before := h.Machines[0].AppendSnapshot(nil)
 	for _, c := range []struct {
 		cmd  engine.Command
 		want Outcome
@@ -115,78 +115,78 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{&LeaseExpired{JobID: "nope"}, Invalid}, // a timer command from a client
 		{&PurgeJobs{}, Invalid},
 	} {
-		if r := h.client("", c.cmd); r.Outcome != c.want {
+		if r := h.Client("", c.cmd); r.Outcome != c.want {
 			t.Errorf("%T%+v: %v %s, want %v", c.cmd, c.cmd, r.Outcome, r.Msg, c.want)
 		}
 	}
-	if len(h.log[0]) != 0 {
-		t.Fatalf("%d refusals were logged", len(h.log[0]))
+	if len(h.Log[0]) != 0 {
+		t.Fatalf("%d refusals were logged", len(h.Log[0]))
 	}
-	if after := h.ms[0].AppendSnapshot(nil); string(after) != string(before) {
+	if after := h.Machines[0].AppendSnapshot(nil); string(after) != string(before) {
 		t.Fatal("a refusal changed the state")
 	}
 	// Limits: jobs per queue, queues per partition.
 	for i := range 5 {
-		if r := h.client("", &Submit{JobID: string(rune('a' + i)), Queue: DefaultQueue}); r.Outcome != Created {
+		if r := h.Client("", &Submit{JobID: string(rune('a' + i)), Queue: DefaultQueue}); r.Outcome != Created {
 			t.Fatal(r.Msg)
 		}
 	}
-	if r := h.client("", &Submit{JobID: "z", Queue: DefaultQueue}); r.Outcome != Exhausted {
+	if r := h.Client("", &Submit{JobID: "z", Queue: DefaultQueue}); r.Outcome != Exhausted {
 		t.Fatalf("sixth job of 5: %+v", r)
 	}
-	h.client("", &CreateQueue{Name: "q1"})
-	h.client("", &CreateQueue{Name: "q2"})
-	if r := h.client("", &CreateQueue{Name: "q3"}); r.Outcome != Exhausted {
+	h.Client("", &CreateQueue{Name: "q1"})
+	h.Client("", &CreateQueue{Name: "q2"})
+	if r := h.Client("", &CreateQueue{Name: "q3"}); r.Outcome != Exhausted {
 		t.Fatalf("fourth queue of 3: %+v", r)
 	}
-	if r := h.client("", &DeleteQueue{Name: DefaultQueue + "x"}); r.Outcome != NotFound {
+	if r := h.Client("", &DeleteQueue{Name: DefaultQueue + "x"}); r.Outcome != NotFound {
 		t.Fatalf("delete unknown: %+v", r)
 	}
 }
 
 func TestIdempotencyKey(t *testing.T) {
 	h := one(t)
-	r1 := h.client("", &Submit{JobID: "j1", Queue: DefaultQueue, IdempotencyKey: "k"})
-	logged := len(h.log[0])
-	r2 := h.client("", &Submit{JobID: "j2", Queue: DefaultQueue, IdempotencyKey: "k"})
-	if r1.Outcome != Created || r2.Outcome != Same || r2.Jobs[0].ID != "j1" || len(h.log[0]) != logged {
-		t.Fatalf("repeat: %+v then %+v (logged %d → %d)", r1, r2, logged, len(h.log[0]))
+	r1 := h.Client("", &Submit{JobID: "j1", Queue: DefaultQueue, IdempotencyKey: "k"})
+	logged := len(h.Log[0])
+	r2 := h.Client("", &Submit{JobID: "j2", Queue: DefaultQueue, IdempotencyKey: "k"})
+	if r1.Outcome != Created || r2.Outcome != Same || r2.Jobs[0].ID != "j1" || len(h.Log[0]) != logged {
+		t.Fatalf("repeat: %+v then %+v (logged %d → %d)", r1, r2, logged, len(h.Log[0]))
 	}
 	// Once the job is purged the key is free again.
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e9})
-	h.client("", &Report{JobID: "j1", Worker: "w", Success: true})
-	h.advance(DefaultRetentionNs + 1)
-	if j := h.ms[0].Query(GetJob{ID: "j1"}).(*Job); j != nil {
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e9})
+	h.Client("", &Report{JobID: "j1", Worker: "w", Success: true})
+	h.Advance(DefaultRetentionNs + 1)
+	if j := h.Machines[0].Query(GetJob{ID: "j1"}).(*Job); j != nil {
 		t.Fatalf("finished job kept past its retention: %+v", j)
 	}
-	if r := h.client("", &Submit{JobID: "j3", Queue: DefaultQueue, IdempotencyKey: "k"}); r.Outcome != Created {
+	if r := h.Client("", &Submit{JobID: "j3", Queue: DefaultQueue, IdempotencyKey: "k"}); r.Outcome != Created {
 		t.Fatalf("key after purge: %+v", r)
 	}
 }
 
 func TestRetriesThenDeadLetter(t *testing.T) {
 	h := one(t)
-	h.client("", &Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: 2})
+	h.Client("", &Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: 2})
 	for i := range 3 {
-		r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+		r := h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
 		if len(r.Jobs) != 1 {
 			t.Fatalf("attempt %d: nothing to lease", i)
 		}
-		h.client("", &Report{JobID: "j", Worker: "w", Success: false, Error: "exit 1"})
+		h.Client("", &Report{JobID: "j", Worker: "w", Success: false, Error: "exit 1"})
 		// Not leasable before its backoff.
-		if r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12}); len(r.Jobs) != 0 {
+		if r := h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12}); len(r.Jobs) != 0 {
 			t.Fatal("leased during its backoff")
 		}
-		h.advance(Backoff("j", int32(i)))
+		h.Advance(Backoff("j", int32(i)))
 	}
-	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
+	j := h.Machines[0].Query(GetJob{ID: "j"}).(*Job)
 	if j.Status != DeadLettered || j.DeadReason != ReasonExhausted || j.RetryCount != 2 || j.Error != "exit 1" {
 		t.Fatalf("after 3 failures with 2 retries: %+v", j)
 	}
-	if r := h.client("", &Retry{JobID: "j"}); r.Outcome != OK || r.Jobs[0].Status != Pending || r.Jobs[0].RetryCount != 0 {
+	if r := h.Client("", &Retry{JobID: "j"}); r.Outcome != OK || r.Jobs[0].Status != Pending || r.Jobs[0].RetryCount != 0 {
 		t.Fatalf("manual retry: %+v", r)
 	}
-	st := h.ms[0].Query(GetStats{Name: DefaultQueue}).(*Stats)
+	st := h.Machines[0].Query(GetStats{Name: DefaultQueue}).(*Stats)
 	if st.Processed != 3 || st.ErrorRate != 1 || st.Pending != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -194,9 +194,9 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 
 func TestCancelRunningTellsTheWorker(t *testing.T) {
 	h := one(t)
-	h.client("", &Submit{JobID: "j", Queue: DefaultQueue})
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9})
-	h.client("", &Ack{JobID: "j", Worker: "w"})
+	h.Client("", &Submit{JobID: "j", Queue: DefaultQueue})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9})
+	h.Client("", &Ack{JobID: "j", Worker: "w"})
 	r, notes := h.notes(&Cancel{JobID: "j"})
 	if r.Outcome != OK || len(notes) != 1 || notes[0] != (CancelRequested{JobID: "j", Worker: "w"}) {
 		t.Fatalf("cancel: %+v %v", r, notes)
@@ -205,11 +205,11 @@ func TestCancelRunningTellsTheWorker(t *testing.T) {
 		t.Fatal("a cancelled running job stops only when its worker says so")
 	}
 	r, notes = h.notes(&Report{JobID: "j", Worker: "w", Success: true})
-	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
+	j := h.Machines[0].Query(GetJob{ID: "j"}).(*Job)
 	if r.Outcome != OK || j.Status != DeadLettered || j.DeadReason != ReasonCancelled || len(notes) != 1 || notes[0] != (JobEnded{JobID: "j", Queue: DefaultQueue, Status: DeadLettered}) {
 		t.Fatalf("report after cancel: %+v %+v %v", r, j, notes)
 	}
-	logs := h.ms[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
+	logs := h.Machines[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
 	var reasons []string
 	for _, e := range logs {
 		reasons = append(reasons, e.Reason)
@@ -221,7 +221,7 @@ func TestCancelRunningTellsTheWorker(t *testing.T) {
 
 func TestNotBeforeAndReadyNotes(t *testing.T) {
 	h := one(t)
-	_, notes := h.notes(&Submit{JobID: "later", Queue: DefaultQueue, NotBeforeNs: h.now + 10e9})
+	_, notes := h.notes(&Submit{JobID: "later", Queue: DefaultQueue, NotBeforeNs: h.Now + 10e9})
 	if len(notes) != 0 {
 		t.Fatalf("a delayed job announced as ready: %v", notes)
 	}
@@ -229,20 +229,20 @@ func TestNotBeforeAndReadyNotes(t *testing.T) {
 	if len(notes) != 1 || notes[0] != (QueueReady{Queue: DefaultQueue, Ready: 1}) {
 		t.Fatalf("submit notes %v", notes)
 	}
-	r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 5, LeaseNs: 1e12})
+	r := h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 5, LeaseNs: 1e12})
 	if len(r.Jobs) != 1 || r.Jobs[0].ID != "now" {
 		t.Fatalf("lease took %+v", r.Jobs)
 	}
 	var ready []any
-	h.onApply = func(_ int, _ engine.Command, _ *Result, n []any) { ready = append(ready, n...) }
-	h.advance(10e9)
+	h.OnApply = func(_ int, _ engine.Command, _ *Result, n []any) { ready = append(ready, n...) }
+	h.Advance(10e9)
 	if len(ready) != 1 || ready[0] != (QueueReady{Queue: DefaultQueue, Ready: 1}) {
 		t.Fatalf("not_before reached: %v", ready)
 	}
-	h.onApply = nil
+	h.OnApply = nil
 	// Paused: leases nothing, and resume announces what waits.
-	h.client("", &PauseQueue{Name: DefaultQueue})
-	if r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 5, LeaseNs: 1e12}); len(r.Jobs) != 0 {
+	h.Client("", &PauseQueue{Name: DefaultQueue})
+	if r := h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 5, LeaseNs: 1e12}); len(r.Jobs) != 0 {
 		t.Fatal("a paused queue leased")
 	}
 	if _, notes := h.notes(&ResumeQueue{Name: DefaultQueue}); len(notes) != 1 {
@@ -252,27 +252,27 @@ func TestNotBeforeAndReadyNotes(t *testing.T) {
 
 func TestLeaseExpiryAndHeartbeat(t *testing.T) {
 	h := one(t)
-	h.client("", &Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: 1})
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9})
-	h.advance(20e9)
-	if r := h.client("", &Heartbeat{Worker: "w", LeaseNs: 30e9}); r.Outcome != OK {
+	h.Client("", &Submit{JobID: "j", Queue: DefaultQueue, MaxRetries: 1})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9})
+	h.Advance(20e9)
+	if r := h.Client("", &Heartbeat{Worker: "w", LeaseNs: 30e9}); r.Outcome != OK {
 		t.Fatalf("heartbeat: %+v", r)
 	}
-	h.advance(20e9) // 40 s after the lease: alive thanks to the beat
-	if j := h.ms[0].Query(GetJob{ID: "j"}).(*Job); j.Status != Assigned {
+	h.Advance(20e9) // 40 s after the lease: alive thanks to the beat
+	if j := h.Machines[0].Query(GetJob{ID: "j"}).(*Job); j.Status != Assigned {
 		t.Fatalf("after a heartbeat: %s", j.Status)
 	}
-	h.advance(11e9)
-	j := h.ms[0].Query(GetJob{ID: "j"}).(*Job)
+	h.Advance(11e9)
+	j := h.Machines[0].Query(GetJob{ID: "j"}).(*Job)
 	if j.Status != Pending || j.RetryCount != 1 || j.Worker != "" {
 		t.Fatalf("after expiry: %+v", j)
 	}
-	if r := h.client("", &Report{JobID: "j", Worker: "w", Success: true}); r.Outcome != Conflict {
+	if r := h.Client("", &Report{JobID: "j", Worker: "w", Success: true}); r.Outcome != Conflict {
 		t.Fatalf("report of an expired lease: %+v", r)
 	}
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w2", Max: 1, LeaseNs: 30e9})
-	h.advance(31e9)
-	if j := h.ms[0].Query(GetJob{ID: "j"}).(*Job); j.Status != DeadLettered || j.DeadReason != ReasonLeaseExpired {
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w2", Max: 1, LeaseNs: 30e9})
+	h.Advance(31e9)
+	if j := h.Machines[0].Query(GetJob{ID: "j"}).(*Job); j.Status != DeadLettered || j.DeadReason != ReasonLeaseExpired {
 		t.Fatalf("second expiry with 1 retry: %+v", j)
 	}
 }
@@ -280,14 +280,14 @@ func TestLeaseExpiryAndHeartbeat(t *testing.T) {
 func TestListJobsPages(t *testing.T) {
 	h := newHarness(t, 1, 1, Limits{})
 	for i := range 45 {
-		h.client("", &Submit{JobID: string(rune('A' + i)), Queue: DefaultQueue, Priority: int32(i % 10)})
+		h.Client("", &Submit{JobID: string(rune('A' + i)), Queue: DefaultQueue, Priority: int32(i % 10)})
 	}
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 10, LeaseNs: 1e12})
-	h.client("", &Cancel{JobID: "B"}) // a hole in the middle of a page is not a problem
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 10, LeaseNs: 1e12})
+	h.Client("", &Cancel{JobID: "B"}) // a hole in the middle of a page is not a problem
 	var all []string
 	tok := ""
 	for pages := 0; ; pages++ {
-		p := h.ms[0].Query(ListJobs{Queue: DefaultQueue, Status: Pending, Limit: 7, PageToken: tok}).(*JobPage)
+		p := h.Machines[0].Query(ListJobs{Queue: DefaultQueue, Status: Pending, Limit: 7, PageToken: tok}).(*JobPage)
 		if !p.Found || pages > 10 {
 			t.Fatalf("page %d: %+v", pages, p)
 		}
@@ -309,7 +309,7 @@ func TestListJobsPages(t *testing.T) {
 			t.Fatalf("not in submission order: %v", all)
 		}
 	}
-	if p := h.ms[0].Query(ListJobs{Queue: DefaultQueue, PageToken: "x"}).(*JobPage); p.Found {
+	if p := h.Machines[0].Query(ListJobs{Queue: DefaultQueue, PageToken: "x"}).(*JobPage); p.Found {
 		t.Fatal("a bad token was taken")
 	}
 }
@@ -321,12 +321,12 @@ func TestListJobsPagesAreBoundedInBytes(t *testing.T) {
 	h := newHarness(t, 1, 1, Limits{})
 	big := make([]byte, MaxPayloadBytes)
 	for i := range 8 {
-		h.client("", &Submit{JobID: fmt.Sprint("j", i), Queue: DefaultQueue, Payload: big})
+		h.Client("", &Submit{JobID: fmt.Sprint("j", i), Queue: DefaultQueue, Payload: big})
 	}
 	var seen []string
 	tok := ""
 	for pages := 0; ; pages++ {
-		p := h.ms[0].Query(ListJobs{Queue: DefaultQueue, Limit: 100, PageToken: tok}).(*JobPage)
+		p := h.Machines[0].Query(ListJobs{Queue: DefaultQueue, Limit: 100, PageToken: tok}).(*JobPage)
 		bytes := 0
 		for _, j := range p.Jobs {
 			bytes += len(j.Payload) + len(j.Result)
@@ -347,17 +347,17 @@ func TestListJobsPagesAreBoundedInBytes(t *testing.T) {
 
 func TestDeleteQueue(t *testing.T) {
 	h := one(t)
-	h.client("", &CreateQueue{Name: "q"})
-	h.client("", &Submit{JobID: "a", Queue: "q"})
-	if r := h.client("", &DeleteQueue{Name: "q"}); r.Outcome != Conflict {
+	h.Client("", &CreateQueue{Name: "q"})
+	h.Client("", &Submit{JobID: "a", Queue: "q"})
+	if r := h.Client("", &DeleteQueue{Name: "q"}); r.Outcome != Conflict {
 		t.Fatalf("delete with a pending job: %+v", r)
 	}
-	h.client("", &Lease{Queue: "q", Worker: "w", Max: 1, LeaseNs: 1e9})
-	if r := h.client("", &DeleteQueue{Name: "q", Force: true}); r.Outcome != OK {
+	h.Client("", &Lease{Queue: "q", Worker: "w", Max: 1, LeaseNs: 1e9})
+	if r := h.Client("", &DeleteQueue{Name: "q", Force: true}); r.Outcome != OK {
 		t.Fatalf("forced: %+v", r)
 	}
-	if h.ms[0].Query(GetJob{ID: "a"}).(*Job) != nil || len(h.ms[0].leases) != 0 || len(h.timers[0]) != 0 {
-		t.Fatalf("the deleted queue's job, lease or timers remain: %v", h.timers[0])
+	if h.Machines[0].Query(GetJob{ID: "a"}).(*Job) != nil || len(h.Machines[0].leases) != 0 || len(h.Timers[0]) != 0 {
+		t.Fatalf("the deleted queue's job, lease or timers remain: %v", h.Timers[0])
 	}
 }
 
@@ -379,19 +379,19 @@ func TestEventLogBounded(t *testing.T) {
 	h := newHarness(t, 1, 1, Limits{})
 	// A failure with retries left (queue default 3) then a manual retry:
 	// LEASED, FAILED, MANUAL_RETRY per round.
-	h.client("", &Submit{JobID: "j", Queue: DefaultQueue})
+	h.Client("", &Submit{JobID: "j", Queue: DefaultQueue})
 	var fork func([]byte) []byte
 	var want []byte
 	for i := range 60 {
-		h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
-		h.client("", &Report{JobID: "j", Worker: "w", Success: false})
-		h.client("", &Retry{JobID: "j"})
+		h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+		h.Client("", &Report{JobID: "j", Worker: "w", Success: false})
+		h.Client("", &Retry{JobID: "j"})
 		if i == 40 {
-			want = h.ms[0].AppendSnapshot(nil)
-			fork = h.ms[0].ForkSnapshot()
+			want = h.Machines[0].AppendSnapshot(nil)
+			fork = h.Machines[0].ForkSnapshot()
 		}
 	}
-	ev := h.ms[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
+	ev := h.Machines[0].Query(GetJobLogs{ID: "j"}).([]JobEvent)
 	if len(ev) != MaxEventsPerJob || ev[len(ev)-1].ID != 1+60*3 {
 		t.Fatalf("%d events, newest #%d", len(ev), ev[len(ev)-1].ID)
 	}
@@ -403,7 +403,7 @@ func TestEventLogBounded(t *testing.T) {
 	if got := fork(nil); string(got) != string(want) {
 		t.Fatal("the fork changed with the job's log")
 	}
-	h.checkReplay()
+	h.CheckReplay()
 }
 
 func TestSubmitBatch(t *testing.T) {
@@ -413,7 +413,7 @@ func TestSubmitBatch(t *testing.T) {
 	if r.Outcome != Invalid || len(notes) != 0 || !strings.Contains(r.Msg, "job 1 of the batch") {
 		t.Fatalf("batch with a bad job: %+v, notes %v", r, notes)
 	}
-	if j := h.ms[0].Query(GetJob{ID: "a"}).(*Job); j != nil {
+	if j := h.Machines[0].Query(GetJob{ID: "a"}).(*Job); j != nil {
 		t.Fatalf("a refused batch added %+v", j)
 	}
 	r, notes = h.notes(&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: DefaultQueue}, {JobID: "b", Queue: DefaultQueue, Priority: 9},
@@ -431,11 +431,11 @@ func TestSubmitBatch(t *testing.T) {
 		t.Fatalf("batch: %+v", r)
 	}
 	// The same id twice in one batch is refused whole too.
-	if r := h.client("", &SubmitBatch{Jobs: []Submit{{JobID: "e", Queue: DefaultQueue}, {JobID: "e", Queue: DefaultQueue}}}); r.Outcome != Conflict {
+	if r := h.Client("", &SubmitBatch{Jobs: []Submit{{JobID: "e", Queue: DefaultQueue}, {JobID: "e", Queue: DefaultQueue}}}); r.Outcome != Conflict {
 		t.Fatalf("id repeated in a batch: %+v", r)
 	}
 	for _, b := range []*SubmitBatch{{}, {Jobs: []Submit{{JobID: "x", Queue: DefaultQueue}, {JobID: "y", Queue: "other"}}}} {
-		if r := h.client("", b); r.Outcome != Invalid {
+		if r := h.Client("", b); r.Outcome != Invalid {
 			t.Fatalf("%+v: %+v", b, r)
 		}
 	}
@@ -449,26 +449,26 @@ func TestSubmitBatch(t *testing.T) {
 func TestRelease(t *testing.T) {
 	h := one(t)
 	for _, id := range []string{"a", "b", "c"} {
-		h.client("", &Submit{JobID: id, Queue: DefaultQueue})
+		h.Client("", &Submit{JobID: id, Queue: DefaultQueue})
 	}
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 3, LeaseNs: 1e12})
-	h.client("", &Ack{JobID: "b", Worker: "w"})
-	h.client("", &Cancel{JobID: "b"})
-	if r := h.client("", &Release{Worker: "x", JobID: "a"}); r.Outcome != Conflict {
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 3, LeaseNs: 1e12})
+	h.Client("", &Ack{JobID: "b", Worker: "w"})
+	h.Client("", &Cancel{JobID: "b"})
+	if r := h.Client("", &Release{Worker: "x", JobID: "a"}); r.Outcome != Conflict {
 		t.Fatalf("release by another worker: %+v", r)
 	}
-	if r := h.client("", &Release{Worker: "w", JobID: "a"}); r.Outcome != OK || r.Jobs[0].Status != Pending || r.Jobs[0].RetryCount != 0 {
+	if r := h.Client("", &Release{Worker: "w", JobID: "a"}); r.Outcome != OK || r.Jobs[0].Status != Pending || r.Jobs[0].RetryCount != 0 {
 		t.Fatalf("release of a: %+v", r)
 	}
-	r := h.client("", &Release{Worker: "w"})
+	r := h.Client("", &Release{Worker: "w"})
 	if r.Outcome != OK || len(r.Jobs) != 2 || r.Jobs[0].ID != "b" || r.Jobs[0].Status != DeadLettered || r.Jobs[1].Status != Pending {
 		t.Fatalf("release of all: %+v", r)
 	}
-	if r := h.client("", &Release{Worker: "w"}); r.Outcome != Same {
+	if r := h.Client("", &Release{Worker: "w"}); r.Outcome != Same {
 		t.Fatalf("nothing left to release: %+v", r)
 	}
-	if len(h.timers[0]) != 1 { // only the purge timer of b
-		t.Fatalf("timers left: %v", h.timers[0])
+	if len(h.Timers[0]) != 1 { // only the purge timer of b
+		t.Fatalf("timers left: %v", h.Timers[0])
 	}
 }
 
@@ -480,17 +480,17 @@ func TestForksEncodeAtOnce(t *testing.T) {
 	h := newHarness(t, 1, 1, Limits{})
 	for i := range 50 {
 		id := fmt.Sprintf("j%d", i)
-		h.client("", &Submit{JobID: id, Queue: DefaultQueue})
-		h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
+		h.Client("", &Submit{JobID: id, Queue: DefaultQueue})
+		h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 1e12})
 	}
-	a, b := h.ms[0].ForkSnapshot(), h.ms[0].ForkSnapshot()
-	want := h.ms[0].AppendSnapshot(nil)
+	a, b := h.Machines[0].ForkSnapshot(), h.Machines[0].ForkSnapshot()
+	want := h.Machines[0].AppendSnapshot(nil)
 	var wg sync.WaitGroup
 	got := make([][]byte, 2)
 	for i, f := range []func([]byte) []byte{a, b} {
 		wg.Go(func() { got[i] = f(nil) })
 	}
-	wg.Go(func() { h.ms[0].Query(GetJobLogs{ID: "j7"}) })
+	wg.Go(func() { h.Machines[0].Query(GetJobLogs{ID: "j7"}) })
 	wg.Wait()
 	for i := range got {
 		if !bytes.Equal(got[i], want) {

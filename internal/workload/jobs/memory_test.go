@@ -21,9 +21,9 @@ func TestBytesPerJob(t *testing.T) {
 	const jobs = 20_000
 	h := newHarness(t, 5, 1, Limits{MaxJobsPerQueue: jobs})
 	measure := func() (heap int64, size int) {
-		snap := h.ms[0].AppendSnapshot(nil)
+		snap := h.Machines[0].AppendSnapshot(nil)
 		return enginetest.RetainedHeap(func() any {
-			m := NewMachine(h.opts[0])
+			m := h.NewMachine(0)
 			if err := m.Restore(bytes.Clone(snap)); err != nil { // what the machine keeps of its input counts
 				t.Fatal(err)
 			}
@@ -34,20 +34,20 @@ func TestBytesPerJob(t *testing.T) {
 	payload := []byte(`{"command":["echo","bench"]}`)
 	for i := range jobs {
 		id := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
-		if r := h.client("", &Submit{JobID: id, Queue: DefaultQueue, Payload: payload, Priority: int32(i % 10), RetentionNs: 3600e9}); r.Outcome != Created {
+		if r := h.Client("", &Submit{JobID: id, Queue: DefaultQueue, Payload: payload, Priority: int32(i % 10), RetentionNs: 3600e9}); r.Outcome != Created {
 			t.Fatal(r.Msg)
 		}
 	}
 	heap1, size1 := measure()
 	for done := 0; done < jobs; {
-		r := h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: MaxLeaseBatch, LeaseNs: 60e9})
+		r := h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: MaxLeaseBatch, LeaseNs: 60e9})
 		for _, j := range r.Jobs {
-			h.client("", &Report{JobID: j.ID, Worker: "w", Success: true})
+			h.Client("", &Report{JobID: j.ID, Worker: "w", Success: true})
 		}
 		done += len(r.Jobs)
 	}
 	heap2, size2 := measure()
-	h.advance(3600e9 + 1)
+	h.Advance(3600e9 + 1)
 	heap3, size3 := measure()
 	per := func(heap int64, size int) string {
 		return fmt.Sprintf("%.0f B in memory, %.0f B in a snapshot", float64(heap-heap0)/jobs, float64(size-size0)/jobs)
@@ -56,7 +56,7 @@ func TestBytesPerJob(t *testing.T) {
 	if p := float64(heap1-heap0) / jobs; p > 2048 {
 		t.Errorf("a pending job costs %.0f B; more than 2 KiB is a regression", p)
 	}
-	if n := len(h.ms[0].jobs); n != 0 || heap3-heap0 > jobs*16 {
+	if n := len(h.Machines[0].jobs); n != 0 || heap3-heap0 > jobs*16 {
 		t.Errorf("after retention %d jobs remain, %d B more than empty", n, heap3-heap0)
 	}
 }

@@ -79,9 +79,9 @@ func runModel(t *testing.T, seed uint64, steps int, transitions map[[2]Status]in
 	md := &model{h: h, queues: []string{DefaultQueue, "q1", "q2"}, workers: []string{"w1", "w2", "w3"},
 		idgen: rand.NewChaCha8(s), seen: map[string]int64{}, last: map[string]Status{}, transitions: transitions,
 		leasedBy: map[string]string{}, keys: map[string]string{}, queueOf: map[string]string{}, ended: map[string]int{}}
-	h.onApply = md.observe
+	h.OnApply = md.observe
 	for _, q := range md.queues[1:] {
-		if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: int32(1 + seed%3)}); r.Outcome != Created {
+		if r := h.Client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: int32(1 + seed%3)}); r.Outcome != Created {
 			t.Fatalf("create %s: %+v", q, r)
 		}
 	}
@@ -89,14 +89,14 @@ func runModel(t *testing.T, seed uint64, steps int, transitions map[[2]Status]in
 		md.step()
 		md.checkAll()
 		if i%300 == 299 {
-			h.checkReplay()
+			h.CheckReplay()
 		}
 	}
-	h.checkReplay()
+	h.CheckReplay()
 	// Everything submitted is accounted for, and a long quiet time ends
 	// every job that no worker holds.
 	for range 48 * 6 {
-		h.advance(int64(600e9))
+		h.Advance(int64(600e9))
 		md.checkAll()
 	}
 }
@@ -107,94 +107,94 @@ func (md *model) rndJob() string {
 	for id := range md.last {
 		ids = append(ids, id)
 	}
-	if len(ids) == 0 || h.rng.IntN(20) == 0 {
+	if len(ids) == 0 || h.Rng.IntN(20) == 0 {
 		return "no-such-job"
 	}
 	sort.Strings(ids)
-	return ids[h.rng.IntN(len(ids))]
+	return ids[h.Rng.IntN(len(ids))]
 }
 
 func (md *model) step() {
 	h := md.h
-	q := md.queues[h.rng.IntN(len(md.queues))]
-	w := md.workers[h.rng.IntN(len(md.workers))]
-	switch k := h.rng.IntN(100); {
+	q := md.queues[h.Rng.IntN(len(md.queues))]
+	w := md.workers[h.Rng.IntN(len(md.workers))]
+	switch k := h.Rng.IntN(100); {
 	case k < 28:
-		id, err := NewJobID(q, h.n, md.idgen)
+		id, err := NewJobID(q, h.N, md.idgen)
 		if err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
-		sub := &Submit{JobID: id, Queue: q, Payload: []byte(id[:4]), Priority: int32(h.rng.IntN(10)),
+		sub := &Submit{JobID: id, Queue: q, Payload: []byte(id[:4]), Priority: int32(h.Rng.IntN(10)),
 			RetentionNs: int64(3600e9)}
-		if h.rng.IntN(4) == 0 {
-			sub.NotBeforeNs = h.now + h.rng.Int64N(int64(60e9))
+		if h.Rng.IntN(4) == 0 {
+			sub.NotBeforeNs = h.Now + h.Rng.Int64N(int64(60e9))
 		}
-		if h.rng.IntN(5) == 0 {
-			sub.TTLNs = int64(1+h.rng.IntN(120)) * 1e9
+		if h.Rng.IntN(5) == 0 {
+			sub.TTLNs = int64(1+h.Rng.IntN(120)) * 1e9
 		}
-		if h.rng.IntN(4) == 0 {
-			sub.IdempotencyKey = fmt.Sprint("k", h.rng.IntN(10))
+		if h.Rng.IntN(4) == 0 {
+			sub.IdempotencyKey = fmt.Sprint("k", h.Rng.IntN(10))
 		}
-		if h.rng.IntN(6) == 0 {
-			sub.MaxRetries = int32(h.rng.IntN(4))
+		if h.Rng.IntN(6) == 0 {
+			sub.MaxRetries = int32(h.Rng.IntN(4))
 		}
-		if h.part(JobKey(id)) != h.part(QueueKey(q)) {
-			h.t.Fatalf("NewJobID(%q) = %q in partition %d, queue in %d", q, id, h.part(JobKey(id)), h.part(QueueKey(q)))
+		if h.Part(JobKey(id)) != h.Part(QueueKey(q)) {
+			h.T.Fatalf("NewJobID(%q) = %q in partition %d, queue in %d", q, id, h.Part(JobKey(id)), h.Part(QueueKey(q)))
 		}
-		if h.rng.IntN(4) > 0 {
-			md.checkSubmit(sub, h.client(QueueKey(q), sub))
+		if h.Rng.IntN(4) > 0 {
+			md.checkSubmit(sub, h.Client(QueueKey(q), sub))
 			return
 		}
 		// A batch: the first job and copies with fresh ids.
 		b := &SubmitBatch{Jobs: []Submit{*sub}}
-		for range h.rng.IntN(4) {
+		for range h.Rng.IntN(4) {
 			s2 := *sub
-			if s2.JobID, err = NewJobID(q, h.n, md.idgen); err != nil {
-				h.t.Fatal(err)
+			if s2.JobID, err = NewJobID(q, h.N, md.idgen); err != nil {
+				h.T.Fatal(err)
 			}
-			s2.Priority = int32(h.rng.IntN(10))
+			s2.Priority = int32(h.Rng.IntN(10))
 			b.Jobs = append(b.Jobs, s2)
 		}
-		qu := h.ms[h.part(QueueKey(q))].queues[q]
+		qu := h.Machines[h.Part(QueueKey(q))].queues[q]
 		before, held := qu.unfinished(), qu.jobs
-		r := h.client(QueueKey(q), b)
+		r := h.Client(QueueKey(q), b)
 		if r.Outcome == Exhausted {
 			// All or nothing: refused whole, and only when the new jobs
 			// would not fit.
 			if len(r.Each) != 0 || qu.jobs != held || before+len(b.Jobs) <= 60 {
-				h.t.Fatalf("batch of %d onto %d unfinished jobs refused as %s, now %d jobs", len(b.Jobs), before, r.Msg, qu.jobs)
+				h.T.Fatalf("batch of %d onto %d unfinished jobs refused as %s, now %d jobs", len(b.Jobs), before, r.Msg, qu.jobs)
 			}
 			return
 		}
 		if len(r.Each) != len(b.Jobs) {
-			h.t.Fatalf("batch of %d: %+v", len(b.Jobs), r)
+			h.T.Fatalf("batch of %d: %+v", len(b.Jobs), r)
 		}
 		for i := range b.Jobs {
 			md.checkSubmit(&b.Jobs[i], r.Each[i])
 		}
 	case k < 45:
-		h.client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.rng.IntN(4)), LeaseNs: int64(10+h.rng.IntN(30)) * 1e9,
+		h.Client(QueueKey(q), &Lease{Queue: q, Worker: w, Max: int32(1 + h.Rng.IntN(4)), LeaseNs: int64(10+h.Rng.IntN(30)) * 1e9,
 			Session: md.session(w)})
 	case k < 55:
 		id := md.leasedJob()
-		h.client(JobKey(id), &Ack{JobID: id, Worker: md.holder(id, w)})
+		h.Client(JobKey(id), &Ack{JobID: id, Worker: md.holder(id, w)})
 	case k < 72:
 		id := md.leasedJob()
-		h.client(JobKey(id), &Report{JobID: id, Worker: md.holder(id, w), Success: h.rng.IntN(3) > 0, Error: "boom"})
-	case k < 74 && h.rng.IntN(3) == 0:
+		h.Client(JobKey(id), &Report{JobID: id, Worker: md.holder(id, w), Success: h.Rng.IntN(3) > 0, Error: "boom"})
+	case k < 74 && h.Rng.IntN(3) == 0:
 		// A worker going away gives back one job or all it holds.
-		if h.rng.IntN(2) == 0 {
+		if h.Rng.IntN(2) == 0 {
 			id := md.leasedJob()
-			h.client(JobKey(id), &Release{Worker: md.holder(id, w), JobID: id})
+			h.Client(JobKey(id), &Release{Worker: md.holder(id, w), JobID: id})
 		} else {
-			for p := range h.n {
+			for p := range h.N {
 				data, _ := (&Release{Worker: w}).AppendBinary(nil)
-				h.apply(p, engine.FromClient, "", data)
+				h.Apply(p, engine.FromClient, "", data)
 			}
 		}
 	case k < 76:
 		var cmd engine.Command
-		switch h.rng.IntN(3) {
+		switch h.Rng.IntN(3) {
 		case 0:
 			cmd = &Heartbeat{Worker: w, LeaseNs: 20e9} // as logs before sessions hold
 		case 1:
@@ -202,60 +202,60 @@ func (md *model) step() {
 		default:
 			cmd = &Extend{Worker: w, LeaseNs: 20e9, Declared: true, JobIDs: []string{md.leasedJob(), md.leasedJob()}}
 		}
-		for p := range h.n {
+		for p := range h.N {
 			data, _ := cmd.AppendBinary(nil)
-			h.apply(p, engine.FromClient, "", data)
+			h.Apply(p, engine.FromClient, "", data)
 		}
 	case k < 78:
 		// A stream of w opens (a restart or a reconnect): it keeps some
 		// of w's jobs, gives back the others or is offered them again.
-		cmd := &Reclaim{Worker: w, Session: md.session(w), LeaseNs: 20e9, Declared: h.rng.IntN(2) == 0,
+		cmd := &Reclaim{Worker: w, Session: md.session(w), LeaseNs: 20e9, Declared: h.Rng.IntN(2) == 0,
 			Keep: []string{md.leasedJob()}}
-		for p := range h.n {
+		for p := range h.N {
 			data, _ := cmd.AppendBinary(nil)
-			h.apply(p, engine.FromClient, "", data)
+			h.Apply(p, engine.FromClient, "", data)
 		}
-		if id := md.leasedJob(); h.rng.IntN(2) == 0 {
-			h.client(JobKey(id), &Unsent{Worker: md.holder(id, w), Session: md.session(w), JobIDs: []string{id}})
+		if id := md.leasedJob(); h.Rng.IntN(2) == 0 {
+			h.Client(JobKey(id), &Unsent{Worker: md.holder(id, w), Session: md.session(w), JobIDs: []string{id}})
 		}
 	case k < 81:
 		id := md.rndJob()
-		if h.rng.IntN(2) == 0 {
+		if h.Rng.IntN(2) == 0 {
 			id = md.leasedJob() // running jobs are the rarer case
 		}
-		h.client(JobKey(id), &Cancel{JobID: id})
+		h.Client(JobKey(id), &Cancel{JobID: id})
 	case k < 85:
 		id := md.rndJob()
-		h.client(JobKey(id), &Retry{JobID: id})
+		h.Client(JobKey(id), &Retry{JobID: id})
 	case k < 89:
-		if q != DefaultQueue && h.rng.IntN(3) == 0 {
-			force := h.rng.IntN(2) == 0
-			r := h.client(QueueKey(q), &DeleteQueue{Name: q, Force: force})
+		if q != DefaultQueue && h.Rng.IntN(3) == 0 {
+			force := h.Rng.IntN(2) == 0
+			r := h.Client(QueueKey(q), &DeleteQueue{Name: q, Force: force})
 			if r.Outcome == OK {
 				// Its jobs went with it, by request.
 				for id := range md.last {
 					if j, ok := md.lookup(id); !ok && md.queueOf[id] == q {
 						delete(md.last, id)
 					} else if ok && j.Queue == q {
-						h.t.Fatalf("job %s outlived its deleted queue", id)
+						h.T.Fatalf("job %s outlived its deleted queue", id)
 					}
 				}
-				if r := h.client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: 2}); r.Outcome != Created {
-					h.t.Fatalf("recreate %s: %+v", q, r)
+				if r := h.Client(QueueKey(q), &CreateQueue{Name: q, MaxRetries: 2}); r.Outcome != Created {
+					h.T.Fatalf("recreate %s: %+v", q, r)
 				}
 			}
-		} else if h.rng.IntN(2) == 0 {
-			h.client(QueueKey(q), &PauseQueue{Name: q})
+		} else if h.Rng.IntN(2) == 0 {
+			h.Client(QueueKey(q), &PauseQueue{Name: q})
 		} else {
-			h.client(QueueKey(q), &ResumeQueue{Name: q})
+			h.Client(QueueKey(q), &ResumeQueue{Name: q})
 		}
 	default:
-		h.advance(h.rng.Int64N(int64(40e9)))
+		h.Advance(h.Rng.Int64N(int64(40e9)))
 	}
 }
 
 // session is one of a few stream sessions of worker w.
-func (md *model) session(w string) string { return w + "/s" + strconv.Itoa(md.h.rng.IntN(3)) }
+func (md *model) session(w string) string { return w + "/s" + strconv.Itoa(md.h.Rng.IntN(3)) }
 
 // leasedJob is usually a job some worker holds.
 func (md *model) leasedJob() string {
@@ -265,23 +265,23 @@ func (md *model) leasedJob() string {
 			ids = append(ids, id)
 		}
 	}
-	if len(ids) == 0 || md.h.rng.IntN(6) == 0 {
+	if len(ids) == 0 || md.h.Rng.IntN(6) == 0 {
 		return md.rndJob()
 	}
 	sort.Strings(ids)
-	return ids[md.h.rng.IntN(len(ids))]
+	return ids[md.h.Rng.IntN(len(ids))]
 }
 
 // holder is usually the worker holding the job, sometimes another.
 func (md *model) holder(id, w string) string {
-	if hw, ok := md.leasedBy[id]; ok && md.h.rng.IntN(5) > 0 {
+	if hw, ok := md.leasedBy[id]; ok && md.h.Rng.IntN(5) > 0 {
 		return hw
 	}
 	return w
 }
 
 func (md *model) checkSubmit(sub *Submit, r *Result) {
-	t := md.h.t
+	t := md.h.T
 	ik := sub.Queue + "\x00" + sub.IdempotencyKey
 	prev, repeat := md.keys[ik]
 	if sub.IdempotencyKey != "" && repeat {
@@ -299,7 +299,7 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 			md.keys[ik] = sub.JobID
 		}
 	case Exhausted:
-		if q := md.h.ms[md.h.part(QueueKey(sub.Queue))].queues[sub.Queue]; q.unfinished() < 60 {
+		if q := md.h.Machines[md.h.Part(QueueKey(sub.Queue))].queues[sub.Queue]; q.unfinished() < 60 {
 			t.Fatalf("submit refused as exhausted with %d unfinished jobs: %s", q.unfinished(), r.Msg)
 		}
 	default:
@@ -308,7 +308,7 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 }
 
 func (md *model) lookup(id string) (*Job, bool) {
-	for _, m := range md.h.ms {
+	for _, m := range md.h.Machines {
 		if j := m.jobs[id]; j != nil {
 			return j, true
 		}
@@ -318,9 +318,9 @@ func (md *model) lookup(id string) (*Job, bool) {
 
 // observe checks each applied input's visible effects.
 func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
-	t := md.h.t
-	now := md.h.now
-	m := md.h.ms[p]
+	t := md.h.T
+	now := md.h.Now
+	m := md.h.Machines[p]
 	switch c := cmd.(type) {
 	case *Lease:
 		q := m.queues[c.Queue]
@@ -378,18 +378,18 @@ func before(a, b *Job) bool {
 // checkAll checks every job of every partition after a step.
 func (md *model) checkAll() {
 	h := md.h
-	t := h.t
-	now := h.now
+	t := h.T
+	now := h.Now
 	found := map[string]bool{}
-	for p, m := range h.ms {
+	for p, m := range h.Machines {
 		var counts = map[string]*[numStatuses]int64{}
 		for id, j := range m.jobs {
 			if found[id] {
 				t.Fatalf("job %s in two partitions", id)
 			}
 			found[id] = true
-			if p != h.part(JobKey(id)) {
-				t.Fatalf("job %s held by partition %d, routed to %d", id, p, h.part(JobKey(id)))
+			if p != h.Part(JobKey(id)) {
+				t.Fatalf("job %s held by partition %d, routed to %d", id, p, h.Part(JobKey(id)))
 			}
 			if j.RetryCount > j.MaxRetries {
 				t.Fatalf("job %s: %d retries, max %d", id, j.RetryCount, j.MaxRetries)
@@ -457,7 +457,7 @@ func (md *model) checkAll() {
 	}
 	// Finished jobs are counted right and kept under the cap (the oldest
 	// ended go early past it).
-	for p, m := range md.h.ms {
+	for p, m := range md.h.Machines {
 		n := 0
 		for _, j := range m.jobs {
 			if j.Status.Finished() {

@@ -73,9 +73,9 @@ func runWorkerModel(t *testing.T, seed uint64, steps int) {
 	h := newHarness(t, seed, 3, Limits{MaxJobsPerQueue: 200, MaxFinished: 1 << 20})
 	var s [32]byte
 	s[0] = byte(seed)
-	wm := &workerModel{h: h, rng: h.rng, idgen: rand.NewChaCha8(s), queues: []string{DefaultQueue, "q1"},
+	wm := &workerModel{h: h, rng: h.Rng, idgen: rand.NewChaCha8(s), queues: []string{DefaultQueue, "q1"},
 		procs: map[string]*wproc{}, bound: map[string]int64{}, session: map[string]string{}, owner: map[string]string{}}
-	if r := h.client(QueueKey("q1"), &CreateQueue{Name: "q1", MaxRetries: 5}); r.Outcome != Created {
+	if r := h.Client(QueueKey("q1"), &CreateQueue{Name: "q1", MaxRetries: 5}); r.Outcome != Created {
 		t.Fatal(r.Msg)
 	}
 	for range 3 {
@@ -85,10 +85,10 @@ func runWorkerModel(t *testing.T, seed uint64, steps int) {
 		wm.step()
 		wm.checkLeases()
 		if i%500 == 499 {
-			h.checkReplay()
+			h.CheckReplay()
 		}
 	}
-	h.checkReplay()
+	h.CheckReplay()
 	wm.finish()
 }
 
@@ -101,22 +101,22 @@ func (wm *workerModel) newID() string {
 
 // all applies a client command on every partition, as the API does.
 func (wm *workerModel) all(mk func(p int) engine.Command) []*Result {
-	out := make([]*Result, wm.h.n)
-	for p := range wm.h.n {
+	out := make([]*Result, wm.h.N)
+	for p := range wm.h.N {
 		data, err := mk(p).AppendBinary(nil)
 		if err != nil {
-			wm.h.t.Fatal(err)
+			wm.h.T.Fatal(err)
 		}
-		out[p] = wm.h.apply(p, engine.FromClient, "", data)
+		out[p] = wm.h.Apply(p, engine.FromClient, "", data)
 	}
 	return out
 }
 
 // byPart splits job ids by partition.
 func (wm *workerModel) byPart(ids []string) [][]string {
-	per := make([][]string, wm.h.n)
+	per := make([][]string, wm.h.N)
 	for _, id := range ids {
-		p := wm.h.part(JobKey(id))
+		p := wm.h.Part(JobKey(id))
 		per[p] = append(per[p], id)
 	}
 	return per
@@ -132,7 +132,7 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 func (wm *workerModel) cover(id string) {
-	wm.bound[id] = max(wm.bound[id], wm.h.now+wmLease)
+	wm.bound[id] = max(wm.bound[id], wm.h.Now+wmLease)
 }
 
 // start opens a stream for id: a new process (restart) if none lives,
@@ -159,10 +159,10 @@ func (wm *workerModel) start(id string) {
 		}
 	}
 	// The id holds nothing its process does not have.
-	for q, m := range wm.h.ms {
+	for q, m := range wm.h.Machines {
 		for _, jid := range m.Query(WorkerJobs{Worker: id}).([]string) {
 			if !p.holds[jid] {
-				wm.h.t.Fatalf("after %s opened session %s (declares %v), partition %d leases it %s, which its process does not hold",
+				wm.h.T.Fatalf("after %s opened session %s (declares %v), partition %d leases it %s, which its process does not hold",
 					id, p.session, p.declares, q, jid)
 			}
 		}
@@ -201,23 +201,23 @@ func (wm *workerModel) step() {
 	switch k := wm.rng.IntN(100); {
 	case k < 22:
 		q := wm.queues[wm.rng.IntN(len(wm.queues))]
-		id, err := NewJobID(q, h.n, wm.idgen)
+		id, err := NewJobID(q, h.N, wm.idgen)
 		if err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 		sub := &Submit{JobID: id, Queue: q, MaxRetries: int32(wm.rng.IntN(4)), RetentionNs: int64(3600e9) * 100}
-		if r := h.client(QueueKey(q), sub); r.Outcome == Created {
+		if r := h.Client(QueueKey(q), sub); r.Outcome == Created {
 			wm.acked = append(wm.acked, id)
 		}
 	case k < 40 && p != nil && p.live:
 		wm.push(p, wm.rng.IntN(8) == 0)
 	case k < 48 && p != nil:
 		if id := wm.held(p); id != "" {
-			h.client(JobKey(id), &Ack{JobID: id, Worker: p.id})
+			h.Client(JobKey(id), &Ack{JobID: id, Worker: p.id})
 		}
 	case k < 62 && p != nil:
 		if id := wm.held(p); id != "" {
-			h.client(JobKey(id), &Report{JobID: id, Worker: p.id, Success: wm.rng.IntN(4) > 0, Error: "boom"})
+			h.Client(JobKey(id), &Report{JobID: id, Worker: p.id, Success: wm.rng.IntN(4) > 0, Error: "boom"})
 			delete(p.holds, id)
 		}
 	case k < 74 && p != nil:
@@ -247,10 +247,10 @@ func (wm *workerModel) step() {
 	case k < 88:
 		if len(wm.acked) > 0 {
 			id := wm.acked[wm.rng.IntN(len(wm.acked))]
-			h.client(JobKey(id), &Cancel{JobID: id})
+			h.Client(JobKey(id), &Cancel{JobID: id})
 		}
 	default:
-		h.advance(wm.rng.Int64N(int64(25e9)))
+		h.Advance(wm.rng.Int64N(int64(25e9)))
 	}
 }
 
@@ -259,11 +259,11 @@ func (wm *workerModel) step() {
 func (wm *workerModel) push(p *wproc, lost bool) {
 	h := wm.h
 	q := wm.queues[wm.rng.IntN(len(wm.queues))]
-	r := h.client(QueueKey(q), &Lease{Queue: q, Worker: p.id, Max: int32(1 + wm.rng.IntN(3)), LeaseNs: wmLease, Session: p.session})
+	r := h.Client(QueueKey(q), &Lease{Queue: q, Worker: p.id, Max: int32(1 + wm.rng.IntN(3)), LeaseNs: wmLease, Session: p.session})
 	var ids []string
 	for _, j := range r.Jobs {
 		wm.session[j.ID], wm.owner[j.ID] = p.session, p.id
-		wm.bound[j.ID] = h.now + wmLease
+		wm.bound[j.ID] = h.Now + wmLease
 		ids = append(ids, j.ID)
 		if !lost {
 			p.holds[j.ID] = true
@@ -273,7 +273,7 @@ func (wm *workerModel) push(p *wproc, lost bool) {
 	case !lost || len(ids) == 0:
 	case wm.rng.IntN(2) == 0:
 		// The send failed: the API knows, and gives them back.
-		h.client(QueueKey(q), &Unsent{Worker: p.id, Session: p.session, JobIDs: ids})
+		h.Client(QueueKey(q), &Unsent{Worker: p.id, Session: p.session, JobIDs: ids})
 		p.live = false
 	default:
 		// Sent into a stream that broke before the process read it.
@@ -308,19 +308,19 @@ func (wm *workerModel) beat(p *wproc) {
 // checkLeases: every lease ends by its bound, and none is past due.
 func (wm *workerModel) checkLeases() {
 	h := wm.h
-	for _, m := range h.ms {
+	for _, m := range h.Machines {
 		for id, j := range m.jobs {
 			if j.Status != Assigned && j.Status != Running {
 				continue
 			}
 			if b, ok := wm.bound[id]; !ok || j.LeaseUntil > b {
-				h.t.Fatalf("job %s leased to %s until %d, %d ns past the last cover the model knows", id, j.Worker, j.LeaseUntil, j.LeaseUntil-b)
+				h.T.Fatalf("job %s leased to %s until %d, %d ns past the last cover the model knows", id, j.Worker, j.LeaseUntil, j.LeaseUntil-b)
 			}
-			if j.LeaseUntil <= h.now {
-				h.t.Fatalf("job %s is still leased %d ns after its lease ended", id, h.now-j.LeaseUntil)
+			if j.LeaseUntil <= h.Now {
+				h.T.Fatalf("job %s is still leased %d ns after its lease ended", id, h.Now-j.LeaseUntil)
 			}
 			if wm.owner[id] != j.Worker {
-				h.t.Fatalf("job %s leased to %s; the model saw it go to %s", id, j.Worker, wm.owner[id])
+				h.T.Fatalf("job %s leased to %s; the model saw it go to %s", id, j.Worker, wm.owner[id])
 			}
 		}
 	}
@@ -331,7 +331,7 @@ func (wm *workerModel) checkLeases() {
 func (wm *workerModel) finish() {
 	h := wm.h
 	for _, q := range wm.queues {
-		h.client(QueueKey(q), &ResumeQueue{Name: q})
+		h.Client(QueueKey(q), &ResumeQueue{Name: q})
 	}
 	final := wm.newID()
 	wm.start(final)
@@ -346,7 +346,7 @@ func (wm *workerModel) finish() {
 				}
 			}
 			for _, id := range sortedKeys(p.holds) {
-				h.client(JobKey(id), &Report{JobID: id, Worker: p.id, Success: true})
+				h.Client(JobKey(id), &Report{JobID: id, Worker: p.id, Success: true})
 				delete(p.holds, id)
 			}
 			wm.beat(p)
@@ -356,23 +356,23 @@ func (wm *workerModel) finish() {
 			return
 		}
 		if round%10 == 9 {
-			h.checkReplay()
+			h.CheckReplay()
 		}
-		h.advance(int64(20e9))
+		h.Advance(int64(20e9))
 	}
-	h.t.Fatalf("jobs left unfinished: %v", wm.unfinished())
+	h.T.Fatalf("jobs left unfinished: %v", wm.unfinished())
 }
 
 func (wm *workerModel) unfinished() []string {
 	var out []string
 	for _, id := range wm.acked {
-		j := wm.h.ms[wm.h.part(JobKey(id))].jobs[id]
+		j := wm.h.Machines[wm.h.Part(JobKey(id))].jobs[id]
 		if j == nil {
-			wm.h.t.Fatalf("acknowledged job %s vanished", id)
+			wm.h.T.Fatalf("acknowledged job %s vanished", id)
 		}
 		if !j.Status.Finished() {
 			pr := wm.procs[j.Worker]
-			out = append(out, fmt.Sprintf("%s=%s worker %s session %s until %d now %d proc %+v", id, j.Status, j.Worker, j.Session, j.LeaseUntil, wm.h.now, pr))
+			out = append(out, fmt.Sprintf("%s=%s worker %s session %s until %d now %d proc %+v", id, j.Status, j.Worker, j.Session, j.LeaseUntil, wm.h.Now, pr))
 		}
 	}
 	return slices.Clip(out)

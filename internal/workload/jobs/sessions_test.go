@@ -5,13 +5,13 @@ import (
 )
 
 func (h *harness) get(id string) *Job {
-	h.t.Helper()
-	for _, m := range h.ms {
+	h.T.Helper()
+	for _, m := range h.Machines {
 		if j := m.jobs[id]; j != nil {
 			return j
 		}
 	}
-	h.t.Fatalf("no job %s", id)
+	h.T.Fatalf("no job %s", id)
 	return nil
 }
 
@@ -21,33 +21,33 @@ func (h *harness) get(id string) *Job {
 func TestExtendOnlyNamedOrLiveSessionJobs(t *testing.T) {
 	h := one(t)
 	for _, id := range []string{"a", "b", "c"} {
-		h.client("", &Submit{JobID: id, Queue: DefaultQueue})
+		h.Client("", &Submit{JobID: id, Queue: DefaultQueue})
 	}
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9, Session: "s1"})
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 2, LeaseNs: 30e9, Session: "s2"})
-	h.advance(20e9)
-	r := h.client("", &Extend{Worker: "w", Session: "s2", LeaseNs: 30e9})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 30e9, Session: "s1"})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 2, LeaseNs: 30e9, Session: "s2"})
+	h.Advance(20e9)
+	r := h.Client("", &Extend{Worker: "w", Session: "s2", LeaseNs: 30e9})
 	if r.Outcome != OK || len(r.Jobs) != 3 {
 		t.Fatalf("extend by session: %+v", r)
 	}
 	if a, b := h.get("a"), h.get("b"); a.LeaseUntil != b.LeaseUntil-20e9 {
 		t.Fatalf("a (session s1) until %d, b (s2) until %d: want only b extended", a.LeaseUntil, b.LeaseUntil)
 	}
-	if r := h.client("", &Extend{Worker: "w", LeaseNs: 30e9}); r.Outcome != Same {
+	if r := h.Client("", &Extend{Worker: "w", LeaseNs: 30e9}); r.Outcome != Same {
 		t.Fatalf("a heartbeat with no live stream and no names extended something: %+v", r)
 	}
-	h.advance(5e9)
-	if r := h.client("", &Extend{Worker: "w", LeaseNs: 30e9, Declared: true, JobIDs: []string{"c", "nope"}}); r.Outcome != OK {
+	h.Advance(5e9)
+	if r := h.Client("", &Extend{Worker: "w", LeaseNs: 30e9, Declared: true, JobIDs: []string{"c", "nope"}}); r.Outcome != OK {
 		t.Fatalf("extend by name: %+v", r)
 	}
-	h.advance(6e9) // 31 s after the lease: a expired, b and c live
+	h.Advance(6e9) // 31 s after the lease: a expired, b and c live
 	if a := h.get("a"); a.Status != Pending || a.RetryCount != 1 {
 		t.Fatalf("a: %s, %d retries", a.Status, a.RetryCount)
 	}
 	if h.get("b").Status != Assigned || h.get("c").Status != Assigned {
 		t.Fatal("b or c lost its lease")
 	}
-	if r := h.client("", &Extend{Worker: "w", LeaseNs: 30e9, JobIDs: make([]string, MaxHeldJobs+1), Declared: true}); r.Outcome != Invalid {
+	if r := h.Client("", &Extend{Worker: "w", LeaseNs: 30e9, JobIDs: make([]string, MaxHeldJobs+1), Declared: true}); r.Outcome != Invalid {
 		t.Fatalf("over-long list: %+v", r)
 	}
 }
@@ -58,13 +58,13 @@ func TestExtendOnlyNamedOrLiveSessionJobs(t *testing.T) {
 func TestReclaim(t *testing.T) {
 	h := one(t)
 	for _, id := range []string{"a", "b", "c", "d"} {
-		h.client("", &Submit{JobID: id, Queue: DefaultQueue, MaxRetries: 1})
+		h.Client("", &Submit{JobID: id, Queue: DefaultQueue, MaxRetries: 1})
 	}
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 4, LeaseNs: 30e9, Session: "s1"})
-	h.client("", &Ack{JobID: "b", Worker: "w"})
-	h.client("", &Ack{JobID: "c", Worker: "w"})
-	h.advance(10e9)
-	r := h.client("", &Reclaim{Worker: "w", Session: "s2", LeaseNs: 30e9, Declared: true, Keep: []string{"a", "c"}})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 4, LeaseNs: 30e9, Session: "s1"})
+	h.Client("", &Ack{JobID: "b", Worker: "w"})
+	h.Client("", &Ack{JobID: "c", Worker: "w"})
+	h.Advance(10e9)
+	r := h.Client("", &Reclaim{Worker: "w", Session: "s2", LeaseNs: 30e9, Declared: true, Keep: []string{"a", "c"}})
 	if r.Outcome != OK || len(r.Jobs) != 2 || r.Jobs[0].ID != "a" || r.Jobs[1].ID != "c" {
 		t.Fatalf("declared reclaim: %+v", r)
 	}
@@ -78,17 +78,17 @@ func TestReclaim(t *testing.T) {
 			t.Fatalf("%s: %s, %d retries, session %q; want %+v", id, j.Status, j.RetryCount, j.Session, want)
 		}
 	}
-	if j := h.get("a"); j.LeaseUntil != h.now+30e9 {
+	if j := h.get("a"); j.LeaseUntil != h.Now+30e9 {
 		t.Fatal("a kept without a fresh lease")
 	}
 	if ev := h.get("b").Events; ev[len(ev)-1].Reason != ReasonWorkerLost {
 		t.Fatalf("b's last event: %+v", ev[len(ev)-1])
 	}
-	if r := h.client("", &Reclaim{Worker: "w", Session: "s2", LeaseNs: 30e9, Declared: true, Keep: []string{"a", "c"}}); r.Outcome != Same || len(r.Jobs) != 2 {
+	if r := h.Client("", &Reclaim{Worker: "w", Session: "s2", LeaseNs: 30e9, Declared: true, Keep: []string{"a", "c"}}); r.Outcome != Same || len(r.Jobs) != 2 {
 		t.Fatalf("the same stream again: %+v", r)
 	}
 	// A jq worker's new stream: offered again, each offer a retry.
-	r = h.client("", &Reclaim{Worker: "w", Session: "s3", LeaseNs: 30e9})
+	r = h.Client("", &Reclaim{Worker: "w", Session: "s3", LeaseNs: 30e9})
 	if r.Outcome != OK || len(r.Jobs) != 2 {
 		t.Fatalf("undeclared reclaim: %+v", r)
 	}
@@ -96,14 +96,14 @@ func TestReclaim(t *testing.T) {
 		t.Fatalf("a offered again: %+v", j)
 	}
 	// No retry left: dead-lettered, not offered.
-	r = h.client("", &Reclaim{Worker: "w", Session: "s4", LeaseNs: 30e9})
+	r = h.Client("", &Reclaim{Worker: "w", Session: "s4", LeaseNs: 30e9})
 	if r.Outcome != OK || len(r.Jobs) != 0 {
 		t.Fatalf("reclaim with no retries left: %+v", r)
 	}
 	if j := h.get("a"); j.Status != DeadLettered || j.DeadReason != ReasonWorkerLost {
 		t.Fatalf("a: %+v", j)
 	}
-	if r := h.client("", &Reclaim{Worker: "w", LeaseNs: 30e9}); r.Outcome != Invalid {
+	if r := h.Client("", &Reclaim{Worker: "w", LeaseNs: 30e9}); r.Outcome != Invalid {
 		t.Fatalf("reclaim without a session: %+v", r)
 	}
 }
@@ -113,12 +113,12 @@ func TestReclaim(t *testing.T) {
 func TestUnsent(t *testing.T) {
 	h := one(t)
 	for _, id := range []string{"a", "b"} {
-		h.client("", &Submit{JobID: id, Queue: DefaultQueue})
+		h.Client("", &Submit{JobID: id, Queue: DefaultQueue})
 	}
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 2, LeaseNs: 30e9, Session: "s1"})
-	h.client("", &Reclaim{Worker: "w", Session: "s2", LeaseNs: 30e9, Declared: true, Keep: []string{"b"}})
-	h.client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 2, LeaseNs: 30e9, Session: "s1"}) // a again, by the old stream
-	r := h.client("", &Unsent{Worker: "w", Session: "s1", JobIDs: []string{"a", "b"}})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 2, LeaseNs: 30e9, Session: "s1"})
+	h.Client("", &Reclaim{Worker: "w", Session: "s2", LeaseNs: 30e9, Declared: true, Keep: []string{"b"}})
+	h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 2, LeaseNs: 30e9, Session: "s1"}) // a again, by the old stream
+	r := h.Client("", &Unsent{Worker: "w", Session: "s1", JobIDs: []string{"a", "b"}})
 	if r.Outcome != OK || len(r.Jobs) != 1 || r.Jobs[0].ID != "a" {
 		t.Fatalf("unsent: %+v", r)
 	}

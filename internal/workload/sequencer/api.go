@@ -129,27 +129,15 @@ func (a *API) do(ctx context.Context, w http.ResponseWriter, group string, cmd e
 }
 
 func (a *API) doRaw(ctx context.Context, group string, cmd engine.Command) (*Result, error) {
-	v, err := a.eng.Do(ctx, a.part(group), WorkloadID, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Result), nil
+	return engine.Do[*Result](ctx, a.eng, a.part(group), WorkloadID, cmd)
 }
 
 func (a *API) info(ctx context.Context, group string) (*Info, error) {
-	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, GroupInfo{Group: group})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Info), nil
+	return engine.Query[*Info](ctx, a.eng, a.part(group), WorkloadID, GroupInfo{Group: group})
 }
 
 func (a *API) read(ctx context.Context, group string, after uint64, limit int) (*Output, error) {
-	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Output), nil
+	return engine.Query[*Output](ctx, a.eng, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit})
 }
 
 func engineError(w http.ResponseWriter, err error) int {
@@ -343,13 +331,13 @@ func groupOut(in *Info) groupDTO {
 // --- groups ---
 
 func (a *API) listGroups(w http.ResponseWriter, r *http.Request) int {
-	parts, err := a.eng.QueryAll(r.Context(), WorkloadID, ListGroups{})
+	parts, err := engine.QueryAll[[]*Info](r.Context(), a.eng, WorkloadID, ListGroups{})
 	if err != nil {
 		return engineError(w, err)
 	}
 	out := []groupDTO{}
 	for _, infos := range parts {
-		for _, in := range infos.([]*Info) {
+		for _, in := range infos {
 			out = append(out, groupOut(in))
 		}
 	}

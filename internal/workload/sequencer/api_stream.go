@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
 )
 
 // How the long polls and streams bound what they hold (see api.Stream):
@@ -43,11 +44,7 @@ func pageLen(ms []Message) int {
 // readPage reads one page of output: at most limit messages and
 // api.StreamPageBytes of them.
 func (a *API) readPage(ctx context.Context, group string, after uint64, limit int) (*Output, error) {
-	v, err := a.eng.Query(ctx, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit, MaxBytes: api.StreamPageBytes})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Output), nil
+	return engine.Query[*Output](ctx, a.eng, a.part(group), WorkloadID, ReadOutput{Group: group, After: after, Limit: limit, MaxBytes: api.StreamPageBytes})
 }
 
 // errBusy answers a long poll the stream budget could not serve (err),

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,7 +18,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 // newAPIServer runs the API over a real engine and log in a temp dir,
@@ -580,16 +579,7 @@ func TestBenchRunTime(t *testing.T) {
 // room for is reported as not created, not counted 0 for ever while its
 // publisher retries a refusal that will not pass.
 func TestBenchGroupPastTheGroupLimit(t *testing.T) {
-	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: dir, Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: 1, Log: lg, Snapshots: wal.SnapshotDir{Dir: dir}, Logger: slog.New(slog.DiscardHandler)},
-		&Workload{Limits: Limits{MaxGroups: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := enginetest.OpenEngine(t, t.TempDir(), engine.Options{Partitions: 1}, &Workload{Limits: Limits{MaxGroups: 1}})
 	srv, _ := serveBoth(t, eng, NewAPI(eng, NewHub(0)))
 	must(t, srv, 202, "POST", "/messages", `{"name":"one","numberOfMessages":3}`)
 	must(t, srv, 202, "POST", "/messages", `{"name":"two","numberOfMessages":3}`)

@@ -13,7 +13,8 @@ import (
 // purges what it passed.
 func BenchmarkMessageLifecycle(b *testing.B) {
 	m := NewMachine(Options{})
-	fx := &benchFx{}
+	fx := new(engine.Effects) // as the engine does: reset, not made, per apply
+	var buf []byte            // the engine's batch buffer, reused
 	payload := []byte(`{"processingTime":0}`)
 	ids := make([]string, b.N)
 	for i := range ids {
@@ -22,15 +23,16 @@ func BenchmarkMessageLifecycle(b *testing.B) {
 	now := int64(1e18)
 	var res *Result
 	apply := func(c engine.Command) {
-		data, _ := c.AppendBinary(fx.buf[:0])
-		fx.buf = data
+		data, _ := c.AppendBinary(buf[:0])
+		buf = data
 		cmd, err := Decode(data)
 		if err != nil {
 			b.Fatal(err)
 		}
 		now++
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: cmd}, fx)
-		res = fx.reply.(*Result)
+		fx.Reset()
+		m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: cmd}, fx)
+		res = fx.Replied().(*Result)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -59,20 +61,22 @@ func BenchmarkLeaseBatch(b *testing.B) {
 		name := map[bool]string{false: "complete-each", true: "complete-batch"}[batched]
 		b.Run(name, func(b *testing.B) {
 			m := NewMachine(Options{})
-			fx := &benchFx{}
+			fx := new(engine.Effects)
+			var buf []byte
 			payload := []byte(`{"processingTime":0}`)
 			now := int64(1e18)
 			var res *Result
 			apply := func(c engine.Command) {
-				data, _ := c.AppendBinary(fx.buf[:0])
-				fx.buf = data
+				data, _ := c.AppendBinary(buf[:0])
+				buf = data
 				cmd, err := Decode(data)
 				if err != nil {
 					b.Fatal(err)
 				}
 				now++
-				m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: cmd}, fx)
-				res = fx.reply.(*Result)
+				fx.Reset()
+				m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: cmd}, fx)
+				res = fx.Replied().(*Result)
 			}
 			pub := &PublishBatch{Msgs: make([]Publish, n)}
 			seqs := make([]uint64, n)
@@ -104,35 +108,19 @@ func BenchmarkLeaseBatch(b *testing.B) {
 	}
 }
 
-// benchFx does what the engine does with effects that costs the
-// machine's goroutine: it encodes timer commands; it keeps the reply.
-type benchFx struct {
-	buf, tbuf []byte
-	reply     any
-}
-
-func (f *benchFx) Reply(v any)        { f.reply = v }
-func (f *benchFx) Unchanged()         {}
-func (f *benchFx) Notify(any)         {}
-func (f *benchFx) CancelTimer(string) {}
-func (f *benchFx) SetTimer(_ string, _ int64, cmd engine.Command) error {
-	var err error
-	f.tbuf, err = cmd.AppendBinary(f.tbuf[:0])
-	return err
-}
-
 // BenchmarkForkSnapshot measures how long a partition holding 100,000
 // unreleased messages stops for a snapshot (the fork copies the window).
 func BenchmarkForkSnapshot(b *testing.B) {
 	m := NewMachine(Options{})
-	fx := &benchFx{}
+	fx := new(engine.Effects)
 	payload := []byte(`{"processingTime":0}`)
 	for i := 0; i < 100_000; i += MaxBatch {
 		batch := &PublishBatch{}
 		for k := range MaxBatch {
 			batch.Msgs = append(batch.Msgs, Publish{Group: "g", MsgID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+k), Payload: payload})
 		}
-		m.ApplyTo(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: batch}, fx)
+		fx.Reset()
+		m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: batch}, fx)
 	}
 	b.ResetTimer()
 	for range b.N {

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,9 +18,9 @@ import (
 	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/seqpb"
 	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
-	"github.com/surge-run/surge/internal/wal"
 )
 
 // Every command a sequencer route or call makes, built from the largest
@@ -432,19 +429,8 @@ func mapValues(ms ...map[string]string) []string {
 // are within cmdlog.MaxEntryBytes.
 func TestWorstPublishFitsALogEntry(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: enginePartitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	el := &apitest.EntryLog{Log: lg}
-	eng, err := engine.Open(engine.Options{Partitions: enginePartitions, Log: el, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler)}, &Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	el := &apitest.EntryLog{Log: enginetest.OpenWAL(t, dir, enginePartitions)}
+	eng := enginetest.OpenEngine(t, dir, engine.Options{Partitions: enginePartitions, Log: el}, &Workload{})
 	srv, c := serveBoth(t, eng, NewAPI(eng, NewHub(0)))
 	check := func(route string) {
 		t.Helper()

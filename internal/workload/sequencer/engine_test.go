@@ -3,7 +3,6 @@ package sequencer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
-	"github.com/surge-run/surge/internal/wal"
 )
 
 const enginePartitions = 4
@@ -20,27 +18,11 @@ const enginePartitions = 4
 // openAPIEngine is the engine of the API tests: embedded, or with
 // SURGE_TEST_FORWARD set a cluster node that forwards every request.
 func openAPIEngine(t testing.TB, notify func(int, uint8, any)) *engine.Engine {
-	if enginetest.Forward() {
-		return enginetest.Forwarding(t, engine.Options{Partitions: enginePartitions, Notify: notify}, &Workload{})
-	}
-	return openEngine(t, t.TempDir(), notify)
+	return enginetest.APIEngine(t, engine.Options{Partitions: enginePartitions, Notify: notify}, &Workload{})
 }
 
 func openEngine(t testing.TB, dir string, notify func(int, uint8, any)) *engine.Engine {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: enginePartitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: enginePartitions, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")},
-		Logger: slog.New(slog.DiscardHandler), Notify: notify}, &Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
+	return enginetest.OpenEngine(t, dir, engine.Options{Partitions: enginePartitions, Notify: notify}, &Workload{})
 }
 
 // The machine on the real engine: groups spread over partitions, a

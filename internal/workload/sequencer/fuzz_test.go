@@ -44,20 +44,20 @@ func FuzzDecode(f *testing.F) {
 func snapshotSeed(t testing.TB) []byte {
 	h := newHarness(t, 7, 1, Limits{})
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		h.client("", &Publish{Group: "srv", MsgID: id, Payload: []byte(id)})
+		h.Client("", &Publish{Group: "srv", MsgID: id, Payload: []byte(id)})
 	}
 	for _, seq := range []uint64{1, 2, 3, 5, 6} {
-		h.client("", &Publish{Group: "cli", MsgID: string(rune('a' + seq)), Seq: seq})
+		h.Client("", &Publish{Group: "cli", MsgID: string(rune('a' + seq)), Seq: seq})
 	}
 	for _, g := range []string{"srv", "cli"} {
-		r := h.client("", &Lease{Group: g, Processor: "p", Max: 4, LeaseNs: 1e12})
-		h.client("", &Complete{Group: g, Seq: r.Messages[0].Seq, Processor: "p"})
-		h.client("", &Complete{Group: g, Seq: r.Messages[1].Seq, Processor: "p"})
-		h.client("", &Complete{Group: g, Seq: r.Messages[3].Seq, Processor: "p"})
-		h.client("", &Commit{Group: g, Consumer: "c", Position: 1})
-		h.client("", &Commit{Group: g, Consumer: "d", Position: 0})
+		r := h.Client("", &Lease{Group: g, Processor: "p", Max: 4, LeaseNs: 1e12})
+		h.Client("", &Complete{Group: g, Seq: r.Messages[0].Seq, Processor: "p"})
+		h.Client("", &Complete{Group: g, Seq: r.Messages[1].Seq, Processor: "p"})
+		h.Client("", &Complete{Group: g, Seq: r.Messages[3].Seq, Processor: "p"})
+		h.Client("", &Commit{Group: g, Consumer: "c", Position: 1})
+		h.Client("", &Commit{Group: g, Consumer: "d", Position: 0})
 	}
-	return h.ms[0].AppendSnapshot(nil)
+	return h.Machines[0].AppendSnapshot(nil)
 }
 
 // FuzzRestore: no input panics; whatever restores encodes stably, and the
@@ -81,10 +81,10 @@ func FuzzRestore(f *testing.F) {
 		if again := m2.AppendSnapshot(nil); !bytes.Equal(again, snap) {
 			t.Fatal("snapshot not stable")
 		}
-		fx := &recorder{t: t}
+		fx := new(engine.Effects)
 		now := int64(1e18)
 		apply := func(kind engine.InputKind, at int64, c engine.Command) {
-			m.ApplyTo(&engine.Input{Kind: kind, TimeNs: at, Cmd: c}, fx)
+			m.Apply(&engine.Input{Kind: kind, TimeNs: at, Cmd: c}, fx)
 		}
 		names := make([]string, 0, len(m.groups))
 		for n := range m.groups {

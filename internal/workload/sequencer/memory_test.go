@@ -20,9 +20,9 @@ func TestBytesPerMessage(t *testing.T) {
 	const n = 20_000
 	h := newHarness(t, 5, 1, Limits{})
 	measure := func() (heap int64, size int) {
-		snap := h.ms[0].AppendSnapshot(nil)
+		snap := h.Machines[0].AppendSnapshot(nil)
 		return enginetest.RetainedHeap(func() any {
-			m := NewMachine(h.opts[0])
+			m := h.NewMachine(0)
 			if err := m.Restore(bytes.Clone(snap)); err != nil { // what the machine keeps of its input counts
 				t.Fatal(err)
 			}
@@ -30,10 +30,10 @@ func TestBytesPerMessage(t *testing.T) {
 		}), len(snap)
 	}
 	// The group exists (and has a consumer) before the baseline.
-	h.client("", &Publish{Group: "bench", MsgID: "first"})
-	r := h.client("", &Lease{Group: "bench", Processor: "p", Max: 1, LeaseNs: 60e9})
-	h.client("", &Complete{Group: "bench", Seq: r.Messages[0].Seq, Processor: "p"})
-	h.client("", &Commit{Group: "bench", Consumer: "reader", Position: 1})
+	h.Client("", &Publish{Group: "bench", MsgID: "first"})
+	r := h.Client("", &Lease{Group: "bench", Processor: "p", Max: 1, LeaseNs: 60e9})
+	h.Client("", &Complete{Group: "bench", Seq: r.Messages[0].Seq, Processor: "p"})
+	h.Client("", &Commit{Group: "bench", Consumer: "reader", Position: 1})
 	heap0, size0 := measure()
 	payload := []byte(`{"processingTime":0}`)
 	for i := 0; i < n; i += MaxBatch {
@@ -41,20 +41,20 @@ func TestBytesPerMessage(t *testing.T) {
 		for k := range MaxBatch {
 			b.Msgs = append(b.Msgs, Publish{Group: "bench", MsgID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i+k), Payload: payload})
 		}
-		if r := h.client("", b); r.Outcome != Created {
+		if r := h.Client("", b); r.Outcome != Created {
 			t.Fatal(r.Msg)
 		}
 	}
 	heap1, size1 := measure()
 	for done := 0; done < n; {
-		r := h.client("", &Lease{Group: "bench", Processor: "p", Max: MaxLeaseBatch, LeaseNs: 60e9})
+		r := h.Client("", &Lease{Group: "bench", Processor: "p", Max: MaxLeaseBatch, LeaseNs: 60e9})
 		for _, x := range r.Messages {
-			h.client("", &Complete{Group: "bench", Seq: x.Seq, Processor: "p"})
+			h.Client("", &Complete{Group: "bench", Seq: x.Seq, Processor: "p"})
 		}
 		done += len(r.Messages)
 	}
 	heap2, size2 := measure()
-	if r := h.client("", &Commit{Group: "bench", Consumer: "reader", Position: n + 1}); r.Outcome != OK {
+	if r := h.Client("", &Commit{Group: "bench", Consumer: "reader", Position: n + 1}); r.Outcome != OK {
 		t.Fatal(r.Msg)
 	}
 	heap3, size3 := measure()
@@ -68,7 +68,7 @@ func TestBytesPerMessage(t *testing.T) {
 	// Purged messages give their memory back: the window's chunks go
 	// (the heap figure is too noisy for a bound when other tests'
 	// goroutines are still winding down).
-	if g := h.ms[0].groups["bench"]; g.counts[MsgReleased] != 0 || len(g.ids) != 0 || len(g.chunks) > 1 || size3 > size0+16 { // positions take longer varints
+	if g := h.Machines[0].groups["bench"]; g.counts[MsgReleased] != 0 || len(g.ids) != 0 || len(g.chunks) > 1 || size3 > size0+16 { // positions take longer varints
 		t.Errorf("after every consumer passed: %d released kept, %d ids, %d chunks, snapshot %d B (was %d)",
 			g.counts[MsgReleased], len(g.ids), len(g.chunks), size3, size0)
 	}

@@ -79,7 +79,7 @@ func runModel(t *testing.T, seed uint64, steps int, counts map[string]int) {
 	h := newHarness(t, seed, 3, Limits{MaxUnreleased: 40, MaxConsumers: 2})
 	md := &model{h: h, groups: map[string]*mgroup{}, names: []string{"s1", "s2", "c1", "c2"},
 		procs: []string{"p1", "p2", "p3"}, holder: map[string]map[uint64]string{}, counts: counts}
-	h.onApply = md.observe
+	h.OnApply = md.observe
 	for _, n := range md.names {
 		md.fresh(n)
 	}
@@ -87,10 +87,10 @@ func runModel(t *testing.T, seed uint64, steps int, counts map[string]int) {
 		md.step()
 		md.check()
 		if i%100 == 99 {
-			h.checkReplay()
+			h.CheckReplay()
 		}
 	}
-	h.checkReplay()
+	h.CheckReplay()
 	md.drain()
 }
 
@@ -102,14 +102,14 @@ func (md *model) fresh(name string) *mgroup {
 }
 
 func (md *model) machineGroup(name string) *Group {
-	return md.h.ms[md.h.part(GroupKey(name))].groups[name]
+	return md.h.Machines[md.h.Part(GroupKey(name))].groups[name]
 }
 
 // publishCmd makes a publish of g: usually a new id; sometimes an id
 // used before; client seqs near the released position in any order,
 // sometimes one already taken or released.
 func (md *model) publishCmd(g *mgroup) *Publish {
-	rng := md.h.rng
+	rng := md.h.Rng
 	p := &Publish{Group: g.name, Payload: []byte(fmt.Sprint(g.name, "#", g.nextID)), RetentionNs: 3600e9}
 	if len(g.ids) > 0 && rng.IntN(8) == 0 {
 		ids := slices.Sorted(mapKeys(g.ids))
@@ -142,7 +142,7 @@ func (md *model) publishCmd(g *mgroup) *Publish {
 // expectPublish checks a publish's result against the model and records
 // what it published.
 func (md *model) expectPublish(g *mgroup, p *Publish, r *Result, batchSeen map[string]uint64) {
-	t := md.h.t
+	t := md.h.T
 	mg := md.machineGroup(g.name)
 	if seq, ok := g.ids[p.MsgID]; ok && (mg == nil || seq >= mg.base) {
 		if r.Outcome != Same || r.Seq != seq {
@@ -229,7 +229,7 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 
 func (md *model) step() {
 	h := md.h
-	rng := h.rng
+	rng := h.Rng
 	name := md.names[rng.IntN(len(md.names))]
 	g := md.groups[name]
 	key := GroupKey(name)
@@ -237,18 +237,18 @@ func (md *model) step() {
 	switch k := rng.IntN(100); {
 	case k < 25:
 		p := md.publishCmd(g)
-		md.expectPublish(g, p, h.client(key, p), nil)
+		md.expectPublish(g, p, h.Client(key, p), nil)
 	case k < 30:
 		b := &PublishBatch{}
 		for range 1 + rng.IntN(6) {
 			b.Msgs = append(b.Msgs, *md.publishCmd(g))
 		}
-		r := h.client(key, b)
+		r := h.Client(key, b)
 		if r.Outcome != Created && r.Outcome != Same {
 			// All or nothing: a refused batch published nothing; some
 			// message of it must be refusable alone.
 			if len(r.Each) != 0 {
-				h.t.Fatalf("refused batch with results: %+v", r)
+				h.T.Fatalf("refused batch with results: %+v", r)
 			}
 			return
 		}
@@ -258,19 +258,19 @@ func (md *model) step() {
 			md.expectPublish(g, &b.Msgs[i], r.Each[i], seen)
 		}
 	case k < 45:
-		h.client(key, &Lease{Group: name, Processor: proc, Max: int32(1 + rng.IntN(5)), LeaseNs: int64(5+rng.IntN(30)) * 1e9})
+		h.Client(key, &Lease{Group: name, Processor: proc, Max: int32(1 + rng.IntN(5)), LeaseNs: int64(5+rng.IntN(30)) * 1e9})
 	case k < 58:
 		seq, holder := md.leased(name)
 		if rng.IntN(6) == 0 {
 			holder = proc
 		}
-		h.client(key, &Complete{Group: name, Seq: seq, Processor: holder})
+		h.Client(key, &Complete{Group: name, Seq: seq, Processor: holder})
 	case k < 68:
 		md.completeBatch(g)
 	case k < 71:
-		h.client(key, &Extend{Group: name, Processor: proc, LeaseNs: int64(10+rng.IntN(30)) * 1e9})
+		h.Client(key, &Extend{Group: name, Processor: proc, LeaseNs: int64(10+rng.IntN(30)) * 1e9})
 	case k < 73:
-		h.client(key, &Release{Group: name, Processor: proc})
+		h.Client(key, &Release{Group: name, Processor: proc})
 	case k < 80:
 		consumer := fmt.Sprint("k", rng.IntN(3)) // a third is over the limit
 		pos := uint64(0)
@@ -283,22 +283,22 @@ func (md *model) step() {
 		if rng.IntN(15) == 0 {
 			pos = g.position + 1 + rng.Uint64N(3)
 		}
-		md.expectCommit(g, consumer, pos, h.client(key, &Commit{Group: name, Consumer: consumer, Position: pos}))
+		md.expectCommit(g, consumer, pos, h.Client(key, &Commit{Group: name, Consumer: consumer, Position: pos}))
 	case k < 81 && rng.IntN(4) == 0:
 		existed := md.machineGroup(name) != nil
-		r := h.client(key, &DeleteGroup{Group: name})
+		r := h.Client(key, &DeleteGroup{Group: name})
 		if (r.Outcome == OK) != existed || (r.Outcome != OK && r.Outcome != NotFound) {
-			h.t.Fatalf("delete %s (existed: %v): %+v", name, existed, r)
+			h.T.Fatalf("delete %s (existed: %v): %+v", name, existed, r)
 		}
 		if r.Outcome == OK {
 			md.counts["deleted"]++
 			md.fresh(name)
 		}
 	case k < 97:
-		h.advance(rng.Int64N(int64(20e9)))
+		h.Advance(rng.Int64N(int64(20e9)))
 	default:
 		// Past the retention: released messages go even unread by a consumer.
-		h.advance(3600e9 + rng.Int64N(int64(60e9)))
+		h.Advance(3600e9 + rng.Int64N(int64(60e9)))
 	}
 }
 
@@ -309,7 +309,7 @@ func (md *model) step() {
 // is named), Same for a processed, released or repeated one.
 func (md *model) completeBatch(g *mgroup) {
 	h := md.h
-	rng := h.rng
+	rng := h.Rng
 	_, proc := md.leased(g.name)
 	if rng.IntN(8) == 0 {
 		proc = md.procs[rng.IntN(len(md.procs))]
@@ -352,20 +352,20 @@ func (md *model) completeBatch(g *mgroup) {
 			want[i] = Conflict
 		}
 	}
-	r := h.client(GroupKey(g.name), &CompleteBatch{Group: g.name, Processor: proc, Seqs: seqs})
+	r := h.Client(GroupKey(g.name), &CompleteBatch{Group: g.name, Processor: proc, Seqs: seqs})
 	if mg == nil {
 		if r.Outcome != NotFound || r.Each != nil {
-			h.t.Fatalf("%s: a batch to no group: %+v", g.name, r)
+			h.T.Fatalf("%s: a batch to no group: %+v", g.name, r)
 		}
 		return
 	}
 	if len(r.Each) != len(seqs) {
-		h.t.Fatalf("%s: %d results for %d seqs: %+v", g.name, len(r.Each), len(seqs), r)
+		h.T.Fatalf("%s: %d results for %d seqs: %+v", g.name, len(r.Each), len(seqs), r)
 	}
 	var anyOK, refused, dup bool
 	for i, e := range r.Each {
 		if e.Outcome != want[i] {
-			h.t.Fatalf("%s: batch %v by %s: seq %d is %s (%s), want %s", g.name, seqs, proc, seqs[i], e.Outcome, e.Msg, want[i])
+			h.T.Fatalf("%s: batch %v by %s: seq %d is %s (%s), want %s", g.name, seqs, proc, seqs[i], e.Outcome, e.Msg, want[i])
 		}
 		anyOK = anyOK || e.Outcome == OK
 		refused = refused || (e.Outcome != OK && e.Outcome != Same)
@@ -373,7 +373,7 @@ func (md *model) completeBatch(g *mgroup) {
 		dup = dup || (e.Outcome == Same && first < i && want[first] == OK)
 	}
 	if anyOK != (r.Outcome == OK) || r.Position != md.machineGroup(g.name).position {
-		h.t.Fatalf("%s: batch %v: %+v", g.name, seqs, r)
+		h.T.Fatalf("%s: batch %v: %+v", g.name, seqs, r)
 	}
 	if anyOK && refused {
 		md.counts["batch-complete-mixed"]++
@@ -386,16 +386,16 @@ func (md *model) completeBatch(g *mgroup) {
 // leased is usually a message some processor holds (and its holder).
 func (md *model) leased(name string) (uint64, string) {
 	hs := md.holder[name]
-	if len(hs) == 0 || md.h.rng.IntN(10) == 0 {
-		return 1 + md.h.rng.Uint64N(50), "p1"
+	if len(hs) == 0 || md.h.Rng.IntN(10) == 0 {
+		return 1 + md.h.Rng.Uint64N(50), "p1"
 	}
 	seqs := slices.Sorted(mapKeys(hs))
-	s := seqs[md.h.rng.IntN(len(seqs))]
+	s := seqs[md.h.Rng.IntN(len(seqs))]
 	return s, hs[s]
 }
 
 func (md *model) expectCommit(g *mgroup, consumer string, pos uint64, r *Result) {
-	t := md.h.t
+	t := md.h.T
 	old, known := g.consumers[consumer]
 	switch {
 	case md.machineGroup(g.name) == nil:
@@ -429,8 +429,8 @@ func (md *model) expectCommit(g *mgroup, consumer string, pos uint64, r *Result)
 
 // observe checks each applied input's visible effects.
 func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
-	t := md.h.t
-	m := md.h.ms[p]
+	t := md.h.T
+	m := md.h.Machines[p]
 	switch c := cmd.(type) {
 	case *Lease:
 		for i, x := range res.Messages {
@@ -517,7 +517,7 @@ func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
 // check compares every group with the model after a step.
 func (md *model) check() {
 	h := md.h
-	t := h.t
+	t := h.T
 	for _, name := range md.names {
 		mg := md.groups[name]
 		g := md.machineGroup(name)
@@ -534,7 +534,7 @@ func (md *model) check() {
 			}
 		}
 		// The reader: everything released since its last read, in order.
-		out := h.ms[h.part(GroupKey(name))].Query(ReadOutput{Group: name, After: mg.lastRead(), Limit: 1000}).(*Output)
+		out := h.Machines[h.Part(GroupKey(name))].Query(ReadOutput{Group: name, After: mg.lastRead(), Limit: 1000}).(*Output)
 		if !out.Found || out.Position != g.position {
 			t.Fatalf("%s: read %+v", name, out)
 		}
@@ -586,7 +586,7 @@ func (md *model) check() {
 			case (leased[seq] != "") != (x.State == MsgLeased) || leased[seq] != x.Processor:
 				t.Fatalf("%s: slot %d is %s by %q, lease index says %q", name, seq, x.State, x.Processor, leased[seq])
 			}
-			if x.State == MsgLeased && x.LeaseUntil <= h.now {
+			if x.State == MsgLeased && x.LeaseUntil <= h.Now {
 				t.Fatalf("%s: slot %d leased past its lease", name, seq)
 			}
 		}
@@ -624,7 +624,7 @@ func (md *model) check() {
 			if consumed && low >= g.base {
 				t.Fatalf("%s: %d kept though every consumer passed it", name, g.base)
 			}
-			if x.Released+x.RetentionNs <= h.now-int64(3700e9) {
+			if x.Released+x.RetentionNs <= h.Now-int64(3700e9) {
 				t.Fatalf("%s: %d kept long past its retention", name, g.base)
 			}
 		}
@@ -642,7 +642,7 @@ func (g *mgroup) lastRead() uint64 {
 // output, as read, to be exactly its messages in seq order, each once.
 func (md *model) drain() {
 	h := md.h
-	t := h.t
+	t := h.T
 	for _, name := range md.names {
 		mg := md.groups[name]
 		g := md.machineGroup(name)
@@ -653,15 +653,15 @@ func (md *model) drain() {
 			for seq := g.position + 1; seq <= g.last(); seq++ {
 				if _, ok := mg.pub[seq]; !ok {
 					p := &Publish{Group: name, MsgID: fmt.Sprint("fill", seq), Seq: seq, Payload: []byte(name + "#fill"), RetentionNs: 3600e9}
-					md.expectPublish(mg, p, h.client(GroupKey(name), p), nil)
+					md.expectPublish(mg, p, h.Client(GroupKey(name), p), nil)
 				}
 			}
 		}
-		h.client(GroupKey(name), &Release{Group: name, Processor: "p1"})
-		h.client(GroupKey(name), &Release{Group: name, Processor: "p2"})
-		h.client(GroupKey(name), &Release{Group: name, Processor: "p3"})
+		h.Client(GroupKey(name), &Release{Group: name, Processor: "p1"})
+		h.Client(GroupKey(name), &Release{Group: name, Processor: "p2"})
+		h.Client(GroupKey(name), &Release{Group: name, Processor: "p3"})
 		for {
-			r := h.client(GroupKey(name), &Lease{Group: name, Processor: "last", Max: MaxLeaseBatch, LeaseNs: 1e9})
+			r := h.Client(GroupKey(name), &Lease{Group: name, Processor: "last", Max: MaxLeaseBatch, LeaseNs: 1e9})
 			if r.Outcome != OK {
 				break
 			}
@@ -672,11 +672,11 @@ func (md *model) drain() {
 				if name[1] == '1' {
 					seqs = append(seqs, r.Messages[i].Seq)
 				} else {
-					h.client(GroupKey(name), &Complete{Group: name, Seq: r.Messages[i].Seq, Processor: "last"})
+					h.Client(GroupKey(name), &Complete{Group: name, Seq: r.Messages[i].Seq, Processor: "last"})
 				}
 			}
 			if len(seqs) > 0 {
-				if b := h.client(GroupKey(name), &CompleteBatch{Group: name, Processor: "last", Seqs: seqs}); b.Outcome != OK || b.Position < seqs[0] {
+				if b := h.Client(GroupKey(name), &CompleteBatch{Group: name, Processor: "last", Seqs: seqs}); b.Outcome != OK || b.Position < seqs[0] {
 					t.Fatalf("%s: drain batch %v: %+v", name, seqs, b)
 				}
 			}
@@ -691,7 +691,7 @@ func (md *model) drain() {
 		}
 	}
 	// Past every retention, all released output goes.
-	h.advance(2 * 3600e9)
+	h.Advance(2 * 3600e9)
 	for _, name := range md.names {
 		if g := md.machineGroup(name); g != nil && (g.counts[MsgReleased] != 0 || len(g.ids) != 0) {
 			t.Fatalf("%s: %d released messages and %d ids kept after their retention", name, g.counts[MsgReleased], len(g.ids))

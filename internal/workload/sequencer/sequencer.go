@@ -343,20 +343,8 @@ type (
 	}
 )
 
-// Effects is what Apply needs of engine.Effects; tests supply their own.
-type Effects interface {
-	Reply(v any)
-	Unchanged()
-	SetTimer(id string, atNs int64, cmd engine.Command) error
-	CancelTimer(id string)
-	Notify(v any)
-}
-
 // Apply implements engine.Machine.
-func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) { m.ApplyTo(in, fx) }
-
-// ApplyTo is Apply with any Effects.
-func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
+func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 	var res *Result
 	if _, ok := in.Cmd.(timerCommand); ok && in.Kind != engine.FromTimer {
 		// A forged expiry from a client could take a lease from its holder.
@@ -370,7 +358,7 @@ func (m *Machine) ApplyTo(in *engine.Input, fx Effects) {
 	fx.Reply(res)
 }
 
-func (m *Machine) apply(cmd engine.Command, now int64, fx Effects) *Result {
+func (m *Machine) apply(cmd engine.Command, now int64, fx *engine.Effects) *Result {
 	switch c := cmd.(type) {
 	case *Publish:
 		return m.publish(c, now, fx)
@@ -485,7 +473,7 @@ func (m *Machine) newGroupAllowed(name string) *Result {
 	return nil
 }
 
-func (m *Machine) publish(c *Publish, now int64, fx Effects) *Result {
+func (m *Machine) publish(c *Publish, now int64, fx *engine.Effects) *Result {
 	if r := badName("group name", c.Group); r != nil {
 		return r
 	}
@@ -536,7 +524,7 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	return seq
 }
 
-func (m *Machine) notifyReady(g *Group, fx Effects) {
+func (m *Machine) notifyReady(g *Group, fx *engine.Effects) {
 	if !m.inBatch && len(g.pending) > 0 {
 		fx.Notify(Ready{Group: g.Name, N: len(g.pending)})
 	}
@@ -546,7 +534,7 @@ func (m *Machine) notifyReady(g *Group, fx Effects) {
 // is checked before any is added, so a refused batch changes nothing and
 // the client can fix it and resend the whole. An id repeated within the
 // batch gets the first one's seq.
-func (m *Machine) publishBatch(c *PublishBatch, now int64, fx Effects) *Result {
+func (m *Machine) publishBatch(c *PublishBatch, now int64, fx *engine.Effects) *Result {
 	if len(c.Msgs) == 0 || len(c.Msgs) > MaxBatch {
 		return fail(Invalid, "sequencer: a batch holds 1 to %d messages", MaxBatch)
 	}
@@ -637,7 +625,7 @@ func leaseTimerID(group string, seq uint64) string {
 	return "lease/" + group + "/" + strconv.FormatUint(seq, 10)
 }
 
-func (m *Machine) lease(c *Lease, now int64, fx Effects) *Result {
+func (m *Machine) lease(c *Lease, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -686,7 +674,7 @@ func (g *Group) addLease(proc string, seq uint64) {
 }
 
 // endLease drops a LEASED message's lease (not its state).
-func (g *Group) endLease(seq uint64, x *msg, fx Effects) {
+func (g *Group) endLease(seq uint64, x *msg, fx *engine.Effects) {
 	if s := g.leases[x.Processor]; s != nil {
 		delete(s, seq)
 		if len(s) == 0 {
@@ -698,13 +686,13 @@ func (g *Group) endLease(seq uint64, x *msg, fx Effects) {
 }
 
 // giveBack makes a LEASED message leasable again.
-func (g *Group) giveBack(seq uint64, x *msg, fx Effects) {
+func (g *Group) giveBack(seq uint64, x *msg, fx *engine.Effects) {
 	g.endLease(seq, x, fx)
 	g.move(x, MsgPending)
 	g.pending.push(seq)
 }
 
-func (m *Machine) complete(c *Complete, now int64, fx Effects) *Result {
+func (m *Machine) complete(c *Complete, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -721,7 +709,7 @@ func (m *Machine) complete(c *Complete, now int64, fx Effects) *Result {
 // completeOne checks and applies the completion of one seq into res,
 // without releasing: a batch releases once, after all of its seqs. It
 // reports whether the message changed state.
-func (g *Group) completeOne(seq uint64, proc string, now int64, fx Effects, res *Result) bool {
+func (g *Group) completeOne(seq uint64, proc string, now int64, fx *engine.Effects, res *Result) bool {
 	*res = Result{Outcome: Same, Position: g.position}
 	if seq == 0 {
 		*res = Result{Outcome: Invalid, Msg: "sequencer: seq must be positive"}
@@ -759,7 +747,7 @@ func (g *Group) completeOne(seq uint64, proc string, now int64, fx Effects, res 
 // not all or nothing: a processor whose lease on one message ran out
 // must still get the others done. The command is logged if any seq
 // changed; if none did, its outcome is the first refusal's (or Same).
-func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx Effects) *Result {
+func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -796,7 +784,7 @@ func (m *Machine) completeBatch(c *CompleteBatch, now int64, fx Effects) *Result
 // releaseRun releases the contiguous run of processed messages after the
 // released position, in this Apply: order per group is one partition's,
 // so no separate sequencer (the peer's leader) is needed.
-func (m *Machine) releaseRun(g *Group, now int64, fx Effects) {
+func (m *Machine) releaseRun(g *Group, now int64, fx *engine.Effects) {
 	from := g.position
 	var lastRet int64 = -1
 	for {
@@ -820,7 +808,7 @@ func (m *Machine) releaseRun(g *Group, now int64, fx Effects) {
 	}
 }
 
-func (m *Machine) extend(c *Extend, now int64, fx Effects) *Result {
+func (m *Machine) extend(c *Extend, now int64, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -860,7 +848,7 @@ func (g *Group) leasedBy(proc string) []uint64 {
 
 // release gives a processor's leases in the group back at once: one that
 // stops cleanly says so, and nobody waits for its leases to run out.
-func (m *Machine) release(c *Release, fx Effects) *Result {
+func (m *Machine) release(c *Release, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -879,7 +867,7 @@ func (m *Machine) release(c *Release, fx Effects) *Result {
 	return &Result{Outcome: OK, Position: g.position}
 }
 
-func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx Effects) *Result {
+func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx *engine.Effects) *Result {
 	g := m.groups[c.Group]
 	var x *msg
 	if g != nil {
@@ -937,7 +925,7 @@ func (g *Group) minCommitted() (uint64, bool) {
 	return low, true
 }
 
-func (m *Machine) deleteGroup(c *DeleteGroup, fx Effects) *Result {
+func (m *Machine) deleteGroup(c *DeleteGroup, fx *engine.Effects) *Result {
 	g, r := m.group(c.Group)
 	if r != nil {
 		return r
@@ -970,7 +958,7 @@ const (
 	maxPurgePerFiring = 4096
 )
 
-func (m *Machine) queuePurge(group string, at int64, fx Effects) {
+func (m *Machine) queuePurge(group string, at int64, fx *engine.Effects) {
 	e := purgeEntry{Group: group, At: at}
 	if last, ok := m.purgeQ.Back(); ok && last == e {
 		return
@@ -1010,7 +998,7 @@ func (m *Machine) purgeFront(g *Group, now int64) int {
 	return n
 }
 
-func (m *Machine) purge(now int64, fx Effects) *Result {
+func (m *Machine) purge(now int64, fx *engine.Effects) *Result {
 	n := 0
 	m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
 		if g := m.groups[e.Group]; g != nil {
@@ -1025,7 +1013,7 @@ func (m *Machine) purge(now int64, fx Effects) *Result {
 
 // setTimer arms a timer whose command is this package's own and whose id
 // is short (names are bounded), so SetTimer cannot refuse it.
-func (m *Machine) setTimer(fx Effects, id string, at int64, cmd engine.Command) {
+func (m *Machine) setTimer(fx *engine.Effects, id string, at int64, cmd engine.Command) {
 	if err := fx.SetTimer(id, at, cmd); err != nil {
 		panic(err)
 	}

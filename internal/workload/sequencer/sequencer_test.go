@@ -13,14 +13,14 @@ func one(t *testing.T, lim Limits) *harness { return newHarness(t, 1, 1, lim) }
 // want applies cmd from a client and requires its outcome; a refusal
 // must also declare Unchanged (the harness logs only what changed).
 func (h *harness) want(o Outcome, cmd engine.Command) *Result {
-	h.t.Helper()
-	n := len(h.log[0])
-	r := h.client("", cmd)
+	h.T.Helper()
+	n := len(h.Log[0])
+	r := h.Client("", cmd)
 	if r.Outcome != o {
-		h.t.Fatalf("%T %+v: %s (%s), want %s", cmd, cmd, r.Outcome, r.Msg, o)
+		h.T.Fatalf("%T %+v: %s (%s), want %s", cmd, cmd, r.Outcome, r.Msg, o)
 	}
-	if logged := len(h.log[0]) > n; logged != (o == OK || o == Created) {
-		h.t.Fatalf("%T: %s, logged=%v", cmd, o, logged)
+	if logged := len(h.Log[0]) > n; logged != (o == OK || o == Created) {
+		h.T.Fatalf("%T: %s, logged=%v", cmd, o, logged)
 	}
 	return r
 }
@@ -64,7 +64,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	h.want(Conflict, &PublishBatch{Msgs: []Publish{{Group: "c", MsgID: "x", Seq: 1}, {Group: "c", MsgID: "y", Seq: 1}}})
 	h.want(Invalid, &PublishBatch{Msgs: []Publish{{Group: "c", MsgID: "x", Seq: 1}, {Group: "g", MsgID: "y"}}})
 	h.want(Invalid, &PublishBatch{})
-	if in := h.ms[0].Query(GroupInfo{Group: "c"}).(*Info); in.Pending != 1 || in.Missing != 1 {
+	if in := h.Machines[0].Query(GroupInfo{Group: "c"}).(*Info); in.Pending != 1 || in.Missing != 1 {
 		t.Fatalf("after refused batches: %+v", in)
 	}
 }
@@ -87,7 +87,7 @@ func TestGapHoldsAndRunReleases(t *testing.T) {
 	}
 	h.want(Same, &Complete{Group: "c", Seq: 3, Processor: "p"})
 	h.want(Created, &Publish{Group: "c", MsgID: "a", Seq: 1, RetentionNs: 10e9})
-	h.advance(1e9)
+	h.Advance(1e9)
 	r = h.want(OK, &Lease{Group: "c", Processor: "q", Max: 10, LeaseNs: 5e9})
 	if r := h.want(OK, &Complete{Group: "c", Seq: r.Messages[0].Seq, Processor: "q"}); r.Position != 4 {
 		t.Fatalf("the run after the filled gap: %+v", r)
@@ -95,14 +95,14 @@ func TestGapHoldsAndRunReleases(t *testing.T) {
 	h.want(Conflict, &Publish{Group: "c", MsgID: "z", Seq: 4}) // released
 	h.want(OK, &Commit{Group: "c", Consumer: "k", Position: 2})
 	h.want(Conflict, &Commit{Group: "c", Consumer: "k", Position: 1})
-	out := h.ms[0].Query(ReadOutput{Group: "c"}).(*Output)
+	out := h.Machines[0].Query(ReadOutput{Group: "c"}).(*Output)
 	if out.FirstKept != 3 || len(out.Messages) != 2 || out.Messages[0].Seq != 3 || out.Position != 4 {
 		t.Fatalf("read after a commit purged 1 and 2: %+v", out)
 	}
 	// Purged ids are forgotten; the retention takes the rest.
 	h.want(Conflict, &Publish{Group: "c", MsgID: "a", Seq: 1})
-	h.advance(10e9)
-	if out := h.ms[0].Query(ReadOutput{Group: "c", After: 0}).(*Output); len(out.Messages) != 0 || out.FirstKept != 5 {
+	h.Advance(10e9)
+	if out := h.Machines[0].Query(ReadOutput{Group: "c", After: 0}).(*Output); len(out.Messages) != 0 || out.FirstKept != 5 {
 		t.Fatalf("after the retention: %+v", out)
 	}
 	// Deleting frees the group's mode.
@@ -119,26 +119,26 @@ func TestLeaseExpiryExtendRelease(t *testing.T) {
 	}
 	h.want(OK, &Lease{Group: "g", Processor: "p", Max: 2, LeaseNs: 10e9})
 	h.want(OK, &Lease{Group: "g", Processor: "q", Max: 2, LeaseNs: 10e9})
-	h.advance(5e9)
+	h.Advance(5e9)
 	h.want(OK, &Extend{Group: "g", Processor: "p", LeaseNs: 20e9})
-	h.advance(6e9) // q's lease ran out, p's did not
-	in := h.ms[0].Query(GroupInfo{Group: "g"}).(*Info)
+	h.Advance(6e9) // q's lease ran out, p's did not
+	in := h.Machines[0].Query(GroupInfo{Group: "g"}).(*Info)
 	if in.Leased != 2 || in.Pending != 1 {
 		t.Fatalf("after q's expiry: %+v", in)
 	}
 	h.want(Conflict, &Complete{Group: "g", Seq: 3, Processor: "q"})
 	h.want(OK, &Release{Group: "g", Processor: "p"})
 	r := h.want(OK, &Lease{Group: "g", Processor: "r", Max: 5, LeaseNs: 1e9})
-	if len(r.Messages) != 3 || r.Messages[0].Seq != 1 || r.Messages[0].Processing != h.now {
+	if len(r.Messages) != 3 || r.Messages[0].Seq != 1 || r.Messages[0].Processing != h.Now {
 		t.Fatalf("lease after release: %+v", r.Messages)
 	}
 	// Deleting the group cancels its lease timers.
-	if len(h.timers[0]) != 3 {
-		t.Fatalf("timers: %v", h.timers[0])
+	if len(h.Timers[0]) != 3 {
+		t.Fatalf("timers: %v", h.Timers[0])
 	}
 	h.want(OK, &DeleteGroup{Group: "g"})
-	if len(h.timers[0]) != 0 {
-		t.Fatalf("timers left after delete: %v", h.timers[0])
+	if len(h.Timers[0]) != 0 {
+		t.Fatalf("timers left after delete: %v", h.Timers[0])
 	}
 }
 
@@ -146,14 +146,14 @@ func TestQueries(t *testing.T) {
 	h := one(t, Limits{})
 	for _, g := range []string{"b", "a"} {
 		for range 3 {
-			h.client("", &Publish{Group: g, MsgID: h.rngID()})
+			h.Client("", &Publish{Group: g, MsgID: h.rngID()})
 		}
 	}
 	r := h.want(OK, &Lease{Group: "a", Processor: "p", Max: 2, LeaseNs: 1e9})
 	h.want(OK, &Complete{Group: "a", Seq: r.Messages[0].Seq, Processor: "p"})
 	h.want(OK, &Commit{Group: "a", Consumer: "z", Position: 0})
 	h.want(OK, &Commit{Group: "a", Consumer: "y", Position: 1})
-	list := h.ms[0].Query(ListGroups{}).([]*Info)
+	list := h.Machines[0].Query(ListGroups{}).([]*Info)
 	if len(list) != 2 || list[0].Name != "a" || list[1].Name != "b" {
 		t.Fatalf("list: %+v", list)
 	}
@@ -162,18 +162,18 @@ func TestQueries(t *testing.T) {
 		a.Missing != 0 || len(a.Consumers) != 2 || a.Consumers[0] != (Consumer{Name: "y", Position: 1}) {
 		t.Fatalf("info: %+v", a)
 	}
-	if out := h.ms[0].Query(ReadOutput{Group: "none"}).(*Output); out.Found {
+	if out := h.Machines[0].Query(ReadOutput{Group: "none"}).(*Output); out.Found {
 		t.Fatalf("read of no group: %+v", out)
 	}
-	if out := h.ms[0].Query(ReadOutput{Group: "a", Limit: 1}).(*Output); len(out.Messages) != 1 || out.Messages[0].Processed == 0 {
+	if out := h.Machines[0].Query(ReadOutput{Group: "a", Limit: 1}).(*Output); len(out.Messages) != 1 || out.Messages[0].Processed == 0 {
 		t.Fatalf("read: %+v", out)
 	}
-	if in := h.ms[0].Query(GroupInfo{Group: "none"}).(*Info); in != nil {
+	if in := h.Machines[0].Query(GroupInfo{Group: "none"}).(*Info); in != nil {
 		t.Fatalf("info of no group: %+v", in)
 	}
 }
 
-func (h *harness) rngID() string { return fmt.Sprint("id", h.rng.Uint64()) }
+func (h *harness) rngID() string { return fmt.Sprint("id", h.Rng.Uint64()) }
 
 // A Release with Seqs gives back only those of the processor's leases:
 // the API sends it for a lease whose answer never reached the processor,
@@ -188,7 +188,7 @@ func TestReleaseListedSeqs(t *testing.T) {
 	h.want(OK, &Lease{Group: "g", Processor: "q", Max: 1, LeaseNs: 10e9})
 	h.want(OK, &Release{Group: "g", Processor: "p", Seqs: []uint64{3, 4}}) // 4 is q's
 	h.want(Same, &Release{Group: "g", Processor: "p", Seqs: []uint64{3}})
-	in := h.ms[0].Query(GroupInfo{Group: "g"}).(*Info)
+	in := h.Machines[0].Query(GroupInfo{Group: "g"}).(*Info)
 	if in.Leased != 3 || in.Pending != 1 {
 		t.Fatalf("after releasing seq 3 of p: %+v", in)
 	}
@@ -208,17 +208,17 @@ func TestLeaseIsBoundedInBytes(t *testing.T) {
 	h := one(t, Limits{})
 	big := make([]byte, 300)
 	for i := range 10 {
-		if r := h.client("", &Publish{Group: "g", MsgID: fmt.Sprint("m", i), Payload: big}); r.Outcome != Created {
+		if r := h.Client("", &Publish{Group: "g", MsgID: fmt.Sprint("m", i), Payload: big}); r.Outcome != Created {
 			t.Fatal(r.Msg)
 		}
 	}
-	if r := h.client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9, MaxBytes: 1000}); len(r.Messages) != 3 {
+	if r := h.Client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9, MaxBytes: 1000}); len(r.Messages) != 3 {
 		t.Fatalf("a lease of 1,000 bytes of 300-byte messages took %d, want 3", len(r.Messages))
 	}
-	if r := h.client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9, MaxBytes: 1}); len(r.Messages) != 1 {
+	if r := h.Client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9, MaxBytes: 1}); len(r.Messages) != 1 {
 		t.Fatalf("a lease bounded below one message took %d, want 1", len(r.Messages))
 	}
-	if r := h.client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9}); len(r.Messages) != 6 {
+	if r := h.Client("", &Lease{Group: "g", Processor: "p", Max: 100, LeaseNs: 60e9}); len(r.Messages) != 6 {
 		t.Fatalf("an unbounded lease took %d, want the 6 left", len(r.Messages))
 	}
 	for _, l := range []*Lease{{Group: "g", Processor: "p", Max: 5, LeaseNs: 7}, {Group: "g", Processor: "p", Max: 5, LeaseNs: 7, MaxBytes: 9}} {

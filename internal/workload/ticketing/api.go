@@ -97,13 +97,13 @@ func (a *API) createEvent(w http.ResponseWriter, r *http.Request) int {
 	if st != 0 {
 		return st
 	}
-	res, err := a.eng.Do(ctx, a.eventPartition(def.EventName), WorkloadID, &CreateEvent{Def: def})
+	res, err := engine.Do[*Result](ctx, a.eng, a.eventPartition(def.EventName), WorkloadID, &CreateEvent{Def: def})
 	admitted(res, err)
 	if err != nil {
 		return engineError(w, err)
 	}
-	if rr := res.(*Result); rr.Outcome == Conflict {
-		return api.Error(w, http.StatusConflict, rr.Msg)
+	if res.Outcome == Conflict {
+		return api.Error(w, http.StatusConflict, res.Msg)
 	}
 	// Create every area in its own partition; creation is idempotent, so a
 	// client that retries after a partial failure completes the event.
@@ -115,13 +115,13 @@ func (a *API) createEvent(w http.ResponseWriter, r *http.Request) int {
 		go func(i int) {
 			defer wg.Done()
 			ar := def.Areas[i]
-			res, err := a.eng.Do(ctx, a.areaPartition(def.EventName, ar.AreaID), WorkloadID, &CreateArea{EventID: def.EventName, Area: ar})
+			res, err := engine.Do[*Result](ctx, a.eng, a.areaPartition(def.EventName, ar.AreaID), WorkloadID, &CreateArea{EventID: def.EventName, Area: ar})
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			if rr := res.(*Result); rr.Outcome == Conflict || rr.Outcome == Invalid {
-				conflicts[i] = rr.Msg
+			if res.Outcome == Conflict || res.Outcome == Invalid {
+				conflicts[i] = res.Msg
 			}
 		}(i)
 	}
@@ -178,11 +178,10 @@ func validateEvent(d *EventDef) string {
 
 func (a *API) getEvent(w http.ResponseWriter, r *http.Request) int {
 	name := r.PathValue("id")
-	res, err := a.eng.Query(r.Context(), a.eventPartition(name), WorkloadID, GetEvent{Name: name})
+	def, err := engine.Query[*EventDef](r.Context(), a.eng, a.eventPartition(name), WorkloadID, GetEvent{Name: name})
 	if err != nil {
 		return engineError(w, err)
 	}
-	def := res.(*EventDef)
 	if def == nil {
 		return api.Error(w, http.StatusNotFound, "no event "+api.Quote(name))
 	}
@@ -197,11 +196,10 @@ func (a *API) getEvent(w http.ResponseWriter, r *http.Request) int {
 		AvailableSeats int        `json:"availableSeats"`
 	}{EventDef: def, Areas: make([]areaView, len(def.Areas))}
 	for i, ar := range def.Areas {
-		res, err := a.eng.Query(r.Context(), a.areaPartition(name, ar.AreaID), WorkloadID, GetArea{EventID: name, AreaID: ar.AreaID})
+		info, err := engine.Query[AreaInfo](r.Context(), a.eng, a.areaPartition(name, ar.AreaID), WorkloadID, GetArea{EventID: name, AreaID: ar.AreaID})
 		if err != nil {
 			return engineError(w, err)
 		}
-		info := res.(AreaInfo)
 		out.Areas[i] = areaView{AreaDef: ar, AvailableSeats: info.Available, ReservedSeats: info.Taken}
 		out.AvailableSeats += info.Available
 	}
@@ -306,11 +304,10 @@ func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
 	// The peer answers with the id at once and finishes later; Surge waits
 	// until the reservation is final and durable, which costs the client
 	// nothing and lets the GET that follows answer immediately.
-	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd)
+	rr, err := engine.Do[*Result](r.Context(), a.eng, part, WorkloadID, cmd)
 	if err != nil {
 		return engineError(w, err)
 	}
-	rr := res.(*Result)
 	if rr.Outcome != OK {
 		return api.Error(w, http.StatusInternalServerError, "reservation not recorded: "+rr.Msg)
 	}
@@ -339,11 +336,10 @@ func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
 	cmd, part := a.newReserve(body)
 	cmd.Strict = true
 	cmd.IdemKey = idem
-	res, err := a.eng.Do(r.Context(), part, WorkloadID, cmd)
+	rr, err := engine.Do[*Result](r.Context(), a.eng, part, WorkloadID, cmd)
 	if err != nil {
 		return engineError(w, err)
 	}
-	rr := res.(*Result)
 	switch rr.Outcome {
 	case NotFound:
 		return api.Error(w, http.StatusNotFound, rr.Msg)
@@ -376,11 +372,10 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 	if !ok || part >= a.eng.Partitions() {
 		return nil, api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	}
-	res, err := a.eng.Query(r.Context(), part, WorkloadID, GetReservation{ID: id})
+	rr, err := engine.Query[*Result](r.Context(), a.eng, part, WorkloadID, GetReservation{ID: id})
 	if err != nil {
 		return nil, engineError(w, err)
 	}
-	rr := res.(*Result)
 	if rr.Outcome == NotFound {
 		return nil, api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	}
@@ -413,11 +408,10 @@ func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
 	if !ok || part >= a.eng.Partitions() {
 		return api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))
 	}
-	res, err := a.eng.Do(r.Context(), part, WorkloadID, &Cancel{ID: id, Retention: int64(a.retention)})
+	rr, err := engine.Do[*Result](r.Context(), a.eng, part, WorkloadID, &Cancel{ID: id, Retention: int64(a.retention)})
 	if err != nil {
 		return engineError(w, err)
 	}
-	rr := res.(*Result)
 	switch rr.Outcome {
 	case NotFound:
 		return api.Error(w, http.StatusNotFound, "no reservation "+api.Quote(raw))

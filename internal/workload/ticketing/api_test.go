@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,28 +18,13 @@ import (
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
-	"github.com/surge-run/surge/internal/wal"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
 // newEngine opens an engine with the ticketing workload on a fresh data
 // directory, closed when the test ends.
 func newEngine(t testing.TB, partitions int) *engine.Engine {
-	t.Helper()
-	if enginetest.Forward() {
-		return enginetest.Forwarding(t, engine.Options{Partitions: partitions, Logger: quiet}, ticketing.Workload{})
-	}
-	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: partitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: partitions, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: quiet}, ticketing.Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return eng
+	return enginetest.APIEngine(t, engine.Options{Partitions: partitions}, ticketing.Workload{})
 }
 
 // serveAPI serves a ticketing API over eng until the test ends.
@@ -235,8 +218,6 @@ func TestRandomBodiesNeverCrash(t *testing.T) {
 		}
 	}
 }
-
-var quiet = slog.New(slog.DiscardHandler)
 
 // TestCachedFailedAnswerMatchesPartition: a FAILED compat reservation is
 // answered from the API's cache right after the POST; a fresh API over the

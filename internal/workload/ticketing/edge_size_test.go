@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -21,16 +20,8 @@ import (
 // the log refuses.
 func TestEveryRouteCommandFitsALogEntry(t *testing.T) {
 	dir := t.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	el := &apitest.EntryLog{Log: lg}
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: el, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: quiet}, ticketing.Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
+	el := &apitest.EntryLog{Log: enginetest.OpenWAL(t, dir, 4)}
+	eng := enginetest.OpenEngine(t, dir, engine.Options{Partitions: 4, Log: el}, ticketing.Workload{})
 	srv := serveAPI(t, eng)
 	check := func(route string, want int, st int, body string) {
 		t.Helper()

@@ -12,11 +12,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -26,7 +24,7 @@ import (
 
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/ids"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
 var canonicalID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -258,16 +256,7 @@ func FuzzPathValues(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	dir := f.TempDir()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 4})
-	if err != nil {
-		f.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: 4, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: slog.New(slog.DiscardHandler)}, Workload{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { eng.Close() })
+	eng := enginetest.OpenEngine(f, f.TempDir(), engine.Options{Partitions: 4}, Workload{})
 	mux := http.NewServeMux()
 	NewAPI(eng).Register(mux, nil)
 	serve := func(t testing.TB, method, path, body string) (int, string) {

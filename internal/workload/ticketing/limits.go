@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
 )
 
 // Default server-wide limits (`surge serve --max-events --max-areas
@@ -85,11 +86,10 @@ func (a *API) SetLimits(ctx context.Context, l Limits) (Usage, error) {
 func (l *limiter) count(ctx context.Context, a *API) error {
 	var total Usage
 	for p := range a.eng.Partitions() {
-		res, err := a.eng.Query(ctx, p, WorkloadID, GetUsage{})
+		u, err := engine.Query[Usage](ctx, a.eng, p, WorkloadID, GetUsage{})
 		if err != nil {
 			return err
 		}
-		u := res.(Usage)
 		total.Events += u.Events
 		total.Areas += u.Areas
 		total.Seats += u.Seats
@@ -136,12 +136,12 @@ func (a *API) admitEvent(ctx context.Context, w http.ResponseWriter, def *EventD
 	if msg := l.exceeds(def); msg != "" {
 		// An event that exists already adds nothing: an identical one is a
 		// retry and gets its usual answer, a different one its conflict.
-		res, err := a.eng.Query(ctx, a.eventPartition(def.EventName), WorkloadID, GetEvent{Name: def.EventName})
+		existing, err := engine.Query[*EventDef](ctx, a.eng, a.eventPartition(def.EventName), WorkloadID, GetEvent{Name: def.EventName})
 		if err != nil {
 			l.mu.Unlock()
 			return nil, engineError(w, err)
 		}
-		if res.(*EventDef) == nil {
+		if existing == nil {
 			l.mu.Unlock()
 			return nil, api.Error(w, http.StatusConflict, msg)
 		}

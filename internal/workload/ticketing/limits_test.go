@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,27 +12,9 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/vfs"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
-
-func openEngineAt(t *testing.T, dir string, partitions int) *engine.Engine {
-	t.Helper()
-	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: partitions})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := wal.OpenSnapshotDir(vfs.OS, filepath.Join(dir, "snap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Options{Partitions: partitions, Log: lg, Snapshots: snaps, Logger: quiet}, ticketing.Workload{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
 
 func serveLimited(t *testing.T, eng *engine.Engine, l ticketing.Limits) (*httptest.Server, ticketing.Usage) {
 	t.Helper()
@@ -118,7 +99,7 @@ func TestLimitsRefuseEventsAndChangeNothing(t *testing.T) {
 // count the events recovered from the log, not from zero.
 func TestLimitsCountWhatARestartedServerHolds(t *testing.T) {
 	dir := t.TempDir()
-	eng := openEngineAt(t, dir, 4)
+	eng := enginetest.OpenEngine(t, dir, engine.Options{Partitions: 4}, ticketing.Workload{})
 	srv, used := serveLimited(t, eng, ticketing.Limits{Events: 3})
 	if used != (ticketing.Usage{}) {
 		t.Fatalf("fresh server holds %+v", used)
@@ -133,7 +114,7 @@ func TestLimitsCountWhatARestartedServerHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eng = openEngineAt(t, dir, 4)
+	eng = enginetest.OpenEngine(t, dir, engine.Options{Partitions: 4}, ticketing.Workload{})
 	t.Cleanup(func() { eng.Close() })
 	srv, used = serveLimited(t, eng, ticketing.Limits{Events: 3})
 	if want := (ticketing.Usage{Events: 2, Areas: 4, Seats: 34}); used != want {

@@ -8,69 +8,9 @@ import (
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/wire"
 )
-
-// loggedInput is what the engine would log and replay.
-type loggedInput struct {
-	kind engine.InputKind
-	at   int64
-	data []byte
-}
-
-// purgeHarness applies inputs the way the engine does: it keeps the purge
-// timer the machine sets and fires it (as a FromTimer input) once the
-// clock reaches it, and logs every input that changed something.
-type purgeHarness struct {
-	t     *testing.T
-	m     *Machine
-	now   int64
-	timer int64 // 0: not armed
-	log   []loggedInput
-	// onFire is called with the time of each firing, before it applies.
-	onFire func(now int64)
-}
-
-func (h *purgeHarness) apply(kind engine.InputKind, cmd engine.Command) *Result {
-	h.t.Helper()
-	data, _ := cmd.AppendBinary(nil)
-	dc, err := h.m.Decode(data)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var fx engine.Effects
-	h.m.Apply(&engine.Input{Kind: kind, TimeNs: h.now, Cmd: dc, TimerID: purgeTimerID}, &fx)
-	if at, ok := engine.TimerOf(&fx, purgeTimerID); ok {
-		h.timer = at
-	}
-	if !engine.IsUnchanged(&fx) || kind == engine.FromTimer {
-		h.log = append(h.log, loggedInput{kind: kind, at: h.now, data: data})
-	}
-	return replyOf(&fx)
-}
-
-// advance moves the clock and fires the timer if it is due.
-func (h *purgeHarness) advance(d int64) {
-	h.now += d
-	for h.timer != 0 && h.timer <= h.now {
-		h.timer = 0
-		h.onFire(h.now)
-		h.apply(engine.FromTimer, &Purge{})
-	}
-}
-
-// replay applies log[from:] to m.
-func replay(t *testing.T, m *Machine, log []loggedInput) {
-	t.Helper()
-	for _, in := range log {
-		cmd, err := m.Decode(in.data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fx engine.Effects
-		m.Apply(&engine.Input{Kind: in.kind, TimeNs: in.at, Cmd: cmd, TimerID: purgeTimerID}, &fx)
-	}
-}
 
 type modelRec struct {
 	state   State
@@ -89,11 +29,11 @@ func TestPropertyRetentionPurge(t *testing.T) {
 	for seed := uint64(1); seed <= 30; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		areas := []AreaDef{{AreaID: "a", RowCount: 1 + rng.IntN(4), ColCount: 1 + rng.IntN(6)}, {AreaID: "b", RowCount: 2, ColCount: 2}}
-		h := &purgeHarness{t: t, m: newTestMachine(areas...), now: 1_000}
+		h := newHarness(t, areas...)
 		model := map[[16]byte]*modelRec{}
 		var queue [][16]byte
 		// The model's purge: the queue in order, while the head is due.
-		h.onFire = func(now int64) {
+		h.onFire(func(now int64) {
 			if len(queue) == 0 {
 				t.Fatalf("seed %d: the purge timer fired with nothing queued", seed)
 			}
@@ -101,7 +41,7 @@ func TestPropertyRetentionPurge(t *testing.T) {
 				delete(model, queue[0])
 				queue = queue[1:]
 			}
-		}
+		})
 		var issued [][16]byte
 		retentions := []int64{0, 50, 200}
 		next := 0
@@ -124,13 +64,13 @@ func TestPropertyRetentionPurge(t *testing.T) {
 				if rng.IntN(3) == 0 {
 					c.IdemKey = []string{"k1", "k2"}[rng.IntN(2)]
 				}
-				res := h.apply(engine.FromClient, c)
+				res := h.Client("", c)
 				if res.Outcome == OK {
 					issued = append(issued, c.ID)
 					mr := &modelRec{state: res.Res.State}
 					model[c.ID] = mr
 					if mr.state == StateFailed && c.Retention > 0 {
-						mr.purgeAt = h.now + c.Retention
+						mr.purgeAt = h.Now + c.Retention
 						queue = append(queue, c.ID)
 					}
 					if res.PurgeAt != mr.purgeAt {
@@ -141,12 +81,12 @@ func TestPropertyRetentionPurge(t *testing.T) {
 				ret := retentions[1+rng.IntN(2)]
 				for range 50 + rng.IntN(300) {
 					c := &Reserve{ID: newID(), UserID: "burst", EventID: "ev", AreaID: "b", Type: TypeRandom, NumOfSeats: 1, Retention: ret}
-					res := h.apply(engine.FromClient, c)
+					res := h.Client("", c)
 					mr := &modelRec{state: res.Res.State}
 					model[c.ID] = mr
 					issued = append(issued, c.ID)
 					if mr.state == StateFailed {
-						mr.purgeAt = h.now + ret
+						mr.purgeAt = h.Now + ret
 						queue = append(queue, c.ID)
 					}
 				}
@@ -156,7 +96,7 @@ func TestPropertyRetentionPurge(t *testing.T) {
 				}
 				rid := issued[rng.IntN(len(issued))]
 				ret := retentions[rng.IntN(3)]
-				res := h.apply(engine.FromClient, &Cancel{ID: rid, Retention: ret})
+				res := h.Client("", &Cancel{ID: rid, Retention: ret})
 				mr := model[rid]
 				switch {
 				case mr == nil:
@@ -169,22 +109,22 @@ func TestPropertyRetentionPurge(t *testing.T) {
 					}
 					mr.state = StateCancelled
 					if ret > 0 {
-						mr.purgeAt = h.now + ret
+						mr.purgeAt = h.Now + ret
 						queue = append(queue, rid)
 					}
 				case res.Outcome == OK:
 					t.Fatalf("seed %d step %d: cancel of a %v record succeeded", seed, step, mr.state)
 				}
 			default: // time passes
-				h.advance(int64(rng.IntN(120)))
+				h.Advance(int64(rng.IntN(120)))
 			}
-			if len(queue) > 0 && h.timer != model[queue[0]].purgeAt {
-				t.Fatalf("seed %d step %d: timer at %d, head of %d queued due at %d", seed, step, h.timer, len(queue), model[queue[0]].purgeAt)
+			if len(queue) > 0 && h.timer() != model[queue[0]].purgeAt {
+				t.Fatalf("seed %d step %d: timer at %d, head of %d queued due at %d", seed, step, h.timer(), len(queue), model[queue[0]].purgeAt)
 			}
-			if len(queue) == 0 && h.timer != 0 {
-				t.Fatalf("seed %d step %d: timer armed at %d with nothing queued", seed, step, h.timer)
+			if len(queue) == 0 && h.timer() != 0 {
+				t.Fatalf("seed %d step %d: timer armed at %d with nothing queued", seed, step, h.timer())
 			}
-			live := liveRecords(t, h.m)
+			live := liveRecords(t, h.m())
 			if len(live) != len(model) {
 				t.Fatalf("seed %d step %d: %d records, model %d", seed, step, len(live), len(model))
 			}
@@ -192,19 +132,19 @@ func TestPropertyRetentionPurge(t *testing.T) {
 				if mr := model[r.ID]; mr == nil || mr.state != r.State {
 					t.Fatalf("seed %d step %d: record %x is %v, model %+v", seed, step, r.ID, r.State, mr)
 				}
-				if got := h.m.Query(GetReservation{ID: r.ID}).(*Result); got.Outcome != OK || got.Res.ID != r.ID {
+				if got := h.m().Query(GetReservation{ID: r.ID}).(*Result); got.Outcome != OK || got.Res.ID != r.ID {
 					t.Fatalf("seed %d step %d: GET of a live record: %+v", seed, step, got)
 				}
 			}
-			checkInvariants(t, h.m)
+			checkInvariants(t, h.m())
 			if step == 200 {
-				midSnap, midAt = h.m.AppendSnapshot(nil), len(h.log)
+				midSnap, midAt = h.m().AppendSnapshot(nil), len(h.Log[0])
 			}
 		}
-		final := h.m.AppendSnapshot(nil)
+		final := h.m().AppendSnapshot(nil)
 
 		again := newTestMachine(areas...)
-		replay(t, again, h.log)
+		enginetest.Replay(t, again, h.Log[0])
 		if !bytes.Equal(again.AppendSnapshot(nil), final) {
 			t.Fatalf("seed %d: replay from empty gives a different state", seed)
 		}
@@ -215,7 +155,7 @@ func TestPropertyRetentionPurge(t *testing.T) {
 		if !bytes.Equal(restored.AppendSnapshot(nil), midSnap) {
 			t.Fatalf("seed %d: snapshot round trip changed the state", seed)
 		}
-		replay(t, restored, h.log[midAt:])
+		enginetest.Replay(t, restored, h.Log[0][midAt:])
 		if !bytes.Equal(restored.AppendSnapshot(nil), final) {
 			t.Fatalf("seed %d: restore + replay of the rest gives a different state", seed)
 		}
@@ -230,7 +170,7 @@ func TestPropertyRetentionPurge(t *testing.T) {
 // from reading anything the machine writes.
 func TestForkedSnapshotDuringPurges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
-	h := &purgeHarness{t: t, m: newTestMachine(AreaDef{AreaID: "a", RowCount: 20, ColCount: 20}, AreaDef{AreaID: "b", RowCount: 2, ColCount: 2}), now: 1, onFire: func(int64) {}}
+	h := newHarness(t, AreaDef{AreaID: "a", RowCount: 20, ColCount: 20}, AreaDef{AreaID: "b", RowCount: 2, ColCount: 2})
 	var ids [][16]byte
 	next := 0
 	compactions := 0
@@ -238,11 +178,11 @@ func TestForkedSnapshotDuringPurges(t *testing.T) {
 		for range n {
 			switch k := rng.IntN(10); {
 			case k < 2 && len(ids) > 0:
-				h.apply(engine.FromClient, &Cancel{ID: ids[rng.IntN(len(ids))], Retention: 30})
+				h.Client("", &Cancel{ID: ids[rng.IntN(len(ids))], Retention: 30})
 			case k < 3:
-				before := h.m.recs.recs.n
-				h.advance(int64(rng.IntN(40)))
-				if h.m.recs.recs.n < before {
+				before := h.m().recs.recs.n
+				h.Advance(int64(rng.IntN(40)))
+				if h.m().recs.recs.n < before {
 					compactions++
 				}
 			default:
@@ -254,7 +194,7 @@ func TestForkedSnapshotDuringPurges(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					c.IdemKey = fmt.Sprint("k", next)
 				}
-				if r := h.apply(engine.FromClient, c); r.Outcome == OK {
+				if r := h.Client("", c); r.Outcome == OK {
 					ids = append(ids, c.ID)
 				}
 			}
@@ -262,15 +202,15 @@ func TestForkedSnapshotDuringPurges(t *testing.T) {
 	}
 	for round := range 40 {
 		mutate(500)
-		want := h.m.AppendSnapshot(nil)
-		encode := h.m.ForkSnapshot()
+		want := h.m().AppendSnapshot(nil)
+		encode := h.m().ForkSnapshot()
 		done := make(chan []byte)
 		go func() { done <- encode(nil) }()
 		mutate(500)
 		if got := <-done; !bytes.Equal(got, want) {
 			t.Fatalf("round %d: forked snapshot differs from the state at the fork", round)
 		}
-		checkInvariants(t, h.m)
+		checkInvariants(t, h.m())
 	}
 	if compactions == 0 {
 		t.Fatal("no compaction happened; the test does not cover it")

@@ -13,7 +13,7 @@ import (
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/wal"
+	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/workload/ticketing"
 )
 
@@ -25,17 +25,7 @@ import (
 func TestPurgeReplaysFromTheLog(t *testing.T) {
 	dir := t.TempDir()
 	open := func(retention time.Duration) (*engine.Engine, *httptest.Server) {
-		if err := os.MkdirAll(filepath.Join(dir, "snap"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eng, err := engine.Open(engine.Options{Partitions: 2, Log: lg, Snapshots: wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}, Logger: quiet}, ticketing.Workload{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eng := enginetest.OpenEngine(t, dir, engine.Options{Partitions: 2}, ticketing.Workload{})
 		mux := http.NewServeMux()
 		ticketing.NewAPI(eng).SetRetention(retention).Register(mux, api.NewMetrics(prometheus.NewRegistry()))
 		return eng, httptest.NewServer(mux)

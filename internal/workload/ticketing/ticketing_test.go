@@ -17,7 +17,7 @@ func apply(m *Machine, cmd engine.Command) *Result {
 	return replyOf(&fx)
 }
 
-func replyOf(fx *engine.Effects) *Result { return engine.ReplyOf(fx).(*Result) }
+func replyOf(fx *engine.Effects) *Result { return fx.Replied().(*Result) }
 
 func id(n int) [16]byte {
 	var b [16]byte
@@ -113,13 +113,13 @@ func newTestMachine(areas ...AreaDef) *Machine {
 // TestPropertyNoDoubleBooking drives random interleavings of RANDOM and
 // SELF_PICK reservations and cancellations, with and without idempotency
 // keys, and checks the invariants after every step. It also checks that
-// replaying the same commands and restoring a snapshot give the same state.
+// replaying the logged commands, restoring a snapshot and encoding a fork
+// give the same state.
 func TestPropertyNoDoubleBooking(t *testing.T) {
 	for seed := uint64(1); seed <= 40; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		areas := []AreaDef{{AreaID: "a", RowCount: 1 + rng.IntN(5), ColCount: 1 + rng.IntN(8)}, {AreaID: "b", RowCount: 3, ColCount: 3}}
-		m := newTestMachine(areas...)
-		var logged []engine.Command // what the engine would write to the log
+		h := newHarness(t, areas...)
 		var issued [][16]byte
 		for step := 0; step < 300; step++ {
 			var cmd engine.Command
@@ -142,15 +142,18 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 				}
 				cmd = &Cancel{ID: issued[rng.IntN(len(issued))]}
 			}
-			before := m.AppendSnapshot(nil)
-			var fx engine.Effects
-			m.Apply(&engine.Input{Kind: engine.FromClient, Cmd: cmd}, &fx)
-			res := replyOf(&fx)
-			if engine.IsUnchanged(&fx) && !bytes.Equal(before, m.AppendSnapshot(nil)) {
+			before := h.m().AppendSnapshot(nil)
+			logged := len(h.Log[0])
+			res := h.Client("", cmd)
+			// The harness logs a client command unless it declared
+			// Unchanged (and it fails the test if one did and then
+			// set a timer or notified).
+			unchanged := len(h.Log[0]) == logged
+			if unchanged && !bytes.Equal(before, h.m().AppendSnapshot(nil)) {
 				t.Fatalf("seed %d step %d: %T declared Unchanged but changed the state", seed, step, cmd)
 			}
-			if (res.Outcome == OK) == engine.IsUnchanged(&fx) {
-				t.Fatalf("seed %d step %d: outcome %d with Unchanged=%v", seed, step, res.Outcome, engine.IsUnchanged(&fx))
+			if (res.Outcome == OK) == unchanged {
+				t.Fatalf("seed %d step %d: outcome %d with Unchanged=%v", seed, step, res.Outcome, unchanged)
 			}
 			if rc, ok := cmd.(*Reserve); ok && res.Outcome == OK {
 				issued = append(issued, rc.ID)
@@ -165,34 +168,12 @@ func TestPropertyNoDoubleBooking(t *testing.T) {
 					}
 				}
 			}
-			if !engine.IsUnchanged(&fx) {
-				logged = append(logged, cmd)
-			}
-			checkInvariants(t, m)
+			checkInvariants(t, h.m())
 		}
-
-		// Replay: the same commands from an empty state give the same bytes.
-		again := newTestMachine(areas...)
-		for _, c := range logged {
-			b, _ := c.AppendBinary(nil)
-			dc, err := again.Decode(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			apply(again, dc)
-		}
-		s1, s2 := m.AppendSnapshot(nil), again.AppendSnapshot(nil)
-		if !bytes.Equal(s1, s2) {
-			t.Fatalf("seed %d: replay produced a different state", seed)
-		}
-		restored := NewMachine()
-		if err := restored.Restore(s1); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(restored.AppendSnapshot(nil), s1) {
-			t.Fatalf("seed %d: snapshot round trip changed the state", seed)
-		}
-		checkInvariants(t, restored)
+		// Replaying the logged commands from an empty state, and
+		// restoring a snapshot, give the same bytes.
+		h.CheckReplay()
+		checkInvariants(t, h.m()) // the restored machine
 	}
 }
 
