@@ -23,8 +23,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/surge-run/surge/internal/engine"
-	"github.com/surge-run/surge/internal/ids"
 	"github.com/surge-run/surge/internal/engine/enginetest"
+	"github.com/surge-run/surge/internal/ids"
 )
 
 var canonicalID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
