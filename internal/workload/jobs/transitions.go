@@ -1,0 +1,171 @@
+package jobs
+
+import (
+	"fmt"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// move changes a job's status, keeps the queue's counts and records it.
+func (m *Machine) move(q *Queue, j *Job, to Status, worker, reason string, now int64) {
+	from := j.Status
+	if !Allowed(from, to) {
+		panic(fmt.Sprintf("jobs: transition %s → %s of %q", from, to, j.ID))
+	}
+	q.counts[from]--
+	q.counts[to]++
+	if from.Finished() {
+		m.finished--
+	}
+	if to.Finished() {
+		m.finished++
+	}
+	j.Status = to
+	if to != Assigned && to != Running {
+		j.Worker = ""
+	}
+	if to == Pending {
+		j.StartedAt = 0
+	}
+	m.record(j, from, to, worker, reason, now)
+}
+
+// Allowed reports whether the state machine has the transition from → to.
+func Allowed(from, to Status) bool {
+	switch from {
+	case Pending:
+		return to == Assigned || to == DeadLettered
+	case Assigned:
+		return to == Running || to == Done || to == Failed || to == Pending || to == DeadLettered
+	case Running:
+		return to == Done || to == Failed || to == Pending || to == DeadLettered
+	case Failed:
+		return to == Pending || to == DeadLettered
+	case DeadLettered:
+		return to == Pending
+	}
+	return false
+}
+
+func (m *Machine) record(j *Job, from, to Status, worker, reason string, now int64) {
+	j.nextEvent++
+	if len(j.Events) >= MaxEventsPerJob {
+		// Drop the oldest; a fork's view shares the old array but only
+		// reads up to its own length, and the append below writes past it
+		// or into a new array.
+		j.Events = j.Events[len(j.Events)-MaxEventsPerJob+1:]
+	}
+	j.Events = append(j.Events, JobEvent{ID: j.nextEvent, From: from, To: to, Worker: worker, Reason: reason, At: now})
+}
+
+func (m *Machine) deadLetter(q *Queue, j *Job, worker, reason string, now int64, fx *engine.Effects) {
+	if j.heapIdx >= 0 {
+		q.ready[j.Priority].remove(j)
+	}
+	fx.CancelTimer("ready/" + j.ID)
+	j.DeadReason = reason
+	m.move(q, j, DeadLettered, worker, reason, now)
+	m.finish(q, j, now, fx)
+}
+
+// finish ends a job: its timers go, it is queued for purging.
+func (m *Machine) finish(q *Queue, j *Job, now int64, fx *engine.Effects) {
+	j.CompletedAt = now
+	fx.CancelTimer("ttl/" + j.ID)
+	fx.Notify(JobEnded{JobID: j.ID, Queue: q.Name, Status: j.Status})
+	ret := j.RetentionNs
+	if ret == 0 {
+		ret = DefaultRetentionNs
+	}
+	j.purgeAt = addSat(now, ret)
+	if m.purgeQ.Push(purgeEntry{JobID: j.ID, At: j.purgeAt}) {
+		m.setTimer(fx, purgeTimerID, j.purgeAt, &PurgeJobs{})
+	}
+	// Past the cap the oldest-ended job goes now. Entries of jobs that
+	// are gone or live again are skipped, so this ends: j itself is in
+	// the queue. The purge timer may then fire for an entry already
+	// gone, and re-arms for the new head.
+	for m.finished > m.opts.Limits.MaxFinished {
+		e, ok := m.purgeQ.Pop()
+		if !ok {
+			break
+		}
+		if old := m.jobs[e.JobID]; old != nil && old.Status.Finished() && old.purgeAt == e.At {
+			m.dropJob(old, fx)
+		}
+	}
+}
+
+// dropJob removes a job and everything that points to it.
+func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
+	q := m.queues[j.Queue]
+	if j.heapIdx >= 0 {
+		q.ready[j.Priority].remove(j)
+	}
+	if j.Status == Assigned || j.Status == Running {
+		m.endLease(j, fx)
+	}
+	for _, p := range [...]string{"ttl/", "ready/", "retry/"} {
+		fx.CancelTimer(p + j.ID)
+	}
+	q.counts[j.Status]--
+	q.jobs--
+	if j.Status.Finished() {
+		m.finished--
+	}
+	if j.IdemKey != "" && q.keys[j.IdemKey] == j.ID {
+		delete(q.keys, j.IdemKey)
+	}
+	q.removeOrder(j)
+	delete(m.jobs, j.ID)
+}
+
+// removeOrder leaves a hole where j was in q.order and compacts once
+// half of it is holes, so removal costs O(1) amortized.
+func (q *Queue) removeOrder(j *Job) {
+	i := q.orderIndex(j.Seq)
+	if i < 0 {
+		panic("jobs: job missing from its queue's order")
+	}
+	q.order[i] = nil
+	q.holes++
+	if q.holes*2 >= len(q.order) {
+		n := 0
+		for _, x := range q.order {
+			if x != nil {
+				q.order[n] = x
+				n++
+			}
+		}
+		clear(q.order[n:])
+		q.order = q.order[:n]
+		q.holes = 0
+	}
+}
+
+// orderIndex finds the job with seq in q.order, skipping holes: the
+// live entries are in seq order, so binary search over positions works
+// by looking at the nearest live entry.
+func (q *Queue) orderIndex(seq uint64) int {
+	lo, hi := 0, len(q.order)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		k := mid
+		for k < hi && q.order[k] == nil {
+			k++
+		}
+		if k == hi {
+			hi = mid
+			continue
+		}
+		switch s := q.order[k].Seq; {
+		case s == seq:
+			return k
+		case s < seq:
+			lo = k + 1
+		default:
+			hi = mid
+		}
+	}
+	return -1
+}

@@ -1,0 +1,215 @@
+package sequencer
+
+import (
+	"math"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+func modeOf(seq uint64) Mode {
+	if seq == 0 {
+		return ModeServer
+	}
+	return ModeClient
+}
+
+// checkPublish refuses a publish that may not be applied to g (nil may
+// be a group not created yet). nil: it may; a Same result: it repeats a
+// kept message's id. taken lists client seqs claimed earlier in the same
+// batch; extra counts server seqs the batch assigns before this one.
+func (m *Machine) checkPublish(g *Group, p *Publish, group string, taken map[uint64]string, extra int) *Result {
+	switch {
+	case p.Group != group:
+		return fail(Invalid, "sequencer: a batch's messages must share one group")
+	case p.MsgID == "" || len(p.MsgID) > MaxIDLen:
+		return fail(Invalid, "sequencer: message id must be 1 to %d bytes", MaxIDLen)
+	case len(p.Payload) > MaxPayloadBytes:
+		return fail(Exhausted, "sequencer: payload of %d bytes is over %d", len(p.Payload), MaxPayloadBytes)
+	case p.RetentionNs < 0:
+		return fail(Invalid, "sequencer: retention must not be negative")
+	case p.Seq > math.MaxInt64:
+		// Positions travel through JSON and signed fields: keep them there.
+		return fail(Invalid, "sequencer: seq %d is over %d", p.Seq, int64(math.MaxInt64))
+	}
+	if p.Seq > 0 && taken[p.Seq] != "" {
+		return fail(Conflict, "sequencer: seq %d of group %q is taken by another message", p.Seq, group)
+	}
+	if g == nil {
+		return nil
+	}
+	if seq, ok := g.ids[p.MsgID]; ok {
+		return &Result{Outcome: Same, Seq: seq, Position: g.position}
+	}
+	if g.Mode != ModeNone && g.Mode != modeOf(p.Seq) {
+		return fail(Invalid, "sequencer: group %q takes %s sequence numbers until it is deleted", g.Name, g.Mode)
+	}
+	seq := p.Seq
+	if seq == 0 {
+		seq = g.last() + 1 + uint64(extra)
+	} else {
+		if seq <= g.position {
+			return fail(Conflict, "sequencer: seq %d is at or below the released position %d of group %q", seq, g.position, g.Name)
+		}
+		if x := g.at(seq); x != nil && x.State != MsgGap {
+			return fail(Conflict, "sequencer: seq %d of group %q is taken by another message", seq, g.Name)
+		}
+	}
+	if seq-g.position > uint64(m.opts.Limits.MaxUnreleased) {
+		return fail(Exhausted, "sequencer: seq %d is more than %d past the released position %d of group %q",
+			seq, m.opts.Limits.MaxUnreleased, g.position, g.Name)
+	}
+	return nil
+}
+
+func (m *Machine) newGroupAllowed(name string) *Result {
+	if len(m.groups) >= m.opts.Limits.MaxGroups {
+		return fail(Exhausted, "sequencer: at most %d groups per partition; group %q not created", m.opts.Limits.MaxGroups, name)
+	}
+	return nil
+}
+
+func (m *Machine) publish(c *Publish, now int64, fx *engine.Effects) *Result {
+	if r := badName("group name", c.Group); r != nil {
+		return r
+	}
+	g := m.groups[c.Group]
+	if r := m.checkPublish(g, c, c.Group, nil, 0); r != nil {
+		return r
+	}
+	if g == nil {
+		if r := m.newGroupAllowed(c.Group); r != nil {
+			return r
+		}
+		// The empty group's window starts at seq 1: a client seq above
+		// MaxUnreleased is refused before the group exists.
+		if c.Seq > uint64(m.opts.Limits.MaxUnreleased) {
+			return fail(Exhausted, "sequencer: seq %d is more than %d past the released position 0", c.Seq, m.opts.Limits.MaxUnreleased)
+		}
+		g = newGroup(c.Group, now)
+		m.groups[c.Group] = g
+	}
+	seq := m.add(g, c, now)
+	m.notifyReady(g, fx)
+	return &Result{Outcome: Created, Seq: seq, Position: g.position}
+}
+
+// add puts a checked message into its slot, growing the window to it.
+func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
+	if g.Mode == ModeNone {
+		g.Mode = modeOf(c.Seq)
+	}
+	seq := c.Seq
+	if seq == 0 {
+		seq = g.last() + 1
+	}
+	for g.end < seq {
+		g.appendSlot(msg{})
+		g.counts[MsgGap]++
+	}
+	ret := c.RetentionNs
+	if ret == 0 {
+		ret = DefaultRetentionNs
+	}
+	x := g.mut(seq)
+	*x = msg{ID: c.MsgID, Payload: c.Payload, State: MsgPending, Created: now, RetentionNs: ret}
+	g.ids[c.MsgID] = seq
+	g.counts[MsgGap]--
+	g.counts[MsgPending]++
+	g.pending.push(seq)
+	return seq
+}
+
+func (m *Machine) notifyReady(g *Group, fx *engine.Effects) {
+	if !m.inBatch && len(g.pending) > 0 {
+		fx.Notify(Ready{Group: g.Name, N: len(g.pending)})
+	}
+}
+
+// publishBatch is all or nothing, like jobs' SubmitBatch: every message
+// is checked before any is added, so a refused batch changes nothing and
+// the client can fix it and resend the whole. An id repeated within the
+// batch gets the first one's seq.
+func (m *Machine) publishBatch(c *PublishBatch, now int64, fx *engine.Effects) *Result {
+	if len(c.Msgs) == 0 || len(c.Msgs) > MaxBatch {
+		return fail(Invalid, "sequencer: a batch holds 1 to %d messages", MaxBatch)
+	}
+	name := c.Msgs[0].Group
+	if r := badName("group name", name); r != nil {
+		return r
+	}
+	g := m.groups[name]
+	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Msgs))}
+	mode := ModeNone
+	if g != nil {
+		mode = g.Mode
+	}
+	taken := map[uint64]string{}
+	ids := map[string]int{}
+	dupOf := make([]int, len(c.Msgs))
+	adds, top := 0, uint64(0)
+	for i := range c.Msgs {
+		p := &c.Msgs[i]
+		r := m.checkPublish(g, p, name, taken, adds)
+		if r == nil {
+			if k, dup := ids[p.MsgID]; dup {
+				dupOf[i] = k + 1
+				continue
+			}
+			if mode == ModeNone {
+				mode = modeOf(p.Seq)
+			} else if mode != modeOf(p.Seq) {
+				r = fail(Invalid, "sequencer: group %q takes %s sequence numbers until it is deleted", name, mode)
+			}
+		}
+		if r != nil && r.Outcome != Same {
+			return fail(r.Outcome, "%s (message %d of the batch; nothing was published)", r.Msg, i)
+		}
+		res.Each[i] = r
+		if r != nil {
+			continue
+		}
+		ids[p.MsgID] = i
+		if p.Seq > 0 {
+			taken[p.Seq] = p.MsgID
+			top = max(top, p.Seq)
+		}
+		adds++
+	}
+	if g == nil && adds > 0 {
+		if r := m.newGroupAllowed(name); r != nil {
+			return r
+		}
+		if mode == ModeServer {
+			top = uint64(adds)
+		}
+		if top > uint64(m.opts.Limits.MaxUnreleased) {
+			return fail(Exhausted, "sequencer: the batch reaches seq %d, more than %d past the released position 0 (nothing was published)",
+				top, m.opts.Limits.MaxUnreleased)
+		}
+		g = newGroup(name, now)
+		m.groups[name] = g
+	}
+	m.inBatch = true // one Ready note for the batch, not one per message
+	for i := range c.Msgs {
+		switch {
+		case dupOf[i] > 0:
+			// An id repeated within the batch: its first use's seq.
+			res.Each[i] = &Result{Outcome: Same, Seq: res.Each[dupOf[i]-1].Seq}
+		case res.Each[i] == nil:
+			seq := m.add(g, &c.Msgs[i], now)
+			res.Each[i] = &Result{Outcome: Created, Seq: seq}
+			res.Outcome = Created
+		}
+	}
+	m.inBatch = false
+	if g != nil {
+		res.Position = g.position
+		for _, r := range res.Each {
+			r.Position = g.position
+		}
+	}
+	if res.Outcome == Created {
+		m.notifyReady(g, fx)
+	}
+	return res
+}
