@@ -1,0 +1,408 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/jqpb"
+)
+
+func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJobsRequest], out *connect.ServerStream[jqpb.JobAssignment]) error {
+	m := req.Msg
+	if err := checkWorkerID(m.WorkerId); err != nil {
+		return err
+	}
+	var queues []string
+	if len(m.Queues) > 0 {
+		var err error
+		if queues, err = checkQueues(m.Queues); err != nil {
+			return err
+		}
+	}
+	// Every queue must exist: a worker waiting on a misspelt queue would
+	// wait for ever.
+	if queues == nil {
+		a.hub.mu.Lock()
+		if w := a.hub.workers[m.WorkerId]; w != nil {
+			queues = w.queues
+		}
+		a.hub.mu.Unlock()
+	}
+	for _, q := range queues {
+		stats, err := query[*Stats](ctx, a, QueueKey(q), GetStats{Name: q})
+		if err != nil {
+			return err
+		}
+		if stats == nil {
+			return errf(connect.CodeNotFound, "no queue %q; create it first (AdminService.CreateQueue)", q)
+		}
+	}
+	held, declared, err := checkHeld(m.Held)
+	if err != nil {
+		return err
+	}
+	s, err := a.hub.open(m.WorkerId, queues, m.AcceptsCancel, a.newSession())
+	if err != nil {
+		return err
+	}
+	defer a.hub.close(s)
+	// Headers now: a gRPC client's call returns only once they arrive,
+	// and a worker may wait long for its first job.
+	if err := out.Send(nil); err != nil {
+		return err
+	}
+	if err := a.reclaim(ctx, s, out, declared, held); err != nil {
+		return err
+	}
+	return a.serveStream(ctx, s, out)
+}
+
+// newSession draws the id of a new stream.
+func (a *API) newSession() string {
+	rng := a.rngs.Get().(interface{ Uint64() uint64 })
+	defer a.rngs.Put(rng)
+	return "s-" + strconv.FormatUint(rng.Uint64(), 36)
+}
+
+// reclaim settles, on every partition, the jobs the worker's id holds
+// from older streams (Reclaim): those this one holds now take its slots,
+// and a worker that did not declare what it holds is sent them again.
+func (a *API) reclaim(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], declared bool, held []string) error {
+	per := a.byPartition(held)
+	got := make([][]*Job, a.parts)
+	// Not cancelled with the stream: a Reclaim applied but unanswered
+	// would leave jobs under this session with no one to send them to.
+	bg := context.WithoutCancel(ctx)
+	err := a.all(func(p int) error {
+		r, err := engine.Do[*Result](bg, a.eng, p, WorkloadID, &Reclaim{Worker: s.w.id, Session: s.session, LeaseNs: a.leaseNs, Declared: declared, Keep: per[p]})
+		if err != nil {
+			return api.GRPCEngineError(err)
+		}
+		got[p] = r.Jobs
+		return outcomeErr(r)
+	})
+	var jobs []*Job
+	for _, js := range got {
+		jobs = append(jobs, js...)
+	}
+	adopted := a.hub.adopt(s, jobs)
+	if declared {
+		// The process holds what it declared: they stay its, under this
+		// session or (if a newer stream replaced this one) the next.
+		if !adopted {
+			return a.hub.ended(s)
+		}
+		a.hub.resendCancels(s, jobs)
+		return err
+	}
+	// Offered again but not sent: nobody has them.
+	n := 0
+	switch {
+	case !adopted:
+		err = a.hub.ended(s)
+	case err == nil:
+		n, err = sendJobs(ctx, out, jobs)
+	}
+	if n < len(jobs) {
+		a.unsent(ctx, s, jobs[n:])
+	}
+	return err
+}
+
+// open registers the stream, replacing an older one of the worker.
+func (h *Hub) open(id string, queues []string, acceptsCancel bool, session string) (*stream, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.workers[id]
+	if w == nil {
+		return nil, errf(connect.CodeNotFound, "worker %q is not registered; call RegisterWorker first", id)
+	}
+	if queues == nil {
+		queues = w.queues
+	}
+	if old := w.stream; old != nil {
+		// Not ABORTED, which orders a shutdown: a worker whose stream is
+		// replaced must not deregister (that would give back the newer
+		// stream's jobs).
+		old.end = errf(connect.CodeAlreadyExists, "replaced by a newer StreamJobs of worker %q", id)
+		old.poke()
+		h.unlinkLocked(old)
+	}
+	s := &stream{w: w, session: session, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1)}
+	w.stream, w.lastSeen = s, h.now()
+	for _, q := range queues {
+		h.byQueue[q] = append(h.byQueue[q], s)
+	}
+	s.poke() // look for work at once
+	return s, nil
+}
+
+// adopt makes the jobs the stream's Reclaim left to it the worker's
+// unreported ones: whatever older streams had counted is settled now. It
+// is false if the stream has ended or been replaced meanwhile.
+func (h *Hub) adopt(s *stream, jobs []*Job) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end != nil || s.w.stream != s {
+		return false
+	}
+	w := s.w
+	for jid := range w.inflight {
+		if h.owner[jid] == w {
+			delete(h.owner, jid)
+		}
+	}
+	clear(w.inflight)
+	now := h.now().UnixNano()
+	for _, j := range jobs {
+		w.inflight[j.ID] = now
+		h.owner[j.ID] = w
+	}
+	return true
+}
+
+// resendCancels queues cancel orders for kept jobs cancelled meanwhile:
+// an order sent while the worker had no stream was lost.
+func (h *Hub) resendCancels(s *stream, jobs []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !s.acceptsCancel {
+		return
+	}
+	for _, j := range jobs {
+		if j.CancelAsked && len(s.cancels) < cancelBacklog {
+			s.cancels = append(s.cancels, j.ID)
+		}
+	}
+	if len(s.cancels) > 0 {
+		s.poke()
+	}
+}
+
+// ended is how a stream that ended or was replaced returns.
+func (h *Hub) ended(s *stream) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end == nil || s.end == errDrained {
+		return nil
+	}
+	return s.end
+}
+
+func (h *Hub) unlinkLocked(s *stream) {
+	for _, q := range s.queues {
+		ss := slices.DeleteFunc(h.byQueue[q], func(x *stream) bool { return x == s })
+		if len(ss) == 0 {
+			delete(h.byQueue, q)
+			delete(h.next, q)
+		} else {
+			h.byQueue[q] = ss
+		}
+	}
+}
+
+func (h *Hub) close(s *stream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.w.stream == s {
+		s.w.stream = nil
+		s.w.lastSeen = h.now()
+		h.unlinkLocked(s)
+	}
+}
+
+// step takes what the stream should do next under the lock: the cancels
+// to send, how many jobs it may take, and its end.
+func (h *Hub) step(s *stream) (cancels []string, free int, end error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end != nil {
+		return nil, 0, s.end
+	}
+	cancels, s.cancels = s.cancels, nil
+	return cancels, min(s.w.free(), MaxLeaseBatch), nil
+}
+
+// track records jobs leased for the stream's worker; false if the stream
+// has ended or been replaced, and so will not push them.
+func (h *Hub) track(s *stream, jobs []*Job) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.end != nil || s.w.stream != s {
+		return false
+	}
+	now := h.now().UnixNano()
+	for _, j := range jobs {
+		s.w.inflight[j.ID] = now
+		h.owner[j.ID] = s.w
+	}
+	return true
+}
+
+// untrack forgets jobs given back.
+func (h *Hub) untrack(jobs []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range jobs {
+		h.untrackLocked(j.ID)
+	}
+}
+
+// unsent gives back jobs the stream leased but did not push: nobody has
+// them, so they must not wait for their leases to run out.
+func (a *API) unsent(ctx context.Context, s *stream, jobs []*Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	a.hub.untrack(jobs)
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsentTimeout)
+	defer cancel()
+	for p, ids := range a.byPartition(ids) {
+		if len(ids) == 0 {
+			continue
+		}
+		// On failure the leases still run out: at least once, later.
+		_, _ = a.eng.Do(uctx, p, WorkloadID, &Unsent{Worker: s.w.id, Session: s.session, JobIDs: ids})
+	}
+}
+
+// BatchFlusher lets a stream's sends be held and written out together: the
+// server's stream wrapper implements it, so the jobs of one lease leave in
+// one HTTP/2 write instead of a write and a flush each (most of a busy
+// server's CPU is such writes).
+type BatchFlusher interface {
+	Hold()    // from now, a flush only marks the stream for one
+	Release() // flushes once if anything was marked, and stops holding
+}
+
+type flusherKey struct{}
+
+// WithBatchFlusher returns ctx carrying f for the stream's handler.
+func WithBatchFlusher(ctx context.Context, f BatchFlusher) context.Context {
+	return context.WithValue(ctx, flusherKey{}, f)
+}
+
+// sendJobs sends a lease's jobs, with one flush if the server can batch;
+// n is how many were sent before an error.
+func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) (n int, err error) {
+	err = guarded(ctx, func() error {
+		if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
+			f.Hold()
+			defer f.Release()
+		}
+		for _, j := range jobs {
+			if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
+				TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// guarded runs a stream's send within the server's stall timeout when
+// the server gave the stream one (api.Stream): a worker that stops
+// reading ends its stream instead of holding it for ever, and the jobs
+// it did not read go back (Unsent). The stream holds one rendered
+// message at a time.
+func guarded(ctx context.Context, send func() error) error {
+	if st := api.StreamOf(ctx); st != nil {
+		return st.Send(send)
+	}
+	return send()
+}
+
+// serveStream pushes jobs as they become ready: it leases from its
+// queues whenever it has free slots and a note (or a report, or its
+// opening) says there may be work, and sleeps otherwise. A wake-up that
+// finds nothing costs one unlogged Lease per queue.
+func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment]) error {
+	// Leases are not cancelled with the stream: a lease applied but
+	// unanswered could not be given back.
+	bg := context.WithoutCancel(ctx)
+	next := 0
+	for {
+		cancels, free, end := a.hub.step(s)
+		if end != nil {
+			if end == errDrained {
+				return nil
+			}
+			return end
+		}
+		for _, id := range cancels {
+			if err := guarded(ctx, func() error { return out.Send(&jqpb.JobAssignment{JobId: id, Cancel: true}) }); err != nil {
+				return err
+			}
+		}
+		retry := false
+		for i := 0; i < len(s.queues) && free > 0; i++ {
+			q := s.queues[(next+i)%len(s.queues)]
+			r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if errors.Is(err, engine.ErrOverloaded) {
+					retry = true
+					continue
+				}
+				return api.GRPCEngineError(err)
+			}
+			if r.Outcome == NotFound {
+				continue // deleted since: nothing to take
+			}
+			if len(r.Jobs) == 0 {
+				continue
+			}
+			if ctx.Err() != nil || !a.hub.track(s, r.Jobs) {
+				a.unsent(ctx, s, r.Jobs)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return a.hub.ended(s)
+			}
+			if n, err := sendJobs(ctx, out, r.Jobs); err != nil {
+				// The worker is gone: what did not leave goes back now;
+				// what left is its until a new stream of it or the
+				// lease's end settles it.
+				a.unsent(ctx, s, r.Jobs[n:])
+				return err
+			}
+			// With no slot left, the queue may still hold ready jobs: a
+			// report frees a slot and wakes this loop to take them.
+			free -= len(r.Jobs)
+		}
+		next++
+		if retry {
+			// The partition shed the lease: try again after a pause.
+			select {
+			case <-s.wake:
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-a.done:
+				return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+			}
+			continue
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.done:
+			return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+		}
+	}
+}
