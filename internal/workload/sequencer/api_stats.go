@@ -10,7 +10,10 @@ import (
 // hist is a log-linear histogram of non-negative durations in ns: exact
 // below 128 ns, then 64 buckets per power of two (under 1.6 % error).
 // Its size does not depend on how many values it holds, so stats over a
-// million messages cost the same memory as over ten.
+// million messages cost the same memory as over ten. Not hdrhistogram:
+// it allocates every bucket of its range up front (about 37 KB for 1 ns
+// to 1 h at two significant figures), five stages a group, and a
+// benchmark may run 10,000 groups; this one grows to the buckets used.
 type hist struct {
 	counts   []uint64
 	n        uint64
