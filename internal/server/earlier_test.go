@@ -16,12 +16,13 @@ import (
 	"github.com/surge-run/surge/internal/module"
 )
 
-// earlierDir holds a data directory written by an earlier build of the
-// server (by TestWriteEarlierData, on the date in its name) and what the
-// reads listed in reads.json answered then. A later build must load it
-// (snapshots of every workload, and a log tail after them) and answer the
-// same: log records and snapshots are forever, whatever is refactored.
-const earlierDir = "testdata/earlier/2026-11-26"
+// earlierDirs hold each a data directory written by an earlier build of
+// the server (by TestWriteEarlierData, on the date in its name) and what
+// the reads listed in its reads.json answered then. A later build must
+// load each (snapshots of every workload, and a log tail after them) and
+// answer the same: log records and snapshots are forever, whatever is
+// refactored.
+const earlierDirs = "testdata/earlier"
 
 // earlierRead is one request of the recorded reads, with its answer.
 type earlierRead struct {
@@ -52,6 +53,16 @@ func earlierConfig(dir string, ready chan<- string) Config {
 // directory an earlier build wrote and checks every recorded read answers
 // exactly as it did.
 func TestDataFromEarlierBuildLoads(t *testing.T) {
+	dirs, err := os.ReadDir(earlierDirs)
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no earlier data in %s: %v", earlierDirs, err)
+	}
+	for _, d := range dirs {
+		t.Run(d.Name(), func(t *testing.T) { loadEarlier(t, filepath.Join(earlierDirs, d.Name())) })
+	}
+}
+
+func loadEarlier(t *testing.T, earlierDir string) {
 	raw, err := os.ReadFile(filepath.Join(earlierDir, "reads.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -109,17 +120,18 @@ func serveEarlier(t *testing.T, dir string) (base string, stop func()) {
 	}
 }
 
-// TestWriteEarlierData writes earlierDir with today's build: a short
+// TestWriteEarlierData writes earlierDirs/<today> with today's build: a short
 // script over all four workloads, then the reads whose answers later
 // builds must reproduce. Run it only to add a new directory (with a new
 // date), never to overwrite one: SURGE_WRITE_EARLIER=1 go test -run
 // TestWriteEarlierData ./internal/server/
 func TestWriteEarlierData(t *testing.T) {
+	earlierDir := filepath.Join(earlierDirs, time.Now().UTC().Format(time.DateOnly))
 	if os.Getenv("SURGE_WRITE_EARLIER") != "1" {
 		t.Skip("set SURGE_WRITE_EARLIER=1 to write " + earlierDir)
 	}
 	if _, err := os.Stat(earlierDir); err == nil {
-		t.Fatalf("%s exists: give a new build's data a new date", earlierDir)
+		t.Fatalf("%s exists: one a day", earlierDir)
 	}
 	dir := t.TempDir()
 	ready := make(chan string, 1)
