@@ -155,7 +155,7 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 		return
 	}
 	r.result = p.fx.reply
-	if p.fx.unchanged && len(p.fx.sends) == 0 && len(p.fx.timers) == 0 && len(p.fx.notes) == 0 {
+	if p.fx.Unlogged() {
 		b.buf = b.buf[:start]
 		b.offsets = b.offsets[:len(b.offsets)-1]
 	}
