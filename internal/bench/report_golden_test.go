@@ -143,7 +143,7 @@ func TestCrowdReportGolden(t *testing.T) {
 	srv.setCPU(2)
 	srv.estimateRefusalShare(null)
 	rep := &CrowdReport{Benchmark: "ticketing-crowd",
-		Config:  CrowdShape{Groups: 2, ReservationsPerGrp: 500, Areas: 2, ClientsPerGroup: 50, Transport: CrowdTransportHTTP1, RetryMax: 20, RetryWaitMinSeconds: 1, RetryWaitMaxSeconds: 30, PostTimeoutSeconds: 30, GetTimeoutSeconds: 10},
+		Config:   CrowdShape{Groups: 2, ReservationsPerGrp: 500, Areas: 2, ClientsPerGroup: 50, Transport: CrowdTransportHTTP1, RetryMax: 20, RetryWaitMinSeconds: 1, RetryWaitMaxSeconds: 30, PostTimeoutSeconds: 30, GetTimeoutSeconds: 10},
 		Baseline: null, Server: srv, Machine: MachineInfo{CPUs: 2, CPUModel: "Test CPU @ 2 GHz", LoadAvg: "0.10 0.20 0.30"}}
 	checkGolden(t, "crowd-http1", func(w io.Writer) { writeCrowd(w, rep) })
 
