@@ -25,12 +25,8 @@ func newBenchCmd() *cobra.Command {
 	return cmd
 }
 
-func benchTicketingCmd() *cobra.Command {
-	o := bench.TicketingOptions{}
-	cmd := &cobra.Command{
-		Use:   "ticketing",
-		Short: "Reproduce the ticketing peer's spike test (compat and native flows)",
-		Long: `Reproduces the flash-sale spike test of the Kafka Streams ticketing peer
+// benchTicketingLong is what `surge bench ticketing --help` says.
+const benchTicketingLong = `Reproduces the flash-sale spike test of the Kafka Streams ticketing peer
 (its published Go spike client): each group creates an event of --areas areas of
 20 x 20 seats and launches --reservations reservations of 1..4 seats at once,
 bounded by --inflight, over --clients HTTP clients. It checks every reserved
@@ -73,7 +69,14 @@ going, its clients retrying the connection errors. Afterwards every id any
 POST returned is read back from the restarted server: each must be RESERVED
 with seats that fit its request, or FAILED (never 404), as the crowd's own
 GET saw it if it did, and no seat may be held by two ids. Any failure makes
-the exit status non-zero.`,
+the exit status non-zero.`
+
+func benchTicketingCmd() *cobra.Command {
+	o := bench.TicketingOptions{}
+	cmd := &cobra.Command{
+		Use:          "ticketing",
+		Short:        "Reproduce the ticketing peer's spike test (compat and native flows)",
+		Long:         benchTicketingLong,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,6 +87,15 @@ the exit status non-zero.`,
 			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunTicketing(ctx, o) })
 		},
 	}
+	ticketingSpikeFlags(cmd, &o)
+	ticketingServerFlags(cmd, &o)
+	ticketingClusterFlags(cmd, &o)
+	ticketingCrowdFlags(cmd, &o)
+	return cmd
+}
+
+// ticketingSpikeFlags: the spike's shape and what is reported.
+func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f := cmd.Flags()
 	f.IntVarP(&o.Areas, "areas", "a", 10, "areas per event, each 20 x 20 seats")
 	f.IntVarP(&o.Reservations, "reservations", "n", 20000, "reservations per group")
@@ -93,24 +105,39 @@ the exit status non-zero.`,
 	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1 (with --crowd: the peer's pooled HTTP/1.1 client)")
 	f.StringVar(&o.Flow, "flow", bench.FlowBoth, "compat (POST then GET), native (one round trip) or both")
 	f.BoolVar(&o.Baseline, "baseline", true, "also run the spike against a server that does nothing")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
+	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+}
+
+// ticketingServerFlags: the server under test, started or given.
+func ticketingServerFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
+	f := cmd.Flags()
 	f.StringVar(&o.Target, "target", "", "base URL of a running server to use instead of starting one (CPU from its /metrics; no restart)")
 	f.IntVar(&o.Partitions, "partitions", 0, "--partitions for the started server (0: its default)")
 	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
-	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
-	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
+}
+
+// ticketingClusterFlags: the same spike against a cluster on Kafka.
+func ticketingClusterFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
+	f := cmd.Flags()
 	f.IntVar(&o.Cluster, "cluster", 0, "also run each flow against a cluster of this many \"surge serve --kafka\" nodes on loopback (0: none); clients spread over the nodes round-robin")
 	f.IntVar(&o.ClusterWarmup, "cluster-warmup", 2, "with --cluster: unmeasured spikes against throwaway clusters first, so the broker's JVM is warm as in service (0: none)")
 	f.StringVar(&o.KafkaBrokers, "kafka-brokers", os.Getenv("SURGE_KAFKA_BROKERS"), "with --cluster: the Kafka broker to use (default $SURGE_KAFKA_BROKERS); empty: start one with scripts/kafka.sh and stop it at the end")
 	f.IntVar(&o.KafkaPID, "kafka-pid", 0, "with --kafka-brokers: the broker's java process id, to count its CPU (otherwise it is reported as not measured)")
 	f.StringVar(&o.KafkaScript, "kafka-script", "", "with --cluster and no broker: path of scripts/kafka.sh (default: found above the surge binary or the working directory)")
 	f.BoolVar(&o.Pprof, "pprof", false, "the cluster's nodes serve /debug/pprof/ (for profiling during the spike)")
+}
+
+// ticketingCrowdFlags: the peer's own spike client, and a kill -9 in the
+// middle of it.
+func ticketingCrowdFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
+	f := cmd.Flags()
 	f.BoolVar(&o.Crowd, "crowd", false, "run the peer's own spike client: every reservation at once, its retries and deadlines (see above)")
 	f.StringVar(&o.CrowdTransport, "crowd-transport", bench.CrowdTransportXNet, "with --crowd: the clients' HTTP/2 transport, x/net (the peer's x/net/http2, one dial at a time when every connection is full) or net/http (its h2c Transport, which dials once per waiting request)")
 	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "with --crowd: a flag for the started server, e.g. --serve-flag=--max-inflight=100000 (repeatable)")
 	f.DurationVar(&o.KillAfter, "kill-after", 0, "with --crowd: kill the started server with SIGKILL this long after the crowd's start, restart it, and read back every id handed out (0: not by time)")
 	f.Int64Var(&o.KillAfterDecisions, "kill-after-decisions", 0, "with --crowd: kill the started server with SIGKILL once this many reservations have their decision, restart it, and read back every id handed out (0: not by count)")
-	return cmd
 }
 
 // crowdDefaults gives --crowd the peer's shape where the flags were not

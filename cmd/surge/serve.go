@@ -141,15 +141,8 @@ func parseBytes(s string) (int64, error) {
 // shows it.
 var defaultSnapshotBytes = fmt.Sprintf("%dMiB", engine.DefaultSnapshotBytes>>20)
 
-func newServeCmd() *cobra.Command {
-	var cfg server.Config
-	var memLimit, streamBuffer, bodyMemory, snapBytes string
-	var settings func() module.Settings
-	env := newEnvVars()
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Run the Surge server (embedded log in --data-dir)",
-		Long: `Runs the Surge server: one listener for HTTP/1.1 and cleartext HTTP/2,
+// serveLong is what `surge serve --help` says.
+const serveLong = `Runs the Surge server: one listener for HTTP/1.1 and cleartext HTTP/2,
 the ticketing and commerce APIs, /healthz and /metrics (also as
 /actuator/health and /actuator/prometheus). Every flag can also be set by the
 environment variable named in its help. SIGTERM or SIGINT shuts down
@@ -161,24 +154,19 @@ holds (seats nobody has reserved cost almost nothing, but every area can be
 touched); past them event creation is refused with 409 and a message naming
 the flag. --memory-limit is a soft limit for the Go runtime (GOGC stays 400,
 so small states are collected rarely; the limit makes the GC work harder as
-the heap nears it instead of growing the process).`,
+the heap nears it instead of growing the process).`
+
+func newServeCmd() *cobra.Command {
+	s := &serveFlags{env: newEnvVars()}
+	cmd := &cobra.Command{
+		Use:          "serve",
+		Short:        "Run the Surge server (embedded log in --data-dir)",
+		Long:         serveLong,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
-		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			if err := env.check(cmd); err != nil {
-				return err
-			}
-			cfg.Settings = settings()
-			if cfg.MemoryLimit, err = parseBytes(memLimit); err != nil {
-				return fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
-			}
-			if cfg.StreamBuffer, err = parseBytes(streamBuffer); err != nil || cfg.StreamBuffer < 0 {
-				return fmt.Errorf("--stream-buffer (SURGE_STREAM_BUFFER): %q is not a size such as 256MiB", streamBuffer)
-			}
-			if cfg.MaxBodyMemory, err = parseBytes(bodyMemory); err != nil || cfg.MaxBodyMemory < 0 {
-				return fmt.Errorf("--max-body-memory (SURGE_MAX_BODY_MEMORY): %q is not a size such as 256MiB", bodyMemory)
-			}
-			if err := snapshotTriggers(&cfg, snapBytes); err != nil {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := s.config(cmd)
+			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -186,40 +174,98 @@ the heap nears it instead of growing the process).`,
 			return server.Run(ctx, cfg)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8080", env.help("addr", "SURGE_ADDR", "listen address HOST:PORT"))
-	f.StringVar(&cfg.DataDir, "data-dir", "surge-data", env.help("data-dir", "SURGE_DATA_DIR", "directory for the log and snapshots"))
-	f.IntVar(&cfg.Partitions, "partitions", 0, env.help("partitions", "SURGE_PARTITIONS", "number of partitions; 0 means the data directory's (or with --kafka the cluster's) count, or 8 for a new one"))
-	f.IntVar(&cfg.SnapshotEvery, "snapshot-every", 0, env.help("snapshot-every", "SURGE_SNAPSHOT_EVERY", "commands a partition applies between snapshots; 0 means 100000"))
-	f.StringVar(&snapBytes, "snapshot-bytes", defaultSnapshotBytes, env.help("snapshot-bytes", "SURGE_SNAPSHOT_BYTES", "the log a restart after a crash replays at most, over all partitions: each partition takes a snapshot once it has logged its share (this divided by the partition count) since its last one, records replayed at startup included; e.g. 16MiB, or off (or 0) to turn this trigger off"))
-	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, env.help("snapshot-interval", "SURGE_SNAPSHOT_INTERVAL", "a partition that logged anything since its last snapshot takes one at most this long after it, even if it has gone quiet; 0 turns this trigger off"))
-	f.DurationVar(&cfg.SyncInterval, "sync-interval", time.Millisecond, env.help("sync-interval", "SURGE_SYNC_INTERVAL", "least time between two group commits (fsyncs); appends arriving sooner share the next one"))
-	f.IntVar(&cfg.MaxConns, "max-conns", 0, env.help("max-conns", "SURGE_MAX_CONNS", "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused"))
-	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 30*time.Second, env.help("idle-timeout", "SURGE_IDLE_TIMEOUT", "close a keep-alive connection with no request in flight, or a new one that has sent nothing, after this long"))
-	f.IntVar(&cfg.MaxStreams, "max-streams", 128, env.help("max-streams", "SURGE_MAX_STREAMS", "concurrent HTTP/2 streams per connection; a client sends more over more connections"))
-	f.IntVar(&cfg.MaxInflight, "max-inflight", 4096, env.help("max-inflight", "SURGE_MAX_INFLIGHT", "requests handled at once over all connections; beyond it a request waits in the waiting room for a slot, first come first served (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt)"))
-	f.DurationVar(&cfg.MaxWait, "max-wait", api.DefaultMaxWait, env.help("max-wait", "SURGE_MAX_WAIT", "the waiting room's patience: a request past --max-inflight whose predicted wait for a slot is longer gets 503 at once with Retry-After = that wait; below common clients' 30s per call, leaving 10s for the answer"))
-	f.IntVar(&cfg.WaitingRoom, "waiting-room", api.DefaultWaitingRoom, env.help("waiting-room", "SURGE_WAITING_ROOM", "requests waiting at once for an in-flight slot (each holds its stream and handler goroutine, about 5KiB); beyond it 503 with Retry-After = the time the room takes to drain"))
-	f.StringVar(&bodyMemory, "max-body-memory", "256MiB", env.help("max-body-memory", "SURGE_MAX_BODY_MEMORY", "bytes of large request bodies (over 64KiB) held at once over all requests; a body that does not fit waits, before it is read, until others are answered (up to 30s, then 503 / UNAVAILABLE)"))
-	f.DurationVar(&cfg.MaxQueueDelay, "max-queue-delay", 0, env.help("max-queue-delay", "SURGE_MAX_QUEUE_DELAY", "longest a command may wait in its partition's queue: past half of it new ones get 429 at once (Retry-After = the predicted wait), past it a queued one is refused unapplied; 0 means --max-wait, so a burst served within the clients' patience is never refused; negative turns it off"))
-	f.DurationVar(&cfg.StallTimeout, "stall-timeout", api.DefaultStallTimeout, env.help("stall-timeout", "SURGE_STALL_TIMEOUT", "a write to a stream's or long poll's reader (SSE, gRPC Read, StreamJobs, ?wait=, waitMs) blocked this long ends it: the reader stopped reading"))
-	f.StringVar(&streamBuffer, "stream-buffer", "256MiB", env.help("stream-buffer", "SURGE_STREAM_BUFFER", "bytes of stream and long-poll pages (each at most 1MiB of messages) rendered and not yet written, over all readers; a page that cannot have its bytes within --stall-timeout ends its stream with reason server_busy"))
-	f.IntVar(&cfg.MaxWaiters, "max-waiters", 10000, env.help("max-waiters", "SURGE_MAX_WAITERS", "long polls (?wait=, waitMs) and streams woken by notes, open at once; beyond it a long poll still waits its time, looking again every second, and a stream gets 503 / RESOURCE_EXHAUSTED with its own turn as Retry-After"))
-	f.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
-	env.vars["pprof"] = "SURGE_PPROF"
-	f.StringVar(&memLimit, "memory-limit", "256MiB", env.help("memory-limit", "SURGE_MEMORY_LIMIT", "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap plus half of it, at least 64MiB, plus stacks), the limit follows, so the GC never thrashes. GOMEMLIMIT, if set, is fixed and wins"))
-	f.StringVar(&cfg.Cluster.Kafka, "kafka", "", env.help("kafka", "SURGE_KAFKA", "run as a node of a cluster on Apache Kafka at these bootstrap brokers, HOST:PORT[,HOST:PORT...], instead of on --data-dir (see docs/CLUSTER.md)"))
-	f.StringVar(&cfg.Cluster.Cluster, "cluster", "", env.help("cluster", "SURGE_CLUSTER", "with --kafka: the cluster's name; its topics are surge.NAME.log and surge.NAME.snapshots and its group surge.NAME"))
-	f.StringVar(&cfg.Cluster.NodeID, "node-id", "", env.help("node-id", "SURGE_NODE_ID", "with --kafka: this node's name, unique in the cluster; default HOSTNAME-PORT"))
-	f.StringVar(&cfg.Cluster.Advertise, "advertise", "", env.help("advertise", "SURGE_ADVERTISE", "with --kafka: HOST:PORT where the other nodes reach this one; default --addr (127.0.0.1 if it has no host)"))
-	f.IntVar(&cfg.Cluster.Replication, "kafka-replication", 1, env.help("kafka-replication", "SURGE_KAFKA_REPLICATION", "with --kafka: replication factor of the topics the cluster creates; use 3 in production"))
-	f.DurationVar(&cfg.Cluster.SessionTimeout, "kafka-session-timeout", 6*time.Second, env.help("kafka-session-timeout", "SURGE_KAFKA_SESSION_TIMEOUT", "with --kafka: how long a silent node keeps its partitions before the others take them over"))
-	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", 168*time.Hour, env.help("kafka-log-retention", "SURGE_KAFKA_LOG_RETENTION", "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often"))
-	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
-	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
-	settings = moduleFlags(f, env, server.Builtin())
-	env.read(cmd)
+	s.storageFlags(cmd)
+	s.connectionFlags(cmd)
+	s.admissionFlags(cmd)
+	s.clusterFlags(cmd)
+	s.settings = moduleFlags(cmd.Flags(), s.env, server.Builtin())
+	s.env.read(cmd)
 	return cmd
+}
+
+// serveFlags holds what `surge serve`'s flags set: server.Config's
+// fields, the sizes parseBytes reads into it, and the modules' settings.
+type serveFlags struct {
+	cfg                                           server.Config
+	memLimit, streamBuffer, bodyMemory, snapBytes string
+	settings                                      func() module.Settings
+	env                                           *envVars
+}
+
+// config is the server's configuration once the command line is parsed:
+// a refused SURGE_* variable or size stops the start.
+func (s *serveFlags) config(cmd *cobra.Command) (cfg server.Config, err error) {
+	if err := s.env.check(cmd); err != nil {
+		return cfg, err
+	}
+	cfg = s.cfg
+	cfg.Settings = s.settings()
+	if cfg.MemoryLimit, err = parseBytes(s.memLimit); err != nil {
+		return cfg, fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
+	}
+	if cfg.StreamBuffer, err = parseBytes(s.streamBuffer); err != nil || cfg.StreamBuffer < 0 {
+		return cfg, fmt.Errorf("--stream-buffer (SURGE_STREAM_BUFFER): %q is not a size such as 256MiB", s.streamBuffer)
+	}
+	if cfg.MaxBodyMemory, err = parseBytes(s.bodyMemory); err != nil || cfg.MaxBodyMemory < 0 {
+		return cfg, fmt.Errorf("--max-body-memory (SURGE_MAX_BODY_MEMORY): %q is not a size such as 256MiB", s.bodyMemory)
+	}
+	if err := snapshotTriggers(&cfg, s.snapBytes); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// storageFlags: where the log and snapshots go, how often they are
+// written, and the process's memory.
+func (s *serveFlags) storageFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.cfg.DataDir, "data-dir", "surge-data", s.env.help("data-dir", "SURGE_DATA_DIR", "directory for the log and snapshots"))
+	f.IntVar(&s.cfg.Partitions, "partitions", 0, s.env.help("partitions", "SURGE_PARTITIONS", "number of partitions; 0 means the data directory's (or with --kafka the cluster's) count, or 8 for a new one"))
+	f.IntVar(&s.cfg.SnapshotEvery, "snapshot-every", 0, s.env.help("snapshot-every", "SURGE_SNAPSHOT_EVERY", "commands a partition applies between snapshots; 0 means 100000"))
+	f.StringVar(&s.snapBytes, "snapshot-bytes", defaultSnapshotBytes, s.env.help("snapshot-bytes", "SURGE_SNAPSHOT_BYTES", "the log a restart after a crash replays at most, over all partitions: each partition takes a snapshot once it has logged its share (this divided by the partition count) since its last one, records replayed at startup included; e.g. 16MiB, or off (or 0) to turn this trigger off"))
+	f.DurationVar(&s.cfg.SnapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, s.env.help("snapshot-interval", "SURGE_SNAPSHOT_INTERVAL", "a partition that logged anything since its last snapshot takes one at most this long after it, even if it has gone quiet; 0 turns this trigger off"))
+	f.DurationVar(&s.cfg.SyncInterval, "sync-interval", time.Millisecond, s.env.help("sync-interval", "SURGE_SYNC_INTERVAL", "least time between two group commits (fsyncs); appends arriving sooner share the next one"))
+	f.StringVar(&s.memLimit, "memory-limit", "256MiB", s.env.help("memory-limit", "SURGE_MEMORY_LIMIT", "soft limit of the Go runtime's memory, e.g. 256MiB or 1GiB, or off: the GC runs more often as the heap nears it. A floor: when the process needs more (live heap plus half of it, at least 64MiB, plus stacks), the limit follows, so the GC never thrashes. GOMEMLIMIT, if set, is fixed and wins"))
+}
+
+// connectionFlags: the listener, its connections, and how long a
+// graceful shutdown waits for their requests.
+func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.cfg.Addr, "addr", "127.0.0.1:8080", s.env.help("addr", "SURGE_ADDR", "listen address HOST:PORT"))
+	f.IntVar(&s.cfg.MaxConns, "max-conns", 0, s.env.help("max-conns", "SURGE_MAX_CONNS", "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused"))
+	f.DurationVar(&s.cfg.IdleTimeout, "idle-timeout", 30*time.Second, s.env.help("idle-timeout", "SURGE_IDLE_TIMEOUT", "close a keep-alive connection with no request in flight, or a new one that has sent nothing, after this long"))
+	f.IntVar(&s.cfg.MaxStreams, "max-streams", 128, s.env.help("max-streams", "SURGE_MAX_STREAMS", "concurrent HTTP/2 streams per connection; a client sends more over more connections"))
+	f.BoolVar(&s.cfg.Pprof, "pprof", false, "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
+	s.env.vars["pprof"] = "SURGE_PPROF"
+	f.DurationVar(&s.cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
+}
+
+// admissionFlags: how much work the server takes on at once, and how it
+// refuses the rest.
+func (s *serveFlags) admissionFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.IntVar(&s.cfg.MaxInflight, "max-inflight", 4096, s.env.help("max-inflight", "SURGE_MAX_INFLIGHT", "requests handled at once over all connections; beyond it a request waits in the waiting room for a slot, first come first served (/healthz, /v1/health_check, /metrics, /debug/pprof/ exempt)"))
+	f.DurationVar(&s.cfg.MaxWait, "max-wait", api.DefaultMaxWait, s.env.help("max-wait", "SURGE_MAX_WAIT", "the waiting room's patience: a request past --max-inflight whose predicted wait for a slot is longer gets 503 at once with Retry-After = that wait; below common clients' 30s per call, leaving 10s for the answer"))
+	f.IntVar(&s.cfg.WaitingRoom, "waiting-room", api.DefaultWaitingRoom, s.env.help("waiting-room", "SURGE_WAITING_ROOM", "requests waiting at once for an in-flight slot (each holds its stream and handler goroutine, about 5KiB); beyond it 503 with Retry-After = the time the room takes to drain"))
+	f.StringVar(&s.bodyMemory, "max-body-memory", "256MiB", s.env.help("max-body-memory", "SURGE_MAX_BODY_MEMORY", "bytes of large request bodies (over 64KiB) held at once over all requests; a body that does not fit waits, before it is read, until others are answered (up to 30s, then 503 / UNAVAILABLE)"))
+	f.DurationVar(&s.cfg.MaxQueueDelay, "max-queue-delay", 0, s.env.help("max-queue-delay", "SURGE_MAX_QUEUE_DELAY", "longest a command may wait in its partition's queue: past half of it new ones get 429 at once (Retry-After = the predicted wait), past it a queued one is refused unapplied; 0 means --max-wait, so a burst served within the clients' patience is never refused; negative turns it off"))
+	f.DurationVar(&s.cfg.StallTimeout, "stall-timeout", api.DefaultStallTimeout, s.env.help("stall-timeout", "SURGE_STALL_TIMEOUT", "a write to a stream's or long poll's reader (SSE, gRPC Read, StreamJobs, ?wait=, waitMs) blocked this long ends it: the reader stopped reading"))
+	f.StringVar(&s.streamBuffer, "stream-buffer", "256MiB", s.env.help("stream-buffer", "SURGE_STREAM_BUFFER", "bytes of stream and long-poll pages (each at most 1MiB of messages) rendered and not yet written, over all readers; a page that cannot have its bytes within --stall-timeout ends its stream with reason server_busy"))
+	f.IntVar(&s.cfg.MaxWaiters, "max-waiters", 10000, s.env.help("max-waiters", "SURGE_MAX_WAITERS", "long polls (?wait=, waitMs) and streams woken by notes, open at once; beyond it a long poll still waits its time, looking again every second, and a stream gets 503 / RESOURCE_EXHAUSTED with its own turn as Retry-After"))
+}
+
+// clusterFlags: running as a node of a cluster on Kafka.
+func (s *serveFlags) clusterFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.cfg.Cluster.Kafka, "kafka", "", s.env.help("kafka", "SURGE_KAFKA", "run as a node of a cluster on Apache Kafka at these bootstrap brokers, HOST:PORT[,HOST:PORT...], instead of on --data-dir (see docs/CLUSTER.md)"))
+	f.StringVar(&s.cfg.Cluster.Cluster, "cluster", "", s.env.help("cluster", "SURGE_CLUSTER", "with --kafka: the cluster's name; its topics are surge.NAME.log and surge.NAME.snapshots and its group surge.NAME"))
+	f.StringVar(&s.cfg.Cluster.NodeID, "node-id", "", s.env.help("node-id", "SURGE_NODE_ID", "with --kafka: this node's name, unique in the cluster; default HOSTNAME-PORT"))
+	f.StringVar(&s.cfg.Cluster.Advertise, "advertise", "", s.env.help("advertise", "SURGE_ADVERTISE", "with --kafka: HOST:PORT where the other nodes reach this one; default --addr (127.0.0.1 if it has no host)"))
+	f.IntVar(&s.cfg.Cluster.Replication, "kafka-replication", 1, s.env.help("kafka-replication", "SURGE_KAFKA_REPLICATION", "with --kafka: replication factor of the topics the cluster creates; use 3 in production"))
+	f.DurationVar(&s.cfg.Cluster.SessionTimeout, "kafka-session-timeout", 6*time.Second, s.env.help("kafka-session-timeout", "SURGE_KAFKA_SESSION_TIMEOUT", "with --kafka: how long a silent node keeps its partitions before the others take them over"))
+	f.DurationVar(&s.cfg.Cluster.LogRetention, "kafka-log-retention", 168*time.Hour, s.env.help("kafka-log-retention", "SURGE_KAFKA_LOG_RETENTION", "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often"))
+	f.DurationVar(&s.cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, s.env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
 }
 
 // snapshotTriggers puts --snapshot-bytes and --snapshot-interval into cfg.

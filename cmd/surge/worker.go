@@ -28,18 +28,8 @@ const (
 	maxStderrBytes = 3 << 10
 )
 
-func newWorkerCmd() *cobra.Command {
-	env := newEnvVars()
-	var (
-		cfg      jobclient.WorkerConfig
-		server   string
-		queues   string
-		stateDir string
-	)
-	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: `Run jobs whose payload is {"command": ["prog", "arg", ...]} as child processes`,
-		Long: `surge worker takes jobs from a Surge server's queues over a gRPC stream and runs each
+// workerLong is what `surge worker --help` says.
+const workerLong = `surge worker takes jobs from a Surge server's queues over a gRPC stream and runs each
 payload {"command": ["prog", "arg", ...]} as a child process (no shell), with the job's TTL
 as its timeout. The job's result is the command's stdout (its last 64 KiB); a non-zero exit
 fails the job with the exit status and the tail of stderr.
@@ -51,17 +41,26 @@ held; workers running at once on one host get different ids.
 
 SIGTERM or SIGINT drains: no new jobs, running ones finish and are reported, then the
 worker deregisters and exits. A second signal kills the running commands and exits now
-(their jobs go back to the queue).`,
-		Args: cobra.NoArgs,
+(their jobs go back to the queue).`
+
+func newWorkerCmd() *cobra.Command {
+	env := newEnvVars()
+	var (
+		cfg      jobclient.WorkerConfig
+		server   string
+		queues   string
+		stateDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: `Run jobs whose payload is {"command": ["prog", "arg", ...]} as child processes`,
+		Long:  workerLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := env.check(cmd); err != nil {
 				return err
 			}
-			for q := range strings.SplitSeq(queues, ",") {
-				if q = strings.TrimSpace(q); q != "" {
-					cfg.Queues = append(cfg.Queues, q)
-				}
-			}
+			cfg.Queues = append(cfg.Queues, splitQueues(queues)...)
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			cfg.Logger = log
 			if cfg.ID == "" {
@@ -73,22 +72,7 @@ worker deregisters and exits. A second signal kills the running commands and exi
 				defer release()
 				cfg.ID = id
 			}
-			w := newCommandWorker(jobclient.New(server), cfg)
-
-			ctx, drain := context.WithCancel(context.Background())
-			defer drain()
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
-			defer signal.Stop(sigs)
-			go func() {
-				s := <-sigs
-				log.Info("draining: finishing running jobs; signal again to stop now", "signal", s.String())
-				drain()
-				s = <-sigs
-				log.Warn("stopping now: killing running jobs", "signal", s.String())
-				w.StopNow()
-			}()
-			return w.Run(ctx)
+			return runDraining(newCommandWorker(jobclient.New(server), cfg), log)
 		},
 	}
 	f := cmd.Flags()
@@ -100,6 +84,37 @@ worker deregisters and exits. A second signal kills the running commands and exi
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, env.help("heartbeat", "SURGE_HEARTBEAT", "interval between heartbeats; shorter than the server's --job-lease"))
 	env.read(cmd)
 	return cmd
+}
+
+// splitQueues reads --queues: names separated by commas, blanks around
+// them and empty names dropped.
+func splitQueues(queues string) []string {
+	var out []string
+	for q := range strings.SplitSeq(queues, ",") {
+		if q = strings.TrimSpace(q); q != "" {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// runDraining runs w until SIGTERM or SIGINT, which drains it (no new
+// jobs, running ones finish); a second signal kills the running commands.
+func runDraining(w *jobclient.Worker, log *slog.Logger) error {
+	ctx, drain := context.WithCancel(context.Background())
+	defer drain()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	go func() {
+		s := <-sigs
+		log.Info("draining: finishing running jobs; signal again to stop now", "signal", s.String())
+		drain()
+		s = <-sigs
+		log.Warn("stopping now: killing running jobs", "signal", s.String())
+		w.StopNow()
+	}()
+	return w.Run(ctx)
 }
 
 // newCommandWorker is the worker `surge worker` runs: every queue's jobs

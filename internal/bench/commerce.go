@@ -15,6 +15,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/surge-run/surge/internal/ids"
+	"github.com/surge-run/surge/internal/jsonscan"
 )
 
 // The peer's k6 load test, as docs/BENCHMARKS.md describes it.
@@ -274,7 +275,7 @@ func (r *commerceRun) iteration(ctx context.Context, i int64, m mix, mode int, a
 		if mode == sagaNone {
 			return
 		}
-		id := jsonString(*bp, "orderId")
+		id := jsonscan.Field(*bp, "orderId")
 		if !validID(id) {
 			r.fail("order create: no usable orderId", clip(*bp))
 			return
@@ -335,9 +336,9 @@ func (r *commerceRun) saga(ctx context.Context, id string, mode int, at time.Tim
 		if mode == sagaPoll {
 			r.record(reqPoll, time.Since(t0).Microseconds())
 		}
-		switch string(jsonString(*bp, "status")) {
+		switch string(jsonscan.Field(*bp, "status")) {
 		case "CONFIRMED", "CANCELLED":
-			if string(jsonString(*bp, "status")) == "CANCELLED" {
+			if string(jsonscan.Field(*bp, "status")) == "CANCELLED" {
 				r.cancelled.Add(1)
 			}
 			us := min(max(time.Since(at).Microseconds(), 1), maxLatencyUs)
@@ -540,39 +541,6 @@ func (r *CommerceRunReport) setCPU(cpu float64) {
 	}
 }
 
-// jsonString returns the value of the first string field name in a JSON
-// object reply, or nil. The bench's replies are flat DTOs whose field
-// names it looks up do not recur in nested objects.
-func jsonString(b []byte, name string) []byte {
-	key := `"` + name + `"`
-	for off := 0; ; {
-		i := bytes.Index(b[off:], []byte(key))
-		if i < 0 {
-			return nil
-		}
-		j := off + i + len(key)
-		for j < len(b) && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r') {
-			j++
-		}
-		if j >= len(b) || b[j] != ':' {
-			off = j
-			continue
-		}
-		j++
-		for j < len(b) && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r') {
-			j++
-		}
-		if j >= len(b) || b[j] != '"' {
-			return nil
-		}
-		end := bytes.IndexByte(b[j+1:], '"')
-		if end < 0 {
-			return nil
-		}
-		return b[j+1 : j+1+end]
-	}
-}
-
 // uuidOf is a version-4 UUID derived from k: the reservation ids are
 // reproducible from the seed.
 func uuidOf(k uint64) string { return ids.FromUint64s(k, splitmix(k)).String() }
@@ -593,7 +561,7 @@ func seedCommerce(ctx context.Context, base string, c *http.Client, seed uint64,
 		if st != http.StatusCreated {
 			return "", fmt.Errorf("POST %s: status %d: %s", url, st, clip(buf))
 		}
-		id := jsonString(buf, field)
+		id := jsonscan.Field(buf, field)
 		if !validID(id) {
 			return "", fmt.Errorf("POST %s: no usable %s in %s", url, field, clip(buf))
 		}

@@ -38,6 +38,26 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, head)
 	row := columns[*CommerceRunReport]{w: tw, lead: "  ", sep: "\t", runs: runs}.row
+	writeCommerceCountRows(row)
+	writeCommerceLatencyRows(tw, row)
+	writeCommerceCostRows(row)
+	_ = tw.Flush()
+	for _, r := range runs {
+		for _, k := range slices.Sorted(maps.Keys(r.ErrorsByKind)) {
+			fmt.Fprintf(out, "  %s: %s errors: %s\n", serverLabel(r.Server), k, grouped(r.ErrorsByKind[k]))
+		}
+		for _, s := range r.ErrorSamples {
+			fmt.Fprintf(out, "  %s: error sample: %s\n", serverLabel(r.Server), s)
+		}
+	}
+	writeGoals(out, "goals", l.Goals)
+	p := rep.Peer
+	fmt.Fprintf(out, "  the peer: ≈ %.0f iterations/s on %d vCPU (≈ %.0f per vCPU-second), HTTP p95 ≈ %.0f ms, saga E2E p95 at the %.0f s timeout from %.0f iterations/s\n",
+		p.MaxRate, p.VCPU, p.ItersPerVCPUSec, p.HTTPP95Ms, p.SagaTimeoutSecond, p.SagaP95TimeoutAt)
+}
+
+// writeCommerceCountRows are the rate achieved and what was sent.
+func writeCommerceCountRows(row func(string, func(*CommerceRunReport) string)) {
 	row("achieved rate", func(r *CommerceRunReport) string {
 		ok := "yes"
 		if !r.RateMet {
@@ -52,12 +72,16 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 		return fmt.Sprintf("%s / %s (%s) / %s", grouped(r.Orders), grouped(r.Reserves), grouped(r.Reserve409), grouped(r.Customers))
 	})
 	row("errors", func(r *CommerceRunReport) string { return grouped(r.Errors) })
-	lat := latencyCell
+}
+
+// writeCommerceLatencyRows are the HTTP latency per request type and the
+// sagas' end-to-end time, each under its own heading line in tw.
+func writeCommerceLatencyRows(tw io.Writer, row func(string, func(*CommerceRunReport) string)) {
 	fmt.Fprintln(tw, "  HTTP latency p50 / p95 / p99 / max\t\t")
 	for _, t := range commerceReqTypes {
-		row("  "+t, func(r *CommerceRunReport) string { return lat(r.HTTP[t]) })
+		row("  "+t, func(r *CommerceRunReport) string { return latencyCell(r.HTTP[t]) })
 	}
-	row("  all requests", func(r *CommerceRunReport) string { return lat(r.HTTPAll) })
+	row("  all requests", func(r *CommerceRunReport) string { return latencyCell(r.HTTPAll) })
 	saga := func(s SagaReport) string {
 		if s.Count == 0 {
 			return "-"
@@ -67,6 +91,11 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	fmt.Fprintln(tw, "  saga E2E p50 / p95 / p99\t\t")
 	row("  polling every 200 ms", func(r *CommerceRunReport) string { return saga(r.SagaPoll) })
 	row("  long poll (?wait=)", func(r *CommerceRunReport) string { return saga(r.SagaLongPoll) })
+}
+
+// writeCommerceCostRows are the server's CPU and memory and the
+// generator's CPU and lateness.
+func writeCommerceCostRows(row func(string, func(*CommerceRunReport) string)) {
 	row("server CPU per iteration", func(r *CommerceRunReport) string {
 		if r.CPUPerIterUs == nil {
 			return "-"
@@ -91,17 +120,4 @@ func writeCommerceLevel(out io.Writer, rep *CommerceReport, l *CommerceLevel) {
 	row("generator CPU, send lag p99", func(r *CommerceRunReport) string {
 		return fmt.Sprintf("%.2f s, %s", r.GeneratorCPU, micros(r.SendLagP99Us))
 	})
-	_ = tw.Flush()
-	for _, r := range runs {
-		for _, k := range slices.Sorted(maps.Keys(r.ErrorsByKind)) {
-			fmt.Fprintf(out, "  %s: %s errors: %s\n", serverLabel(r.Server), k, grouped(r.ErrorsByKind[k]))
-		}
-		for _, s := range r.ErrorSamples {
-			fmt.Fprintf(out, "  %s: error sample: %s\n", serverLabel(r.Server), s)
-		}
-	}
-	writeGoals(out, "goals", l.Goals)
-	p := rep.Peer
-	fmt.Fprintf(out, "  the peer: ≈ %.0f iterations/s on %d vCPU (≈ %.0f per vCPU-second), HTTP p95 ≈ %.0f ms, saga E2E p95 at the %.0f s timeout from %.0f iterations/s\n",
-		p.MaxRate, p.VCPU, p.ItersPerVCPUSec, p.HTTPP95Ms, p.SagaTimeoutSecond, p.SagaP95TimeoutAt)
 }

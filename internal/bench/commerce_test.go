@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/surge-run/surge/internal/jsonscan"
 )
 
 // planCounts runs the planner over n iterations the way the scheduler
@@ -109,7 +111,7 @@ func TestJSONString(t *testing.T) {
 		{`{"other":"a"}`, "orderId", ""},
 		{`{"orderId":"unterminated`, "orderId", ""},
 	} {
-		if got := string(jsonString([]byte(c.in), c.name)); got != c.want {
+		if got := string(jsonscan.Field([]byte(c.in), c.name)); got != c.want {
 			t.Errorf("jsonString(%s, %s) = %q, want %q", c.in, c.name, got, c.want)
 		}
 	}

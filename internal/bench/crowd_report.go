@@ -357,16 +357,7 @@ func machineInfo() MachineInfo {
 
 // writeCrowd prints the report as Markdown: one column per server.
 func writeCrowd(w io.Writer, rep *CrowdReport) {
-	c := rep.Config
-	proto := "h2c"
-	if c.Transport == CrowdTransportHTTP1 {
-		proto = "HTTP/1.1"
-	}
-	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d %s clients (%s) per group\n\n",
-		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup, proto, c.Transport)
-	fmt.Fprintf(w, "The peer's client rules: up to %d retries of connection errors, 429 and 5xx; Retry-After honoured on 429/503, otherwise %g s × 2^n up to %g s; %g s per POST and %g s per GET, retries included.\n",
-		c.RetryMax, c.RetryWaitMinSeconds, c.RetryWaitMaxSeconds, c.PostTimeoutSeconds, c.GetTimeoutSeconds)
-	fmt.Fprintf(w, "Machine: %d CPUs, %s, load average at start %s.\n\n", rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.LoadAvg)
+	writeCrowdHeader(w, rep)
 	var runs []*CrowdRun
 	header := "|"
 	for _, r := range []*CrowdRun{rep.Baseline, rep.Server} {
@@ -380,6 +371,31 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 	}
 	fmt.Fprintf(w, "| | %s\n|---|%s\n", header[2:], strings.Repeat("---|", len(runs)))
 	row := columns[*CrowdRun]{w: w, lead: "| ", sep: " | ", tail: " |", runs: runs}.row
+	writeCrowdOutcomeRows(row)
+	writeCrowdRequestRows(row)
+	writeCrowdCostRows(row)
+	for _, r := range runs {
+		writeCrowdDetails(w, r)
+	}
+}
+
+// writeCrowdHeader gives the crowd's shape, the peer's client rules and
+// the machine.
+func writeCrowdHeader(w io.Writer, rep *CrowdReport) {
+	c := rep.Config
+	proto := "h2c"
+	if c.Transport == CrowdTransportHTTP1 {
+		proto = "HTTP/1.1"
+	}
+	fmt.Fprintf(w, "\n## Flash crowd: %d × %s reservations at once, %d areas × 400 seats per group, %d %s clients (%s) per group\n\n",
+		c.Groups, grouped(int64(c.ReservationsPerGrp)), c.Areas, c.ClientsPerGroup, proto, c.Transport)
+	fmt.Fprintf(w, "The peer's client rules: up to %d retries of connection errors, 429 and 5xx; Retry-After honoured on 429/503, otherwise %g s × 2^n up to %g s; %g s per POST and %g s per GET, retries included.\n",
+		c.RetryMax, c.RetryWaitMinSeconds, c.RetryWaitMaxSeconds, c.PostTimeoutSeconds, c.GetTimeoutSeconds)
+	fmt.Fprintf(w, "Machine: %d CPUs, %s, load average at start %s.\n\n", rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.LoadAvg)
+}
+
+// writeCrowdOutcomeRows are how the reservations ended and when.
+func writeCrowdOutcomeRows(row func(string, func(*CrowdRun) string)) {
 	row("reservations", func(r *CrowdRun) string { return grouped(r.Reservations) })
 	row("errors", func(r *CrowdRun) string { return fmt.Sprintf("%s (%.1f %%)", grouped(r.Errors), r.ErrorPercent) })
 	row("reserved / failed (sold out)", func(r *CrowdRun) string { return grouped(r.Reserved) + " / " + grouped(r.Failed) })
@@ -390,6 +406,11 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 	row("latency p50 / p99 / max (answered)", func(r *CrowdRun) string {
 		return micros(r.P50Us) + " / " + micros(r.P99Us) + " / " + micros(r.MaxUs)
 	})
+}
+
+// writeCrowdRequestRows are the requests it took: retries, refusals,
+// connections.
+func writeCrowdRequestRows(row func(string, func(*CrowdRun) string)) {
 	row("requests (POST + GET)", func(r *CrowdRun) string {
 		return fmt.Sprintf("%s (%s + %s)", grouped(r.Requests), grouped(r.Posts), grouped(r.Gets))
 	})
@@ -399,6 +420,11 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 	})
 	row("Retry-After seen", func(r *CrowdRun) string { return countList(r.RetryAfter) })
 	row("connections opened", func(r *CrowdRun) string { return grouped(r.Connections) })
+}
+
+// writeCrowdCostRows are the server's CPU and memory and the generator's
+// CPU.
+func writeCrowdCostRows(row func(string, func(*CrowdRun) string)) {
 	row("server CPU", func(r *CrowdRun) string { return optFloat(r.ServerCPUSeconds, "%.1f s") })
 	row("server CPU per answered reservation", func(r *CrowdRun) string { return optFloat(r.CPUPerAnsweredMs, "%.3f ms") })
 	row("server CPU per request", func(r *CrowdRun) string { return optFloat(r.CPUPerRequestUs, "%.0f µs") })
@@ -415,31 +441,31 @@ func writeCrowd(w io.Writer, rep *CrowdReport) {
 		return mib(*r.PeakRSSBytes)
 	})
 	row("generator CPU", func(r *CrowdRun) string { return fmt.Sprintf("%.1f s", r.GeneratorCPUSeconds) })
-	for _, r := range runs {
-		if len(r.ErrorsByKind) > 0 {
-			fmt.Fprintf(w, "\nErrors by kind (%s):\n", r.Server)
-			for _, k := range sortedKeys(r.ErrorsByKind) {
-				fmt.Fprintf(w, "- %s: %s\n", k, grouped(r.ErrorsByKind[k]))
-			}
-		}
-		if len(r.AttemptErrors) > 0 {
-			fmt.Fprintf(w, "\nTransport errors of single attempts, retried or not (%s):\n", r.Server)
-			for _, k := range sortedKeys(r.AttemptErrors) {
-				fmt.Fprintf(w, "- %s: %s\n", k, grouped(r.AttemptErrors[k]))
-			}
-		}
-		if len(r.ServerCounters) > 0 {
-			fmt.Fprintf(w, "\nServer refusal counters over the crowd (%s /metrics):\n", r.Server)
-			for _, k := range sortedKeys(r.ServerCounters) {
-				fmt.Fprintf(w, "- %s: %s\n", k, grouped(int64(r.ServerCounters[k])))
-			}
-		}
-		for _, d := range r.DoubleBookings {
-			fmt.Fprintf(w, "- DOUBLE BOOKING (%s): %s\n", r.Server, d)
-		}
-		if r.Crash != nil {
-			writeCrash(w, r.Server, r.Crash)
-		}
+}
+
+// writeCrowdDetails lists one run's errors, refusal counters, double
+// bookings and kill -9 under the table.
+func writeCrowdDetails(w io.Writer, r *CrowdRun) {
+	writeCountSection(w, fmt.Sprintf("Errors by kind (%s):", r.Server), r.ErrorsByKind)
+	writeCountSection(w, fmt.Sprintf("Transport errors of single attempts, retried or not (%s):", r.Server), r.AttemptErrors)
+	writeCountSection(w, fmt.Sprintf("Server refusal counters over the crowd (%s /metrics):", r.Server), r.ServerCounters)
+	for _, d := range r.DoubleBookings {
+		fmt.Fprintf(w, "- DOUBLE BOOKING (%s): %s\n", r.Server, d)
+	}
+	if r.Crash != nil {
+		writeCrash(w, r.Server, r.Crash)
+	}
+}
+
+// writeCountSection prints title and m's counts as a list, sorted by
+// key; nothing when m is empty.
+func writeCountSection[V int64 | float64](w io.Writer, title string, m map[string]V) {
+	if len(m) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s\n", title)
+	for _, k := range sortedKeys(m) {
+		fmt.Fprintf(w, "- %s: %s\n", k, grouped(int64(m[k])))
 	}
 }
 

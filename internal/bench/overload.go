@@ -100,8 +100,8 @@ type PhaseReport struct {
 // it open-loop and reports what the accepted requests waited and how much
 // was refused.
 func RunOverload(ctx context.Context, o OverloadOptions) error {
-	if o.Areas < 1 || o.Multiple <= 0 || o.CapacitySeconds <= 0 || o.Seconds <= 0 || o.Concurrency < 1 || o.MaxInflight < 1 || o.Clients < 1 || o.ClientTimeout <= 0 {
-		return errors.New("--areas, --multiple, --capacity-seconds, --seconds, --concurrency, --max-inflight, --clients and --client-timeout must all be positive")
+	if err := o.validate(); err != nil {
+		return err
 	}
 	rep := &OverloadReport{Benchmark: "overload", Target: o.Target, Areas: o.Areas, HTTP2: o.HTTP2, TimeoutSec: o.ClientTimeout.Seconds(), Problems: []string{}}
 	rig, err := newRig(o.Options, "surge-overload-")
@@ -109,7 +109,6 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 		return err
 	}
 	defer rig.cleanup()
-	logf := rig.logf
 	var extra []string
 	if o.MaxQueueDelay != "" {
 		extra = []string{"--max-queue-delay", o.MaxQueueDelay}
@@ -118,31 +117,44 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 	if err != nil {
 		return err
 	}
-	base := srv.base
-	parts, err := metricsPartitions(ctx, base)
-	if err != nil {
-		return fmt.Errorf("reading the partition count from %s/metrics: %w", base, err)
+	if rep.Partitions, err = metricsPartitions(ctx, srv.base); err != nil {
+		return fmt.Errorf("reading the partition count from %s/metrics: %w", srv.base, err)
 	}
-	rep.Partitions = parts
+	l := newLoader(srv.base, o)
+	defer l.close()
+	if err := o.runPhases(ctx, l, srv.cpu(ctx), rep, rig.logf); err != nil {
+		return err
+	}
+	rep.Overload.PeakRSSBytes = srv.peakRSS()
+	if ctx.Err() != nil {
+		return errors.New("interrupted; servers stopped")
+	}
+	if err := srv.stop(); err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
+	}
+	return o.finish(rep)
+}
 
-	clients := make([]*http.Client, o.Clients)
-	for i := range clients {
-		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
-		defer clients[i].CloseIdleConnections()
+func (o OverloadOptions) validate() error {
+	if o.Areas < 1 || o.Multiple <= 0 || o.CapacitySeconds <= 0 || o.Seconds <= 0 || o.Concurrency < 1 || o.MaxInflight < 1 || o.Clients < 1 || o.ClientTimeout <= 0 {
+		return errors.New("--areas, --multiple, --capacity-seconds, --seconds, --concurrency, --max-inflight, --clients and --client-timeout must all be positive")
 	}
-	l := &loader{base: base, clients: clients, timeout: o.ClientTimeout}
+	return nil
+}
+
+// runPhases measures the capacity (closed loop) and then offers the
+// overload (open loop) at a multiple of it, or at o.Rate.
+func (o OverloadOptions) runPhases(ctx context.Context, l *loader, cpu func() (float64, error), rep *OverloadReport, logf func(string, ...any)) error {
 	// Two events, so the overload phase starts on unsold seats; each has
 	// its areas in one partition, the bottleneck.
-	capEv, err := l.createEvent(ctx, o.Areas, parts)
+	capEv, err := l.createEvent(ctx, o.Areas, rep.Partitions)
 	if err != nil {
 		return err
 	}
-	ovEv, err := l.createEvent(ctx, o.Areas, parts)
+	ovEv, err := l.createEvent(ctx, o.Areas, rep.Partitions)
 	if err != nil {
 		return err
 	}
-	cpu := srv.cpu(ctx)
-
 	logf("capacity: closed loop, %d in flight, %.0f s", o.Concurrency, o.CapacitySeconds)
 	rep.Capacity = l.phase(ctx, capEv, cpu, func(p *phase) { p.closedLoop(ctx, o.Concurrency, secs(o.CapacitySeconds)) })
 	rate := o.Rate
@@ -156,13 +168,12 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 		grouped(int64(rep.Capacity.AcceptedPS)), grouped(int64(rate)), o.Seconds, o.MaxInflight, o.ClientTimeout)
 	rep.Overload = l.phase(ctx, ovEv, cpu, func(p *phase) { p.openLoop(ctx, rate, o.MaxInflight, secs(o.Seconds)) })
 	rep.Overload.OfferedTarget = rate
-	rep.Overload.PeakRSSBytes = srv.peakRSS()
-	if ctx.Err() != nil {
-		return errors.New("interrupted; servers stopped")
-	}
-	if err := srv.stop(); err != nil {
-		rep.Problems = append(rep.Problems, err.Error())
-	}
+	return nil
+}
+
+// finish prints the report, writes its JSON if asked, and fails the run
+// if it found problems.
+func (o OverloadOptions) finish(rep *OverloadReport) error {
 	writeOverload(o.Stdout, rep)
 	if o.JSONPath != "" {
 		if err := writeAnyJSON(o.JSONPath, rep); err != nil {
@@ -182,6 +193,21 @@ type loader struct {
 	clients []*http.Client
 	next    atomic.Uint64
 	timeout time.Duration
+}
+
+// newLoader makes o.Clients HTTP clients, each with its own connections.
+func newLoader(base string, o OverloadOptions) *loader {
+	clients := make([]*http.Client, o.Clients)
+	for i := range clients {
+		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
+	}
+	return &loader{base: base, clients: clients, timeout: o.ClientTimeout}
+}
+
+func (l *loader) close() {
+	for _, c := range l.clients {
+		c.CloseIdleConnections()
+	}
 }
 
 type overloadEvent struct {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"errors"
+
 	"github.com/surge-run/surge/internal/jsonscan"
 )
 
@@ -57,7 +58,7 @@ func parseReservation(b []byte, r *reservationReply) error {
 		return p.end()
 	}
 	for {
-		key, ok := p.str()
+		key, ok := p.RawString()
 		if !ok {
 			return errMalformed
 		}
@@ -76,7 +77,7 @@ func parseReservation(b []byte, r *reservationReply) error {
 		case bytes.Equal(key, keySeats):
 			ok = p.seats(&r.seats)
 		default:
-			ok = p.skip(0)
+			ok = p.Skip(0, maxJSONDepth)
 		}
 		if !ok {
 			return errMalformed
@@ -102,46 +103,14 @@ func (p *jsonParser) end() error {
 	return nil
 }
 
-// str returns the raw bytes between the quotes, escapes left as they are:
-// the values we compare (states, area ids, keys) never need unescaping.
-func (p *jsonParser) str() ([]byte, bool) {
-	if !p.Eat('"') {
-		return nil, false
-	}
-	start := p.I
-	for p.I < len(p.B) {
-		switch c := p.B[p.I]; {
-		case c == '\\':
-			p.I += 2
-		case c == '"':
-			s := p.B[start:p.I]
-			p.I++
-			return s, true
-		case c < 0x20:
-			return nil, false
-		default:
-			p.I++
-		}
-	}
-	return nil, false
-}
-
 func (p *jsonParser) strOrNull(dst *[]byte) bool {
-	if p.lit("null") {
+	if p.Lit("null") {
 		*dst = nil
 		return true
 	}
-	s, ok := p.str()
+	s, ok := p.RawString()
 	*dst = s
 	return ok
-}
-
-func (p *jsonParser) lit(s string) bool {
-	if len(p.B)-p.I >= len(s) && string(p.B[p.I:p.I+len(s)]) == s {
-		p.I += len(s)
-		return true
-	}
-	return false
 }
 
 // int reads a non-negative integer small enough for a seat coordinate;
@@ -156,18 +125,14 @@ func (p *jsonParser) int() (int, bool) {
 			return 0, false
 		}
 	}
-	if p.I == start || (p.I < len(p.B) && isNumberByte(p.B[p.I])) {
+	if p.I == start || (p.I < len(p.B) && jsonscan.IsNumberByte(p.B[p.I])) {
 		return 0, false
 	}
 	return n, true
 }
 
-func isNumberByte(c byte) bool {
-	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
-}
-
 func (p *jsonParser) seats(dst *[]Seat) bool {
-	if p.lit("null") {
+	if p.Lit("null") {
 		return true
 	}
 	if !p.Eat('[') {
@@ -202,7 +167,7 @@ func (p *jsonParser) seat() (Seat, bool) {
 		return s, false
 	}
 	for {
-		key, ok := p.str()
+		key, ok := p.RawString()
 		if !ok {
 			return s, false
 		}
@@ -217,7 +182,7 @@ func (p *jsonParser) seat() (Seat, bool) {
 		case bytes.Equal(key, keyCol):
 			s.Col, ok = p.int()
 		default:
-			ok = p.skip(1)
+			ok = p.Skip(1, maxJSONDepth)
 		}
 		if !ok {
 			return s, false
@@ -231,60 +196,5 @@ func (p *jsonParser) seat() (Seat, bool) {
 			return s, false
 		}
 		return s, true
-	}
-}
-
-// skip passes over any JSON value.
-func (p *jsonParser) skip(depth int) bool {
-	if depth > maxJSONDepth || p.I >= len(p.B) {
-		return false
-	}
-	switch c := p.B[p.I]; c {
-	case '"':
-		_, ok := p.str()
-		return ok
-	case '{', '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		p.I++
-		p.WS()
-		if p.Eat(closer) {
-			return true
-		}
-		for {
-			if c == '{' {
-				if _, ok := p.str(); !ok {
-					return false
-				}
-				p.WS()
-				if !p.Eat(':') {
-					return false
-				}
-				p.WS()
-			}
-			if !p.skip(depth + 1) {
-				return false
-			}
-			p.WS()
-			if p.Eat(',') {
-				p.WS()
-				continue
-			}
-			return p.Eat(closer)
-		}
-	case 't':
-		return p.lit("true")
-	case 'f':
-		return p.lit("false")
-	case 'n':
-		return p.lit("null")
-	default:
-		start := p.I
-		for p.I < len(p.B) && isNumberByte(p.B[p.I]) {
-			p.I++
-		}
-		return p.I > start
 	}
 }

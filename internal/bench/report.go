@@ -183,27 +183,71 @@ var flowTitles = map[string]string{
 
 // writeFlow prints one flow's results as a table.
 func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
+	writeFlowHeader(out, c, f.Flow)
+	runs := f.runs()
+	writeFlowTable(out, f, runs)
+	checked := runs[:len(runs)-btoi(f.Baseline != nil)]
+	for _, s := range checked {
+		writeSeats(out, s, len(checked) > 1)
+	}
+	if f.Restart != nil {
+		writeRestart(out, f.Restart)
+	}
+	if f.Cluster != nil {
+		writeCluster(out, f.Cluster)
+	}
+	writeSamples(out, runs)
+	fmt.Fprintln(out)
+	writeFlowGoals(out, f.Goals)
+	for _, p := range f.Problems {
+		fmt.Fprintf(out, "PROBLEM: %s\n", p)
+	}
+}
+
+func writeFlowHeader(out io.Writer, c ReportConfig, flow string) {
 	proto := "HTTP/2 (h2c, prior knowledge)"
 	if !c.HTTP2 {
 		proto = "HTTP/1.1"
 	}
-	fmt.Fprintf(out, "\n== surge bench ticketing: %s ==\n", flowTitles[f.Flow])
+	fmt.Fprintf(out, "\n== surge bench ticketing: %s ==\n", flowTitles[flow])
 	fmt.Fprintf(out, "%d group(s) x %s reservations, %d areas x %d seats per event, %d clients per group, %d in flight, %s, seed %d\n\n",
 		c.Groups, grouped(int64(c.Reservations)), c.Areas, gridRows*gridCols, c.Clients, c.Inflight, proto, c.Seed)
+}
 
+// runs are the table's columns: the server, the cluster, the baseline
+// (the runs that were made, in that order).
+func (f *FlowReport) runs() []*RunReport {
 	runs := []*RunReport{f.Server}
-	head := "\t" + serverName(f.Server)
 	if f.Cluster != nil {
 		runs = append(runs, &f.Cluster.RunReport)
-		head += "\t" + serverName(&f.Cluster.RunReport)
 	}
 	if f.Baseline != nil {
 		runs = append(runs, f.Baseline)
-		head += "\tdo-nothing server"
+	}
+	return runs
+}
+
+// writeFlowTable prints the runs side by side, a column each.
+func writeFlowTable(out io.Writer, f *FlowReport, runs []*RunReport) {
+	head := ""
+	for _, r := range runs {
+		if r == f.Baseline {
+			head += "\tdo-nothing server"
+		} else {
+			head += "\t" + serverName(r)
+		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, head)
 	row := columns[*RunReport]{w: tw, sep: "\t", runs: runs}.row
+	writeSpikeRows(row)
+	writeServerCostRows(row, f.Cluster)
+	row("generator CPU (user+sys)", func(r *RunReport) string { return fmt.Sprintf("%.2f s", r.GeneratorCPUSeconds) })
+	tw.Flush()
+}
+
+// writeSpikeRows are what the generator counted and timed.
+func writeSpikeRows(row func(string, func(*RunReport) string)) {
 	row("completion time", func(r *RunReport) string { return fmt.Sprintf("%.3f s", r.Seconds) })
 	row("reservations/s", func(r *RunReport) string { return grouped(int64(r.PerSecond + 0.5)) })
 	row("reservations", func(r *RunReport) string { return grouped(r.Reservations) })
@@ -216,6 +260,11 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	row("latency p95", func(r *RunReport) string { return micros(r.P95Us) })
 	row("latency p99", func(r *RunReport) string { return micros(r.P99Us) })
 	row("latency max", func(r *RunReport) string { return micros(r.MaxUs) })
+}
+
+// writeServerCostRows are the servers' CPU and memory; a cluster's memory
+// is per process, in its own table.
+func writeServerCostRows(row func(string, func(*RunReport) string), cluster *ClusterReport) {
 	row("server CPU (user+sys)", func(r *RunReport) string {
 		if r.ServerCPUSeconds == nil {
 			return "n/a"
@@ -229,7 +278,7 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 		return grouped(int64(*r.ReservationsPerCPUSecond + 0.5))
 	})
 	row("server peak resident memory", func(r *RunReport) string {
-		if f.Cluster != nil && r == &f.Cluster.RunReport {
+		if cluster != nil && r == &cluster.RunReport {
 			return "per process below"
 		}
 		if r.PeakRSSBytes == nil {
@@ -243,29 +292,23 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 		}
 		return fmt.Sprintf("%.1f µs", *r.ServerCPUSeconds*1e6/float64(r.Reservations))
 	})
-	row("generator CPU (user+sys)", func(r *RunReport) string { return fmt.Sprintf("%.2f s", r.GeneratorCPUSeconds) })
-	tw.Flush()
+}
 
-	checked := runs[:len(runs)-btoi(f.Baseline != nil)]
-	for _, s := range checked {
-		writeSeats(out, s, len(checked) > 1)
+func writeRestart(out io.Writer, r *RestartReport) {
+	if r.Error != "" {
+		fmt.Fprintf(out, "restart: FAILED: %s\n", r.Error)
+		return
 	}
-	if r := f.Restart; r != nil {
-		switch {
-		case r.Error != "":
-			fmt.Fprintf(out, "restart: FAILED: %s\n", r.Error)
-		default:
-			stop := "exit 0"
-			if r.StopError != "" {
-				stop = r.StopError
-			}
-			fmt.Fprintf(out, "restart: after kill -9 ready in %.2f s (%s resident); then stopped by SIGTERM in %.2f s (%s), restart ready in %.2f s (%s resident)\n",
-				r.KillReadySeconds, mib(r.RSSAfterKillBytes), r.StopSeconds, stop, r.ReadySeconds, mib(r.RSSAfterRestartBytes))
-		}
+	stop := "exit 0"
+	if r.StopError != "" {
+		stop = r.StopError
 	}
-	if f.Cluster != nil {
-		writeCluster(out, f.Cluster)
-	}
+	fmt.Fprintf(out, "restart: after kill -9 ready in %.2f s (%s resident); then stopped by SIGTERM in %.2f s (%s), restart ready in %.2f s (%s resident)\n",
+		r.KillReadySeconds, mib(r.RSSAfterKillBytes), r.StopSeconds, stop, r.ReadySeconds, mib(r.RSSAfterRestartBytes))
+}
+
+// writeSamples prints the runs' sampled errors and invalid replies.
+func writeSamples(out io.Writer, runs []*RunReport) {
 	for _, run := range runs {
 		for _, e := range run.ErrorSamples {
 			fmt.Fprintf(out, "error (%s): %s\n", serverName(run), e)
@@ -274,11 +317,14 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 			fmt.Fprintf(out, "invalid reply (%s): %s\n", serverName(run), e)
 		}
 	}
+}
 
-	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+// writeFlowGoals prints the ticketing goals as a table (the other benches
+// use writeGoals).
+func writeFlowGoals(out io.Writer, goals []Goal) {
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "goal\tthis run\ttarget\tmet\t")
-	for _, g := range f.Goals {
+	for _, g := range goals {
 		val, met := "n/a", "n/a"
 		if g.Value != nil {
 			val = formatGoalValue(*g.Value, g.Unit)
@@ -289,9 +335,6 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Name, val, g.Target, met, g.Note)
 	}
 	tw.Flush()
-	for _, p := range f.Problems {
-		fmt.Fprintf(out, "PROBLEM: %s\n", p)
-	}
 }
 
 func btoi(b bool) int {

@@ -24,6 +24,33 @@ var seqScenarioTitles = map[string]string{
 
 // writeSeqScenario prints one scenario.
 func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
+	fmt.Fprintf(out, "\n== %s: %s ==\n", s.Scenario, seqScenarioTitle(s))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	row := func(name, v string) { fmt.Fprintf(tw, "  %s\t%s\n", name, v) }
+	writeSeqTimingRows(row, s)
+	writeSeqOrderRow(row, s)
+	if s.CPUPerMsgUs != nil {
+		row("server CPU per message", fmt.Sprintf("%.2f µs (%.2f s)", *s.CPUPerMsgUs, *s.ServerCPU))
+	}
+	if s.PeakRSSBytes != nil {
+		row("server peak RSS", mib(*s.PeakRSSBytes))
+	}
+	row("generator CPU", fmt.Sprintf("%.2f s, %s polls, %d failed", s.GeneratorCPU, grouped(s.Polls), s.PollErrors))
+	_ = tw.Flush()
+	for _, d := range s.Duplicates {
+		fmt.Fprintf(out, "  COUNT PAST SENT: %s\n", d)
+	}
+	for _, e := range s.ErrorSamples {
+		fmt.Fprintf(out, "  error sample: %s\n", e)
+	}
+	if len(s.Stages) > 0 {
+		writeSeqStages(out, s)
+	}
+}
+
+// seqScenarioTitle is the scenario's title with the delays and groups it
+// ran with.
+func seqScenarioTitle(s *SeqScenarioReport) string {
 	title := seqScenarioTitles[s.Scenario]
 	switch s.Scenario {
 	case SeqScenarioDelays:
@@ -34,9 +61,11 @@ func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
 		}
 		title = fmt.Sprintf("%d %s (each polled every %.0f ms)", s.Groups, title, s.PollMs)
 	}
-	fmt.Fprintf(out, "\n== %s: %s ==\n", s.Scenario, title)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	row := func(name, v string) { fmt.Fprintf(tw, "  %s\t%s\n", name, v) }
+	return title
+}
+
+// writeSeqTimingRows are how many messages were sequenced and how fast.
+func writeSeqTimingRows(row func(name, v string), s *SeqScenarioReport) {
 	row("server", serverLabel(s.Server))
 	row("messages sequenced", fmt.Sprintf("%s of %s", grouped(s.Sequenced), grouped(s.Sent)))
 	if s.Complete {
@@ -59,6 +88,10 @@ func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
 		}
 		row(what, grouped(int64(*s.ServerAverageRate+0.5))+" msg/s")
 	}
+}
+
+// writeSeqOrderRow is what the server's isOrdered said.
+func writeSeqOrderRow(row func(name, v string), s *SeqScenarioReport) {
 	switch {
 	case s.Ordered == nil:
 		row("isOrdered", "not reported")
@@ -67,29 +100,16 @@ func writeSeqScenario(out io.Writer, s *SeqScenarioReport) {
 	default:
 		row("isOrdered", fmt.Sprintf("FALSE in %d group(s): %s", len(s.UnorderedGroups), strings.Join(first(s.UnorderedGroups, 5), ", ")))
 	}
-	if s.CPUPerMsgUs != nil {
-		row("server CPU per message", fmt.Sprintf("%.2f µs (%.2f s)", *s.CPUPerMsgUs, *s.ServerCPU))
-	}
-	if s.PeakRSSBytes != nil {
-		row("server peak RSS", mib(*s.PeakRSSBytes))
-	}
-	row("generator CPU", fmt.Sprintf("%.2f s, %s polls, %d failed", s.GeneratorCPU, grouped(s.Polls), s.PollErrors))
-	_ = tw.Flush()
-	for _, d := range s.Duplicates {
-		fmt.Fprintf(out, "  COUNT PAST SENT: %s\n", d)
-	}
-	for _, e := range s.ErrorSamples {
-		fmt.Fprintf(out, "  error sample: %s\n", e)
-	}
-	if len(s.Stages) == 0 {
-		return
-	}
+}
+
+// writeSeqStages prints the per-stage latency the server reported.
+func writeSeqStages(out io.Writer, s *SeqScenarioReport) {
 	what := "per-stage latency from /list/stats (ms)"
 	if s.Groups > 1 {
 		what += ", the worst group per figure"
 	}
 	fmt.Fprintf(out, "\n  %s\n", what)
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  stage\tp50\tp90\tp95\tp99\tavg\tmin\tmax\t")
 	for _, st := range seqStagesInOrder(s.Stages) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Name, ms(st.P50Ms), ms(st.P90Ms), ms(st.P95Ms), ms(st.P99Ms),

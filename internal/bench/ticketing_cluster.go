@@ -436,21 +436,54 @@ func (r *ticketingRun) cluster(ctx context.Context, flow string, embedded *RunRe
 	}
 	name := "bench-" + flow + "-" + ids.New().String()[:8]
 	cr := &ClusterReport{Cluster: name, Brokers: broker.addr, BrokerPID: broker.pid}
-	var nodes []*child
-	var ids, bases []string
-	defer func() {
-		for _, n := range nodes {
-			n.kill()
-		}
-	}()
+	cn := &clusterNodes{}
+	defer cn.kill()
 	t0 := time.Now()
+	if err := r.startClusterNodes(flow, name, broker.addr, cn); err != nil {
+		return nil, err
+	}
+	r.logf("%s: started a cluster %q of %d nodes on %s (broker %s); waiting for every partition to have an owner",
+		flow, name, len(cn.nodes), strings.Join(cn.bases, " "), broker.addr)
+	owned, err := waitClusterReady(ctx, cn.nodes, cn.ids)
+	if err != nil {
+		return nil, err
+	}
+	cr.ReadySeconds = time.Since(t0).Seconds()
+	r.logf("%s: cluster ready in %.1f s", flow, cr.ReadySeconds)
+
+	cpus := cn.cpuReaders(broker, cr)
+	counters := &counterMarks{r: r, ctx: ctx, nodes: cn.nodes}
+	run, deltas, err := r.spike(ctx, flow, cn.bases[0], cn.bases, true, counters.mark, cpus...)
+	if err != nil {
+		return nil, err
+	}
+	cr.Counters = counters.delta()
+	cr.RunReport = *run
+	cr.Server = fmt.Sprintf("surge cluster (%d nodes)", len(cn.nodes))
+	brokerCPU := cr.measureBroker(broker, deltas[len(cn.nodes):])
+	cr.ClusterCPU = clusterCPU(run.Reservations, deltas[:len(cn.nodes)], brokerCPU, embedded)
+	cr.Nodes = cn.reports(run, deltas, owned)
+	cn.stopAll(r.logf)
+	return cr, nil
+}
+
+// clusterNodes are the `surge serve --kafka` processes of one cluster
+// run, with their node ids and base URLs, in start order.
+type clusterNodes struct {
+	nodes      []*child
+	ids, bases []string
+}
+
+// startClusterNodes starts r.o.Cluster nodes of cluster name into cn (the
+// ones started before an error stay in cn, for its kill).
+func (r *ticketingRun) startClusterNodes(flow, name, brokers string, cn *clusterNodes) error {
 	for i := range r.o.Cluster {
 		addr, err := freeAddr()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		id := fmt.Sprintf("n%d", i+1)
-		args := []string{"serve", "--addr", addr, "--kafka", broker.addr, "--cluster", name,
+		args := []string{"serve", "--addr", addr, "--kafka", brokers, "--cluster", name,
 			"--node-id", id, "--advertise", addr, "--kafka-session-timeout", clusterSessionTimeout}
 		if r.o.Partitions > 0 {
 			args = append(args, "--partitions", strconv.Itoa(r.o.Partitions))
@@ -460,21 +493,24 @@ func (r *ticketingRun) cluster(ctx context.Context, flow string, embedded *RunRe
 		}
 		n, err := r.spawn("cluster-"+flow+"-"+id, args, addr)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		nodes, ids, bases = append(nodes, n), append(ids, id), append(bases, n.baseURL())
+		cn.nodes, cn.ids, cn.bases = append(cn.nodes, n), append(cn.ids, id), append(cn.bases, n.baseURL())
 	}
-	r.logf("%s: started a cluster %q of %d nodes on %s (broker %s); waiting for every partition to have an owner",
-		flow, name, len(nodes), strings.Join(bases, " "), broker.addr)
-	owned, err := waitClusterReady(ctx, nodes, ids)
-	if err != nil {
-		return nil, err
-	}
-	cr.ReadySeconds = time.Since(t0).Seconds()
-	r.logf("%s: cluster ready in %.1f s", flow, cr.ReadySeconds)
+	return nil
+}
 
-	cpus := make([]func() (float64, error), 0, len(nodes)+1)
-	for _, n := range nodes {
+func (cn *clusterNodes) kill() {
+	for _, n := range cn.nodes {
+		n.kill()
+	}
+}
+
+// cpuReaders read each node's CPU seconds and then, if its process is
+// known, the broker's; without it cr's BrokerNote says why.
+func (cn *clusterNodes) cpuReaders(broker *kafkaBroker, cr *ClusterReport) []func() (float64, error) {
+	cpus := make([]func() (float64, error), 0, len(cn.nodes)+1)
+	for _, n := range cn.nodes {
 		cpus = append(cpus, n.cpuSeconds)
 	}
 	if broker.pid > 0 {
@@ -483,64 +519,91 @@ func (r *ticketingRun) cluster(ctx context.Context, flow string, embedded *RunRe
 	} else {
 		cr.BrokerNote = "broker CPU not measured: the broker was given from outside (SURGE_KAFKA_BROKERS) without --kafka-pid"
 	}
-	var before, after []clusterCounters
-	mark := func() {
-		snap := make([]clusterCounters, len(nodes))
-		for i, n := range nodes {
-			var err error
-			if snap[i], err = readClusterCounters(ctx, n.baseURL()); err != nil {
-				r.logf("warning: %s: /metrics: %v", n.name, err)
-				snap = nil
-				break
-			}
-		}
-		if before == nil {
-			before = snap
-		} else {
-			after = snap
-		}
-	}
-	run, deltas, err := r.spike(ctx, flow, bases[0], bases, true, mark, cpus...)
-	if err != nil {
-		return nil, err
-	}
-	if before != nil && after != nil {
-		c := sumCounters(after).minus(sumCounters(before))
-		cr.Counters = &c
-	}
-	cr.RunReport = *run
-	cr.Server = fmt.Sprintf("surge cluster (%d nodes)", len(nodes))
-	var brokerCPU *float64
-	if broker.pid > 0 {
-		brokerCPU = deltas[len(nodes)]
-		if brokerCPU == nil {
-			cr.BrokerNote = fmt.Sprintf("broker CPU not measured: /proc/%d/stat could not be read", broker.pid)
-		}
-		if peak, _, err := procMemory(broker.pid); err == nil {
-			cr.BrokerPeakRSSBytes = &peak
-		}
-	}
-	cr.ClusterCPU = clusterCPU(run.Reservations, deltas[:len(nodes)], brokerCPU, embedded)
-	for i, n := range nodes {
-		nr := ClusterNodeReport{ID: ids[i], Addr: n.addr, CPUSeconds: deltas[i], Owned: owned[i]}
+	return cpus
+}
+
+// reports are the nodes' lines of the report: CPU over the spike (deltas
+// in node order), the reservations the clients sent each, the partitions
+// each owned, their peak memory.
+func (cn *clusterNodes) reports(run *RunReport, deltas []*float64, owned [][]int) []ClusterNodeReport {
+	var out []ClusterNodeReport
+	for i, n := range cn.nodes {
+		nr := ClusterNodeReport{ID: cn.ids[i], Addr: n.addr, CPUSeconds: deltas[i], Owned: owned[i]}
 		if i < len(run.PerNode) {
 			nr.Reservations = run.PerNode[i]
 		}
 		if peak, _, err := n.memory(); err == nil {
 			nr.PeakRSSBytes = &peak
 		}
-		cr.Nodes = append(cr.Nodes, nr)
+		out = append(out, nr)
 	}
-	// Stopped together: one by one, each stop would hand its partitions
-	// to the nodes still running, only for them to hand them on again.
+	return out
+}
+
+// stopAll stops the nodes together: one by one, each stop would hand its
+// partitions to the nodes still running, only for them to hand them on
+// again.
+func (cn *clusterNodes) stopAll(logf func(string, ...any)) {
 	var wg sync.WaitGroup
-	for _, n := range nodes {
+	for _, n := range cn.nodes {
 		wg.Go(func() {
 			if err := n.stop(); err != nil {
-				r.logf("warning: %s: %v", n.name, err)
+				logf("warning: %s: %v", n.name, err)
 			}
 		})
 	}
 	wg.Wait()
-	return cr, nil
+}
+
+// counterMarks reads the nodes' counters at the spike's start and end
+// marks; a node whose /metrics fails leaves that mark empty.
+type counterMarks struct {
+	r             *ticketingRun
+	ctx           context.Context
+	nodes         []*child
+	before, after []clusterCounters
+}
+
+func (m *counterMarks) mark() {
+	snap := make([]clusterCounters, len(m.nodes))
+	for i, n := range m.nodes {
+		var err error
+		if snap[i], err = readClusterCounters(m.ctx, n.baseURL()); err != nil {
+			m.r.logf("warning: %s: /metrics: %v", n.name, err)
+			snap = nil
+			break
+		}
+	}
+	if m.before == nil {
+		m.before = snap
+	} else {
+		m.after = snap
+	}
+}
+
+// delta is the nodes' counters over the spike, summed; nil without both
+// marks.
+func (m *counterMarks) delta() *clusterCounters {
+	if m.before == nil || m.after == nil {
+		return nil
+	}
+	c := sumCounters(m.after).minus(sumCounters(m.before))
+	return &c
+}
+
+// measureBroker returns the broker's CPU over the spike (from the CPU
+// deltas after the nodes': one if the broker's process is known; nil for
+// a broker given from outside) and records its peak memory, saying in
+// BrokerNote why the CPU is missing if it is.
+func (cr *ClusterReport) measureBroker(broker *kafkaBroker, deltas []*float64) *float64 {
+	if broker.pid <= 0 {
+		return nil
+	}
+	if deltas[0] == nil {
+		cr.BrokerNote = fmt.Sprintf("broker CPU not measured: /proc/%d/stat could not be read", broker.pid)
+	}
+	if peak, _, err := procMemory(broker.pid); err == nil {
+		cr.BrokerPeakRSSBytes = &peak
+	}
+	return deltas[0]
 }
