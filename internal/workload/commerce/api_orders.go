@@ -57,18 +57,20 @@ func terminalOrder(status string) bool { return status == OrderConfirmed || stat
 // --- orders ---
 
 type orderBody struct {
-	CustomerID string `json:"customerId"`
-	LineItems  []struct {
-		ProductID   string          `json:"productId"`
-		Quantity    int64           `json:"quantity"`
-		UnitPrice   json.RawMessage `json:"unitPrice"`
-		ProductName string          `json:"productName"`
-		SKU         string          `json:"sku"`
-	} `json:"lineItems"`
-	ShippingAddress string `json:"shippingAddress"`
-	CustomerName    string `json:"customerName"`
-	CustomerEmail   string `json:"customerEmail"`
-	PaymentMethod   string `json:"paymentMethod"`
+	CustomerID      string         `json:"customerId"`
+	LineItems       []lineItemBody `json:"lineItems"`
+	ShippingAddress string         `json:"shippingAddress"`
+	CustomerName    string         `json:"customerName"`
+	CustomerEmail   string         `json:"customerEmail"`
+	PaymentMethod   string         `json:"paymentMethod"`
+}
+
+type lineItemBody struct {
+	ProductID   string          `json:"productId"`
+	Quantity    int64           `json:"quantity"`
+	UnitPrice   json.RawMessage `json:"unitPrice"`
+	ProductName string          `json:"productName"`
+	SKU         string          `json:"sku"`
 }
 
 func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
@@ -76,15 +78,43 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 	if st := readJSON(w, r, maxOrderBody, &b); st != 0 {
 		return st
 	}
+	cmd, msg := a.orderCommand(&b)
+	if msg != "" {
+		return api.Error(w, http.StatusBadRequest, msg)
+	}
+	ctx := r.Context()
+	cu, products, err := a.lookUpOrder(ctx, b.CustomerID, cmd.Items)
+	if err != nil {
+		return engineError(w, err)
+	}
+	// An unknown customer or product does not refuse the order, as with the
+	// peer: it is created, and its saga cancels it (see unknownInOrder).
+	if cu == nil {
+		cmd.VerifyCustomer = true
+	} else if cu.Status != CustomerActive {
+		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" is "+cu.Status+"; only an ACTIVE customer can order")
+	}
+	fillFromCatalog(cmd.Items, products)
+	res, st := a.do(ctx, w, OrderKey(cmd.OrderID), cmd)
+	if st != 0 {
+		return st
+	}
+	return writeJSON(w, http.StatusCreated, orderOut(res.Order))
+}
+
+// orderCommand checks an order's body and builds its command; a message
+// is a 400 naming the field. A line item without a unit price keeps -1
+// there until fillFromCatalog takes the product's.
+func (a *API) orderCommand(b *orderBody) (*CreateOrder, string) {
 	switch {
 	case b.CustomerID == "":
-		return api.Error(w, http.StatusBadRequest, "customerId is required")
+		return nil, "customerId is required"
 	case len(b.LineItems) == 0:
-		return api.Error(w, http.StatusBadRequest, "lineItems is required and must not be empty")
+		return nil, "lineItems is required and must not be empty"
 	case len(b.LineItems) > MaxLineItems:
-		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("at most %d lineItems, got %d", MaxLineItems, len(b.LineItems)))
+		return nil, fmt.Sprintf("at most %d lineItems, got %d", MaxLineItems, len(b.LineItems))
 	case utf8.RuneCountInString(b.CustomerID) > MaxTextLen:
-		return api.Error(w, http.StatusBadRequest, fmt.Sprintf("customerId must be at most %d characters", MaxTextLen))
+		return nil, fmt.Sprintf("customerId must be at most %d characters", MaxTextLen)
 	}
 	cmd := &CreateOrder{OrderID: newID(), CustomerID: b.CustomerID, ShippingAddress: b.ShippingAddress,
 		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline), RetentionNs: int64(a.retention)}
@@ -92,40 +122,55 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 		cmd.PaymentMethod = DefaultPaymentMethod
 	}
 	cmd.Items = make([]LineItem, len(b.LineItems))
-	for i, it := range b.LineItems {
-		if it.ProductID == "" {
-			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].productId is required", i))
-		}
-		if utf8.RuneCountInString(it.ProductID) > MaxTextLen {
-			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].productId must be at most %d characters", i, MaxTextLen))
-		}
-		if it.Quantity < 1 || it.Quantity > MaxQuantity {
-			return api.Error(w, http.StatusBadRequest, fmt.Sprintf("lineItems[%d].quantity must be between 1 and %d", i, MaxQuantity))
-		}
-		name := fmt.Sprintf("lineItems[%d].unitPrice", i)
-		price, set, msg := moneyField(name, it.UnitPrice)
+	for i := range b.LineItems {
+		item, msg := lineItemOf(i, &b.LineItems[i])
 		if msg != "" {
-			return api.Error(w, http.StatusBadRequest, msg)
+			return nil, msg
 		}
-		if set && price < 1 {
-			// As for a product's price and a payment's amount: an order of
-			// 0.00 would be "paid" by a payment POST /api/payments refuses.
-			return api.Error(w, http.StatusBadRequest, name+" must be at least 0.01")
-		}
-		cmd.Items[i] = LineItem{ProductID: it.ProductID, ProductName: it.ProductName, SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: -1}
-		if set {
-			cmd.Items[i].UnitPriceCents = price
-		}
+		cmd.Items[i] = item
 	}
-	// The customer and every product are looked up at once: a query waits
-	// until what it read is durable, so one after another would put a
-	// group commit per lookup into every order's latency.
-	ctx := r.Context()
+	return cmd, ""
+}
+
+// lineItemOf checks the body's line item i; a message is a 400.
+func lineItemOf(i int, it *lineItemBody) (LineItem, string) {
+	if it.ProductID == "" {
+		return LineItem{}, fmt.Sprintf("lineItems[%d].productId is required", i)
+	}
+	if utf8.RuneCountInString(it.ProductID) > MaxTextLen {
+		return LineItem{}, fmt.Sprintf("lineItems[%d].productId must be at most %d characters", i, MaxTextLen)
+	}
+	if it.Quantity < 1 || it.Quantity > MaxQuantity {
+		return LineItem{}, fmt.Sprintf("lineItems[%d].quantity must be between 1 and %d", i, MaxQuantity)
+	}
+	name := fmt.Sprintf("lineItems[%d].unitPrice", i)
+	price, set, msg := moneyField(name, it.UnitPrice)
+	if msg != "" {
+		return LineItem{}, msg
+	}
+	if set && price < 1 {
+		// As for a product's price and a payment's amount: an order of
+		// 0.00 would be "paid" by a payment POST /api/payments refuses.
+		return LineItem{}, name + " must be at least 0.01"
+	}
+	item := LineItem{ProductID: it.ProductID, ProductName: it.ProductName, SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: -1}
+	if set {
+		item.UnitPriceCents = price
+	}
+	return item, ""
+}
+
+// lookUpOrder reads the customer (nil: unknown) and each distinct product
+// of items (by id; nil: unknown). They are looked up at once: a query
+// waits until what it read is durable, so one after another would put a
+// group commit per lookup into every order's latency. The error is the
+// first failed lookup's, the products' in order before the customer's.
+func (a *API) lookUpOrder(ctx context.Context, customerID string, items []LineItem) (*Customer, map[string]*Product, error) {
 	var ids []string
-	index := map[string]int{}
-	for _, it := range cmd.Items {
-		if _, seen := index[it.ProductID]; !seen {
-			index[it.ProductID] = len(ids)
+	seen := map[string]bool{}
+	for _, it := range items {
+		if !seen[it.ProductID] {
+			seen[it.ProductID] = true
 			ids = append(ids, it.ProductID)
 		}
 	}
@@ -134,7 +179,7 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 	var cu *Customer
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		cu, errs[len(ids)] = query[*Customer](ctx, a, CustomerKey(b.CustomerID), &GetCustomer{ID: b.CustomerID})
+		cu, errs[len(ids)] = query[*Customer](ctx, a, CustomerKey(customerID), &GetCustomer{ID: customerID})
 	})
 	for i, id := range ids {
 		wg.Go(func() {
@@ -144,22 +189,23 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return engineError(w, err)
+			return nil, nil, err
 		}
 	}
-	// An unknown customer or product does not refuse the order, as with the
-	// peer: it is created, and its saga cancels it (see unknownInOrder).
-	if cu == nil {
-		cmd.VerifyCustomer = true
-	} else if cu.Status != CustomerActive {
-		return api.Error(w, http.StatusUnprocessableEntity, "customer "+api.Quote(b.CustomerID)+" is "+cu.Status+"; only an ACTIVE customer can order")
+	products := make(map[string]*Product, len(ids))
+	for i, id := range ids {
+		products[id] = found[i]
 	}
-	for i := range cmd.Items {
-		it := &cmd.Items[i]
-		var p *Product
-		if k, ok := index[it.ProductID]; ok {
-			p = found[k]
-		}
+	return cu, products, nil
+}
+
+// fillFromCatalog completes each line item from its product: the unit
+// price, name and SKU the client left out. An unknown product's item is
+// filled by unknownInOrder.
+func fillFromCatalog(items []LineItem, products map[string]*Product) {
+	for i := range items {
+		it := &items[i]
+		p := products[it.ProductID]
 		if p == nil {
 			unknownInOrder(it)
 			continue
@@ -174,11 +220,6 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) int {
 			it.SKU = p.SKU
 		}
 	}
-	res, st := a.do(ctx, w, OrderKey(cmd.OrderID), cmd)
-	if st != 0 {
-		return st
-	}
-	return writeJSON(w, http.StatusCreated, orderOut(res.Order))
 }
 
 // unknownInOrder fills a line item whose product was not found: the

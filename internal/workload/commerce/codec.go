@@ -539,6 +539,8 @@ func codeMap[V any](c *wire.Coder, m map[string]*V, key func(*V) string, minSize
 	return nil
 }
 
+// code writes the snapshot's sections in format order, or reads them
+// back; a section the snapshot's version lacked is not read.
 func (m *Machine) code(c *wire.Coder) error {
 	for _, err := range []error{
 		codeMap(c, m.customers, func(x *Customer) string { return x.ID }, 8),
@@ -551,6 +553,23 @@ func (m *Machine) code(c *wire.Coder) error {
 			return err
 		}
 	}
+	m.codeClosedOrders(c)
+	if err := m.codeEvents(c); err != nil {
+		return err
+	}
+	if err := m.codePurgeQueue(c); err != nil || (c.Reading() && c.Version < 3) {
+		return err
+	}
+	m.codeSKUs(c)
+	if c.Reading() && c.Version < 4 {
+		return nil
+	}
+	return m.codeDLQ(c)
+}
+
+// codeClosedOrders writes the closed orders' ids in order, or reads them
+// back.
+func (m *Machine) codeClosedOrders(c *wire.Coder) {
 	closed := sortedKeys(m.closedOrders)
 	n := c.Count(len(closed), 1)
 	if c.Reading() {
@@ -560,8 +579,13 @@ func (m *Machine) code(c *wire.Coder) error {
 	for _, o := range closed {
 		m.closedOrders[o] = true
 	}
+}
+
+// codeEvents writes each entity's event log in key order, or reads them
+// back. Version 2 held a log as a plain list of events.
+func (m *Machine) codeEvents(c *wire.Coder) error {
 	keys := sortedKeys(m.events)
-	n = c.Count(len(keys), 2)
+	n := c.Count(len(keys), 2)
 	if c.Reading() {
 		keys = make([]string, n)
 	}
@@ -591,11 +615,14 @@ func (m *Machine) code(c *wire.Coder) error {
 			m.events[k] = l
 		}
 	}
-	if err := m.codePurgeQueue(c); err != nil || (c.Reading() && c.Version < 3) {
-		return err
-	}
+	return nil
+}
+
+// codeSKUs writes the SKU claims (SKU → product id) in SKU order, or
+// reads them back.
+func (m *Machine) codeSKUs(c *wire.Coder) {
 	skus := sortedKeys(m.skus)
-	n = c.Count(len(skus), 2)
+	n := c.Count(len(skus), 2)
 	if c.Reading() {
 		skus = make([]string, n)
 	}
@@ -606,10 +633,6 @@ func (m *Machine) code(c *wire.Coder) error {
 			m.skus[k] = id
 		}
 	}
-	if c.Reading() && c.Version < 4 {
-		return nil
-	}
-	return m.codeDLQ(c)
 }
 
 // codePurgeQueue writes the live part of the purge queue in queue order,

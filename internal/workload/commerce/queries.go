@@ -51,46 +51,69 @@ func limit(n, max int) int {
 }
 
 // Query implements engine.Machine. A found entity is a copy (nil if not
-// found); lists are sorted by id and hold at most Limit entries.
+// found); lists are sorted by id and hold at most Limit entries. Each
+// family of queries answers in its own function; a query no family knows
+// gets nil.
 func (m *Machine) Query(q any) any {
 	if v, ok := m.queryDLQ(q); ok {
 		return v
 	}
+	if v, ok := m.queryCatalog(q); ok {
+		return v
+	}
+	if v, ok := m.queryOrders(q); ok {
+		return v
+	}
+	if v, ok := m.queryPayments(q); ok {
+		return v
+	}
+	return nil
+}
+
+// queryCatalog answers the customer and product queries.
+func (m *Machine) queryCatalog(q any) (any, bool) {
 	switch q := q.(type) {
 	case *GetCustomer:
 		if c := m.customers[q.ID]; c != nil {
 			cp := *c
-			return &cp
+			return &cp, true
 		}
-		return (*Customer)(nil)
+		return (*Customer)(nil), true
 	case *ListCustomers:
 		var out []Customer
 		for _, k := range sortedKeys(m.customers)[:limit(q.Limit, len(m.customers))] {
 			out = append(out, *m.customers[k])
 		}
-		return out
+		return out, true
 	case *GetProduct:
 		if p := m.products[q.ID]; p != nil {
-			return p.copy()
+			return p.copy(), true
 		}
-		return (*Product)(nil)
+		return (*Product)(nil), true
 	case *ListProducts:
 		var out []Product
 		for _, k := range sortedKeys(m.products)[:limit(q.Limit, len(m.products))] {
 			out = append(out, *m.products[k].copy())
 		}
-		return out
+		return out, true
+	}
+	return nil, false
+}
+
+// queryOrders answers the order and saga queries.
+func (m *Machine) queryOrders(q any) (any, bool) {
+	switch q := q.(type) {
 	case *GetOrder:
 		if o := m.orders[q.ID]; o != nil {
-			return o.copy()
+			return o.copy(), true
 		}
-		return (*Order)(nil)
+		return (*Order)(nil), true
 	case *ListOrders:
 		var out []Order
 		for _, k := range sortedKeys(m.orders)[:limit(q.Limit, len(m.orders))] {
 			out = append(out, *m.orders[k].copy())
 		}
-		return out
+		return out, true
 	case *OrdersByCustomer:
 		var out []Order
 		for _, k := range sortedKeys(m.orders) {
@@ -98,12 +121,12 @@ func (m *Machine) Query(q any) any {
 				out = append(out, *o.copy())
 			}
 		}
-		return out
+		return out, true
 	case *GetSaga:
 		if s := m.sagas[q.ID]; s != nil {
-			return s.copy()
+			return s.copy(), true
 		}
-		return (*Saga)(nil)
+		return (*Saga)(nil), true
 	case *ListSagas:
 		var out []Saga
 		for _, k := range sortedKeys(m.sagas) {
@@ -112,29 +135,36 @@ func (m *Machine) Query(q any) any {
 				out = append(out, *s.copy())
 			}
 		}
-		return out
+		return out, true
+	}
+	return nil, false
+}
+
+// queryPayments answers the payment queries and an entity's events.
+func (m *Machine) queryPayments(q any) (any, bool) {
+	switch q := q.(type) {
 	case *GetPayment:
 		if o, ok := OrderOfPaymentID(q.ID); ok {
 			if p := m.payments[o]; p != nil {
 				cp := *p
-				return &cp
+				return &cp, true
 			}
 		}
-		return (*Payment)(nil)
+		return (*Payment)(nil), true
 	case *PaymentByOrder:
 		if p := m.payments[q.OrderID]; p != nil {
 			cp := *p
-			return &cp
+			return &cp, true
 		}
-		return (*Payment)(nil)
+		return (*Payment)(nil), true
 	case *Events:
 		l := m.events[q.Key]
 		if l == nil {
-			return []Event{}
+			return []Event{}, true
 		}
-		return l.newest(limit(q.Limit, l.n))
+		return l.newest(limit(q.Limit, l.n)), true
 	}
-	return nil
+	return nil, false
 }
 
 // Workload is the commerce workload for the engine.

@@ -23,6 +23,44 @@ func (s *Saga) copy() *Saga {
 }
 
 func (m *Machine) createOrder(c *CreateOrder, now int64, fx *engine.Effects) *Result {
+	if r := m.checkCreateOrder(c); r != nil {
+		return r
+	}
+	perProduct, subtotal, r := orderLines(c.Items)
+	if r != nil {
+		return r
+	}
+	products := make([]string, 0, len(perProduct))
+	for p := range perProduct {
+		products = append(products, p)
+	}
+	sort.Strings(products) // messages go out in a deterministic order
+	o := &Order{ID: c.OrderID, CustomerID: c.CustomerID, Items: append([]LineItem(nil), c.Items...),
+		Subtotal: subtotal, Tax: Tax(subtotal), Status: OrderPending, ShippingAddress: c.ShippingAddress,
+		CustomerName: c.CustomerName, CustomerEmail: c.CustomerEmail, PaymentMethod: c.PaymentMethod,
+		CreatedAt: now, UpdatedAt: now, Deadline: now + c.DeadlineNs}
+	o.Total = o.Subtotal + o.Tax
+	waiting, r := openSaga(c, o, products, perProduct, fx)
+	if r != nil {
+		return r
+	}
+	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: waiting, RetentionNs: c.RetentionNs}
+	m.orders[c.OrderID] = o
+	m.sagas[c.OrderID] = s
+	key := OrderKey(c.OrderID)
+	m.event(key, "OrderCreated", now, "customerId", c.CustomerID, "total", FormatMoney(o.Total), "status", OrderPending)
+	m.sagaStep(s, "ORDER_CREATED", "COMPLETED", now)
+	m.sagaStatus(s, SagaInProgress, now)
+	if c.VerifyCustomer {
+		m.sagaStep(s, "CUSTOMER_VERIFICATION", "STARTED", now)
+	}
+	m.sagaStep(s, "STOCK_RESERVATION", "STARTED", now)
+	return &Result{Outcome: Created, Order: o.copy(), Saga: s.copy()}
+}
+
+// checkCreateOrder refuses an order whose id is taken or whose fields,
+// other than its line items, are out of bounds (nil: it may go on).
+func (m *Machine) checkCreateOrder(c *CreateOrder) *Result {
 	if msg := validText("orderId", c.OrderID, 1, MaxTextLen); msg != "" {
 		return invalid("%s", msg)
 	}
@@ -46,68 +84,60 @@ func (m *Machine) createOrder(c *CreateOrder, now int64, fx *engine.Effects) *Re
 	if c.RetentionNs < 0 {
 		return invalid("the saga retention must not be negative")
 	}
+	return nil
+}
+
+// orderLines checks an order's line items and sums them: the quantity
+// to reserve of each product and the subtotal (a Result: refused).
+func orderLines(items []LineItem) (map[string]int64, int64, *Result) {
 	perProduct := map[string]int64{}
 	var subtotal int64
-	for i, it := range c.Items {
+	for i, it := range items {
 		if msg := validText("productId", it.ProductID, 1, MaxTextLen); msg != "" {
-			return invalid("lineItems[%d]: %s", i, msg)
+			return nil, 0, invalid("lineItems[%d]: %s", i, msg)
 		}
 		if msg := validQty(it.Quantity); msg != "" {
-			return invalid("lineItems[%d]: %s", i, msg)
+			return nil, 0, invalid("lineItems[%d]: %s", i, msg)
 		}
 		if it.UnitPriceCents < 0 || it.UnitPriceCents > MaxMoneyCents {
-			return invalid("lineItems[%d]: unitPrice must be between 0.00 and %s", i, FormatMoney(MaxMoneyCents))
+			return nil, 0, invalid("lineItems[%d]: unitPrice must be between 0.00 and %s", i, FormatMoney(MaxMoneyCents))
 		}
 		for _, t := range [][2]string{{"productName", it.ProductName}, {"sku", it.SKU}} {
 			if msg := validText(t[0], t[1], 0, MaxTextLen); msg != "" {
-				return invalid("lineItems[%d]: %s", i, msg)
+				return nil, 0, invalid("lineItems[%d]: %s", i, msg)
 			}
 		}
 		if perProduct[it.ProductID]+it.Quantity > MaxQuantity {
-			return invalid("at most %d of product %q per order", MaxQuantity, it.ProductID)
+			return nil, 0, invalid("at most %d of product %q per order", MaxQuantity, it.ProductID)
 		}
 		perProduct[it.ProductID] += it.Quantity
 		subtotal += it.Quantity * it.UnitPriceCents // ≤ 100 × 1e6 × 1e10: no overflow
 	}
-	products := make([]string, 0, len(perProduct))
-	for p := range perProduct {
-		products = append(products, p)
-	}
-	sort.Strings(products) // messages go out in a deterministic order
-	o := &Order{ID: c.OrderID, CustomerID: c.CustomerID, Items: append([]LineItem(nil), c.Items...),
-		Subtotal: subtotal, Tax: Tax(subtotal), Status: OrderPending, ShippingAddress: c.ShippingAddress,
-		CustomerName: c.CustomerName, CustomerEmail: c.CustomerEmail, PaymentMethod: c.PaymentMethod,
-		CreatedAt: now, UpdatedAt: now, Deadline: now + c.DeadlineNs}
-	o.Total = o.Subtotal + o.Tax
-	// Encode every message before changing anything, so a refusal leaves
-	// no half-made order behind.
+	return perProduct, subtotal, nil
+}
+
+// openSaga sends the saga's first messages (a reservation per product in
+// products' order, then the customer's check if asked) and sets its
+// deadline. It returns how many answers the payment waits for. It runs
+// before the machine changes anything, so a refusal (an effect that does
+// not encode) leaves no half-made order behind.
+func openSaga(c *CreateOrder, o *Order, products []string, perProduct map[string]int64, fx *engine.Effects) (int, *Result) {
 	for _, p := range products {
 		if err := fx.Send(ProductKey(p), WorkloadID, &ReserveForOrder{OrderID: c.OrderID, ProductID: p, Quantity: perProduct[p]}); err != nil {
-			return invalid("%v", err)
+			return 0, invalid("%v", err)
 		}
 	}
 	waiting := len(products)
 	if c.VerifyCustomer {
 		if err := fx.Send(CustomerKey(c.CustomerID), WorkloadID, &VerifyCustomerForOrder{OrderID: c.OrderID, CustomerID: c.CustomerID}); err != nil {
-			return invalid("%v", err)
+			return 0, invalid("%v", err)
 		}
 		waiting++ // the payment waits for the customer's answer too
 	}
 	if err := fx.SetTimer(deadlineTimer(c.OrderID), o.Deadline, &SagaDeadline{OrderID: c.OrderID}); err != nil {
-		return invalid("%v", err)
+		return 0, invalid("%v", err)
 	}
-	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: waiting, RetentionNs: c.RetentionNs}
-	m.orders[c.OrderID] = o
-	m.sagas[c.OrderID] = s
-	key := OrderKey(c.OrderID)
-	m.event(key, "OrderCreated", now, "customerId", c.CustomerID, "total", FormatMoney(o.Total), "status", OrderPending)
-	m.sagaStep(s, "ORDER_CREATED", "COMPLETED", now)
-	m.sagaStatus(s, SagaInProgress, now)
-	if c.VerifyCustomer {
-		m.sagaStep(s, "CUSTOMER_VERIFICATION", "STARTED", now)
-	}
-	m.sagaStep(s, "STOCK_RESERVATION", "STARTED", now)
-	return &Result{Outcome: Created, Order: o.copy(), Saga: s.copy()}
+	return waiting, nil
 }
 
 func (m *Machine) sagaStep(s *Saga, name, status string, now int64) {

@@ -13,6 +13,10 @@ import (
 	"github.com/surge-run/surge/internal/jqpb"
 )
 
+// streamRetryPause: how long a stream waits before it leases again after
+// a partition shed its lease (unless a note or report wakes it first).
+const streamRetryPause = 10 * time.Millisecond
+
 func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJobsRequest], out *connect.ServerStream[jqpb.JobAssignment]) error {
 	m := req.Msg
 	if err := checkWorkerID(m.WorkerId); err != nil {
@@ -332,8 +336,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 	// Leases are not cancelled with the stream: a lease applied but
 	// unanswered could not be given back.
 	bg := context.WithoutCancel(ctx)
-	next := 0
-	for {
+	for next := 0; ; next++ {
 		cancels, free, end := a.hub.step(s)
 		if end != nil {
 			if end == errDrained {
@@ -346,63 +349,85 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 				return err
 			}
 		}
-		retry := false
-		for i := 0; i < len(s.queues) && free > 0; i++ {
-			q := s.queues[(next+i)%len(s.queues)]
-			r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if errors.Is(err, engine.ErrOverloaded) {
-					retry = true
-					continue
-				}
-				return api.GRPCEngineError(err)
-			}
-			if r.Outcome == NotFound {
-				continue // deleted since: nothing to take
-			}
-			if len(r.Jobs) == 0 {
-				continue
-			}
-			if ctx.Err() != nil || !a.hub.track(s, r.Jobs) {
-				a.unsent(ctx, s, r.Jobs)
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return a.hub.ended(s)
-			}
-			if n, err := sendJobs(ctx, out, r.Jobs); err != nil {
-				// The worker is gone: what did not leave goes back now;
-				// what left is its until a new stream of it or the
-				// lease's end settles it.
-				a.unsent(ctx, s, r.Jobs[n:])
-				return err
-			}
-			// With no slot left, the queue may still hold ready jobs: a
-			// report frees a slot and wakes this loop to take them.
-			free -= len(r.Jobs)
+		shed, stop, err := a.leaseRound(ctx, bg, s, out, next, free)
+		if stop {
+			return err
 		}
-		next++
-		if retry {
-			// The partition shed the lease: try again after a pause.
-			select {
-			case <-s.wake:
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-a.done:
-				return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
-			}
-			continue
-		}
-		select {
-		case <-s.wake:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-a.done:
-			return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+		if err := a.awaitWork(ctx, s, shed); err != nil {
+			return err
 		}
 	}
+}
+
+// leaseRound leases for the stream from each of its queues in turn,
+// starting at the next one, while it has free slots, and sends the jobs.
+// shed: a partition shed a lease, to try again after a pause. stop: the
+// stream ends, returning err (nil: cleanly).
+func (a *API) leaseRound(ctx, bg context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], next, free int) (shed, stop bool, err error) {
+	for i := 0; i < len(s.queues) && free > 0; i++ {
+		q := s.queues[(next+i)%len(s.queues)]
+		r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, true, ctx.Err()
+			}
+			if errors.Is(err, engine.ErrOverloaded) {
+				shed = true
+				continue
+			}
+			return false, true, api.GRPCEngineError(err)
+		}
+		if r.Outcome == NotFound {
+			continue // deleted since: nothing to take
+		}
+		if len(r.Jobs) == 0 {
+			continue
+		}
+		if stop, err := a.pushLeased(ctx, s, out, r.Jobs); stop {
+			return false, true, err
+		}
+		// With no slot left, the queue may still hold ready jobs: a
+		// report frees a slot and wakes this loop to take them.
+		free -= len(r.Jobs)
+	}
+	return shed, false, nil
+}
+
+// pushLeased sends jobs leased for the stream to its worker. stop: the
+// stream ends, returning err (nil: cleanly), and what it did not send
+// goes back.
+func (a *API) pushLeased(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) (stop bool, err error) {
+	if ctx.Err() != nil || !a.hub.track(s, jobs) {
+		a.unsent(ctx, s, jobs)
+		if ctx.Err() != nil {
+			return true, ctx.Err()
+		}
+		return true, a.hub.ended(s)
+	}
+	if n, err := sendJobs(ctx, out, jobs); err != nil {
+		// The worker is gone: what did not leave goes back now;
+		// what left is its until a new stream of it or the
+		// lease's end settles it.
+		a.unsent(ctx, s, jobs[n:])
+		return true, err
+	}
+	return false, nil
+}
+
+// awaitWork sleeps until a note or a report wakes the stream, or, after a
+// shed lease, for at most streamRetryPause.
+func (a *API) awaitWork(ctx context.Context, s *stream, shed bool) error {
+	var pause <-chan time.Time // nil: no pause, only a wake-up
+	if shed {
+		pause = time.After(streamRetryPause)
+	}
+	select {
+	case <-s.wake:
+	case <-pause:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.done:
+		return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+	}
+	return nil
 }

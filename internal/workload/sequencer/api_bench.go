@@ -42,6 +42,9 @@ const (
 	// benchIdle: how long an idle processor waits before it looks again
 	// without a Ready note (a missed note costs at most this).
 	benchIdle = 200 * time.Millisecond
+	// benchRetryPause: how long a creator waits before it publishes again
+	// after an overload or a full window.
+	benchRetryPause = 50 * time.Millisecond
 )
 
 type bench struct {
@@ -236,62 +239,36 @@ func (b *bench) groupRefused(bg *benchGroup) bool {
 // message out of place. With no delay, in batches of MaxBatch.
 func (b *bench) create(bg *benchGroup, delayMs int) {
 	defer b.wg.Done()
-	a := b.a
-	fail := func(msg string) {
-		bg.errMu.Lock()
-		bg.publishErr = msg
-		bg.errMu.Unlock()
-	}
 	defer func() {
 		bg.errMu.Lock()
 		bg.publishDone = true
 		bg.errMu.Unlock()
 	}()
-	ret := int64(a.retention)
-	msg := func(i int) Publish {
-		return Publish{Group: bg.name, MsgID: bg.name + "-" + strconv.Itoa(i), RetentionNs: ret}
-	}
-	retry := func(cmd func() (*Result, error)) bool {
-		for {
-			res, err := cmd()
-			if err == nil && (res.Outcome == Created || res.Outcome == Same) {
-				return true
-			}
-			if bg.ctx.Err() != nil {
-				return false
-			}
-			if err == nil && (res.Outcome != Exhausted || b.groupRefused(bg)) {
-				fail(res.Msg)
-				return false
-			}
-			// Overloaded or a full window: the same ids again later
-			// publish nothing twice.
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-bg.ctx.Done():
-				return false
-			case <-a.done:
-				return false
-			}
-		}
-	}
 	if delayMs == 0 {
-		for from := 1; from <= bg.n; from += MaxBatch {
-			batch := &PublishBatch{}
-			for i := from; i < from+MaxBatch && i <= bg.n; i++ {
-				batch.Msgs = append(batch.Msgs, msg(i))
-			}
-			if !retry(func() (*Result, error) { return a.doRaw(bg.ctx, bg.name, batch) }) {
-				return
-			}
-		}
+		b.publishAll(bg)
 		return
 	}
-	// Message i is due delayMs·(i-1) after the start. Each publish takes
-	// what is due by then as one batch, so a delay shorter than a durable
-	// write (1 ms against a ~2 ms fsync) still keeps the schedule instead
-	// of falling behind one write per message.
-	delay := time.Duration(delayMs) * time.Millisecond
+	b.publishPaced(bg, time.Duration(delayMs)*time.Millisecond)
+}
+
+// publishAll publishes the group's messages at once, MaxBatch a command.
+func (b *bench) publishAll(bg *benchGroup) {
+	for from := 1; from <= bg.n; from += MaxBatch {
+		batch := &PublishBatch{}
+		for i := from; i < from+MaxBatch && i <= bg.n; i++ {
+			batch.Msgs = append(batch.Msgs, b.benchMsg(bg, i))
+		}
+		if !b.publishUntilTaken(bg, batch) {
+			return
+		}
+	}
+}
+
+// publishPaced publishes message i delay·(i-1) after the start. Each
+// publish takes what is due by then as one batch, so a delay shorter than
+// a durable write (1 ms against a ~2 ms fsync) still keeps the schedule
+// instead of falling behind one write per message.
+func (b *bench) publishPaced(bg *benchGroup, delay time.Duration) {
 	start := time.Now()
 	for next := 1; next <= bg.n; {
 		due := min(bg.n, 1+int(time.Since(start)/delay), next+MaxBatch-1)
@@ -301,26 +278,61 @@ func (b *bench) create(bg *benchGroup, delayMs int) {
 			case <-time.After(wait):
 			case <-bg.ctx.Done():
 				return
-			case <-a.done:
+			case <-b.a.done:
 				return
 			}
 			continue
 		}
 		var cmd engine.Command
 		if due == next {
-			p := msg(next)
+			p := b.benchMsg(bg, next)
 			cmd = &p
 		} else {
 			batch := &PublishBatch{}
 			for i := next; i <= due; i++ {
-				batch.Msgs = append(batch.Msgs, msg(i))
+				batch.Msgs = append(batch.Msgs, b.benchMsg(bg, i))
 			}
 			cmd = batch
 		}
-		if !retry(func() (*Result, error) { return a.doRaw(bg.ctx, bg.name, cmd) }) {
+		if !b.publishUntilTaken(bg, cmd) {
 			return
 		}
 		next = due + 1
+	}
+}
+
+// benchMsg is the group's message i.
+func (b *bench) benchMsg(bg *benchGroup, i int) Publish {
+	return Publish{Group: bg.name, MsgID: bg.name + "-" + strconv.Itoa(i), RetentionNs: int64(b.a.retention)}
+}
+
+// publishUntilTaken publishes cmd until it is taken (true), the group is
+// dropped or the server stops, or it is refused for good: then the
+// refusal is the group's publish error.
+func (b *bench) publishUntilTaken(bg *benchGroup, cmd engine.Command) bool {
+	for {
+		res, err := b.a.doRaw(bg.ctx, bg.name, cmd)
+		if err == nil && (res.Outcome == Created || res.Outcome == Same) {
+			return true
+		}
+		if bg.ctx.Err() != nil {
+			return false
+		}
+		if err == nil && (res.Outcome != Exhausted || b.groupRefused(bg)) {
+			bg.errMu.Lock()
+			bg.publishErr = res.Msg
+			bg.errMu.Unlock()
+			return false
+		}
+		// Overloaded or a full window: the same ids again later
+		// publish nothing twice.
+		select {
+		case <-time.After(benchRetryPause):
+		case <-bg.ctx.Done():
+			return false
+		case <-b.a.done:
+			return false
+		}
 	}
 }
 

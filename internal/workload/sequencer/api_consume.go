@@ -1,6 +1,7 @@
 package sequencer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,20 +73,9 @@ func (a *API) output(w http.ResponseWriter, r *http.Request) int {
 // client that reconnects with Last-Event-ID resumes after the last one it
 // got (at least once). It waits for a group nobody published to yet.
 func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
-	g, st := pathGroup(w, r)
+	g, after, st := streamFrom(w, r)
 	if st != 0 {
 		return st
-	}
-	after, st := queryUint(w, r, "after", 0)
-	if st != 0 {
-		return st
-	}
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		n, err := strconv.ParseUint(id, 10, 63)
-		if err != nil {
-			return api.Error(w, http.StatusBadRequest, "Last-Event-ID must be a seq this stream sent, got "+api.Quote(id))
-		}
-		after = max(after, n)
 	}
 	ctx := r.Context()
 	wt := a.hub.waiters.AddStream(outputKey(g))
@@ -107,27 +97,9 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 	ping := time.NewTicker(streamPing)
 	defer ping.Stop()
 	for {
-		out, err := a.readPage(ctx, g, after, maxReadLimit)
-		if err != nil {
+		var ok bool
+		if after, ok = a.sendReleased(ctx, rs, g, after); !ok {
 			return http.StatusOK
-		}
-		if len(out.Messages) > 0 {
-			// One page at a time, each reserved from the server's stream
-			// budget: a reader that does not keep up holds one page, not
-			// the group's output.
-			if err := rs.Reserve(ctx, pageCost(out.Messages)); err != nil {
-				if errors.Is(err, api.ErrStreamBusy) {
-					endEvent(rs, api.EndBusy, after, err.Error()+"; reconnect with Last-Event-ID to resume")
-				}
-				return http.StatusOK
-			}
-			if rs.Write(ssePage(out.Messages)) != nil {
-				return http.StatusOK
-			}
-			after = out.Messages[len(out.Messages)-1].Seq
-			if after < out.Position {
-				continue // more is there already
-			}
 		}
 		select {
 		case <-wt.C():
@@ -140,6 +112,58 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) int {
 		case <-a.done:
 			endEvent(rs, api.EndShutdown, after, "the server is shutting down; reconnect with Last-Event-ID to resume")
 			return http.StatusOK
+		}
+	}
+}
+
+// streamFrom reads a stream's group and the seq it starts after: the
+// later of ?after= and Last-Event-ID. A status: the request was answered.
+func streamFrom(w http.ResponseWriter, r *http.Request) (string, uint64, int) {
+	g, st := pathGroup(w, r)
+	if st != 0 {
+		return "", 0, st
+	}
+	after, st := queryUint(w, r, "after", 0)
+	if st != 0 {
+		return "", 0, st
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		n, err := strconv.ParseUint(id, 10, 63)
+		if err != nil {
+			return "", 0, api.Error(w, http.StatusBadRequest, "Last-Event-ID must be a seq this stream sent, got "+api.Quote(id))
+		}
+		after = max(after, n)
+	}
+	return g, after, 0
+}
+
+// sendReleased sends the group's released messages after seq after, one
+// page at a time, until it has sent every one released so far; it
+// returns the last seq sent. false: the stream ends.
+func (a *API) sendReleased(ctx context.Context, rs *api.Stream, g string, after uint64) (uint64, bool) {
+	for {
+		out, err := a.readPage(ctx, g, after, maxReadLimit)
+		if err != nil {
+			return after, false
+		}
+		if len(out.Messages) == 0 {
+			return after, true
+		}
+		// One page at a time, each reserved from the server's stream
+		// budget: a reader that does not keep up holds one page, not
+		// the group's output.
+		if err := rs.Reserve(ctx, pageCost(out.Messages)); err != nil {
+			if errors.Is(err, api.ErrStreamBusy) {
+				endEvent(rs, api.EndBusy, after, err.Error()+"; reconnect with Last-Event-ID to resume")
+			}
+			return after, false
+		}
+		if rs.Write(ssePage(out.Messages)) != nil {
+			return after, false
+		}
+		after = out.Messages[len(out.Messages)-1].Seq
+		if after >= out.Position {
+			return after, true
 		}
 	}
 }

@@ -138,63 +138,22 @@ func (m *Machine) publishBatch(c *PublishBatch, now int64, fx *engine.Effects) *
 		return r
 	}
 	g := m.groups[name]
-	res := &Result{Outcome: Same, Each: make([]*Result, len(c.Msgs))}
-	mode := ModeNone
-	if g != nil {
-		mode = g.Mode
+	plan, r := m.checkBatch(g, c.Msgs, name)
+	if r != nil {
+		return r
 	}
-	taken := map[uint64]string{}
-	ids := map[string]int{}
-	dupOf := make([]int, len(c.Msgs))
-	adds, top := 0, uint64(0)
-	for i := range c.Msgs {
-		p := &c.Msgs[i]
-		r := m.checkPublish(g, p, name, taken, adds)
-		if r == nil {
-			if k, dup := ids[p.MsgID]; dup {
-				dupOf[i] = k + 1
-				continue
-			}
-			if mode == ModeNone {
-				mode = modeOf(p.Seq)
-			} else if mode != modeOf(p.Seq) {
-				r = fail(Invalid, "sequencer: group %q takes %s sequence numbers until it is deleted", name, mode)
-			}
-		}
-		if r != nil && r.Outcome != Same {
-			return fail(r.Outcome, "%s (message %d of the batch; nothing was published)", r.Msg, i)
-		}
-		res.Each[i] = r
-		if r != nil {
-			continue
-		}
-		ids[p.MsgID] = i
-		if p.Seq > 0 {
-			taken[p.Seq] = p.MsgID
-			top = max(top, p.Seq)
-		}
-		adds++
-	}
-	if g == nil && adds > 0 {
-		if r := m.newGroupAllowed(name); r != nil {
+	if g == nil && plan.adds > 0 {
+		if g, r = m.newBatchGroup(name, plan, now); r != nil {
 			return r
 		}
-		if mode == ModeServer {
-			top = uint64(adds)
-		}
-		if top > uint64(m.opts.Limits.MaxUnreleased) {
-			return fail(Exhausted, "sequencer: the batch reaches seq %d, more than %d past the released position 0 (nothing was published)",
-				top, m.opts.Limits.MaxUnreleased)
-		}
-		g = newGroup(name, now)
-		m.groups[name] = g
 	}
+	res := &Result{Outcome: Same, Each: plan.each}
 	m.inBatch = true // one Ready note for the batch, not one per message
 	for i := range c.Msgs {
 		switch {
-		case dupOf[i] > 0:
+		case plan.dupOf[i] > 0:
 			// An id repeated within the batch: its first use's seq.
-			res.Each[i] = &Result{Outcome: Same, Seq: res.Each[dupOf[i]-1].Seq}
+			res.Each[i] = &Result{Outcome: Same, Seq: res.Each[plan.dupOf[i]-1].Seq}
 		case res.Each[i] == nil:
 			seq := m.add(g, &c.Msgs[i], now)
 			res.Each[i] = &Result{Outcome: Created, Seq: seq}
@@ -212,4 +171,74 @@ func (m *Machine) publishBatch(c *PublishBatch, now int64, fx *engine.Effects) *
 		m.notifyReady(g, fx)
 	}
 	return res
+}
+
+// batchPlan is what checking a batch found.
+type batchPlan struct {
+	each  []*Result // per message: nil to add it, Same for a kept id
+	dupOf []int     // per message: k+1 if it repeats message k's id
+	adds  int       // how many messages are added
+	top   uint64    // the highest client seq added
+	mode  Mode      // the group's mode once the batch is added
+}
+
+// checkBatch checks every message of a batch to group name (g: nil if it
+// does not exist yet) before any is added; a Result refuses the whole
+// batch, naming the message.
+func (m *Machine) checkBatch(g *Group, msgs []Publish, name string) (*batchPlan, *Result) {
+	plan := &batchPlan{each: make([]*Result, len(msgs)), dupOf: make([]int, len(msgs)), mode: ModeNone}
+	if g != nil {
+		plan.mode = g.Mode
+	}
+	taken := map[uint64]string{}
+	ids := map[string]int{}
+	for i := range msgs {
+		p := &msgs[i]
+		r := m.checkPublish(g, p, name, taken, plan.adds)
+		if r == nil {
+			if k, dup := ids[p.MsgID]; dup {
+				plan.dupOf[i] = k + 1
+				continue
+			}
+			if plan.mode == ModeNone {
+				plan.mode = modeOf(p.Seq)
+			} else if plan.mode != modeOf(p.Seq) {
+				r = fail(Invalid, "sequencer: group %q takes %s sequence numbers until it is deleted", name, plan.mode)
+			}
+		}
+		if r != nil && r.Outcome != Same {
+			return nil, fail(r.Outcome, "%s (message %d of the batch; nothing was published)", r.Msg, i)
+		}
+		plan.each[i] = r
+		if r != nil {
+			continue
+		}
+		ids[p.MsgID] = i
+		if p.Seq > 0 {
+			taken[p.Seq] = p.MsgID
+			plan.top = max(plan.top, p.Seq)
+		}
+		plan.adds++
+	}
+	return plan, nil
+}
+
+// newBatchGroup creates the group a checked batch publishes to first,
+// unless the partition holds its limit of groups or the batch reaches
+// past the new group's window.
+func (m *Machine) newBatchGroup(name string, plan *batchPlan, now int64) (*Group, *Result) {
+	if r := m.newGroupAllowed(name); r != nil {
+		return nil, r
+	}
+	top := plan.top
+	if plan.mode == ModeServer {
+		top = uint64(plan.adds)
+	}
+	if top > uint64(m.opts.Limits.MaxUnreleased) {
+		return nil, fail(Exhausted, "sequencer: the batch reaches seq %d, more than %d past the released position 0 (nothing was published)",
+			top, m.opts.Limits.MaxUnreleased)
+	}
+	g := newGroup(name, now)
+	m.groups[name] = g
+	return g, nil
 }

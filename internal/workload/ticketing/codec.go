@@ -459,48 +459,9 @@ func (m *Machine) readRecords(r *wire.Reader) error {
 		names = append(names, areaKey{r.Str(), r.Str()})
 	}
 	for n := r.Count(25); n > 0 && r.Err == nil; n-- {
-		res := &Reservation{}
-		copy(res.ID[:], r.Next(16))
-		if k := r.Uvarint(); k < uint64(len(names)) {
-			res.EventID, res.AreaID = names[k].event, names[k].area
-		} else if r.Err == nil {
-			return fmt.Errorf("ticketing: snapshot record names area %d of %d", k, len(names))
-		}
-		res.UserID = r.Str()
-		typ := r.U8()
-		res.State, res.Reason = State(r.U8()), Reason(r.U8())
-		res.NumOfSeats = int32(uint32(r.Uvarint()))
-		a, b := int32(uint32(r.Uvarint())), int32(uint32(r.Uvarint()))
-		switch typ {
-		case typRandom:
-			res.Type = TypeRandom
-			if res.State != StateFailed && res.NumOfSeats > 0 && res.NumOfSeats <= MaxSeatsPerRequest {
-				res.Seats = make([]Seat, res.NumOfSeats)
-				for i := range res.Seats {
-					res.Seats[i] = Seat{Row: a, Col: b + int32(i)}
-				}
-			}
-		case typSelfPick:
-			res.Type = TypeSelfPick
-			if k := r.Count(2); k > 0 {
-				res.Seats = make([]Seat, k)
-				for i := range res.Seats {
-					res.Seats[i] = Seat{Row: int32(uint32(r.Uvarint())), Col: int32(uint32(r.Uvarint()))}
-				}
-			}
-		case typOther:
-			res.Type = r.Str()
-		default:
-			if r.Err == nil {
-				return fmt.Errorf("ticketing: snapshot record of unknown type %d", typ)
-			}
-		}
-		if res.State == StateFailed {
-			res.ReasonA, res.ReasonB = a, b
-		}
-		var fp uint64
-		if res.IdemKey = r.Str(); res.IdemKey != "" {
-			fp = r.U64()
+		res, fp, err := readRecord(r, names)
+		if err != nil {
+			return err
 		}
 		if r.Err != nil {
 			break
@@ -509,6 +470,72 @@ func (m *Machine) readRecords(r *wire.Reader) error {
 			return err
 		}
 	}
+	return m.readPurgeQueue(r)
+}
+
+// readRecord reads one record of the records part and its idempotency
+// fingerprint; names are the part's (event, area) pairs. A short read is
+// left in r.Err.
+func readRecord(r *wire.Reader, names []areaKey) (*Reservation, uint64, error) {
+	res := &Reservation{}
+	copy(res.ID[:], r.Next(16))
+	if k := r.Uvarint(); k < uint64(len(names)) {
+		res.EventID, res.AreaID = names[k].event, names[k].area
+	} else if r.Err == nil {
+		return nil, 0, fmt.Errorf("ticketing: snapshot record names area %d of %d", k, len(names))
+	}
+	res.UserID = r.Str()
+	typ := r.U8()
+	res.State, res.Reason = State(r.U8()), Reason(r.U8())
+	res.NumOfSeats = int32(uint32(r.Uvarint()))
+	a, b := int32(uint32(r.Uvarint())), int32(uint32(r.Uvarint()))
+	if err := readRecordSeats(r, res, typ, a, b); err != nil {
+		return nil, 0, err
+	}
+	if res.State == StateFailed {
+		res.ReasonA, res.ReasonB = a, b
+	}
+	var fp uint64
+	if res.IdemKey = r.Str(); res.IdemKey != "" {
+		fp = r.U64()
+	}
+	return res, fp, nil
+}
+
+// readRecordSeats sets a record's type from its code typ, and its seats:
+// a random pick's are a run from (row a, column b), a self pick's follow
+// in r.
+func readRecordSeats(r *wire.Reader, res *Reservation, typ uint8, a, b int32) error {
+	switch typ {
+	case typRandom:
+		res.Type = TypeRandom
+		if res.State != StateFailed && res.NumOfSeats > 0 && res.NumOfSeats <= MaxSeatsPerRequest {
+			res.Seats = make([]Seat, res.NumOfSeats)
+			for i := range res.Seats {
+				res.Seats[i] = Seat{Row: a, Col: b + int32(i)}
+			}
+		}
+	case typSelfPick:
+		res.Type = TypeSelfPick
+		if k := r.Count(2); k > 0 {
+			res.Seats = make([]Seat, k)
+			for i := range res.Seats {
+				res.Seats[i] = Seat{Row: int32(uint32(r.Uvarint())), Col: int32(uint32(r.Uvarint()))}
+			}
+		}
+	case typOther:
+		res.Type = r.Str()
+	default:
+		if r.Err == nil {
+			return fmt.Errorf("ticketing: snapshot record of unknown type %d", typ)
+		}
+	}
+	return nil
+}
+
+// readPurgeQueue reads the records part's purge queue, in queue order,
+// after its records.
+func (m *Machine) readPurgeQueue(r *wire.Reader) error {
 	for n := r.Count(9); n > 0 && r.Err == nil; n-- {
 		k, at := r.Uvarint(), int64(r.U64())
 		if r.Err != nil {
