@@ -25,8 +25,11 @@ import (
 )
 
 // shortTimeout stands in for the server's 30 s read and write timeouts:
-// every stream and long poll below must outlive it.
-const shortTimeout = time.Second
+// every stream and long poll below must outlive it. The ordinary requests
+// that set the tests up must not: a request slower than the write timeout
+// is cut, as it should be, so it is long enough for one made through a
+// forwarding node under -race on a busy machine (at 1 s one was cut).
+const shortTimeout = 3 * time.Second
 
 // newLimitedServer runs the HTTP routes and the gRPC service behind
 // api.Server, as `surge serve` does, with lim.
