@@ -181,6 +181,9 @@ the heap nears it instead of growing the process).`,
 			if err := snapshotTriggers(&cfg, snapBytes); err != nil {
 				return err
 			}
+			if err := clusterSecrets(&cfg.Cluster); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -216,6 +219,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Cluster.SessionTimeout, "kafka-session-timeout", 6*time.Second, env.help("kafka-session-timeout", "SURGE_KAFKA_SESSION_TIMEOUT", "with --kafka: how long a silent node keeps its partitions before the others take them over"))
 	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", 168*time.Hour, env.help("kafka-log-retention", "SURGE_KAFKA_LOG_RETENTION", "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often"))
 	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
+	clusterSecurityFlags(f, env, &cfg.Cluster)
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	settings = moduleFlags(f, env, server.Builtin())
 	env.read(cmd)
