@@ -39,9 +39,9 @@ func (n *Node) checkPeers(ctx context.Context) error {
 	}
 	var (
 		members []Member
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
+		mu      sync.Mutex
+		errs    []error
+		wg      sync.WaitGroup
 	)
 	for _, gm := range groups[n.group].Members {
 		id, addr, ok := parseClientID(gm.ClientID)
