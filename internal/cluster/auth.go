@@ -249,12 +249,13 @@ func (l *rateLog) warn(log *slog.Logger, msg string, args ...any) {
 	log.Warn(msg, append(args, "similar_lines_dropped", dropped)...)
 }
 
-// claim is what a caller says it is, cut short and quoted for the log.
+// claim is what a caller says it is, cut short for the log (whose
+// handler escapes it).
 func claim(s string) string {
 	if len(s) > maxLoggedClaim {
 		s = s[:maxLoggedClaim] + "..."
 	}
-	return strconv.Quote(s)
+	return s
 }
 
 var errProbeUnsigned = errors.New("it answered without proving that it holds the cluster secret: it runs with none")

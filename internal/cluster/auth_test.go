@@ -176,7 +176,7 @@ func TestWrongSecretCannotForward(t *testing.T) {
 			t.Errorf("secret %q: %v, want ErrNotOwner with the 401", secret, err)
 		}
 	}
-	if !strings.Contains(logs.String(), `claimed_node="\"self/127.0.0.1:1\""`) {
+	if !strings.Contains(logs.String(), "claimed_node=self/127.0.0.1:1") {
 		t.Errorf("the owner did not name the refused node:\n%s", logs.String())
 	}
 }

@@ -34,8 +34,13 @@ func (h *callHandler) answerProbe(w http.ResponseWriter, signed authHeader) {
 // answer are skipped.
 func (n *Node) checkPeers(ctx context.Context) error {
 	groups, err := n.adm.DescribeGroups(ctx, n.group)
+	for err != nil && ctx.Err() == nil {
+		// A broker's group coordinator may not be ready yet.
+		time.Sleep(minRetryPause)
+		groups, err = n.adm.DescribeGroups(ctx, n.group)
+	}
 	if err != nil {
-		return fmt.Errorf("cluster: reading the members of group %s: %w", n.group, err)
+		return fmt.Errorf("cluster: reading the members of group %s to check their cluster secret: %w", n.group, err)
 	}
 	var (
 		members []Member
