@@ -11,6 +11,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,9 @@ type Config struct {
 	// it, and calls not signed with it are refused (auth.go). Empty: calls
 	// are neither signed nor checked.
 	Secret []byte
+	// CallTLS, if set, makes calls to other nodes go over https with it
+	// (for nodes whose listener serves TLS); nil: plain http.
+	CallTLS *tls.Config
 	// SessionTimeout is how long the group waits for a silent node before
 	// moving its partitions. Default 6 s.
 	SessionTimeout time.Duration

@@ -72,7 +72,7 @@ func (n *Node) checkPeers(ctx context.Context) error {
 func (n *Node) probe(ctx context.Context, m Member) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.Addr+CallPath, http.NoBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.transport.url(m.Addr), http.NoBody)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ const MaxCallBytes = 2 * engine.MaxRemoteBytes
 type transport struct {
 	n      *Node
 	client *http.Client
+	scheme string
 }
 
 var _ engine.Transport = (*transport)(nil)
@@ -58,8 +59,16 @@ func newTransport(n *Node) *transport {
 		ResponseHeaderTimeout: time.Minute,
 		ExpectContinueTimeout: 0,
 	}
-	return &transport{n: n, client: &http.Client{Transport: tr}}
+	scheme := "http://"
+	if n.cfg.CallTLS != nil {
+		tr.TLSClientConfig = n.cfg.CallTLS.Clone()
+		scheme = "https://"
+	}
+	return &transport{n: n, client: &http.Client{Transport: tr}, scheme: scheme}
 }
+
+// url is where the node at addr takes calls.
+func (t *transport) url(addr string) string { return t.scheme + addr + CallPath }
 
 func (t *transport) close() { t.client.CloseIdleConnections() }
 
@@ -131,7 +140,7 @@ func (t *transport) Broadcast(ctx context.Context, body []byte) {
 }
 
 func (t *transport) post(ctx context.Context, addr string, body []byte) ([]byte, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+CallPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url(addr), bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,9 @@ type ClusterConfig struct {
 	SecretFile string
 	// KafkaSecurity is TLS and SASL towards the brokers.
 	KafkaSecurity kafkalog.Security
+	// CallTLS, if set, is the client TLS configuration for calls to the
+	// other nodes, whose listeners then serve TLS (see cluster.Config).
+	CallTLS *tls.Config
 }
 
 func (c ClusterConfig) enabled() bool { return c.Kafka != "" }
@@ -140,6 +144,7 @@ func openCluster(ctx context.Context, cfg Config, cc ClusterConfig, logger *slog
 		NewPartitions:  engine.DefaultPartitions,
 		Advertise:      cc.Advertise,
 		Secret:         cc.Secret,
+		CallTLS:        cc.CallTLS,
 		SessionTimeout: cc.SessionTimeout,
 		Registerer:     reg,
 		Logger:         logger,
