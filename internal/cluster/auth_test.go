@@ -270,3 +270,16 @@ func FuzzForgedCalls(f *testing.F) {
 		}
 	})
 }
+
+// With CallTLS, calls go over https to a node whose listener serves TLS.
+func TestCallsOverTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(securedNode(testSecret, nil).Handler(nil))
+	defer srv.Close()
+	n := securedNode(testSecret, nil)
+	n.cfg.CallTLS = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	n.transport = newTransport(n)
+	peer := Member{NodeID: "peer", Addr: strings.TrimPrefix(srv.URL, "https://")}
+	if err := n.probe(context.Background(), peer); err != nil {
+		t.Errorf("a probe over TLS: %v", err)
+	}
+}
