@@ -6,6 +6,12 @@
 #   scripts/kafka.sh fetch          jars into $SURGE_KAFKA_CACHE/<version>/libs (once)
 #   scripts/kafka.sh start [DIR]    format + start a broker in DIR (default: a fresh
 #                                   temp dir); prints SURGE_KAFKA_BROKERS=127.0.0.1:PORT
+#                                   (PLAINTEXT) and the SASL_SSL listener's settings:
+#                                   SURGE_KAFKA_SASL_SSL_BROKERS=127.0.0.1:PORT2,
+#                                   SURGE_KAFKA_TEST_CA (the CA that signed the broker's
+#                                   certificate), SURGE_KAFKA_TEST_USER and
+#                                   SURGE_KAFKA_TEST_PASSWORD (a user known to SCRAM-SHA-256,
+#                                   SCRAM-SHA-512 and PLAIN)
 #   scripts/kafka.sh stop DIR       SIGTERM, SIGKILL after 10 s, then remove DIR
 #
 # Environment:
@@ -27,6 +33,11 @@ MAIN_CLASS=kafka.Kafka
 STORAGE_TOOL=kafka.tools.StorageTool
 START_TIMEOUT_S=60
 STOP_GRACE_S=10
+# The SASL_SSL listener's one user; its password is random per broker.
+SASL_USER=surge
+# Days the test CA and broker certificate are valid: a broker lives for one
+# test run.
+CERT_DAYS=30
 
 die() {
 	echo "kafka.sh: $*" >&2
@@ -107,11 +118,12 @@ port_in_use() {
 	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# free_port [TAKEN...]: a free loopback port other than the ones given.
 free_port() {
 	local p i
 	for ((i = 0; i < 200; i++)); do
 		p=$((20000 + RANDOM % 40000))
-		[[ $p == "${1:-}" ]] && continue
+		[[ " $* " == *" $p "* ]] && continue
 		port_in_use "$p" || {
 			echo "$p"
 			return 0
@@ -128,19 +140,57 @@ cluster_id() {
 	head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
 }
 
+# write_tls DIR: a CA and a broker certificate for 127.0.0.1 and localhost
+# signed by it, in DIR/tls (ca.pem for clients; broker.pem, key then
+# certificate, for the broker's PEM keystore), and a random SASL password
+# in DIR/sasl-password.
+write_tls() {
+	local dir=$1 t=$1/tls
+	need openssl "install OpenSSL (Debian: apt-get install openssl); it makes the SASL_SSL listener's certificates"
+	mkdir -p "$t"
+	openssl req -x509 -newkey rsa:2048 -nodes -days "$CERT_DAYS" -subj "/CN=surge-kafka-test-ca" \
+		-keyout "$t/ca.key" -out "$t/ca.pem" >"$t/openssl.out" 2>&1 ||
+		die "openssl could not make the test CA: $(cat "$t/openssl.out")"
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+		-keyout "$t/broker.key" -out "$t/broker.csr" >>"$t/openssl.out" 2>&1 ||
+		die "openssl could not make the broker's key: $(cat "$t/openssl.out")"
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$t/san.ext"
+	openssl x509 -req -in "$t/broker.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial \
+		-days "$CERT_DAYS" -extfile "$t/san.ext" -out "$t/broker.crt" >>"$t/openssl.out" 2>&1 ||
+		die "openssl could not sign the broker's certificate: $(cat "$t/openssl.out")"
+	# Kafka's PEM keystore wants the key in PKCS#8, before the certificate.
+	openssl pkcs8 -topk8 -nocrypt -in "$t/broker.key" -out "$t/broker.pk8" 2>>"$t/openssl.out" ||
+		die "openssl could not convert the broker's key: $(cat "$t/openssl.out")"
+	cat "$t/broker.pk8" "$t/broker.crt" >"$t/broker.pem"
+	chmod 600 "$t"/*.key "$t/broker.pk8" "$t/broker.pem"
+	head -c 18 /dev/urandom | base64 | tr '+/' '-_' >"$dir/sasl-password"
+	chmod 600 "$dir/sasl-password"
+}
+
 write_config() {
-	local dir=$1 port=$2 cport=$3
+	local dir=$1 port=$2 cport=$3 sport=$4 pw
+	pw=$(cat "$dir/sasl-password")
 	cat >"$dir/server.properties" <<EOF
 # Single-node KRaft broker for Surge's tests; written by scripts/kafka.sh.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 log.dirs=$dir/data
+
+# The SASL_SSL listener (cluster mode's --kafka-tls/--kafka-sasl tests):
+# TLS with a certificate from write_tls, then SCRAM (users created at format
+# time) or PLAIN (users listed here).
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$dir/tls/broker.pem
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$pw";
 
 # One broker: every internal topic has one replica and needs one in sync.
 offsets.topic.replication.factor=1
@@ -207,16 +257,22 @@ log_tail() {
 # race for its ports (so the caller retries with others), dies on any other
 # failure.
 start_once() {
-	local dir=$1 port cport pid t0 deadline
+	local dir=$1 port cport sport pid t0 deadline pw
 	port=$(free_port)
 	cport=$(free_port "$port")
-	rm -rf "$dir/data"
-	write_config "$dir" "$port" "$cport"
+	sport=$(free_port "$port" "$cport")
+	rm -rf "$dir/data" "$dir/tls"
+	write_tls "$dir"
+	write_config "$dir" "$port" "$cport" "$sport"
+	pw=$(cat "$dir/sasl-password")
 	local -a jopts
 	read -r -a jopts <<<"$(java_opts)"
 	jopts+=("-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$LIBS/*")
 	if ! java "${jopts[@]}" "$STORAGE_TOOL" format --ignore-formatted \
-		--cluster-id="$(cluster_id)" -c "$dir/server.properties" >"$dir/format.out" 2>&1; then
+		--cluster-id="$(cluster_id)" -c "$dir/server.properties" \
+		--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$pw]" \
+		--add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$pw]" \
+		>"$dir/format.out" 2>&1; then
 		cat "$dir/format.out" >&2
 		die "formatting the KRaft log dir in $dir failed"
 	fi
@@ -237,8 +293,9 @@ start_once() {
 			die "the broker exited during start-up (dir $dir)"
 		fi
 		# KafkaRaftServer logs this once the broker is unfenced and serving.
-		if grep -q "Kafka Server started" "$dir/server.log" 2>/dev/null && port_in_use "$port"; then
+		if grep -q "Kafka Server started" "$dir/server.log" 2>/dev/null && port_in_use "$port" && port_in_use "$sport"; then
 			echo "127.0.0.1:$port" >"$dir/brokers"
+			echo "127.0.0.1:$sport" >"$dir/sasl-ssl-brokers"
 			echo "kafka.sh: Kafka $KAFKA_VERSION ready on 127.0.0.1:$port in $(( $(now_ms) - t0 )) ms (pid $pid, log $dir/server.log)" >&2
 			return 0
 		fi
@@ -282,6 +339,10 @@ cmd_start() {
 		start_watchdog "$dir" "$SURGE_KAFKA_WATCH_PID"
 	fi
 	echo "SURGE_KAFKA_BROKERS=$(cat "$dir/brokers")"
+	echo "SURGE_KAFKA_SASL_SSL_BROKERS=$(cat "$dir/sasl-ssl-brokers")"
+	echo "SURGE_KAFKA_TEST_CA=$dir/tls/ca.pem"
+	echo "SURGE_KAFKA_TEST_USER=$SASL_USER"
+	echo "SURGE_KAFKA_TEST_PASSWORD=$(cat "$dir/sasl-password")"
 	echo "SURGE_KAFKA_DIR=$dir"
 }
 

@@ -169,6 +169,9 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := clusterSecrets(&cfg.Cluster); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return server.Run(ctx, cfg)
@@ -178,6 +181,7 @@ func newServeCmd() *cobra.Command {
 	s.connectionFlags(cmd)
 	s.admissionFlags(cmd)
 	s.clusterFlags(cmd)
+	clusterSecurityFlags(cmd.Flags(), s.env, &s.cfg.Cluster)
 	s.settings = moduleFlags(cmd.Flags(), s.env, server.Builtin())
 	s.env.read(cmd)
 	return cmd

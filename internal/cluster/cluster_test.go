@@ -42,6 +42,13 @@ func startNode(t *testing.T, brokers, name, id string) *testNode {
 // default).
 func startNodeSession(t *testing.T, brokers, name, id string, session time.Duration) *testNode {
 	t.Helper()
+	return startNodeWith(t, brokers, name, id, session, nil)
+}
+
+// startNodeWith is startNodeSession with edit applied to the node's
+// configuration (if not nil) before it starts.
+func startNodeWith(t *testing.T, brokers, name, id string, session time.Duration, edit func(*server.Config)) *testNode {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	n := &testNode{id: id, stop: stop, errc: make(chan error, 1)}
@@ -61,6 +68,9 @@ func startNodeSession(t *testing.T, brokers, name, id string, session time.Durat
 			SessionTimeout: session,
 		},
 		ShutdownTimeout: 20 * time.Second,
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	go func() { n.errc <- server.Run(ctx, cfg) }()
 	select {

@@ -11,6 +11,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,13 @@ type Config struct {
 	// Advertise is the host:port other nodes reach this node's HTTP
 	// listener at.
 	Advertise string
+	// Secret is the cluster secret: calls to other nodes are signed with
+	// it, and calls not signed with it are refused (auth.go). Empty: calls
+	// are neither signed nor checked.
+	Secret []byte
+	// CallTLS, if set, makes calls to other nodes go over https with it
+	// (for nodes whose listener serves TLS); nil: plain http.
+	CallTLS *tls.Config
 	// SessionTimeout is how long the group waits for a silent node before
 	// moving its partitions. Default 6 s.
 	SessionTimeout time.Duration
@@ -98,6 +106,12 @@ type Node struct {
 	leaving  atomic.Bool
 	lastCall atomic.Int64
 
+	// verify checks incoming calls' signatures (nil without a secret);
+	// refusedLog and sendLog space the lines about refused calls.
+	verify     *verifier
+	refusedLog rateLog
+	sendLog    rateLog
+
 	sem     chan struct{}
 	stop    chan struct{}
 	bg      sync.WaitGroup
@@ -124,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.fillDefaults(); err != nil {
 		return nil, err
 	}
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Log.Brokers...), kgo.ClientID(clientID(cfg.Log.NodeID, cfg.Advertise)+"/admin"))
+	admCl, err := cfg.Log.NewClient(kgo.ClientID(clientID(cfg.Log.NodeID, cfg.Advertise) + "/admin"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -159,6 +173,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.slots[i].marker.Store(-1)
 	}
 	n.transport = newTransport(n)
+	if len(cfg.Secret) > 0 {
+		n.verify = newVerifier(cfg.Secret)
+	}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(&collector{n: n})
 	}
@@ -191,6 +208,9 @@ func (cfg *Config) fillDefaults() error {
 	}
 	if _, _, err := net.SplitHostPort(cfg.Advertise); err != nil {
 		return fmt.Errorf("cluster: advertise address %q: %w (want host:port)", cfg.Advertise, err)
+	}
+	if err := CheckSecret(cfg.Secret); err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
 }
@@ -270,6 +290,12 @@ func (n *Node) NodeID() string { return n.cfg.Log.NodeID }
 // already be serving, since other nodes forward requests as soon as they
 // see this node own a partition.
 func (n *Node) Join(eng *engine.Engine) error {
+	pctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	err := n.checkPeers(pctx)
+	cancel()
+	if err != nil {
+		return err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.gcl != nil || n.closed {
@@ -277,8 +303,7 @@ func (n *Node) Join(eng *engine.Engine) error {
 	}
 	n.eng = eng
 	hb := max(n.cfg.SessionTimeout/heartbeatsPerSession, minHeartbeat)
-	gcl, err := kgo.NewClient(
-		kgo.SeedBrokers(n.cfg.Log.Brokers...),
+	gcl, err := n.cfg.Log.NewClient(
 		kgo.ClientID(clientID(n.cfg.Log.NodeID, n.cfg.Advertise)),
 		kgo.ConsumerGroup(n.group),
 		kgo.ConsumeTopics(n.topic),

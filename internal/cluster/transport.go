@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,7 @@ const MaxCallBytes = 2 * engine.MaxRemoteBytes
 type transport struct {
 	n      *Node
 	client *http.Client
+	scheme string
 }
 
 var _ engine.Transport = (*transport)(nil)
@@ -57,8 +59,16 @@ func newTransport(n *Node) *transport {
 		ResponseHeaderTimeout: time.Minute,
 		ExpectContinueTimeout: 0,
 	}
-	return &transport{n: n, client: &http.Client{Transport: tr}}
+	scheme := "http://"
+	if n.cfg.CallTLS != nil {
+		tr.TLSClientConfig = n.cfg.CallTLS.Clone()
+		scheme = "https://"
+	}
+	return &transport{n: n, client: &http.Client{Transport: tr}, scheme: scheme}
 }
+
+// url is where the node at addr takes calls.
+func (t *transport) url(addr string) string { return t.scheme + addr + CallPath }
 
 func (t *transport) close() { t.client.CloseIdleConnections() }
 
@@ -97,6 +107,11 @@ func (t *transport) Call(ctx context.Context, part int, body []byte) ([]byte, er
 	switch status {
 	case http.StatusOK:
 		return ans, nil
+	case http.StatusUnauthorized:
+		// Refused before any engine saw it; no retry will pass while
+		// the secrets differ, but the owner may yet change.
+		t.n.sendLog.warn(t.n.log, "a node refused this node's call: check that every node has the same cluster secret (SURGE_CLUSTER_SECRET or --cluster-secret-file)", "to", o.NodeID, "addr", o.Addr, "answer", string(bytes.TrimSpace(ans)))
+		return nil, t.notOwner("node %s at %s refused the call (401): %s", o.NodeID, o.Addr, bytes.TrimSpace(ans))
 	case http.StatusConflict, http.StatusServiceUnavailable, http.StatusNotFound:
 		// Another cluster's node, one not serving calls yet, or a
 		// process that is no surge node at that address: the request
@@ -125,12 +140,15 @@ func (t *transport) Broadcast(ctx context.Context, body []byte) {
 }
 
 func (t *transport) post(ctx context.Context, addr string, body []byte) ([]byte, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+CallPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url(addr), bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, err
 	}
 	req.Header.Set(HeaderCluster, t.n.cfg.Log.Cluster)
 	req.Header.Set("Content-Type", "application/octet-stream")
+	if _, err := sign(req, t.n.cfg.Secret, t.n.cfg.Log.Cluster, t.n.selfClaim(), body, time.Now()); err != nil {
+		return nil, 0, err
+	}
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return nil, 0, err
@@ -178,7 +196,6 @@ type callHandler struct {
 }
 
 func (h *callHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.n.lastCall.Store(time.Now().UnixNano())
 	if h.n.leaving.Load() {
 		// This node serves nothing any more. Closing each connection
 		// after its answer keeps the callers from sending on one that the
@@ -191,26 +208,63 @@ func (h *callHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
+	var signed authHeader
+	if v := h.n.verify; v != nil {
+		var err error
+		if signed, err = v.check(r, h.cluster); err != nil {
+			h.refuse(w, r, err.(*refusal))
+			return
+		}
+	}
+	h.n.lastCall.Store(time.Now().UnixNano())
+	if r.Header.Get(HeaderProbe) != "" {
+		h.answerProbe(w, signed)
+		return
+	}
 	if got := r.Header.Get(HeaderCluster); got != h.cluster {
 		http.Error(w, fmt.Sprintf("this node belongs to cluster %q, not %q", h.cluster, got), http.StatusConflict)
 		return
 	}
-	if r.ContentLength > MaxCallBytes {
-		http.Error(w, fmt.Sprintf("forwarded request of %d bytes exceeds %d", r.ContentLength, MaxCallBytes), http.StatusRequestEntityTooLarge)
+	body, ok := h.readBody(w, r)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCallBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("forwarded request exceeds %d bytes", MaxCallBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "reading the forwarded request: "+err.Error(), http.StatusBadRequest)
+	if h.n.verify != nil && sha256.Sum256(body) != signed.body {
+		h.refuse(w, r, unauthorized("the body does not match the SHA-256 its signature covers"))
 		return
 	}
 	ans := h.eng.HandleRemote(r.Context(), body)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	w.Write(ans)
+}
+
+// readBody reads a call's body up to MaxCallBytes, answering the caller
+// itself when it cannot.
+func (h *callHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > MaxCallBytes {
+		http.Error(w, fmt.Sprintf("forwarded request of %d bytes exceeds %d", r.ContentLength, MaxCallBytes), http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCallBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("forwarded request exceeds %d bytes", MaxCallBytes), http.StatusRequestEntityTooLarge)
+			return nil, false
+		}
+		http.Error(w, "reading the forwarded request: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return body, true
+}
+
+// refuse answers a call that failed its signature check, and logs who
+// it claimed to come from.
+func (h *callHandler) refuse(w http.ResponseWriter, r *http.Request, why *refusal) {
+	h.n.refusedLog.warn(h.n.log, "refused a call from another node: check that every node has the same cluster secret",
+		"claimed_node", claim(r.Header.Get(HeaderNode)), "claimed_cluster", claim(r.Header.Get(HeaderCluster)),
+		"remote", r.RemoteAddr, "status", why.status, "reason", why.reason)
+	w.Header().Set("Connection", "close")
+	http.Error(w, why.reason, why.status)
 }

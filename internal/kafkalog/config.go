@@ -51,8 +51,11 @@ type Config struct {
 	MinCycle time.Duration
 	// SnapshotTimeout bounds one snapshot write or read (default 2 min).
 	SnapshotTimeout time.Duration
-	Metrics         *Metrics
-	Logger          *slog.Logger
+	// Security is TLS and SASL for every Kafka client made from this
+	// Config (NewClient); the zero value is clear text, no SASL.
+	Security Security
+	Metrics  *Metrics
+	Logger   *slog.Logger
 }
 
 // Defaults for the zero values of Config.
@@ -100,7 +103,26 @@ func (c Config) check() error {
 	if len(c.NodeID) > MaxNodeIDBytes {
 		return fmt.Errorf("kafkalog: node id of %d bytes; the limit is %d", len(c.NodeID), MaxNodeIDBytes)
 	}
+	if err := c.Security.Check(); err != nil {
+		return fmt.Errorf("kafkalog: %w", err)
+	}
 	return nil
+}
+
+// NewClient makes a franz-go client for the brokers with c's Security and
+// opts: every Kafka client a node makes comes from here, so none of them
+// skips TLS or SASL.
+func (c Config) NewClient(opts ...kgo.Opt) (*kgo.Client, error) {
+	sec, err := c.Security.ClientOpts()
+	if err != nil {
+		return nil, fmt.Errorf("kafkalog: %w", err)
+	}
+	all := append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, sec...)
+	cl, err := kgo.NewClient(append(all, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkalog: %w", err)
+	}
+	return cl, nil
 }
 
 // LogTopic is the topic holding the cluster's command log.

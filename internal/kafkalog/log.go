@@ -88,8 +88,7 @@ func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
 		return nil, fmt.Errorf("kafkalog: partition %d out of range", partition)
 	}
 	topic := cfg.LogTopic()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.Brokers...),
+	cl, err := cfg.NewClient(
 		kgo.TransactionalID(cfg.TransactionalID(partition)),
 		kgo.TransactionTimeout(cfg.TxnTimeout),
 		// A record the client cannot deliver within the transaction's
@@ -106,7 +105,7 @@ func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
 		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("kafkalog: %w", err)
+		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	l := &Log{
@@ -504,7 +503,6 @@ const readPoll = 5 * time.Second
 // before reaching it ends with an error.
 func readPartition(ctx context.Context, cfg Config, topic string, partition int32, from, until int64, committed bool, fn func(*kgo.Record) error) error {
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
 			topic: {partition: kgo.NewOffset().At(from)},
 		}),
@@ -516,9 +514,9 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 	if committed {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := cfg.NewClient(opts...)
 	if err != nil {
-		return fmt.Errorf("kafkalog: %w", err)
+		return err
 	}
 	defer cl.Close()
 	last, next := time.Now(), from

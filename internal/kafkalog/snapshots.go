@@ -75,8 +75,7 @@ func OpenSnapshots(ctx context.Context, cfg Config) (*Snapshots, error) {
 		return nil, err
 	}
 	topic := cfg.SnapshotTopic()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.Brokers...),
+	cl, err := cfg.NewClient(
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(snapshotMessageBytes),
@@ -84,7 +83,7 @@ func OpenSnapshots(ctx context.Context, cfg Config) (*Snapshots, error) {
 		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("kafkalog: %w", err)
+		return nil, err
 	}
 	s := &Snapshots{cfg: cfg, topic: topic, cl: cl, adm: kadm.NewClient(cl), parts: map[uint32]*snapPartition{}}
 	if err := cl.Ping(ctx); err != nil {

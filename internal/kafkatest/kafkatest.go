@@ -38,12 +38,30 @@ const EnvBrokers = "SURGE_KAFKA_BROKERS"
 // plus the broker's start-up (seconds), with room for a slow mirror.
 const startTimeout = 5 * time.Minute
 
+// Variables naming the SASL_SSL listener of the broker `make test`
+// started (scripts/kafka.sh prints them; scripts/with-kafka.sh exports
+// them).
+const (
+	EnvSASLSSLBrokers = "SURGE_KAFKA_SASL_SSL_BROKERS"
+	EnvCA             = "SURGE_KAFKA_TEST_CA"
+	EnvUser           = "SURGE_KAFKA_TEST_USER"
+	EnvPassword       = "SURGE_KAFKA_TEST_PASSWORD"
+)
+
+// Secure is the broker's SASL_SSL listener: TLS with a certificate signed
+// by the CA in CAFile, then SASL (SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN)
+// as User with Password.
+type Secure struct {
+	Brokers, CAFile, User, Password string
+}
+
 // The broker this test binary started, if any; one per binary, shared by
 // all its tests.
 var (
 	mu       sync.Mutex
 	tried    bool
 	brokers  string
+	secure   Secure
 	dir      string
 	startErr error
 )
@@ -60,10 +78,31 @@ func Brokers(t testing.TB) string {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	startOnce(t)
+	return brokers
+}
+
+// SecureBrokers is Brokers' SASL_SSL listener: the one of the broker in
+// $SURGE_KAFKA_SASL_SSL_BROKERS if set, otherwise of the broker this test
+// binary starts.
+func SecureBrokers(t testing.TB) Secure {
+	t.Helper()
+	if b := os.Getenv(EnvSASLSSLBrokers); b != "" {
+		return Secure{Brokers: b, CAFile: os.Getenv(EnvCA), User: os.Getenv(EnvUser), Password: os.Getenv(EnvPassword)}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	startOnce(t)
+	return secure
+}
+
+// startOnce starts this binary's broker on first use; mu must be held.
+func startOnce(t testing.TB) {
+	t.Helper()
 	if !tried {
 		tried = true
 		var log string
-		brokers, dir, log, startErr = start()
+		brokers, secure, dir, log, startErr = start()
 		if startErr == nil {
 			t.Logf("kafkatest: %s", strings.TrimSpace(log))
 		}
@@ -71,7 +110,6 @@ func Brokers(t testing.TB) string {
 	if startErr != nil {
 		t.Fatalf("kafkatest: no Kafka broker: %v", startErr)
 	}
-	return brokers
 }
 
 // Main runs m's tests, stops the broker Brokers started (if it did) and
@@ -130,15 +168,15 @@ func script() (string, error) {
 	return filepath.Join(root, "scripts", "kafka.sh"), nil
 }
 
-// start runs `scripts/kafka.sh start` and returns the broker's address, its
-// directory and the script's progress messages.
-func start() (addr, brokerDir, log string, err error) {
+// start runs `scripts/kafka.sh start` and returns the broker's address,
+// its SASL_SSL listener, its directory and the script's progress messages.
+func start() (addr string, sec Secure, brokerDir, log string, err error) {
 	if err := requireTools(); err != nil {
-		return "", "", "", err
+		return "", sec, "", "", err
 	}
 	sh, err := script()
 	if err != nil {
-		return "", "", "", err
+		return "", sec, "", "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
@@ -149,20 +187,21 @@ func start() (addr, brokerDir, log string, err error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", "", "", fmt.Errorf("%s start: %v\n%s", sh, err, stderr.String())
+		return "", sec, "", "", fmt.Errorf("%s start: %v\n%s", sh, err, stderr.String())
+	}
+	vars := map[string]*string{
+		EnvBrokers: &addr, "SURGE_KAFKA_DIR": &brokerDir, EnvSASLSSLBrokers: &sec.Brokers,
+		EnvCA: &sec.CAFile, EnvUser: &sec.User, EnvPassword: &sec.Password,
 	}
 	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, EnvBrokers+"="); ok {
-			addr = v
-		}
-		if v, ok := strings.CutPrefix(line, "SURGE_KAFKA_DIR="); ok {
-			brokerDir = v
+		if k, v, ok := strings.Cut(line, "="); ok && vars[k] != nil {
+			*vars[k] = v
 		}
 	}
-	if addr == "" || brokerDir == "" {
-		return "", "", "", fmt.Errorf("%s start printed no broker address:\n%s%s", sh, stdout.String(), stderr.String())
+	if addr == "" || brokerDir == "" || sec.Brokers == "" {
+		return "", sec, "", "", fmt.Errorf("%s start printed no broker address:\n%s%s", sh, stdout.String(), stderr.String())
 	}
-	return addr, brokerDir, stderr.String(), nil
+	return addr, sec, brokerDir, stderr.String(), nil
 }
 
 func stop() error {

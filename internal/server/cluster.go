@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,16 @@ type ClusterConfig struct {
 	// partition (kafkalog.Config.MinCycle); 0 for the default, negative
 	// for none.
 	MinCycle time.Duration
+	// Secret is the cluster secret (SURGE_CLUSTER_SECRET, or read from
+	// SecretFile): nodes sign their calls to each other with it. Empty:
+	// calls are not signed, as before it existed.
+	Secret     []byte
+	SecretFile string
+	// KafkaSecurity is TLS and SASL towards the brokers.
+	KafkaSecurity kafkalog.Security
+	// CallTLS, if set, is the client TLS configuration for calls to the
+	// other nodes, whose listeners then serve TLS (see cluster.Config).
+	CallTLS *tls.Config
 }
 
 func (c ClusterConfig) enabled() bool { return c.Kafka != "" }
@@ -80,6 +91,15 @@ func (c ClusterConfig) resolve(addr string, logger *slog.Logger) (ClusterConfig,
 	if c.SessionTimeout < 0 || c.LogRetention < 0 {
 		return c, fmt.Errorf("--kafka-session-timeout and --kafka-log-retention must be positive durations")
 	}
+	if err := c.KafkaSecurity.Check(); err != nil {
+		return c, err
+	}
+	if err := cluster.CheckSecret(c.Secret); err != nil {
+		return c, err
+	}
+	if len(c.Secret) == 0 {
+		logger.Warn("no cluster secret (SURGE_CLUSTER_SECRET or --cluster-secret-file): calls between nodes are not authenticated, so anyone who reaches this node's port can apply commands through " + cluster.CallPath)
+	}
 	return c, nil
 }
 
@@ -117,17 +137,20 @@ func openCluster(ctx context.Context, cfg Config, cc ClusterConfig, logger *slog
 			Replication:  cc.Replication,
 			LogRetention: cc.LogRetention,
 			MinCycle:     cc.MinCycle,
+			Security:     cc.KafkaSecurity,
 			Metrics:      kafkalog.NewMetrics(reg),
 			Logger:       logger,
 		},
 		NewPartitions:  engine.DefaultPartitions,
 		Advertise:      cc.Advertise,
+		Secret:         cc.Secret,
+		CallTLS:        cc.CallTLS,
 		SessionTimeout: cc.SessionTimeout,
 		Registerer:     reg,
 		Logger:         logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("joining cluster %q at %s: %w", cc.Cluster, cc.Kafka, err)
+		return nil, fmt.Errorf("joining cluster %q at %s (%s): %w", cc.Cluster, cc.Kafka, cc.KafkaSecurity, cc.KafkaSecurity.Explain(err))
 	}
 	return node, nil
 }
