@@ -217,6 +217,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Cluster.LogRetention, "kafka-log-retention", 168*time.Hour, env.help("kafka-log-retention", "SURGE_KAFKA_LOG_RETENTION", "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often"))
 	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
+	serveTLSFlags(f, env, &cfg.TLS)
 	settings = moduleFlags(f, env, server.Builtin())
 	env.read(cmd)
 	return cmd

@@ -18,7 +18,28 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surge-run/surge/client/jobclient"
+	"github.com/surge-run/surge/internal/clientconn"
 )
+
+// workerClientOptions are the jobclient options of --ca-file and --token.
+func workerClientOptions(server string, o clientconn.Options) ([]jobclient.Option, error) {
+	https, err := clientconn.IsHTTPS(server)
+	if err != nil {
+		return nil, usageErrorf("--server %v", err)
+	}
+	opts := []jobclient.Option{jobclient.WithToken(o.Token)}
+	if !https {
+		if o.CAFile != "" {
+			return nil, usageErrorf("--ca-file %s is for https:// servers, and --server %s is http://", o.CAFile, server)
+		}
+		return opts, nil
+	}
+	cfg, err := clientconn.TLSConfig(o.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, jobclient.WithTLSConfig(cfg)), nil
+}
 
 // Output kept of a job's command: the tail, where a failure's cause
 // usually is. stderr is kept small enough that the error message fits the
@@ -35,6 +56,7 @@ func newWorkerCmd() *cobra.Command {
 		server   string
 		queues   string
 		stateDir string
+		conn     clientconn.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -73,7 +95,11 @@ worker deregisters and exits. A second signal kills the running commands and exi
 				defer release()
 				cfg.ID = id
 			}
-			w := newCommandWorker(jobclient.New(server), cfg)
+			copts, err := workerClientOptions(server, conn)
+			if err != nil {
+				return err
+			}
+			w := newCommandWorker(jobclient.New(server, copts...), cfg)
 
 			ctx, drain := context.WithCancel(context.Background())
 			defer drain()
@@ -97,6 +123,7 @@ worker deregisters and exits. A second signal kills the running commands and exi
 	f.IntVar(&cfg.Concurrency, "concurrency", runtime.NumCPU(), env.help("concurrency", "SURGE_CONCURRENCY", "jobs run at once"))
 	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: <host>-<hash of server and queues>-<first free slot>, the same after a restart (SURGE_WORKER_ID)")
 	f.StringVar(&stateDir, "state-dir", envOr("SURGE_WORKER_STATE_DIR", defaultStateDir()), "where the slot locks of default worker ids are kept (SURGE_WORKER_STATE_DIR)")
+	clientFlags(f, &conn)
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, env.help("heartbeat", "SURGE_HEARTBEAT", "interval between heartbeats; shorter than the server's --job-lease"))
 	env.read(cmd)
 	return cmd
