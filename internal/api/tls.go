@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -68,10 +69,13 @@ type tlsMaterial struct {
 	config    *tls.Config    // what a handshake with this set uses
 }
 
-// fileStamp tells a changed file from an unchanged one without reading it.
+// fileStamp tells a changed file from an unchanged one without reading
+// it: a file replaced by a rename has another inode even if its size and
+// time (on a coarse clock) are the same.
 type fileStamp struct {
 	size    int64
 	modTime time.Time
+	inode   uint64
 }
 
 // CertReloader serves the listener's certificate and reloads it.
@@ -121,7 +125,11 @@ func (r *CertReloader) stat() ([]fileStamp, error) {
 		if err != nil {
 			return nil, err
 		}
-		stamps = append(stamps, fileStamp{fi.Size(), fi.ModTime()})
+		st := fileStamp{size: fi.Size(), modTime: fi.ModTime()}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			st.inode = sys.Ino
+		}
+		stamps = append(stamps, st)
 	}
 	return stamps, nil
 }
@@ -201,7 +209,7 @@ func equalStamps(a, b []fileStamp) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].size != b[i].size || !a[i].modTime.Equal(b[i].modTime) {
+		if a[i].size != b[i].size || !a[i].modTime.Equal(b[i].modTime) || a[i].inode != b[i].inode {
 			return false
 		}
 	}
