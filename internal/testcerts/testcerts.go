@@ -147,3 +147,9 @@ func write(t testing.TB, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// WriteCert writes a DER certificate as a PEM file.
+func WriteCert(t testing.TB, path string, der []byte) {
+	t.Helper()
+	write(t, path, "CERTIFICATE", der)
+}
