@@ -103,6 +103,10 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 	if o.Areas < 1 || o.Multiple <= 0 || o.CapacitySeconds <= 0 || o.Seconds <= 0 || o.Concurrency < 1 || o.MaxInflight < 1 || o.Clients < 1 || o.ClientTimeout <= 0 {
 		return errors.New("--areas, --multiple, --capacity-seconds, --seconds, --concurrency, --max-inflight, --clients and --client-timeout must all be positive")
 	}
+	if err := checkConn(o.Conn); err != nil {
+		return err
+	}
+	ctx = withConn(ctx, o.Conn)
 	rep := &OverloadReport{Benchmark: "overload", Target: o.Target, Areas: o.Areas, HTTP2: o.HTTP2, TimeoutSec: o.ClientTimeout.Seconds(), Problems: []string{}}
 	rig, err := newRig(o.Options, "surge-overload-")
 	if err != nil {
@@ -127,7 +131,7 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 
 	clients := make([]*http.Client, o.Clients)
 	for i := range clients {
-		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
+		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight, o.Conn)
 		defer clients[i].CloseIdleConnections()
 	}
 	l := &loader{base: base, clients: clients, timeout: o.ClientTimeout}
