@@ -111,3 +111,20 @@ func TestCtlSendsToken(t *testing.T) {
 		t.Errorf("Authorization headers %q, want the flag's then SURGE_TOKEN's", seen)
 	}
 }
+
+// The TLS flags of surge serve come from their SURGE_* variables unless
+// given on the command line.
+func TestServeTLSFlagsFromEnv(t *testing.T) {
+	t.Setenv("SURGE_TLS_CERT", "/env/cert.pem")
+	t.Setenv("SURGE_TLS_KEY", "/env/key.pem")
+	t.Setenv("SURGE_TLS_CLIENT_CA", "/env/ca.pem")
+	cmd := newServeCmd()
+	if err := cmd.Flags().Parse([]string{"--tls-key", "/flag/key.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"tls-cert": "/env/cert.pem", "tls-key": "/flag/key.pem", "tls-client-ca": "/env/ca.pem"} {
+		if got := cmd.Flags().Lookup(name).Value.String(); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+}
