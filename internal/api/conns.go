@@ -236,15 +236,6 @@ func (c *trackedConn) SetReadDeadline(d time.Time) error {
 	return c.Conn.SetReadDeadline(c.freshDeadline(d))
 }
 
-// SetWriteDeadline extends, until the first byte, the TLS handshake's
-// write deadline as SetReadDeadline extends its read deadline.
-func (c *trackedConn) SetWriteDeadline(d time.Time) error {
-	if c.tlsPhase.Load() == tlsBeforeHello {
-		d = c.freshDeadline(d)
-	}
-	return c.Conn.SetWriteDeadline(d)
-}
-
 func (c *trackedConn) freshDeadline(d time.Time) time.Time {
 	if c.fresh.Load() && !d.IsZero() {
 		if idle := time.Unix(0, c.freshFrom.Load()).Add(c.t.idleTimeout); idle.After(d) {

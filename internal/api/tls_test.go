@@ -394,3 +394,31 @@ func TestTLSIdleH2ConnIsShed(t *testing.T) {
 		t.Fatalf("new connection at the cap, the other idle: %q, %v", got, err)
 	}
 }
+
+// A new connection has the idle timeout to start its handshake, as a
+// cleartext one has to send its first request: the handshake's
+// deadlines, the server's writes included, run from the hello.
+func TestTLSLateHelloIsServed(t *testing.T) {
+	ca := testcerts.NewCA(t, "test")
+	pair := ca.Server(t)
+	lim := Limits{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: hang}
+	_, _, addr := startTLSServer(t, protoHandler, lim, TLSFiles{Cert: pair.CertFile, Key: pair.KeyFile}, nil)
+	raw := dial(t, addr)
+	time.Sleep(5 * lim.ReadHeaderTimeout)
+	c := tls.Client(raw.Conn, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	c.SetDeadline(time.Now().Add(hang))
+	if err := c.Handshake(); err != nil {
+		t.Fatalf("handshake started after the header timeout: %v", err)
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+}
