@@ -2,7 +2,9 @@
 // inspect jobs, and run handler functions as a worker.
 //
 // It speaks the jq gRPC API (JobService, WorkerService) that `surge serve`
-// serves, over cleartext HTTP/2 by default. Submitting:
+// serves, over cleartext HTTP/2 for an http:// URL and HTTP/2 over TLS for
+// an https:// one (WithTLSConfig to trust a private CA, WithToken for a
+// server that asks for tokens). Submitting:
 //
 //	c := jobclient.New("http://127.0.0.1:8080")
 //	id, err := jobclient.SubmitJSON(ctx, c, "emails", Email{To: "a@b.c"}, jobclient.SubmitOptions{Priority: 5})
@@ -23,11 +25,13 @@ package jobclient
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -49,6 +53,21 @@ type Option func(*options)
 type options struct {
 	httpClient connect.HTTPClient
 	connect    []connect.ClientOption
+	tls        *tls.Config
+	token      string
+}
+
+// WithTLSConfig is the TLS configuration of the default HTTP client for
+// an https:// server, e.g. with RootCAs holding a private CA (default:
+// the system's CAs, TLS 1.2 at least).
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(o *options) { o.tls = cfg }
+}
+
+// WithToken sends token as "Authorization: Bearer <token>" on every call,
+// streams included.
+func WithToken(token string) Option {
+	return func(o *options) { o.token = token }
 }
 
 // WithHTTPClient replaces the default HTTP client (cleartext HTTP/2, with
@@ -79,8 +98,23 @@ func DefaultHTTPClient() *http.Client {
 	}}
 }
 
+// TLSHTTPClient is the HTTP client New uses for an https:// server:
+// HTTP/2 over TLS with cfg (nil: the system's CAs, TLS 1.2 at least), and
+// pings as DefaultHTTPClient's.
+func TLSHTTPClient(cfg *tls.Config) *http.Client {
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	hc := DefaultHTTPClient()
+	tr := hc.Transport.(*http.Transport)
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP2(true)
+	tr.TLSClientConfig = cfg
+	return hc
+}
+
 // New returns a client of the server at baseURL, e.g.
-// "http://127.0.0.1:8080".
+// "http://127.0.0.1:8080" or "https://jobs.example:8443".
 func New(baseURL string, opts ...Option) *Client {
 	var o options
 	for _, opt := range opts {
@@ -88,8 +122,15 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	if o.httpClient == nil {
 		o.httpClient = DefaultHTTPClient()
+		if strings.HasPrefix(baseURL, "https://") {
+			o.httpClient = TLSHTTPClient(o.tls)
+		}
 	}
-	copts := append([]connect.ClientOption{connect.WithGRPC()}, o.connect...)
+	copts := []connect.ClientOption{connect.WithGRPC()}
+	if o.token != "" {
+		copts = append(copts, connect.WithInterceptors(bearer("Bearer "+o.token)))
+	}
+	copts = append(copts, o.connect...)
 	return &Client{
 		jobs:    jqpbconnect.NewJobServiceClient(o.httpClient, baseURL, copts...),
 		workers: jqpbconnect.NewWorkerServiceClient(o.httpClient, baseURL, copts...),

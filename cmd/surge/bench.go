@@ -135,7 +135,8 @@ func ticketingCrowdFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f := cmd.Flags()
 	f.BoolVar(&o.Crowd, "crowd", false, "run the peer's own spike client: every reservation at once, its retries and deadlines (see above)")
 	f.StringVar(&o.CrowdTransport, "crowd-transport", bench.CrowdTransportXNet, "with --crowd: the clients' HTTP/2 transport, x/net (the peer's x/net/http2, one dial at a time when every connection is full) or net/http (its h2c Transport, which dials once per waiting request)")
-	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "with --crowd: a flag for the started server, e.g. --serve-flag=--max-inflight=100000 (repeatable)")
+	f.StringArrayVar(&o.ServeArgs, "serve-flag", nil, "a flag for the started server (not --cluster's nodes), e.g. --serve-flag=--max-inflight=100000 (repeatable); with --serve-flag=--tls-cert=FILE it is reached over https, trusting --ca-file")
+	clientFlags(f, &o.Conn)
 	f.DurationVar(&o.KillAfter, "kill-after", 0, "with --crowd: kill the started server with SIGKILL this long after the crowd's start, restart it, and read back every id handed out (0: not by time)")
 	f.Int64Var(&o.KillAfterDecisions, "kill-after-decisions", 0, "with --crowd: kill the started server with SIGKILL once this many reservations have their decision, restart it, and read back every id handed out (0: not by count)")
 }
@@ -145,8 +146,11 @@ func ticketingCrowdFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 func crowdDefaults(cmd *cobra.Command, o *bench.TicketingOptions) error {
 	f := cmd.Flags()
 	if !o.Crowd {
-		if len(o.ServeArgs) > 0 || f.Changed("crowd-transport") || f.Changed("kill-after") || f.Changed("kill-after-decisions") {
-			return fmt.Errorf("--serve-flag, --crowd-transport, --kill-after and --kill-after-decisions are for --crowd only")
+		if len(o.ServeArgs) > 0 && (o.Target != "" || o.Cluster > 0) {
+			return fmt.Errorf("--serve-flag is for the one server the bench starts: it takes no --target or --cluster")
+		}
+		if f.Changed("crowd-transport") || f.Changed("kill-after") || f.Changed("kill-after-decisions") {
+			return fmt.Errorf("--crowd-transport, --kill-after and --kill-after-decisions are for --crowd only")
 		}
 		return nil
 	}
@@ -209,6 +213,7 @@ peer, or twice what the whole run could take from one product if that is more.`,
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one)")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the mix, the customer and product choices and the prices")
+	clientFlags(f, &o.Conn)
 	return cmd
 }
 
@@ -251,6 +256,7 @@ asked, the report says what it did offer.`,
 	f.IntVarP(&o.Clients, "clients", "c", 8, "HTTP clients, each with its own connections")
 	f.BoolVar(&o.HTTP2, "http2", true, "cleartext HTTP/2 with prior knowledge (h2c); false for HTTP/1.1")
 	f.DurationVar(&o.ClientTimeout, "client-timeout", 10*time.Second, "a request not answered by then counts as a timeout")
+	clientFlags(f, &o.Conn)
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	return cmd

@@ -3,14 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/surge-run/surge/internal/clientconn"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 )
@@ -29,6 +28,7 @@ type ctlOptions struct {
 	server  string
 	json    bool
 	timeout time.Duration
+	conn    clientconn.Options // --ca-file, --token
 }
 
 // ctlClients are the jq services a command calls; they are built per
@@ -41,21 +41,18 @@ type ctlClients struct {
 // clients speaks gRPC, as jq-ctl does, so that `surge ctl` also works
 // against a jq server or anything behind a gRPC-only proxy. Cleartext
 // servers get HTTP/2 without TLS (h2c, what `surge serve` listens for);
-// https ones get ordinary HTTP/2 over TLS.
+// https ones get ordinary HTTP/2 over TLS, trusting --ca-file.
 func (o *ctlOptions) clients() (ctlClients, error) {
-	u, err := url.Parse(o.server)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return ctlClients{}, usageErrorf("--server %q: want a URL such as http://127.0.0.1:8080", o.server)
+	if _, err := clientconn.IsHTTPS(o.server); err != nil {
+		return ctlClients{}, usageErrorf("--server %v", err)
 	}
 	p := new(http.Protocols)
-	tr := &http.Transport{Protocols: p}
-	if u.Scheme == "https" {
-		p.SetHTTP2(true)
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	} else {
-		p.SetUnencryptedHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	rt, err := clientconn.Configure(&http.Transport{Protocols: p}, o.server, true, o.conn)
+	if err != nil {
+		return ctlClients{}, usageError{err}
 	}
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: rt}
 	base := strings.TrimRight(o.server, "/")
 	return ctlClients{
 		jobs:  jqpbconnect.NewJobServiceClient(hc, base, connect.WithGRPC()),
@@ -165,6 +162,7 @@ protojson object per command. Errors print the gRPC code and message and exit
 	pf.StringVar(&o.server, "server", envOr("SURGE_SERVER", "http://127.0.0.1:8080"), "server base URL (SURGE_SERVER)")
 	pf.BoolVar(&o.json, "json", false, "print the response as protojson, one object per command")
 	pf.DurationVar(&o.timeout, "timeout", 10*time.Second, "deadline for the call")
+	clientFlags(pf, &o.conn)
 	ctl.AddCommand(ctlStatusCmd(o), ctlJobCmd(o), ctlQueueCmd(o), ctlWorkerCmd(o))
 	return ctl
 }

@@ -182,6 +182,7 @@ func newServeCmd() *cobra.Command {
 	s.admissionFlags(cmd)
 	s.clusterFlags(cmd)
 	clusterSecurityFlags(cmd.Flags(), s.env, &s.cfg.Cluster)
+	serveTLSFlags(cmd.Flags(), s.env, &s.cfg.TLS)
 	s.settings = moduleFlags(cmd.Flags(), s.env, server.Builtin())
 	s.env.read(cmd)
 	return cmd

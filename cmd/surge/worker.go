@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surge-run/surge/client/jobclient"
+	"github.com/surge-run/surge/internal/clientconn"
 )
 
 // Output kept of a job's command: the tail, where a failure's cause
@@ -27,6 +28,26 @@ const (
 	maxResultBytes = 64 << 10
 	maxStderrBytes = 3 << 10
 )
+
+// workerClientOptions are the jobclient options of --ca-file and --token.
+func workerClientOptions(server string, o clientconn.Options) ([]jobclient.Option, error) {
+	https, err := clientconn.IsHTTPS(server)
+	if err != nil {
+		return nil, usageErrorf("--server %v", err)
+	}
+	opts := []jobclient.Option{jobclient.WithToken(o.Token)}
+	if !https {
+		if o.CAFile != "" {
+			return nil, usageErrorf("--ca-file %s is for https:// servers, and --server %s is http://", o.CAFile, server)
+		}
+		return opts, nil
+	}
+	cfg, err := clientconn.TLSConfig(o.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, jobclient.WithTLSConfig(cfg)), nil
+}
 
 // workerLong is what `surge worker --help` says.
 const workerLong = `surge worker takes jobs from a Surge server's queues over a gRPC stream and runs each
@@ -50,6 +71,7 @@ func newWorkerCmd() *cobra.Command {
 		server   string
 		queues   string
 		stateDir string
+		conn     clientconn.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -72,7 +94,11 @@ func newWorkerCmd() *cobra.Command {
 				defer release()
 				cfg.ID = id
 			}
-			return runDraining(newCommandWorker(jobclient.New(server), cfg), log)
+			copts, err := workerClientOptions(server, conn)
+			if err != nil {
+				return err
+			}
+			return runDraining(newCommandWorker(jobclient.New(server, copts...), cfg), log)
 		},
 	}
 	f := cmd.Flags()
@@ -81,6 +107,7 @@ func newWorkerCmd() *cobra.Command {
 	f.IntVar(&cfg.Concurrency, "concurrency", runtime.NumCPU(), env.help("concurrency", "SURGE_CONCURRENCY", "jobs run at once"))
 	f.StringVar(&cfg.ID, "id", envOr("SURGE_WORKER_ID", ""), "the worker's id; empty: <host>-<hash of server and queues>-<first free slot>, the same after a restart (SURGE_WORKER_ID)")
 	f.StringVar(&stateDir, "state-dir", envOr("SURGE_WORKER_STATE_DIR", defaultStateDir()), "where the slot locks of default worker ids are kept (SURGE_WORKER_STATE_DIR)")
+	clientFlags(f, &conn)
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, env.help("heartbeat", "SURGE_HEARTBEAT", "interval between heartbeats; shorter than the server's --job-lease"))
 	env.read(cmd)
 	return cmd

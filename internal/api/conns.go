@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -96,6 +97,9 @@ type connTracker struct {
 	new  connList
 
 	refusing atomic.Int64
+	// tlsConfig is the listener's TLS configuration (Server.ServeTLS);
+	// nil in clear. Connections are tracked under TLS, as TCP ones.
+	tlsConfig *tls.Config
 	// retry gives each refused connection its own turn for a freed one
 	// (a close, or a connection gone idle, which a newcomer may shed).
 	retry SlotRetry
@@ -121,9 +125,23 @@ type trackedConn struct {
 
 	// waiting is set while the server waits for a request's first bytes
 	// (on a new connection or between requests); fresh until the
-	// connection's first byte.
+	// connection's first byte, and under TLS again from the end of the
+	// handshake to the first request's first byte.
 	waiting, fresh atomic.Bool
+	// freshFrom is when the connection last became fresh (unix ns): its
+	// accept, or the end of its TLS handshake.
+	freshFrom atomic.Int64
+	tlsPhase  atomic.Int32
 }
+
+// A TLS connection's phases: its handshake is bounded like a request's
+// headers (from its first byte), and the wait for its first request is
+// the idle timeout, as for a cleartext connection.
+const (
+	tlsBeforeHello int32 = iota
+	tlsHandshaking
+	tlsHandshaken
+)
 
 type connList struct{ head, tail *trackedConn }
 
@@ -189,7 +207,13 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		if c.fresh.Swap(false) {
 			// net/http set the header timeout at accept; it runs from
 			// here, as it does for a kept-alive connection's next request.
-			c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
+			d := time.Now().Add(c.t.headerTimeout)
+			c.Conn.SetReadDeadline(d)
+			if c.t.tlsConfig != nil && c.tlsPhase.CompareAndSwap(tlsBeforeHello, tlsHandshaking) {
+				// The client's hello: the whole handshake, the server's
+				// writes too, must end within the header timeout.
+				c.Conn.SetWriteDeadline(d)
+			}
 		}
 	}
 	return n, err
@@ -200,12 +224,25 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 // client's pool keeps connections it dialed and then did not need, to use
 // them later like kept-alive ones.
 func (c *trackedConn) SetReadDeadline(d time.Time) error {
+	if d.IsZero() && c.tlsPhase.CompareAndSwap(tlsHandshaking, tlsHandshaken) {
+		// net/http clears the deadlines when a handshake succeeds: the
+		// connection now waits for its first request, as a new one
+		// waits in clear (an HTTPS client's pool keeps connections it
+		// dialed, handshake done, for later).
+		c.freshFrom.Store(time.Now().UnixNano())
+		c.waiting.Store(true)
+		c.fresh.Store(true)
+	}
+	return c.Conn.SetReadDeadline(c.freshDeadline(d))
+}
+
+func (c *trackedConn) freshDeadline(d time.Time) time.Time {
 	if c.fresh.Load() && !d.IsZero() {
-		if idle := c.since.Add(c.t.idleTimeout); idle.After(d) {
-			d = idle
+		if idle := time.Unix(0, c.freshFrom.Load()).Add(c.t.idleTimeout); idle.After(d) {
+			return idle
 		}
 	}
-	return c.Conn.SetReadDeadline(d)
+	return d
 }
 
 // hasUnread reports whether the client's bytes wait unread on nc, without
@@ -256,7 +293,7 @@ func (c *trackedConn) CloseWrite() error {
 // server calls it from one goroutine at a time; the tracker may close the
 // connection concurrently, after which its state no longer matters.
 func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
-	c, ok := nc.(*trackedConn)
+	c, ok := trackedOf(nc)
 	if !ok {
 		return
 	}
@@ -283,6 +320,7 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
 	c.waiting.Store(true)
 	c.fresh.Store(true)
+	c.freshFrom.Store(c.since.UnixNano())
 	t.mu.Lock()
 	var victim *trackedConn
 	if t.open >= t.max {
@@ -398,12 +436,21 @@ func (t *connTracker) refuse(c net.Conn) {
 	msg := t.refusal()
 	if t.refusing.Add(1) > maxRefusing {
 		t.refusing.Add(-1)
+		if t.tlsConfig != nil {
+			// No time for a handshake, and an answer in clear is noise
+			// to a TLS client: a plain close it reports at once.
+			closeQuietly(c)
+			return
+		}
 		// A fresh socket's send buffer is empty, so this write does not
 		// wait; the deadline only guards against the unexpected.
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		c.Write(msg)
 		closeQuietly(c)
 		return
+	}
+	if t.tlsConfig != nil {
+		c = refusalTLS(c, t.tlsConfig)
 	}
 	go func() {
 		defer t.refusing.Add(-1)

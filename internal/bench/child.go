@@ -29,6 +29,7 @@ type child struct {
 	logPath string
 	exited  chan struct{}
 	waitErr error
+	https   bool // serves TLS (servesTLS)
 }
 
 // freeAddr picks a free loopback port. Another process could take it
@@ -75,13 +76,18 @@ func startChild(name, exe string, args []string, addr, logPath string) (*child, 
 	return c, nil
 }
 
-func (c *child) baseURL() string { return "http://" + c.addr }
+func (c *child) baseURL() string {
+	if c.https {
+		return "https://" + c.addr
+	}
+	return "http://" + c.addr
+}
 
 // waitReady polls /v1/health_check until it answers 200 and returns how
 // long that took from the call.
 func (c *child) waitReady(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	client := &http.Client{Timeout: time.Second}
+	client := oneOffClient(ctx, time.Second)
 	defer client.CloseIdleConnections()
 	url := c.baseURL() + "/v1/health_check"
 	for {

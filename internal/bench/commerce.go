@@ -723,7 +723,7 @@ func (b *commerceBench) load(ctx context.Context, rig *Rig) error {
 	o, rep := b.o, b.rep
 	clients := make([]*http.Client, o.Clients)
 	for i := range clients {
-		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
+		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight, o.Conn)
 		defer clients[i].CloseIdleConnections()
 	}
 	var null *child

@@ -24,6 +24,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/surge-run/surge/internal/clientconn"
 	"github.com/surge-run/surge/internal/ids"
 )
 
@@ -72,8 +73,10 @@ type GenConfig struct {
 	Clients      int    // HTTP clients per group, each with its own transport
 	Groups       int    // generator groups, each with its own event
 	Inflight     int    // reservations in flight at once, across all groups
-	HTTP2        bool   // h2c with prior knowledge; HTTP/1.1 otherwise
+	HTTP2        bool   // h2c with prior knowledge (or h2 over TLS); HTTP/1.1 otherwise
 	Seed         uint64 // seeds every worker's area and seat-count choices
+	// Conn is --ca-file and --token, for an https:// server or a token.
+	Conn clientconn.Options
 	// CheckSeats turns on the correctness checks (seat shapes, echoed area,
 	// double booking). The null server's fixed replies would fail them.
 	CheckSeats bool
@@ -100,8 +103,8 @@ func (c *GenConfig) validate() error {
 	}
 	for _, b := range append([]string{c.BaseURL}, c.Nodes...) {
 		u, err := url.Parse(b)
-		if err != nil || u.Scheme != "http" || u.Host == "" {
-			return fmt.Errorf("target %q: want http://host:port", b)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("target %q: want http://host:port or https://host:port", b)
 		}
 	}
 	return nil
@@ -198,7 +201,7 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 		gr.bodyPrefix = fmt.Appendf(nil, `{"userId":"user123","eventId":%q,"areaId":"`, gr.eventID)
 		gr.keyPrefix = fmt.Appendf(nil, "%s-", gr.eventID)
 		for ci := range cfg.Clients {
-			gr.clients = append(gr.clients, newHTTPClient(cfg.HTTP2, cfg.Inflight))
+			gr.clients = append(gr.clients, newHTTPClient(cfg.HTTP2, cfg.Inflight, cfg.Conn))
 			cb, node := base, 0
 			if len(cfg.Nodes) > 0 {
 				node = nodeForClient(gi, ci, cfg.Clients, len(cfg.Nodes))
@@ -225,7 +228,7 @@ func NewGenerator(cfg GenConfig) (*Generator, error) {
 
 // newHTTPClient keeps up to idleConns connections open between requests,
 // so HTTP/1.1 never closes one that the next reservation would reopen.
-func newHTTPClient(h2 bool, idleConns int) *http.Client {
+func newHTTPClient(h2 bool, idleConns int, conn clientconn.Options) *http.Client {
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		DisableCompression:    true,
@@ -233,16 +236,9 @@ func newHTTPClient(h2 bool, idleConns int) *http.Client {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: responseHeaderTimeout,
 	}
-	var p http.Protocols
-	if h2 {
-		p.SetUnencryptedHTTP2(true)
-	} else {
-		p.SetHTTP1(true)
-	}
-	tr.Protocols = &p
 	// No Client.Timeout: it would arm a timer per request, and
 	// ResponseHeaderTimeout plus the run's context already bound a request.
-	return &http.Client{Transport: tr}
+	return &http.Client{Transport: connTransport(tr, h2, conn)}
 }
 
 // Close releases the generator's connections.

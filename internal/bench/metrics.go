@@ -29,7 +29,7 @@ func scrape(ctx context.Context, base string) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := oneOffClient(ctx, 0).Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -103,6 +103,10 @@ func RunOverload(ctx context.Context, o OverloadOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if err := checkConn(o.Conn); err != nil {
+		return err
+	}
+	ctx = withConn(ctx, o.Conn)
 	rep := &OverloadReport{Benchmark: "overload", Target: o.Target, Areas: o.Areas, HTTP2: o.HTTP2, TimeoutSec: o.ClientTimeout.Seconds(), Problems: []string{}}
 	rig, err := newRig(o.Options, "surge-overload-")
 	if err != nil {
@@ -199,7 +203,7 @@ type loader struct {
 func newLoader(base string, o OverloadOptions) *loader {
 	clients := make([]*http.Client, o.Clients)
 	for i := range clients {
-		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight)
+		clients[i] = newHTTPClient(o.HTTP2, o.MaxInflight, o.Conn)
 	}
 	return &loader{base: base, clients: clients, timeout: o.ClientTimeout}
 }

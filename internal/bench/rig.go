@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/surge-run/surge/internal/clientconn"
 )
 
 // Options are the flags and outputs every `surge bench` command shares;
@@ -28,6 +30,8 @@ type Options struct {
 	Stdout      io.Writer
 	Stderr      io.Writer
 	ProgressTTY bool
+	// Conn is --ca-file and --token (conn.go).
+	Conn clientconn.Options
 }
 
 // Rig owns the processes a bench starts (servers, do-nothing servers) and
@@ -75,6 +79,7 @@ func (r *Rig) spawn(name string, args []string, addr string) (*child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	c.https = servesTLS(args)
 	r.children = append(r.children, c)
 	return c, nil
 }
@@ -266,6 +271,10 @@ type scenario interface {
 // runScenario runs s on a fresh rig and ends like every bench: the JSON,
 // then FAILED with the problems (the logs kept) or the OK line.
 func runScenario(ctx context.Context, o Options, tmpPrefix string, s scenario) error {
+	if err := checkConn(o.Conn); err != nil {
+		return err
+	}
+	ctx = withConn(ctx, o.Conn)
 	rig, err := newRig(o, tmpPrefix)
 	if err != nil {
 		return err

@@ -45,7 +45,8 @@ type TicketingOptions struct {
 	// CrowdTransport is the crowd's HTTP/2 client: CrowdTransportXNet (the
 	// peer's) or CrowdTransportNetHTTP.
 	CrowdTransport string
-	// ServeArgs are extra flags for the started `surge serve` (crowd only).
+	// ServeArgs are extra flags for the started `surge serve` (not the
+	// cluster's nodes).
 	ServeArgs []string
 	// KillAfter and KillAfterDecisions (crowd only, whichever comes
 	// first; 0 for neither) kill the started server with SIGKILL that
@@ -140,7 +141,7 @@ func (o TicketingOptions) genConfig(flow, baseURL string, check bool) GenConfig 
 	return GenConfig{
 		BaseURL: baseURL, Flow: flow, Areas: o.Areas, Reservations: o.Reservations,
 		Clients: o.Clients, Groups: o.Groups, Inflight: o.Inflight, HTTP2: o.HTTP2,
-		Seed: o.Seed, CheckSeats: check, Progress: o.Stderr, ProgressTTY: o.ProgressTTY,
+		Conn: o.Conn, Seed: o.Seed, CheckSeats: check, Progress: o.Stderr, ProgressTTY: o.ProgressTTY,
 	}
 }
 
@@ -177,7 +178,7 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		fr.Baseline = b
 	}
 
-	srv, err := r.target(ctx, flow, "surge-"+flow, "data-"+flow, flow)
+	srv, err := r.target(ctx, flow, "surge-"+flow, "data-"+flow, flow, r.o.ServeArgs...)
 	if err != nil {
 		return fr, err
 	}

@@ -76,6 +76,9 @@ type Config struct {
 	// Cluster, with Kafka set, makes this server a node of a cluster on
 	// Apache Kafka instead of an embedded server with a data directory.
 	Cluster ClusterConfig
+	// TLS, if its files are set, serves the listener over TLS only
+	// (--tls-cert, --tls-key, --tls-client-ca).
+	TLS api.TLSFiles
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
@@ -99,6 +102,7 @@ type Server struct {
 	mux      *http.ServeMux
 	ln       net.Listener
 	srv      *api.Server
+	certs    *api.CertReloader // nil in clear
 	serveErr chan error
 	ready    atomic.Bool
 	memLimit int64
@@ -185,6 +189,9 @@ func (s *Server) check() error {
 		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
 	}
 	if err := module.Check(cfg.Modules, cfg.Settings); err != nil {
+		return err
+	}
+	if err := s.checkTLS(); err != nil {
 		return err
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
@@ -313,7 +320,7 @@ func (s *Server) Start() (err error) {
 		s.undo = append(s.undo, func() { s.ln.Close() })
 	}
 	s.srv = api.NewServer(s.cfg.Addr, s.mux, s.limits, s.reg)
-	go func() { s.serveErr <- s.srv.Serve(s.ln) }()
+	go s.serve()
 	if s.node != nil {
 		// Serving first: other nodes forward calls as soon as they see
 		// this node own a partition.
@@ -343,7 +350,7 @@ func (s *Server) logServing() {
 	if s.node != nil {
 		where = []any{"cluster", s.ccfg.Cluster, "node_id", s.ccfg.NodeID, "advertise", s.ccfg.Advertise, "kafka", s.ccfg.Kafka}
 	}
-	attrs := append(append([]any{"addr", s.Addr()}, where...), "partitions", s.eng.Partitions(), "ready_after", time.Since(s.started).Round(time.Millisecond),
+	attrs := append(append([]any{"addr", s.Addr(), "tls", s.certs != nil}, where...), "partitions", s.eng.Partitions(), "ready_after", time.Since(s.started).Round(time.Millisecond),
 		"max_conns", s.limits.MaxConns, "max_inflight", s.limits.MaxInflight,
 		"max_wait", s.limits.MaxWait, "waiting_room", s.limits.WaitingRoom)
 	for _, sv := range s.served {
