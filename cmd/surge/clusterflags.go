@@ -26,6 +26,7 @@ type stringBoolFlags interface {
 // nodes and to Kafka (docs/CLUSTER.md, "Security").
 func clusterSecurityFlags(f stringBoolFlags, env *envVars, cc *server.ClusterConfig) {
 	f.StringVar(&cc.SecretFile, "cluster-secret-file", "", env.help("cluster-secret-file", "SURGE_CLUSTER_SECRET_FILE", "with --kafka: a file holding the secret every node of the cluster shares (or set it in "+envClusterSecret+"); nodes sign each call to another node with it and refuse calls not signed with it"))
+	f.StringVar(&cc.CA, "cluster-ca", "", env.help("cluster-ca", "SURGE_CLUSTER_CA", "with --kafka and --tls-cert: PEM file of the CAs that sign the other nodes' certificates, which calls between nodes check; default --tls-client-ca, else the system's"))
 	f.BoolVar(&cc.KafkaSecurity.TLS, "kafka-tls", false, env.help("kafka-tls", "SURGE_KAFKA_TLS", "with --kafka: connect to the brokers over TLS (1.2+)"))
 	f.StringVar(&cc.KafkaSecurity.CAFile, "kafka-ca", "", env.help("kafka-ca", "SURGE_KAFKA_CA", "with --kafka-tls: PEM file of the CAs that sign the brokers' certificates; default the system's"))
 	f.StringVar(&cc.KafkaSecurity.SASL, "kafka-sasl", "", env.help("kafka-sasl", "SURGE_KAFKA_SASL", "with --kafka: SASL mechanism, plain, scram-sha-256 or scram-sha-512; the user is --kafka-user and the password comes from "+envKafkaPassword))

@@ -76,6 +76,9 @@ func startNodeWith(t *testing.T, brokers, name, id string, session time.Duration
 	select {
 	case addr := <-ready:
 		n.base = "http://" + addr
+		if cfg.TLS.Enabled() {
+			n.base = "https://" + addr
+		}
 	case err := <-n.errc:
 		stop()
 		t.Fatalf("node %s: %v", id, err)

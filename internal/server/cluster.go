@@ -50,7 +50,12 @@ type ClusterConfig struct {
 	KafkaSecurity kafkalog.Security
 	// CallTLS, if set, is the client TLS configuration for calls to the
 	// other nodes, whose listeners then serve TLS (see cluster.Config).
+	// With Config.TLS the server makes it (nodeCallTLS).
 	CallTLS *tls.Config
+	// CA is the PEM file of the CAs that sign the other nodes'
+	// certificates (--cluster-ca), for a cluster whose listeners serve
+	// TLS; empty: --tls-client-ca, else the system's.
+	CA string
 }
 
 func (c ClusterConfig) enabled() bool { return c.Kafka != "" }

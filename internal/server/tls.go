@@ -1,7 +1,9 @@
 package server
 
 import (
-	"errors"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,18 +17,46 @@ func (s *Server) checkTLS() error {
 	if !s.cfg.TLS.Enabled() {
 		return nil
 	}
-	if s.cfg.Cluster.enabled() {
-		// Nodes forward calls to each other's listeners in clear
-		// (internal/cluster), which a TLS listener would refuse.
-		return errors.New("--tls-cert with --kafka: cluster nodes call each other's listener without TLS, so a node's listener cannot require it yet; put TLS in front of the nodes (a load balancer) instead")
-	}
 	r, err := api.NewCertReloader(s.cfg.TLS, s.logger)
 	if err != nil {
 		return err
 	}
 	s.certs = r
+	if s.cfg.Cluster.enabled() {
+		// The other nodes' listeners serve TLS too: calls to them go
+		// over https.
+		if s.cfg.Cluster.CallTLS, err = s.nodeCallTLS(); err != nil {
+			return err
+		}
+	}
 	s.watchSIGHUP()
 	return nil
+}
+
+// nodeCallTLS is how a node of a TLS cluster calls the others: it trusts
+// --cluster-ca (default: --tls-client-ca, else the system's CAs) and,
+// where a listener asks for a client certificate (--tls-client-ca), shows
+// its own, reloaded with it.
+func (s *Server) nodeCallTLS() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: api.TLSCipherSuites}
+	flag, file := "--cluster-ca", s.cfg.Cluster.CA
+	if file == "" {
+		flag, file = "--tls-client-ca", s.cfg.TLS.ClientCA
+	}
+	if file != "" {
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", flag, file, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
+		}
+	}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		return s.certs.Certificate(), nil
+	}
+	return cfg, nil
 }
 
 // serve serves on the listener, over TLS if configured.

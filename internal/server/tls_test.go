@@ -92,10 +92,11 @@ func TestTLSBadCertFileAtStart(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", files, err, bad)
 		}
 	}
+	// A cluster node checks the CA it trusts for the other nodes at once.
 	_, err := New(context.Background(), Config{Addr: "127.0.0.1:0", TLS: api.TLSFiles{Cert: pair.CertFile, Key: pair.KeyFile},
-		Cluster: ClusterConfig{Kafka: "127.0.0.1:1", Cluster: "c"}, Logger: slog.New(slog.DiscardHandler)})
-	if err == nil || !strings.Contains(err.Error(), "--kafka") {
-		t.Errorf("TLS on a cluster node: %v, want a refusal naming --kafka", err)
+		Cluster: ClusterConfig{Kafka: "127.0.0.1:1", Cluster: "c", CA: bad}, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "--cluster-ca "+bad) {
+		t.Errorf("TLS on a cluster node with a bad --cluster-ca: %v, want an error naming it", err)
 	}
 }
 

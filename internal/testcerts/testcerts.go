@@ -84,7 +84,14 @@ func (ca *CA) Client(t testing.TB, name string) Pair {
 	return ca.sign(t, name, x509.ExtKeyUsageClientAuth)
 }
 
-func (ca *CA) sign(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
+// Node signs a certificate a cluster node both serves with and presents
+// to the other nodes' listeners when they ask for one.
+func (ca *CA) Node(t testing.TB, name string) Pair {
+	t.Helper()
+	return ca.sign(t, name, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (ca *CA) sign(t testing.TB, name string, usage ...x509.ExtKeyUsage) Pair {
 	key := newKey(t)
 	sn := big.NewInt(serial.Add(1))
 	tmpl := &x509.Certificate{
@@ -93,7 +100,7 @@ func (ca *CA) sign(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
