@@ -155,8 +155,8 @@ func (g *Gate) refuseRateLimited(w http.ResponseWriter, r *http.Request, rt Rout
 	secs := int64((retry + time.Second - 1) / time.Second)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	g.refuse(w, r, rt, http.StatusTooManyRequests, connect.CodeResourceExhausted,
-		"too many failed authentications from this address (more than "+strconv.Itoa(MaxAuthFailures)+
-			" per "+AuthFailureWindow.String()+"); retry after "+strconv.FormatInt(secs, 10)+"s with a valid token")
+		"too many failed authentications from this address (more than "+strconv.Itoa(g.failures.max)+
+			" per "+g.failures.window.String()+", --max-auth-failures); retry after "+strconv.FormatInt(secs, 10)+"s with a valid token")
 }
 
 func (g *Gate) refuseUnauthenticated(w http.ResponseWriter, r *http.Request, rt Route) {

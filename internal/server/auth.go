@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -26,6 +27,10 @@ type AuthConfig struct {
 	// MaxOpenPerToken bounds each token's open streams and waiting calls
 	// (--max-streams-per-token); 0: auth.DefaultMaxOpenPerToken.
 	MaxOpenPerToken int
+	// MaxAuthFailures bounds the failed authentications of a client
+	// address per auth.AuthFailureWindow (--max-auth-failures); 0:
+	// auth.MaxAuthFailures.
+	MaxAuthFailures int
 }
 
 // --metrics-access values.
@@ -44,6 +49,9 @@ func (c AuthConfig) check() error {
 		}
 	default:
 		return fmt.Errorf("--metrics-access %q (SURGE_METRICS_ACCESS): must be open, token or off", c.MetricsAccess)
+	}
+	if c.MaxAuthFailures < 0 {
+		return fmt.Errorf("--max-auth-failures %d (SURGE_MAX_AUTH_FAILURES): must be 0 (default %d) or more", c.MaxAuthFailures, auth.MaxAuthFailures)
 	}
 	if c.MaxOpenPerToken < 0 {
 		return fmt.Errorf("--max-streams-per-token %d (SURGE_MAX_STREAMS_PER_TOKEN): must be 0 (default %d) or more", c.MaxOpenPerToken, auth.DefaultMaxOpenPerToken)
@@ -196,6 +204,7 @@ func (s *Server) installGate() {
 			return p
 		},
 		MaxOpen:  s.cfg.Auth.MaxOpenPerToken,
+		Failures: auth.NewFailures(cmp.Or(s.cfg.Auth.MaxAuthFailures, auth.MaxAuthFailures), auth.AuthFailureWindow),
 		Registry: s.reg,
 		Logger:   s.logger,
 	})
