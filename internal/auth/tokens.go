@@ -103,6 +103,8 @@ func ParseFile(r io.Reader) ([]Entry, error) {
 	return out, nil
 }
 
+var errBadHash = errors.New("the hash must be sha256: and 64 hex digits (`surge token new` prints the line)")
+
 func parseLine(line string) (Entry, error) {
 	f := strings.Fields(line)
 	if len(f) != 3 {
@@ -117,8 +119,12 @@ func parseLine(line string) (Entry, error) {
 	}
 	hexHash, ok := strings.CutPrefix(f[2], hashPrefix)
 	var h [sha256.Size]byte
-	if n, err := hex.Decode(h[:], []byte(hexHash)); !ok || err != nil || n != sha256.Size || len(hexHash) != 2*sha256.Size {
-		return Entry{}, errors.New("the hash must be sha256: and 64 hex digits (`surge token new` prints the line)")
+	// The length first: hex.Decode writes past a short destination.
+	if !ok || len(hexHash) != 2*sha256.Size {
+		return Entry{}, errBadHash
+	}
+	if _, err := hex.Decode(h[:], []byte(hexHash)); err != nil {
+		return Entry{}, errBadHash
 	}
 	return Entry{Name: f[0], Scopes: scopes, Hash: h}, nil
 }
