@@ -145,6 +145,7 @@ func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var memLimit, streamBuffer, bodyMemory, snapBytes string
 	var settings func() module.Settings
+	authf := new(authFlags)
 	env := newEnvVars()
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -179,6 +180,9 @@ the heap nears it instead of growing the process).`,
 				return fmt.Errorf("--max-body-memory (SURGE_MAX_BODY_MEMORY): %q is not a size such as 256MiB", bodyMemory)
 			}
 			if err := snapshotTriggers(&cfg, snapBytes); err != nil {
+				return err
+			}
+			if err := authf.resolve(); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -218,6 +222,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	settings = moduleFlags(f, env, server.Builtin())
+	*authf = *addAuthFlags(f, env, &cfg.Auth)
 	env.read(cmd)
 	return cmd
 }

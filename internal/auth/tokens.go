@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -187,6 +188,16 @@ func NewTable(entries []Entry, bootstrap string) (*Table, error) {
 	}
 	t.byHash[h] = &Principal{Name: BootstrapName, Scopes: []Scope{{Workload: AllWorkloads, Role: Admin}}, hash: h}
 	return t, nil
+}
+
+// Names are the tokens' names, sorted: what logs may show of them.
+func (t *Table) Names() []string {
+	var out []string
+	for _, p := range t.byHash {
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Len is the number of tokens.

@@ -209,4 +209,7 @@ func (s *Server) installGate() {
 		Logger:   s.logger,
 	})
 	s.limits.Gate = g.Wrap
+	s.logger.Info("authentication on: every call but the health checks needs a token of its route's scope",
+		"tokens", s.cfg.Auth.Tokens.Names(), "metrics_access", cmp.Or(s.cfg.Auth.MetricsAccess, MetricsOpen),
+		"max_streams_per_token", cmp.Or(s.cfg.Auth.MaxOpenPerToken, auth.DefaultMaxOpenPerToken))
 }
