@@ -145,7 +145,7 @@ func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var memLimit, streamBuffer, bodyMemory, snapBytes string
 	var settings func() module.Settings
-	authf := new(authFlags)
+	var authf *authFlags
 	env := newEnvVars()
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -222,7 +222,7 @@ the heap nears it instead of growing the process).`,
 	f.DurationVar(&cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 	settings = moduleFlags(f, env, server.Builtin())
-	*authf = *addAuthFlags(f, env, &cfg.Auth)
+	authf = addAuthFlags(f, env, &cfg.Auth)
 	env.read(cmd)
 	return cmd
 }
