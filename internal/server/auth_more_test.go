@@ -12,13 +12,17 @@ import (
 	"github.com/surge-run/surge/internal/module"
 )
 
+// freshConns opens a connection per request: a refusal may close its
+// connection, and a kept one would fail the next request.
+var freshConns = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 func getWith(t *testing.T, url, token string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := freshConns.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,4 +143,46 @@ func TestStreamsPerTokenOverGRPC(t *testing.T) {
 	if status != "8" || !strings.Contains(msg, "max-streams-per-token") {
 		t.Errorf("a second stream of the token: grpc-status %q %q, want 8 (RESOURCE_EXHAUSTED) naming the limit", status, msg)
 	}
+}
+
+// Refusals come before admission: with the one in-flight slot taken, a
+// valid call waits in the waiting room, while a call without a token or
+// with the wrong scope is answered at once.
+func TestRefusalTakesNoSlot(t *testing.T) {
+	at := newAuthTokens(t)
+	_, base := serveWithAuth(t, Config{MaxInflight: 1, Auth: AuthConfig{Tokens: at.table}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/groups/g1/lease", strings.NewReader(`{"processor":"p","waitMs":60000}`))
+	req.Header.Set("Authorization", "Bearer "+at.tokens["sequencer-write"])
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	impatient := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		probe, _ := http.NewRequest("GET", base+"/api/products", nil)
+		probe.Header.Set("Authorization", "Bearer "+at.tokens["commerce-read"])
+		resp, err := impatient.Do(probe)
+		if err != nil {
+			break // waiting in the room: the long poll holds the slot
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the long poll never held the slot: %s", resp.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, body := getWith(t, base+"/api/products", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token with the slot taken: %d %s, want 401", code, body)
+	}
+	if code, body := getWith(t, base+"/api/products", at.tokens["ticketing-read"]); code != http.StatusForbidden {
+		t.Errorf("a wrong scope with the slot taken: %d %s, want 403", code, body)
+	}
+	cancel()
+	<-held
 }
