@@ -99,8 +99,14 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 }
 
 func (g *Gate) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
-	pattern := g.route(r)
-	rt, ok := g.routes.Find(pattern, r.URL.Path)
+	// A procedure's path is its key, so gRPC calls skip the routing
+	// (which allocates: its wildcard matches).
+	rt, ok := g.routes.procedure(r.URL.Path)
+	var pattern string
+	if !ok {
+		pattern = g.route(r)
+		rt, ok = g.routes.Find(pattern, r.URL.Path)
+	}
 	if !ok {
 		g.refuseUnscoped(w, r, pattern)
 		return

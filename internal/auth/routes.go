@@ -40,14 +40,29 @@ func (rs *Routes) Add(pattern string, r Route) error {
 	if _, dup := rs.byPattern[pattern]; dup {
 		return fmt.Errorf("route %q has a scope already", pattern)
 	}
+	if _, path, _ := strings.Cut(pattern, " "); rs.isProcedure(pattern) || rs.isProcedure(path) {
+		// The gate finds a procedure by its path alone.
+		return fmt.Errorf("route %q is a gRPC procedure's path", pattern)
+	}
 	rs.byPattern[pattern] = r
 	return nil
+}
+
+func (rs *Routes) isProcedure(path string) bool {
+	_, ok := rs.byProcedure[path]
+	return ok
 }
 
 // Has reports whether pattern has its scope.
 func (rs *Routes) Has(pattern string) bool {
 	_, ok := rs.byPattern[pattern]
 	return ok
+}
+
+// procedure is the route of a gRPC procedure's path.
+func (rs *Routes) procedure(path string) (Route, bool) {
+	r, ok := rs.byProcedure[path]
+	return r, ok
 }
 
 // Known reports whether key is a pattern or a procedure with its scope.
@@ -67,6 +82,9 @@ func (rs *Routes) AddService(prefix string, service Need, procedures map[string]
 	for p, r := range procedures {
 		if !strings.HasPrefix(p, prefix) {
 			return fmt.Errorf("procedure %q is not under its service %q", p, prefix)
+		}
+		if rs.Has(p) || rs.Has("POST "+p) || rs.Has("GET "+p) {
+			return fmt.Errorf("procedure %q is an HTTP route's path too", p)
 		}
 		r.RPC = true
 		rs.byProcedure[p] = r
