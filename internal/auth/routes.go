@@ -95,6 +95,11 @@ func (rs *Routes) AddService(prefix string, service Need, procedures map[string]
 // Find returns the route of a request the mux matched to pattern; ok is
 // false for a pattern nobody gave a scope, which the gate refuses.
 func (rs *Routes) Find(pattern, path string) (r Route, ok bool) {
+	if pattern == "" {
+		// No route matched (a mux without the JSON fallback): the
+		// router answers 404 to any valid token.
+		return Route{Need: Need{Role: Any}}, true
+	}
 	r, ok = rs.byPattern[pattern]
 	if ok && rs.services[pattern] {
 		if pr, found := rs.byProcedure[path]; found {
