@@ -186,3 +186,32 @@ func TestRefusalTakesNoSlot(t *testing.T) {
 	cancel()
 	<-held
 }
+
+// Connect clients (JSON over HTTP/1.1) get their protocol's errors: HTTP
+// 401 / 403 with the codes unauthenticated / permission_denied.
+func TestConnectRefusals(t *testing.T) {
+	at := newAuthTokens(t)
+	_, base := serveWithAuth(t, Config{Auth: AuthConfig{Tokens: at.table}})
+	for _, c := range []struct {
+		token, code string
+		status      int
+	}{
+		{"", `"code":"unauthenticated"`, http.StatusUnauthorized},
+		{"jobs-worker", `"code":"permission_denied"`, http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest("POST", base+"/jq.JobService/SubmitJob", strings.NewReader(`{"queueName":"default"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+at.tokens[c.token])
+		}
+		resp, err := freshConns.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.code) {
+			t.Errorf("SubmitJob with %q: %d %s, want %d %s", c.token, resp.StatusCode, b, c.status, c.code)
+		}
+	}
+}
