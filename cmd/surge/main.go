@@ -20,7 +20,7 @@ func newRootCmd() *cobra.Command {
 	// Flag mistakes anywhere are usage errors (exit 2), told apart from
 	// failures of the work itself (exit 1).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(), newBenchCmd(), newWorkerCmd(), newCtlCmd())
+	root.AddCommand(newServeCmd(), newBenchCmd(), newWorkerCmd(), newCtlCmd(), newTokenCmd())
 	return root
 }
 

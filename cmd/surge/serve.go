@@ -165,6 +165,11 @@ func newServeCmd() *cobra.Command {
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Before config copies the configuration: it fills the
+			// token table in.
+			if err := s.auth.resolve(); err != nil {
+				return err
+			}
 			cfg, err := s.config(cmd)
 			if err != nil {
 				return err
@@ -183,6 +188,7 @@ func newServeCmd() *cobra.Command {
 	s.clusterFlags(cmd)
 	clusterSecurityFlags(cmd.Flags(), s.env, &s.cfg.Cluster)
 	serveTLSFlags(cmd.Flags(), s.env, &s.cfg.TLS)
+	s.auth = addAuthFlags(cmd.Flags(), s.env, &s.cfg.Auth)
 	s.settings = moduleFlags(cmd.Flags(), s.env, server.Builtin())
 	s.env.read(cmd)
 	return cmd
@@ -195,6 +201,7 @@ type serveFlags struct {
 	memLimit, streamBuffer, bodyMemory, snapBytes string
 	settings                                      func() module.Settings
 	env                                           *envVars
+	auth                                          *authFlags
 }
 
 // config is the server's configuration once the command line is parsed:

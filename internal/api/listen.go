@@ -85,6 +85,17 @@ type Limits struct {
 	// checker, the metrics scraper and a profiler still get through an
 	// overload. A path ending in "/" exempts every path under it.
 	Exempt []string
+	// Gate, if set, wraps the admission: it sees every request before
+	// the request takes an in-flight slot or waits for one, so what it
+	// refuses (authentication) costs no slot.
+	Gate func(http.Handler) http.Handler
+}
+
+func (l Limits) gate(h http.Handler) http.Handler {
+	if l.Gate == nil {
+		return h
+	}
+	return l.Gate(h)
 }
 
 // Resolve fills in the defaults and checks the limits against the process's
@@ -176,7 +187,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	p.SetUnencryptedHTTP2(true)
 	s.srv = &http.Server{
 		Addr:              addr,
-		Handler:           collapseSlashes(s.inflight),
+		Handler:           collapseSlashes(lim.gate(s.inflight)),
 		Protocols:         &p,
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		// For HTTP/1.1 they restart with every request on a kept-alive

@@ -19,6 +19,8 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	panics   *prometheus.CounterVec
+	// onRoute sees every route registered (WithRouteHook).
+	onRoute func(pattern string)
 }
 
 // NewMetrics registers the HTTP metrics on reg.
@@ -49,8 +51,11 @@ type HandlerFunc func(w http.ResponseWriter, r *http.Request) int
 // Handle registers h under pattern on mux, counting and timing it. The
 // per-code counters are resolved once and cached.
 func (m *Metrics) Handle(mux *http.ServeMux, pattern string, h HandlerFunc) {
+	if m != nil && m.onRoute != nil {
+		m.onRoute(pattern)
+	}
 	h = m.recovering(pattern, h)
-	if m == nil {
+	if m == nil || m.requests == nil {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { h(w, r) })
 		return
 	}
@@ -77,7 +82,7 @@ func (m *Metrics) Handle(mux *http.ServeMux, pattern string, h HandlerFunc) {
 func (m *Metrics) recovering(pattern string, h HandlerFunc) HandlerFunc {
 	var logged atomic.Bool
 	var count prometheus.Counter
-	if m != nil {
+	if m != nil && m.panics != nil {
 		count = m.panics.WithLabelValues(pattern)
 	}
 	return func(w http.ResponseWriter, r *http.Request) (code int) {

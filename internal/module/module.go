@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/engine"
 )
 
@@ -33,6 +34,16 @@ type Module struct {
 	// count: calls that last as long as their client wants (a stream
 	// following a queue), which the workload bounds itself.
 	Exempt []string
+	// Roles are the roles of the routes (HTTP patterns as registered,
+	// "GET /v1/x/{id}") and gRPC procedures ("/pkg.Service/Method") or
+	// whole services ("/pkg.Service/") that do not need the role their
+	// method gives (auth.MethodRole, auth.ProcedureRole): admin calls,
+	// the jobs worker's calls. A key naming no route is an error.
+	Roles map[string]auth.Role
+	// LongLived are the HTTP patterns of calls that may wait (long polls,
+	// streams): each counts against its token's --max-streams-per-token
+	// while open. gRPC calls say theirs in GRPCService.LongLived.
+	LongLived []string
 	// Open sets the workload up for one server once its log is open (the
 	// partition count is known) and before its engine opens: what Open
 	// creates to receive notes exists before recovery, which may already

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/module"
 )
 
@@ -37,13 +38,19 @@ const grpcHealthPath = "/" + grpchealth.HealthV1ServiceName + "/"
 // specific than the JSON 404/405 fallback on "/": gRPC calls never reach
 // it. A path under a prefix that names no method gets connect's own answer
 // (HTTP 404, which gRPC clients read as UNIMPLEMENTED).
-func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services []module.GRPCService) {
+//
+// The modules' services have their scopes already (declareServices);
+// health checks are open and reflection needs a token of any scope.
+func mountGRPC(mux *http.ServeMux, m *api.Metrics, routes *auth.Routes, healthy func() bool, services []module.GRPCService) error {
 	names := []string{grpchealth.HealthV1ServiceName}
 	for _, s := range services {
 		names = append(names, s.Name)
 	}
 	opts := grpcHandlerOptions(grpcSmallMessage)
 	path, h := grpchealth.NewHandler(healthChecker{names: names, healthy: healthy}, opts...)
+	if err := declareGRPC(routes, path, true); err != nil {
+		return err
+	}
 	all := append([]module.GRPCService{{Name: grpchealth.HealthV1ServiceName, Path: path, Handler: h, MaxMessage: grpcSmallMessage}}, services...)
 	reflector := grpcreflect.NewStaticReflector(names...)
 	// v1alpha too: grpcurl and ghz releases still in use ask for it.
@@ -51,6 +58,9 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 		grpcreflect.NewHandlerV1, grpcreflect.NewHandlerV1Alpha,
 	} {
 		path, h := newHandler(reflector, opts...)
+		if err := declareGRPC(routes, path, false); err != nil {
+			return err
+		}
 		all = append(all, module.GRPCService{Path: path, Handler: h, MaxMessage: grpcSmallMessage})
 	}
 	for _, s := range all {
@@ -67,6 +77,7 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, healthy func() bool, services
 			return http.StatusOK
 		})
 	}
+	return nil
 }
 
 // limitBody stops reading a request body past max bytes. connect's

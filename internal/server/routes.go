@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/module"
 )
 
@@ -16,32 +17,46 @@ import (
 // routes and gRPC services, the cluster's calls and pprof.
 func (s *Server) mount(ctx context.Context, parts []module.Parts) error {
 	s.mux = http.NewServeMux()
-	m := api.NewMetrics(s.reg)
+	s.routes = auth.NewRoutes()
+	all := api.NewMetrics(s.reg)
+	m := s.serverMetrics(all)
 	s.mountHealth(m)
-	host := module.Host{Context: ctx, Engine: s.eng, Mux: s.mux, Metrics: m, Registry: s.reg,
+	host := module.Host{Context: ctx, Engine: s.eng, Mux: s.mux, Registry: s.reg,
 		Healthy: s.healthy, GRPCOptions: grpcHandlerOptions}
 	var services []module.GRPCService
 	for i, p := range parts {
 		if p.Serve == nil {
 			continue
 		}
+		host.Metrics = s.moduleMetrics(all, s.cfg.Modules[i])
 		served, err := p.Serve(host)
+		if err == nil {
+			err = s.declareServices(s.cfg.Modules[i], served.GRPC)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.cfg.Modules[i].Name, err)
 		}
 		s.served = append(s.served, served)
 		services = append(services, served.GRPC...)
 	}
-	mountGRPC(s.mux, m, s.healthy, services)
+	if err := mountGRPC(s.mux, m, s.routes, s.healthy, services); err != nil {
+		return err
+	}
 	if s.node != nil {
+		s.declareCluster()
 		mountCluster(s.mux, m, s.node, s.eng)
 	}
 	if s.cfg.Pprof {
+		s.declarePprof()
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	if err := s.checkRoles(); err != nil {
+		return err
+	}
+	s.installGate()
 	return nil
 }
 
@@ -65,6 +80,7 @@ func (s *Server) mountHealth(m *api.Metrics) {
 		api.Write(w, http.StatusOK, false, []byte("ok\n"))
 		return http.StatusOK
 	}
+	s.declareHealth()
 	m.Handle(s.mux, "GET /healthz", health)
 	m.Handle(s.mux, "GET /v1/health_check", health)
 	// The Spring Boot actuator's probes, which the commerce peer's tooling uses.
@@ -86,6 +102,5 @@ func (s *Server) mountHealth(m *api.Metrics) {
 		return http.StatusOK
 	})
 	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
-	s.mux.Handle("GET /metrics", metricsHandler)
-	s.mux.Handle("GET /actuator/prometheus", metricsHandler)
+	s.mountMetrics(metricsHandler)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/cluster"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/module"
@@ -79,6 +80,9 @@ type Config struct {
 	// TLS, if its files are set, serves the listener over TLS only
 	// (--tls-cert, --tls-key, --tls-client-ca).
 	TLS api.TLSFiles
+	// Auth is the API's tokens and scopes; off (every call open) unless
+	// Auth.Tokens is set.
+	Auth AuthConfig
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
@@ -100,6 +104,7 @@ type Server struct {
 	// served is what each module's Serve handed back, in module order.
 	served   []module.Served
 	mux      *http.ServeMux
+	routes   *auth.Routes // every route's scope
 	ln       net.Listener
 	srv      *api.Server
 	certs    *api.CertReloader // nil in clear
@@ -187,6 +192,9 @@ func (s *Server) check() error {
 	s.limits = limits
 	if cfg.SnapshotEvery < 0 {
 		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
+	}
+	if err := cfg.Auth.check(); err != nil {
+		return err
 	}
 	if err := module.Check(cfg.Modules, cfg.Settings); err != nil {
 		return err

@@ -3,6 +3,7 @@ package commerce
 import (
 	"time"
 
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/module"
 )
 
@@ -17,6 +18,18 @@ var Module = module.Module{
 			"how long an ended order saga (COMPLETED, COMPENSATED, FAILED, TIMED_OUT) stays readable at /api/sagas before it and its bookkeeping are purged; orders, payments and events are kept. 0 keeps them for ever; each order logs the retention it was created with").
 			NotNegative("must be 0 (keep for ever) or a positive duration such as 15m"),
 	},
+	// The dead-letter queue and fault injection are operators' tools.
+	Roles: map[string]auth.Role{
+		"GET /api/admin/dlq":              auth.Admin,
+		"GET /api/admin/dlq/{$}":          auth.Admin,
+		"GET /api/admin/dlq/count":        auth.Admin,
+		"GET /api/admin/dlq/{id}":         auth.Admin,
+		"POST /api/admin/dlq/{id}/replay": auth.Admin,
+		"DELETE /api/admin/dlq/{id}":      auth.Admin,
+		"POST /api/admin/fault":           auth.Admin,
+	},
+	// An order's long poll (?waitMs) and its event stream.
+	LongLived: []string{"GET /api/orders/{id}", "GET /api/orders/{id}/{sub}"},
 	Open: func(env module.Env) (module.Parts, error) {
 		hub := NewHub(env.MaxWaiters)
 		return module.Parts{

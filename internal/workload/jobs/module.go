@@ -3,6 +3,7 @@ package jobs
 import (
 	"net/http"
 
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/module"
 )
@@ -26,6 +27,17 @@ var Module = module.Module{
 	// A worker's stream lasts as long as the worker; the registry bounds
 	// them (one per worker), not the in-flight cap.
 	Exempt: []string{StreamPath},
+	// Queue and worker administration is admin; a worker's own calls
+	// take a jobs:worker token (or jobs:admin) and nothing else does.
+	Roles: map[string]auth.Role{
+		jqpbconnect.AdminServiceCreateQueueProcedure:    auth.Admin,
+		jqpbconnect.AdminServiceDeleteQueueProcedure:    auth.Admin,
+		jqpbconnect.AdminServicePauseQueueProcedure:     auth.Admin,
+		jqpbconnect.AdminServiceResumeQueueProcedure:    auth.Admin,
+		jqpbconnect.AdminServiceDrainWorkerProcedure:    auth.Admin,
+		jqpbconnect.AdminServiceShutdownWorkerProcedure: auth.Admin,
+		"/" + jqpbconnect.WorkerServiceName + "/":       auth.Worker,
+	},
 	Open: func(env module.Env) (module.Parts, error) {
 		hub := NewHub(env.Settings.Int("max-workers")).SetGrace(env.Settings.Duration("worker-grace"))
 		return module.Parts{

@@ -3,6 +3,7 @@ package sequencer
 import (
 	"time"
 
+	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/module"
 	"github.com/surge-run/surge/internal/seqpb/seqpbconnect"
 )
@@ -21,6 +22,15 @@ var Module = module.Module{
 	// A Read follows its group for as long as its reader runs; the hub
 	// bounds them (--max-waiters).
 	Exempt: []string{ReadPath},
+	// Deleting a group deletes its messages for every producer and
+	// consumer; reading the output is a read, though a gRPC call.
+	Roles: map[string]auth.Role{
+		"DELETE /v1/groups/{group}":                       auth.Admin,
+		seqpbconnect.SequencerServiceDeleteGroupProcedure: auth.Admin,
+		seqpbconnect.SequencerServiceReadProcedure:        auth.Read,
+	},
+	// The lease and output long polls and the output stream.
+	LongLived: []string{"POST /v1/groups/{group}/lease", "GET /v1/groups/{group}/output", "GET /v1/groups/{group}/output/stream"},
 	Open: func(env module.Env) (module.Parts, error) {
 		hub := NewHub(env.MaxWaiters)
 		return module.Parts{
