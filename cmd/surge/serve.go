@@ -244,7 +244,8 @@ func (s *serveFlags) storageFlags(cmd *cobra.Command) {
 // graceful shutdown waits for their requests.
 func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&s.cfg.Addr, "addr", "127.0.0.1:8080", s.env.help("addr", "SURGE_ADDR", "listen address HOST:PORT"))
+	f.StringVar(&s.cfg.Addr, "addr", "127.0.0.1:8080", s.env.help("addr", "SURGE_ADDR", "listen address HOST:PORT; beyond loopback the server needs TLS and tokens (and in a cluster its secret) unless --insecure"))
+	f.BoolVar(&s.cfg.Insecure, "insecure", false, s.env.help("insecure", "SURGE_INSECURE", "serve an --addr reachable from other machines without TLS, tokens or the cluster secret (logged as a warning at start); without it such a server refuses to start"))
 	f.IntVar(&s.cfg.MaxConns, "max-conns", 0, s.env.help("max-conns", "SURGE_MAX_CONNS", "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused"))
 	f.DurationVar(&s.cfg.IdleTimeout, "idle-timeout", 30*time.Second, s.env.help("idle-timeout", "SURGE_IDLE_TIMEOUT", "close a keep-alive connection with no request in flight, or a new one that has sent nothing, after this long"))
 	f.IntVar(&s.cfg.MaxStreams, "max-streams", 128, s.env.help("max-streams", "SURGE_MAX_STREAMS", "concurrent HTTP/2 streams per connection; a client sends more over more connections"))

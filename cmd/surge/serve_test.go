@@ -121,3 +121,29 @@ func TestServeBadEnvStopsStart(t *testing.T) {
 		})
 	}
 }
+
+// `surge serve --addr 0.0.0.0:PORT` without TLS and tokens refuses to
+// start and says how to go on; --insecure and SURGE_INSECURE let it go on
+// (here to a data directory that cannot be made, before it listens).
+func TestServeBeyondLoopbackNeedsInsecure(t *testing.T) {
+	run := func(env string, args ...string) error {
+		if env != "" {
+			t.Setenv("SURGE_INSECURE", env)
+		}
+		root := newRootCmd()
+		root.SetArgs(append([]string{"serve", "--data-dir", "/dev/null/surge", "--addr", "0.0.0.0:0"}, args...))
+		return root.Execute()
+	}
+	if err := run(""); err == nil || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("open on 0.0.0.0: %v, want a refusal naming --insecure", err)
+	}
+	for _, c := range []struct{ env, flag string }{{"", "--insecure"}, {"true", ""}} {
+		var args []string
+		if c.flag != "" {
+			args = append(args, c.flag)
+		}
+		if err := run(c.env, args...); err == nil || !strings.Contains(err.Error(), "/dev/null/surge") {
+			t.Errorf("SURGE_INSECURE=%q %s: %v, want the next refusal (the data directory), not the open address", c.env, c.flag, err)
+		}
+	}
+}

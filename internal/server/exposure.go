@@ -4,7 +4,39 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 )
+
+// checkExposure refuses to serve beyond this machine what anyone who can
+// reach the port could then do anything with: off loopback the listener
+// needs TLS and tokens, and a cluster node its cluster secret, unless the
+// operator passed --insecure, which is logged as a warning. On loopback
+// the server may run open, as the two-command start does.
+func (s *Server) checkExposure() error {
+	beyond, err := beyondLoopback(s.cfg.Addr)
+	if err != nil || !beyond {
+		return err
+	}
+	var missing []string
+	if !s.cfg.TLS.Enabled() {
+		missing = append(missing, "TLS (--tls-cert, --tls-key)")
+	}
+	if s.cfg.Auth.Tokens == nil {
+		missing = append(missing, "tokens (--tokens, or SURGE_ADMIN_TOKEN)")
+	}
+	if s.cfg.Cluster.enabled() && len(s.cfg.Cluster.Secret) == 0 {
+		missing = append(missing, "a cluster secret (SURGE_CLUSTER_SECRET or --cluster-secret-file)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	what := strings.Join(missing, ", ")
+	if s.cfg.Insecure {
+		s.logger.Warn("INSECURE (--insecure): serving an address other machines can reach without "+what+": anyone who reaches it can read and change everything", "addr", s.cfg.Addr)
+		return nil
+	}
+	return fmt.Errorf("--addr %s can be reached from other machines, and this server has no %s: configure them (docs/SECURITY.md), listen on 127.0.0.1, or pass --insecure to serve it open anyway", s.cfg.Addr, what)
+}
 
 // beyondLoopback reports whether a listener on addr (HOST:PORT) can be
 // reached from other machines: an empty or unspecified host listens on

@@ -83,6 +83,10 @@ type Config struct {
 	// Auth is the API's tokens and scopes; off (every call open) unless
 	// Auth.Tokens is set.
 	Auth AuthConfig
+	// Insecure lets a server whose Addr is reachable from other machines
+	// start without TLS, tokens or (in a cluster) the cluster secret
+	// (--insecure); without it such a server refuses to start.
+	Insecure bool
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
@@ -200,6 +204,9 @@ func (s *Server) check() error {
 		return err
 	}
 	if err := s.checkTLS(); err != nil {
+		return err
+	}
+	if err := s.checkExposure(); err != nil {
 		return err
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
