@@ -142,10 +142,13 @@ func parseBytes(s string) (int64, error) {
 var defaultSnapshotBytes = fmt.Sprintf("%dMiB", engine.DefaultSnapshotBytes>>20)
 
 // serveLong is what `surge serve --help` says.
-const serveLong = `Runs the Surge server: one listener for HTTP/1.1 and cleartext HTTP/2,
-the ticketing and commerce APIs, /healthz and /metrics (also as
-/actuator/health and /actuator/prometheus). Every flag can also be set by the
-environment variable named in its help. SIGTERM or SIGINT shuts down
+const serveLong = `Runs the Surge server: one listener for HTTP/1.1 and HTTP/2 (cleartext, or
+TLS with --tls-cert), gRPC on the same port, the APIs of every workload
+(ticketing, commerce, jobs, sequencer), /healthz and /metrics (also as
+/actuator/health and /actuator/prometheus). On an address other machines can
+reach it needs TLS and --tokens (docs/SECURITY.md) unless --insecure. Every
+flag can also be set by the environment variable named in its help.
+SIGTERM or SIGINT shuts down
 gracefully: in-flight requests finish, the log is synced, a snapshot of every
 partition is written, and the process exits 0.
 
