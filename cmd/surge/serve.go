@@ -148,9 +148,8 @@ TLS with --tls-cert), gRPC on the same port, the APIs of every workload
 /actuator/health and /actuator/prometheus). On an address other machines can
 reach it needs TLS and --tokens (docs/SECURITY.md) unless --insecure. Every
 flag can also be set by the environment variable named in its help.
-SIGTERM or SIGINT shuts down
-gracefully: in-flight requests finish, the log is synced, a snapshot of every
-partition is written, and the process exits 0.
+SIGTERM or SIGINT shuts down gracefully: in-flight requests finish, the log
+is synced, a snapshot of every partition is written, and the process exits 0.
 
 Resources: --max-events, --max-areas and --max-seats bound what the server
 holds (seats nobody has reserved cost almost nothing, but every area can be
