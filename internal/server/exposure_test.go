@@ -67,7 +67,7 @@ func TestOpenServerBeyondLoopbackIsRefused(t *testing.T) {
 		{Config{Addr: "0.0.0.0:0", TLS: tlsFiles, Auth: AuthConfig{Tokens: tokens},
 			Cluster: ClusterConfig{Kafka: "127.0.0.1:1", Cluster: "c"}}, []string{"cluster secret", "--insecure"}},
 	} {
-		logs, err := start(c.cfg)
+		_, err := start(c.cfg)
 		if c.want == nil {
 			if err != nil {
 				t.Errorf("%s: %v, want a start", c.cfg.Addr, err)
@@ -87,7 +87,7 @@ func TestOpenServerBeyondLoopbackIsRefused(t *testing.T) {
 			continue // --insecure would go on to reach Kafka
 		}
 		c.cfg.Insecure = true
-		if logs, err = start(c.cfg); err != nil || !strings.Contains(logs, "INSECURE") {
+		if logs, err := start(c.cfg); err != nil || !strings.Contains(logs, "INSECURE") {
 			t.Errorf("%s with --insecure: %v, logs %q; want a start and a warning", c.cfg.Addr, err, logs)
 		}
 	}
