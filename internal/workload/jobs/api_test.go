@@ -256,12 +256,15 @@ func TestAPIConcurrencyAndPriority(t *testing.T) {
 // A job whose worker stops heartbeating is pushed to another worker when
 // its lease runs out; heartbeats keep a lease.
 func TestAPILeaseExpiry(t *testing.T) {
-	c := newAPI(t, 300*time.Millisecond)
+	// Heartbeats a tenth of the lease apart outlast the lease by half
+	// again: a busy machine that delays one still leaves a wide margin.
+	const lease = time.Second
+	c := newAPI(t, lease)
 	w1 := c.worker(t, "w1", 1, false)
 	id := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
 	w1.next(t)
-	for range 4 {
-		time.Sleep(150 * time.Millisecond)
+	for range 15 {
+		time.Sleep(lease / 10)
 		if _, err := c.work.Heartbeat(ctxT(t), connect.NewRequest(&jqpb.HeartbeatRequest{WorkerId: "w1", ActiveJobCount: 1})); err != nil {
 			t.Fatal(err)
 		}

@@ -53,8 +53,11 @@ func serveBoth(t testing.TB, eng *engine.Engine, a *API) (*httptest.Server, seqp
 	return srv, seqpbconnect.NewSequencerServiceClient(hc, srv.URL, connect.WithGRPC())
 }
 
+// gctx bounds a test's calls together: a guard against a hang, generous
+// enough for megabytes forwarded between nodes under -race on a busy
+// machine (15 s once was not).
 func gctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
