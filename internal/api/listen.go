@@ -202,6 +202,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 			return withBodies(withStreams(ctx, s.streams), s.bodies)
 		},
 		MaxHeaderBytes: MaxHeaderBytes,
+		ErrorLog:       newErrorLog(),
 		// HTTP/2 reports StateActive when a connection's first stream opens
 		// and StateIdle when its last one closes, so h2c connections are
 		// tracked (and shed when idle) like HTTP/1.1 ones.
