@@ -34,7 +34,8 @@ func addAuthFlags(f *pflag.FlagSet, env *envVars, cfg *server.AuthConfig) *authF
 }
 
 // resolve reads the tokens file and the bootstrap token into the table;
-// auth stays off without either.
+// auth stays off without either. The server reads the file again on
+// SIGHUP (AuthConfig.Reload), keeping the bootstrap token.
 func (a *authFlags) resolve() error {
 	bootstrap := os.Getenv(adminTokenVar)
 	// Processes the server starts need not inherit the secret.
@@ -42,24 +43,36 @@ func (a *authFlags) resolve() error {
 	if a.tokensFile == "" && bootstrap == "" {
 		return nil
 	}
+	table, err := a.load(bootstrap)
+	if err != nil {
+		return err
+	}
+	a.cfg.Tokens = table
+	if a.tokensFile != "" {
+		a.cfg.Reload = func() (*auth.Table, error) { return a.load(bootstrap) }
+	}
+	return nil
+}
+
+// load builds the table from the tokens file (if any) and bootstrap.
+func (a *authFlags) load(bootstrap string) (*auth.Table, error) {
 	var entries []auth.Entry
 	if a.tokensFile != "" {
 		f, err := os.Open(a.tokensFile)
 		if err != nil {
-			return fmt.Errorf("--tokens (SURGE_TOKENS_FILE): %w", err)
+			return nil, fmt.Errorf("--tokens (SURGE_TOKENS_FILE): %w", err)
 		}
 		defer f.Close()
 		if entries, err = auth.ParseFile(f); err != nil {
-			return fmt.Errorf("--tokens %s: %w", a.tokensFile, err)
+			return nil, fmt.Errorf("--tokens %s: %w", a.tokensFile, err)
 		}
 	}
 	table, err := auth.NewTable(entries, bootstrap)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if table.Len() == 0 {
-		return fmt.Errorf("--tokens %s holds no token: every call would be refused; add a line (`surge token new`) or give %s", a.tokensFile, adminTokenVar)
+		return nil, fmt.Errorf("--tokens %s holds no token: every call would be refused; add a line (`surge token new`) or give %s", a.tokensFile, adminTokenVar)
 	}
-	a.cfg.Tokens = table
-	return nil
+	return table, nil
 }

@@ -300,3 +300,26 @@ func TestLookupAllocatesNothing(t *testing.T) {
 		t.Errorf("Lookup allocates %v times", n)
 	}
 }
+
+// A reload keeps the principal of a token it keeps unchanged, so what
+// the token holds open still counts; a token whose scopes changed is a
+// new principal.
+func TestSetTableCarriesPrincipals(t *testing.T) {
+	tok := "surge_" + strings.Repeat("k", 40)
+	read, _ := ParseScopes("ticketing:read")
+	write, _ := ParseScopes("ticketing:write")
+	t1, _ := NewTable([]Entry{{Name: "a", Scopes: read, Hash: Hash(tok)}}, "")
+	g := NewGate(GateConfig{Table: t1})
+	p := g.table.Load().Lookup(tok)
+	p.open.Add(3)
+	t2, _ := NewTable([]Entry{{Name: "a", Scopes: read, Hash: Hash(tok)}}, "")
+	g.SetTable(t2)
+	if q := g.table.Load().Lookup(tok); q != p || q.open.Load() != 3 {
+		t.Fatalf("unchanged token: principal %p (open %d), want %p (open 3)", q, q.open.Load(), p)
+	}
+	t3, _ := NewTable([]Entry{{Name: "a", Scopes: write, Hash: Hash(tok)}}, "")
+	g.SetTable(t3)
+	if q := g.table.Load().Lookup(tok); q == p || !q.Allows(Need{Workload: "ticketing", Role: Write}) {
+		t.Fatalf("changed scopes: got the old principal or the old scopes")
+	}
+}

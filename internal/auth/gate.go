@@ -38,7 +38,9 @@ var reasonNames = [reasons]string{"unauthenticated", "forbidden", "rate_limited"
 // no in-flight slot), every call whose token is missing, unknown or lacks
 // its route's scope, and the streams past a token's limit.
 type Gate struct {
-	table    *Table
+	// table is swapped whole by SetTable (a reload); requests read it
+	// without a lock.
+	table    atomic.Pointer[Table]
 	routes   *Routes
 	failures *Failures
 	maxOpen  int64
@@ -69,8 +71,9 @@ type GateConfig struct {
 
 // NewGate builds the gate; Wrap puts it in front of a handler.
 func NewGate(c GateConfig) *Gate {
-	g := &Gate{table: c.Table, routes: c.Routes, route: c.Route, failures: c.Failures,
+	g := &Gate{routes: c.Routes, route: c.Route, failures: c.Failures,
 		maxOpen: int64(c.MaxOpen), logger: c.Logger, errs: connect.NewErrorWriter()}
+	g.table.Store(c.Table)
 	if g.maxOpen <= 0 {
 		g.maxOpen = DefaultMaxOpenPerToken
 	}
@@ -120,7 +123,7 @@ func (g *Gate) serve(next http.Handler, w http.ResponseWriter, r *http.Request) 
 		g.refuseRateLimited(w, r, rt, retry)
 		return
 	}
-	p := g.table.Lookup(bearer(r.Header.Get("Authorization")))
+	p := g.table.Load().Lookup(bearer(r.Header.Get("Authorization")))
 	if p == nil {
 		g.failures.Fail(addr)
 		g.refuseUnauthenticated(w, r, rt)
@@ -202,4 +205,13 @@ func clientAddr(remote string) string {
 		return host
 	}
 	return remote
+}
+
+// SetTable replaces the tokens (a reload of the tokens file): calls from
+// now on are checked against t. A token kept with the same name and
+// scopes keeps its principal, so the streams it holds open still count
+// against its limit; a removed token is refused at its next call.
+func (g *Gate) SetTable(t *Table) {
+	t.carry(g.table.Load())
+	g.table.Store(t)
 }

@@ -190,6 +190,19 @@ func NewTable(entries []Entry, bootstrap string) (*Table, error) {
 	return t, nil
 }
 
+// carry takes over old's principal for every token t keeps with the same
+// name and scopes, with the count of what it holds open.
+func (t *Table) carry(old *Table) {
+	if old == nil {
+		return
+	}
+	for h, p := range t.byHash {
+		if q := old.byHash[h]; q != nil && q.Name == p.Name && slices.Equal(q.Scopes, p.Scopes) {
+			t.byHash[h] = q
+		}
+	}
+}
+
 // Names are the tokens' names, sorted: what logs may show of them.
 func (t *Table) Names() []string {
 	var out []string

@@ -31,6 +31,10 @@ type AuthConfig struct {
 	// address per auth.AuthFailureWindow (--max-auth-failures); 0:
 	// auth.MaxAuthFailures.
 	MaxAuthFailures int
+	// Reload, if set, builds the tokens again (the tokens file read
+	// anew): on SIGHUP or ReloadTokens the gate swaps to them, and a
+	// table that does not build keeps the old one.
+	Reload func() (*auth.Table, error)
 }
 
 // --metrics-access values.
@@ -209,7 +213,27 @@ func (s *Server) installGate() {
 		Logger:   s.logger,
 	})
 	s.limits.Gate = g.Wrap
+	s.gate.Store(g)
 	s.logger.Info("authentication on: every call but the health checks needs a token of its route's scope",
 		"tokens", s.cfg.Auth.Tokens.Names(), "metrics_access", cmp.Or(s.cfg.Auth.MetricsAccess, MetricsOpen),
 		"max_streams_per_token", cmp.Or(s.cfg.Auth.MaxOpenPerToken, auth.DefaultMaxOpenPerToken))
+}
+
+// ReloadTokens builds the tokens again (AuthConfig.Reload) and has the
+// gate check calls against them from now on, as SIGHUP does; a table that
+// does not build (a bad line, no token left) is refused and the old one
+// kept. Without tokens or Reload it does nothing.
+func (s *Server) ReloadTokens() error {
+	g := s.gate.Load()
+	if g == nil || s.cfg.Auth.Reload == nil {
+		return nil
+	}
+	t, err := s.cfg.Auth.Reload()
+	if err != nil {
+		s.logger.Error("tokens not reloaded; the old ones stay", "err", err)
+		return err
+	}
+	g.SetTable(t)
+	s.logger.Info("tokens reloaded", "tokens", t.Names())
+	return nil
 }

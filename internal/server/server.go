@@ -100,6 +100,8 @@ const defaultShutdownTimeout = 30 * time.Second
 type Server struct {
 	cfg    Config
 	logger *slog.Logger
+	// gate is the token gate, once installed; SIGHUP may read it first.
+	gate   atomic.Pointer[auth.Gate]
 	limits api.Limits
 	ccfg   ClusterConfig // resolved, in cluster mode
 	reg    *prometheus.Registry
@@ -209,6 +211,7 @@ func (s *Server) check() error {
 	if err := s.checkExposure(); err != nil {
 		return err
 	}
+	s.watchSIGHUP()
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// State lives in memory and the machine has plenty; collecting
 		// less often takes GC work off the request path.

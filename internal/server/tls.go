@@ -29,7 +29,6 @@ func (s *Server) checkTLS() error {
 			return err
 		}
 	}
-	s.watchSIGHUP()
 	return nil
 }
 
@@ -68,10 +67,14 @@ func (s *Server) serve() {
 	s.serveErr <- s.srv.ServeTLS(s.ln, s.certs.ServerConfig())
 }
 
-// watchSIGHUP reloads the certificate on SIGHUP (errors are logged by
-// the reloader). Only a TLS server takes the signal: without TLS, SIGHUP
-// keeps its default, ending the process, as before.
+// watchSIGHUP reloads the certificate and the tokens on SIGHUP (errors
+// are logged). Only a server with TLS or reloadable tokens takes the
+// signal: otherwise SIGHUP keeps its default, ending the process, as
+// before.
 func (s *Server) watchSIGHUP() {
+	if s.certs == nil && s.cfg.Auth.Reload == nil {
+		return
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -83,8 +86,9 @@ func (s *Server) watchSIGHUP() {
 		for {
 			select {
 			case <-hup:
-				s.logger.Info("SIGHUP: reloading the TLS certificate")
-				s.certs.Reload()
+				s.logger.Info("SIGHUP: reloading the TLS certificate and the tokens")
+				s.ReloadTLS()
+				s.ReloadTokens()
 			case <-done:
 				return
 			}
