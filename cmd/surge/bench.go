@@ -107,6 +107,9 @@ func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f.BoolVar(&o.Baseline, "baseline", true, "also run the spike against a server that does nothing")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	f.StringVar(&o.ChartsDir, "charts", "", "also write charts (SVG: throughput, latency percentiles and CPU per operation over time, per flow) and a Markdown report showing them to this dir")
+	f.StringVar(&o.HTMLPath, "html", "", "also write one self-contained HTML report (text report and charts inline) to this file")
+	f.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "length of one point of the per-interval timeline (JSON and charts): ops, latency percentiles, server CPU; shorter for short spikes (at least 10ms)")
 }
 
 // ticketingServerFlags: the server under test, started or given.

@@ -1,19 +1,22 @@
 package bench
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// A run's time series: one point per timelineInterval, for the charts.
+// A run's time series: one point per --sample-interval (default
+// timelineInterval, at least minSampleInterval), for the charts.
 // Memory is bounded whatever the run's length: one live histogram, and at
 // most maxTimelinePoints points; past that, neighbouring points merge and
 // the interval doubles (a long run gets a coarser chart, never a bigger
 // process).
 const (
 	timelineInterval  = time.Second
+	minSampleInterval = 10 * time.Millisecond
 	maxTimelinePoints = 3600
 	// timelineSigFigs is the live histogram's precision: two significant
 	// digits are a chart's resolution and keep the histogram small.
@@ -58,7 +61,8 @@ func (p TimelinePoint) CPUPerOpUs() (float64, bool) {
 // completed operation (from many goroutines), and a sampler closes a
 // point every interval.
 type Timeline struct {
-	cpu func() (float64, error) // the server's CPU seconds; nil for none
+	cpu      func() (float64, error) // the server's CPU seconds; nil for none
+	interval time.Duration
 
 	mu      sync.Mutex
 	h       *hdrhistogram.Histogram
@@ -71,9 +75,21 @@ type Timeline struct {
 	quit, done chan struct{}
 }
 
-// newTimeline samples the server's CPU with cpu (nil: not measured).
-func newTimeline(cpu func() (float64, error)) *Timeline {
-	return &Timeline{cpu: cpu, h: hdrhistogram.New(1, maxLatencyUs, timelineSigFigs)}
+// newTimeline closes a point every interval (0: timelineInterval) and
+// samples the server's CPU with cpu (nil: not measured).
+func newTimeline(interval time.Duration, cpu func() (float64, error)) *Timeline {
+	if interval <= 0 {
+		interval = timelineInterval
+	}
+	return &Timeline{cpu: cpu, interval: interval, h: hdrhistogram.New(1, maxLatencyUs, timelineSigFigs)}
+}
+
+// checkSampleInterval refuses a --sample-interval too short to sample.
+func checkSampleInterval(d time.Duration) error {
+	if d != 0 && d < minSampleInterval {
+		return fmt.Errorf("--sample-interval %v: want at least %v", d, minSampleInterval)
+	}
+	return nil
 }
 
 // record counts one completed operation that took us microseconds.
@@ -101,7 +117,7 @@ func (t *Timeline) begin() {
 
 func (t *Timeline) sample() {
 	defer close(t.done)
-	tick := time.NewTicker(timelineInterval)
+	tick := time.NewTicker(t.interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -124,7 +140,7 @@ func (t *Timeline) end() []TimelinePoint {
 	t.close(time.Now())
 	// A last sliver of an interval would chart as noise: it joins the
 	// point before it.
-	if n := len(t.points); n >= 2 && t.points[n-1].Interval < timelineInterval.Seconds()/2 {
+	if n := len(t.points); n >= 2 && t.points[n-1].Interval < t.interval.Seconds()/2 {
 		t.points = append(t.points[:n-2], mergePoints(t.points[n-2], t.points[n-1]))
 	}
 	return t.points
