@@ -16,7 +16,10 @@ const (
 	chartWidth  = 16 * vg.Centimeter
 	chartHeight = 9 * vg.Centimeter
 	// barWidth is one bar of the CPU-per-operation chart.
-	barWidth = 0.6 * vg.Centimeter
+	barWidth = 1.2 * vg.Centimeter
+	// legendHeadroom stretches the y axis above the data so the legend,
+	// top right, does not hide the lines.
+	legendHeadroom = 1.35
 )
 
 // chartRun is one run of a flow as charted: its name in the legend
@@ -187,6 +190,7 @@ func cpuBarChart(groups []chartGroup) (chart, error) {
 		return chart{}, nil
 	}
 	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.5, float64(len(groups))-0.5
 	return save(p, "cpu-per-op.svg")
 }
 
@@ -200,6 +204,7 @@ func containsString(list []string, s string) bool {
 }
 
 func save(p *plot.Plot, file string) (chart, error) {
+	p.Y.Max *= legendHeadroom
 	w, err := p.WriterTo(chartWidth, chartHeight, "svg")
 	if err != nil {
 		return chart{}, fmt.Errorf("chart %s: %w", file, err)
