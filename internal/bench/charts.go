@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -224,8 +225,11 @@ func inlineSVG(svg []byte) string {
 	if i := strings.Index(s, "<svg"); i >= 0 {
 		s = s[i:]
 	}
-	for _, ns := range []string{` xmlns="http://www.w3.org/2000/svg"`, ` xmlns:xlink="http://www.w3.org/1999/xlink"`} {
-		s = strings.Replace(s, ns, "", 1)
+	if end := strings.Index(s, ">"); end >= 0 {
+		s = svgNamespaces.ReplaceAllString(s[:end], "") + s[end:]
 	}
 	return s
 }
+
+// svgNamespaces are the namespace attributes of the <svg> tag.
+var svgNamespaces = regexp.MustCompile(`\s+xmlns(:\w+)?="[^"]*"`)
