@@ -46,6 +46,11 @@ partition's owner. The broker is --kafka-brokers ($SURGE_KAFKA_BROKERS) or one
 the bench starts with scripts/kafka.sh. CPU per reservation counts every node
 and the broker's java process (its share shown apart).
 
+--charts DIR also writes SVG charts of each flow over the spike (throughput,
+latency p50/p99, server CPU per reservation, against the do-nothing server;
+one point per --sample-interval) and report.md showing them; --html FILE
+writes one self-contained page with the report and the charts inline.
+
 With --crowd it runs the peer's own Go spike client instead, as a flash
 crowd: --groups groups (default 5, the peer's processes) of --reservations
 reservations each, every one in its own goroutine and all started at once,
