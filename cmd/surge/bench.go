@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/surge-run/surge/internal/bench"
 )
@@ -112,9 +113,15 @@ func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f.BoolVar(&o.Baseline, "baseline", true, "also run the spike against a server that does nothing")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
-	f.StringVar(&o.ChartsDir, "charts", "", "also write charts (SVG: throughput, latency percentiles and CPU per operation over time, per flow) and a Markdown report showing them to this dir")
+	chartFlags(f, &o.Options, "flow")
+}
+
+// chartFlags: --charts, --html and the timeline they draw, for a bench
+// whose report charts each of its "per" (flow, level).
+func chartFlags(f *pflag.FlagSet, o *bench.Options, per string) {
+	f.StringVar(&o.ChartsDir, "charts", "", "also write SVG charts per "+per+" (throughput, latency p50/p99 and server CPU per operation over time, against the do-nothing server; CPU per operation of each run) and report.md showing them to this dir")
 	f.StringVar(&o.HTMLPath, "html", "", "also write one self-contained HTML report (text report and charts inline) to this file")
-	f.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "length of one point of the per-interval timeline (JSON and charts): ops, latency percentiles, server CPU; shorter for short spikes (at least 10ms)")
+	f.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "length of one point of the timeline (JSON and charts): operations, latency percentiles, server CPU (at least 10ms)")
 }
 
 // ticketingServerFlags: the server under test, started or given.
@@ -221,6 +228,7 @@ peer, or twice what the whole run could take from one product if that is more.`,
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one)")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the mix, the customer and product choices and the prices")
+	chartFlags(f, &o.Options, "level")
 	clientFlags(f, &o.Conn)
 	return cmd
 }

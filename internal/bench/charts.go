@@ -32,10 +32,21 @@ type chartRun struct {
 	CPUPerOpUs *float64
 }
 
-// chartGroup is one flow and its runs, charted together.
+// chartGroup is one flow (or level) and its runs, charted together;
+// File prefixes its charts' file names and Unit names one operation
+// ("reservation"; empty: "operation").
 type chartGroup struct {
 	Name string
+	File string
+	Unit string
 	Runs []chartRun
+}
+
+func (g chartGroup) unit() string {
+	if g.Unit == "" {
+		return "operation"
+	}
+	return g.Unit
 }
 
 // chart is one rendered SVG: its file name in --charts and its title.
@@ -72,7 +83,7 @@ func renderCharts(groups []chartGroup) ([]chart, error) {
 func newPlot(title, yLabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "seconds since the spike's start"
+	p.X.Label.Text = "seconds since the run's start"
 	p.Y.Label.Text = yLabel
 	p.Y.Min = 0
 	p.Legend.Top = true
@@ -105,13 +116,13 @@ func addLine(p *plot.Plot, name string, colour, dashes int, points []TimelinePoi
 }
 
 func throughputChart(g chartGroup) (chart, error) {
-	p := newPlot(g.Name+": throughput", "operations per second")
+	p := newPlot(g.Name+": throughput", g.unit()+"s per second")
 	for i, r := range g.Runs {
 		if err := addLine(p, r.Name, i, 0, r.Points, func(pt TimelinePoint) (float64, bool) { return pt.PerSecond(), true }); err != nil {
 			return chart{}, err
 		}
 	}
-	return save(p, g.Name+"-throughput.svg")
+	return save(p, g.File+"-throughput.svg")
 }
 
 // latencyPercentiles are the latency chart's lines per run, in order.
@@ -137,25 +148,28 @@ func latencyChart(g chartGroup) (chart, error) {
 			}
 		}
 	}
-	return save(p, g.Name+"-latency.svg")
+	return save(p, g.File+"-latency.svg")
 }
 
 func cpuTimeChart(g chartGroup) (chart, error) {
-	p := newPlot(g.Name+": server CPU per operation", "CPU microseconds per operation")
+	p := newPlot(g.Name+": server CPU per "+g.unit(), "CPU microseconds per "+g.unit())
 	for i, r := range g.Runs {
 		if err := addLine(p, r.Name, i, 0, r.Points, TimelinePoint.CPUPerOpUs); err != nil {
 			return chart{}, err
 		}
 	}
-	return save(p, g.Name+"-cpu.svg")
+	return save(p, g.File+"-cpu.svg")
 }
 
 // cpuBarChart compares the whole runs' CPU per operation, one cluster of
 // bars per group; an empty chart (no CPU read anywhere) has no SVG.
 func cpuBarChart(groups []chartGroup) (chart, error) {
+	if len(groups) == 0 {
+		return chart{}, nil
+	}
 	p := plot.New()
-	p.Title.Text = "server CPU per operation, whole run"
-	p.Y.Label.Text = "CPU microseconds per operation"
+	p.Title.Text = "server CPU per " + groups[0].unit() + ", whole run"
+	p.Y.Label.Text = "CPU microseconds per " + groups[0].unit()
 	p.Legend.Top = true
 	names := make([]string, len(groups))
 	var runNames []string

@@ -91,11 +91,11 @@ func TestChartsOfAFixedReportAreSVGWithEverySeries(t *testing.T) {
 	want := map[string][]string{
 		"compat-throughput.svg": {"compat: throughput", "surge", "do-nothing server"},
 		"compat-latency.svg":    {"compat: latency percentiles", "surge p50", "surge p99", "do-nothing server p50", "do-nothing server p99"},
-		"compat-cpu.svg":        {"compat: server CPU per operation", "surge", "do-nothing server"},
+		"compat-cpu.svg":        {"compat: server CPU per reservation", "surge", "do-nothing server"},
 		"native-throughput.svg": {"native: throughput", "surge", "do-nothing server"},
 		"native-latency.svg":    {"native: latency percentiles", "surge p50", "surge p99", "do-nothing server p50", "do-nothing server p99"},
-		"native-cpu.svg":        {"native: server CPU per operation", "surge", "do-nothing server"},
-		"cpu-per-op.svg":        {"server CPU per operation, whole run", "surge", "do-nothing server", "compat", "native"},
+		"native-cpu.svg":        {"native: server CPU per reservation", "surge", "do-nothing server"},
+		"cpu-per-op.svg":        {"server CPU per reservation, whole run", "surge", "do-nothing server", "compat", "native"},
 	}
 	if len(charts) != len(want) {
 		t.Fatalf("%d charts, want %d", len(charts), len(want))
@@ -116,7 +116,7 @@ func TestChartsOfAFixedReportAreSVGWithEverySeries(t *testing.T) {
 // A line is drawn from the timeline's points: the throughput chart's
 // y axis reaches the fastest second of the fixed runs.
 func TestThroughputChartPlotsThePoints(t *testing.T) {
-	g := chartGroup{Name: "native", Runs: []chartRun{{Name: "surge", Points: fixedTimeline(3, 50000, 10)}}}
+	g := chartGroup{Name: "native", File: "native", Runs: []chartRun{{Name: "surge", Points: fixedTimeline(3, 50000, 10)}}}
 	c, err := throughputChart(g)
 	if err != nil {
 		t.Fatal(err)
@@ -272,5 +272,42 @@ func TestTimelineStaysBounded(t *testing.T) {
 	k := int(pts[0].Interval)
 	if span != 100 || pts[len(pts)-1].Seconds != 100 || k < 2 || pts[0].P99Us != src[k-1].P99Us {
 		t.Fatalf("span %v, points %+v", span, pts)
+	}
+}
+
+// The commerce bench charts each level: its timeline counts every
+// iteration sent, and --charts and --html hold the level's charts.
+func TestCommerceLevelCharts(t *testing.T) {
+	base := serve(t, NullHandler())
+	dir := t.TempDir()
+	o := CommerceOptions{Rate: 200, Duration: time.Second, Clients: 2, MaxInflight: 1000, HTTP2: true, Seed: 3,
+		Options: Options{Target: base, ChartsDir: filepath.Join(dir, "c"), HTMLPath: filepath.Join(dir, "r.html"), SampleInterval: 100 * time.Millisecond}}
+	rep, out, err := runCommerceTest(t, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	r := rep.Levels[0].Server
+	var ops int64
+	for _, p := range r.Timeline {
+		ops += p.Ops
+	}
+	if ops != r.Iterations || len(r.Timeline) < 2 {
+		t.Fatalf("timeline of %d points counts %d iterations, want %d", len(r.Timeline), ops, r.Iterations)
+	}
+	for f, series := range map[string]string{"level-200-throughput.svg": base, "level-200-latency.svg": base + " p99"} {
+		b, err := os.ReadFile(filepath.Join(o.ChartsDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if texts := parseXML(t, f, b); !containsString(texts, series) {
+			t.Errorf("%s: no series %s in %q", f, series, texts)
+		}
+	}
+	page, err := os.ReadFile(o.HTMLPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "<h2>200 it/s: throughput</h2>") || !strings.Contains(string(page), "achieved rate") {
+		t.Errorf("the page lacks the level's chart or report")
 	}
 }

@@ -30,7 +30,7 @@ func ticketingSummary(rep *Report) string {
 func ticketingChartGroups(rep *Report) []chartGroup {
 	var groups []chartGroup
 	for _, fr := range rep.Flows {
-		g := chartGroup{Name: fr.Flow}
+		g := chartGroup{Name: fr.Flow, File: fr.Flow, Unit: "reservation"}
 		if fr.Server != nil {
 			g.Runs = append(g.Runs, chartRunOf(fr.Server.Server, fr.Server))
 		}

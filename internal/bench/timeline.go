@@ -72,7 +72,7 @@ type Timeline struct {
 	lastCPU *float64
 	points  []TimelinePoint
 
-	quit, done chan struct{}
+	quit, stopped chan struct{}
 }
 
 // newTimeline closes a point every interval (0: timelineInterval) and
@@ -103,6 +103,28 @@ func (t *Timeline) record(us int64) {
 	t.mu.Unlock()
 }
 
+// latency records one request's latency without counting an operation:
+// for a bench whose operation is several requests (a commerce iteration),
+// counted apart by done.
+func (t *Timeline) latency(us int64) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	_ = t.h.RecordValue(min(max(us, 1), maxLatencyUs))
+	t.mu.Unlock()
+}
+
+// done counts one completed operation whose latencies were recorded.
+func (t *Timeline) done() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.ops++
+	t.mu.Unlock()
+}
+
 // begin starts the clock and the sampler.
 func (t *Timeline) begin() {
 	if t == nil {
@@ -111,12 +133,12 @@ func (t *Timeline) begin() {
 	t.start = time.Now()
 	t.last = t.start
 	t.lastCPU = t.readCPU()
-	t.quit, t.done = make(chan struct{}), make(chan struct{})
+	t.quit, t.stopped = make(chan struct{}), make(chan struct{})
 	go t.sample()
 }
 
 func (t *Timeline) sample() {
-	defer close(t.done)
+	defer close(t.stopped)
 	tick := time.NewTicker(t.interval)
 	defer tick.Stop()
 	for {
@@ -136,7 +158,7 @@ func (t *Timeline) end() []TimelinePoint {
 		return nil
 	}
 	close(t.quit)
-	<-t.done
+	<-t.stopped
 	t.close(time.Now())
 	// A last sliver of an interval would chart as noise: it joins the
 	// point before it.
