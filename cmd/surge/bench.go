@@ -328,6 +328,7 @@ per second, server CPU per job and peak resident memory.`,
 	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	chartFlags(f, &o.Options, "phase")
 	return cmd
 }
 

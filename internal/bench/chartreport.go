@@ -30,7 +30,7 @@ func (o Options) chartsRequested() bool { return o.ChartsDir != "" || o.HTMLPath
 // bench that keeps no timelines.
 func checkCharted(o Options, s scenario) error {
 	if _, ok := s.(charted); !ok && o.chartsRequested() {
-		return errors.New("--charts and --html are not available for this bench (only surge bench ticketing, without --crowd, and surge bench commerce keep timelines)")
+		return errors.New("--charts and --html are not available for this bench (only surge bench ticketing without --crowd, commerce and jobs keep timelines)")
 	}
 	return nil
 }

@@ -311,3 +311,45 @@ func TestCommerceLevelCharts(t *testing.T) {
 		t.Errorf("the page lacks the level's chart or report")
 	}
 }
+
+// The jobs bench's timeline counts a submit phase's submits and an e2e
+// phase's executed jobs, and each phase gets its charts.
+func TestJobsPhaseTimelines(t *testing.T) {
+	rep := &JobsReport{}
+	for _, phase := range []string{JobsPhaseSubmit, JobsPhaseE2E} {
+		base := startNullInProcess(t)
+		o := testJobsOptions()
+		o.SampleInterval = 50 * time.Millisecond
+		run, err := newJobsRun(o, phase).measure(context.Background(), phase, base, func() (float64, error) { return 0, nil })
+		if err != nil {
+			t.Fatalf("%s: %v", phase, err)
+		}
+		var ops int64
+		for _, p := range run.Timeline {
+			ops += p.Ops
+		}
+		want := run.Submitted
+		if phase == JobsPhaseE2E {
+			want = run.Executed
+		}
+		if ops != want || want == 0 {
+			t.Errorf("%s: timeline counts %d, want %d", phase, ops, want)
+		}
+		run.Server = "surge"
+		rep.Phases = append(rep.Phases, &JobsPhase{Phase: phase, Server: run})
+	}
+	charts, err := renderCharts(jobsChartGroups(rep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]bool{}
+	for _, c := range charts {
+		parseXML(t, c.File, c.SVG)
+		files[c.File] = true
+	}
+	for _, f := range []string{"jobs-submit-throughput.svg", "jobs-e2e-latency.svg", "jobs-e2e-cpu.svg"} {
+		if !files[f] {
+			t.Errorf("no %s among %v", f, files)
+		}
+	}
+}
