@@ -190,7 +190,7 @@ type jobsRun struct {
 	// tlSubmit and tlDone are the timeline (timeline.go) of the phase
 	// that counts submits or executed jobs; the other one is nil.
 	tlSubmit, tlDone *Timeline
-	lag                          *shardedHist
+	lag              *shardedHist
 
 	mu      sync.Mutex
 	samples []string
