@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/surge-run/surge/internal/bench"
 )
@@ -45,6 +46,11 @@ to one node, round-robin, so most reservations are forwarded to the
 partition's owner. The broker is --kafka-brokers ($SURGE_KAFKA_BROKERS) or one
 the bench starts with scripts/kafka.sh. CPU per reservation counts every node
 and the broker's java process (its share shown apart).
+
+--charts DIR also writes SVG charts of each flow over the spike (throughput,
+latency p50/p99, server CPU per reservation, against the do-nothing server;
+one point per --sample-interval) and report.md showing them; --html FILE
+writes one self-contained page with the report and the charts inline.
 
 With --crowd it runs the peer's own Go spike client instead, as a flash
 crowd: --groups groups (default 5, the peer's processes) of --reservations
@@ -107,6 +113,15 @@ func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f.BoolVar(&o.Baseline, "baseline", true, "also run the spike against a server that does nothing")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	chartFlags(f, &o.Options, "flow")
+}
+
+// chartFlags: --charts, --html and the timeline they draw, for a bench
+// whose report charts each of its "per" (flow, level).
+func chartFlags(f *pflag.FlagSet, o *bench.Options, per string) {
+	f.StringVar(&o.ChartsDir, "charts", "", "also write SVG charts per "+per+" (throughput, latency p50/p99 and server CPU per operation over time, against the do-nothing server; CPU per operation of each run) and report.md showing them to this dir")
+	f.StringVar(&o.HTMLPath, "html", "", "also write one self-contained HTML report (text report and charts inline) to this file")
+	f.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "length of one point of the timeline (JSON and charts): operations, latency percentiles, server CPU (at least 10ms)")
 }
 
 // ticketingServerFlags: the server under test, started or given.
@@ -213,6 +228,7 @@ peer, or twice what the whole run could take from one product if that is more.`,
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one)")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the mix, the customer and product choices and the prices")
+	chartFlags(f, &o.Options, "level")
 	clientFlags(f, &o.Conn)
 	return cmd
 }
@@ -312,6 +328,7 @@ per second, server CPU per job and peak resident memory.`,
 	f.StringVar(&o.DataDir, "data-dir", "", "parent of the started servers' data dirs (default: a temp dir, removed after)")
 	f.StringVar(&o.ServeExe, "serve-exe", "", "surge binary to start as the server (default: this one); compares another build under the same generator")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	chartFlags(f, &o.Options, "phase")
 	return cmd
 }
 

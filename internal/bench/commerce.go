@@ -178,6 +178,9 @@ type commerceRun struct {
 	lag      *hdrhistogram.Histogram
 	errKinds map[string]int64
 	samples  []string
+	// timeline samples the level per interval for the charts: HTTP
+	// latencies, iterations done, server CPU.
+	timeline *Timeline
 
 	bufs sync.Pool
 }
@@ -226,6 +229,7 @@ func (r *commerceRun) record(h string, us int64) {
 	_ = r.http[h].RecordValue(us)
 	_ = r.all.RecordValue(us)
 	r.mu.Unlock()
+	r.timeline.latency(us)
 }
 
 func (r *commerceRun) fail(kind, detail string) {
@@ -395,7 +399,7 @@ func (r *commerceRun) openLoop(ctx context.Context, rate float64, d time.Duratio
 			r.sent.Add(1)
 			r.inflight.Add(1)
 			wg.Go(func() {
-				defer func() { r.inflight.Add(-1); r.done.Add(1); <-sem }()
+				defer func() { r.inflight.Add(-1); r.done.Add(1); r.timeline.done(); <-sem }()
 				r.iteration(ctx, i, m, mode, at)
 			})
 		default:
@@ -427,10 +431,14 @@ func (r *commerceRun) startProgress(total int64, d time.Duration) (stop func()) 
 // CPU seconds (nil when unknown).
 func (r *commerceRun) measure(ctx context.Context, rate float64, cpu func() (float64, error)) *CommerceRunReport {
 	m := meterCPU(cpu)
+	r.timeline = newTimeline(r.o.SampleInterval, cpu)
 	stop := r.startProgress(int64(rate*r.o.Duration.Seconds()), r.o.Duration)
+	r.timeline.begin()
 	elapsed := r.openLoop(ctx, rate, r.o.Duration)
+	points := r.timeline.end()
 	stop()
 	rep := r.report(rate, elapsed)
+	rep.Timeline = points
 	rep.GeneratorCPU = m.generator()
 	if c, err := m.used(); err == nil {
 		rep.setCPU(c)
@@ -498,6 +506,9 @@ type CommerceRunReport struct {
 	ItersPerCPUSecond *float64 `json:"iterationsPerServerCpuSecond,omitempty"`
 	GeneratorCPU      float64  `json:"generatorCpuSeconds"`
 	PeakRSSBytes      *int64   `json:"serverPeakRssBytes,omitempty"`
+	// Timeline is the level per interval (timeline.go): iterations done,
+	// HTTP latencies, server CPU.
+	Timeline []TimelinePoint `json:"timeline,omitempty"`
 }
 
 func (r *commerceRun) report(rate float64, elapsed time.Duration) *CommerceRunReport {

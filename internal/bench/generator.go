@@ -81,6 +81,9 @@ type GenConfig struct {
 	// double booking). The null server's fixed replies would fail them.
 	CheckSeats bool
 
+	// Timeline, if set, samples the spike per second for the charts.
+	Timeline *Timeline
+
 	Label       string    // names the run in progress lines
 	Progress    io.Writer // progress lines go here; nil for none
 	ProgressTTY bool      // redraw one line with \r instead of printing lines
@@ -314,12 +317,14 @@ func (g *Generator) Spike(ctx context.Context) (*Stats, error) {
 	stopProgress := g.startProgress(total)
 	cpu0 := selfCPUSeconds()
 	start := time.Now()
+	g.cfg.Timeline.begin()
 	var wg sync.WaitGroup
 	for _, w := range g.workers {
 		wg.Go(func() { w.run(ctx) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	g.cfg.Timeline.end()
 	cpu1 := selfCPUSeconds()
 	stopProgress()
 	if err := ctx.Err(); err != nil {
@@ -499,6 +504,7 @@ func (w *worker) reserve(i int64) {
 	}
 	us := time.Since(start).Microseconds()
 	w.latUs = append(w.latUs, uint32(min(max(us, 1), maxLatencyUs)))
+	w.g.cfg.Timeline.record(us)
 	if out == outFailure {
 		w.failures++
 		return

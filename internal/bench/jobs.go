@@ -187,7 +187,10 @@ type jobsRun struct {
 	errCount                     atomic.Int64
 
 	submitLat, startLat, doneLat *shardedHist
-	lag                          *shardedHist
+	// tlSubmit and tlDone are the timeline (timeline.go) of the phase
+	// that counts submits or executed jobs; the other one is nil.
+	tlSubmit, tlDone *Timeline
+	lag              *shardedHist
 
 	mu      sync.Mutex
 	samples []string
@@ -329,8 +332,11 @@ func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient,
 			continue
 		}
 		if timed {
-			r.doneLat.record(idx, time.Since(r.base)-time.Duration(t))
+			d := time.Since(r.base) - time.Duration(t)
+			r.doneLat.record(idx, d)
+			r.tlDone.latency(d.Microseconds())
 		}
+		r.tlDone.done()
 		r.executed.Add(1)
 	}
 }
@@ -416,6 +422,7 @@ func (r *jobsRun) closedLoop(ctx context.Context, cs []jqpbconnect.JobServiceCli
 					continue
 				}
 				r.submitLat.record(i, time.Since(t0))
+				r.tlSubmit.record(time.Since(t0).Microseconds())
 				r.submitted.Add(1)
 			}
 		})
@@ -509,6 +516,13 @@ func (r *jobsRun) resourceExhausted() int64 {
 // (submit) or the generator (e2e), then for e2e the wait for the submitted
 // jobs to finish; cpu reads the server's CPU seconds.
 func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func() (float64, error)) (*JobsRunReport, error) {
+	// Set before the workers start: they read it.
+	tl := newTimeline(r.o.SampleInterval, cpu)
+	if phase == JobsPhaseSubmit {
+		r.tlSubmit = tl
+	} else {
+		r.tlDone = tl
+	}
 	wctx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
 	var wg *sync.WaitGroup
@@ -533,6 +547,7 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 
 	m := meterCPU(cpu)
 	stop := r.progress(r.o.Duration)
+	tl.begin()
 	var elapsed time.Duration
 	if phase == JobsPhaseSubmit {
 		elapsed = r.closedLoop(ctx, cs, r.o.Duration)
@@ -547,8 +562,10 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 		}
 		drained = time.Since(t0)
 	}
+	points := tl.end()
 	stop()
 	rep := r.report(phase, elapsed, drained)
+	rep.Timeline = points
 	rep.GeneratorCPU = m.generator()
 	if c, ok := m.usedOrWarn(r.o.Stderr, r.label); ok {
 		rep.setCPU(phase, c)
@@ -603,6 +620,9 @@ type JobsRunReport struct {
 	JobsPerCPUs  *float64 `json:"jobsPerServerCpuSecond,omitempty"`
 	GeneratorCPU float64  `json:"generatorCpuSeconds"`
 	PeakRSSBytes *int64   `json:"serverPeakRssBytes,omitempty"`
+	// Timeline is the phase per interval (timeline.go): submits (submit
+	// phase; their call's latency) or executed jobs (e2e; submit to done).
+	Timeline []TimelinePoint `json:"timeline,omitempty"`
 }
 
 func (r *jobsRun) report(phase string, elapsed, drained time.Duration) *JobsRunReport {

@@ -75,6 +75,8 @@ type RunReport struct {
 	// PeakRSSBytes is the server's peak resident memory (VmHWM) after the
 	// spike, set up included; nil for a server the bench did not start.
 	PeakRSSBytes *int64 `json:"serverPeakRssBytes,omitempty"`
+	// Timeline is the spike second by second (timeline.go), for the charts.
+	Timeline []TimelinePoint `json:"timeline,omitempty"`
 }
 
 // RestartReport is the stop and restart of a server the bench started.

@@ -22,6 +22,13 @@ type Options struct {
 	Partitions int    // --partitions for a started server (0: its default)
 	DataDir    string // parent of the started servers' data dirs; empty for a temp dir
 	JSONPath   string
+	// ChartsDir and HTMLPath are --charts (SVGs and a Markdown report in
+	// a dir) and --html (one self-contained page); chartreport.go.
+	ChartsDir string
+	HTMLPath  string
+	// SampleInterval is --sample-interval, a timeline point's length
+	// (0: timelineInterval).
+	SampleInterval time.Duration
 
 	Exe string // the surge binary, to start `serve` and `bench nullserver`
 	// ServeExe, if set, is the binary started for `serve` instead of Exe:
@@ -274,6 +281,12 @@ func runScenario(ctx context.Context, o Options, tmpPrefix string, s scenario) e
 	if err := checkConn(o.Conn); err != nil {
 		return err
 	}
+	if err := checkCharted(o, s); err != nil {
+		return err
+	}
+	if err := checkSampleInterval(o.SampleInterval); err != nil {
+		return err
+	}
 	ctx = withConn(ctx, o.Conn)
 	rig, err := newRig(o, tmpPrefix)
 	if err != nil {
@@ -296,6 +309,12 @@ func runScenario(ctx context.Context, o Options, tmpPrefix string, s scenario) e
 		if err := writeAnyJSON(o.JSONPath, s.report()); err != nil {
 			v.OK = false
 			v.add("write JSON: " + err.Error())
+		}
+	}
+	if c, ok := s.(charted); ok && o.chartsRequested() {
+		if err := writeChartOutputs(o, c); err != nil {
+			v.OK = false
+			v.add(err.Error())
 		}
 	}
 	if ctx.Err() != nil {

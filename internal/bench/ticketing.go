@@ -265,6 +265,7 @@ func (r *ticketingRun) baseline(ctx context.Context, flow string) (*RunReport, e
 func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []string, check bool, mark func(), cpus ...func() (float64, error)) (*RunReport, []*float64, error) {
 	cfg := r.o.genConfig(flow, base, check)
 	cfg.Nodes = nodes
+	cfg.Timeline = newTimeline(r.o.SampleInterval, sumCPU(cpus))
 	cfg.Label = flow
 	if !check {
 		cfg.Label += " (do-nothing server)"
@@ -292,7 +293,7 @@ func (r *ticketingRun) spike(ctx context.Context, flow, base string, nodes []str
 	if err != nil {
 		return nil, nil, err
 	}
-	run := &RunReport{Stats: *stats}
+	run := &RunReport{Stats: *stats, Timeline: cfg.Timeline.points}
 	defer func() {
 		if mark != nil {
 			mark()
