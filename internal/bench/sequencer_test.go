@@ -124,19 +124,23 @@ func TestSequencerScenariosAgainstTheFake(t *testing.T) {
 }
 
 func TestSequencerCatchesDisorderDuplicatesAndStalls(t *testing.T) {
+	// The stall is seen when --timeout passes; the others are seen once
+	// the fake has sequenced everything, which a busy machine may take
+	// far longer than 300 ms to poll.
 	for _, c := range []struct {
-		name string
-		f    *fakeSequencer
-		want string
+		name    string
+		f       *fakeSequencer
+		timeout time.Duration
+		want    string
 	}{
-		{"disorder", &fakeSequencer{perMs: 100, disorder: true}, "out of order in 1 group(s): bench-peer"},
-		{"overcount", &fakeSequencer{perMs: 100, overcount: 3}, "count went past what was sent (duplicates) in bench-peer: 3003 of 3000"},
-		{"stall", &fakeSequencer{stall: true}, "0 of 3,000 messages sequenced"},
+		{"disorder", &fakeSequencer{perMs: 100, disorder: true}, 30 * time.Second, "out of order in 1 group(s): bench-peer"},
+		{"overcount", &fakeSequencer{perMs: 100, overcount: 3}, 30 * time.Second, "count went past what was sent (duplicates) in bench-peer: 3003 of 3000"},
+		{"stall", &fakeSequencer{stall: true}, 300 * time.Millisecond, "0 of 3,000 messages sequenced"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.f.groups = map[string]*fakeSeqGroup{}
 			rep, out, err := runSeqAgainst(t, c.f, func(o *SequencerOptions) {
-				o.Scenarios, o.Timeout = SeqScenarioPeer, 300*time.Millisecond
+				o.Scenarios, o.Timeout = SeqScenarioPeer, c.timeout
 			})
 			if !errors.Is(err, errSequencerFailed) || rep.OK {
 				t.Fatalf("err %v, ok %v\n%s", err, rep.OK, out)

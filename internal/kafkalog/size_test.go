@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -92,7 +93,14 @@ func TestEnsureTopicsRefusesATopicThatTakesTooLittle(t *testing.T) {
 	if _, err := adm.AlterTopicConfigs(ctxT(t), []kadm.AlterConfig{{Name: "max.message.bytes", Value: kadm.StringPtr(strconv.Itoa(MaxMessageBytes))}}, cfg.LogTopic()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := EnsureTopics(ctxT(t), adm, cfg); err != nil {
-		t.Fatalf("after raising max.message.bytes: %v", err)
+	// The broker applies a config change a moment after it answers.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := EnsureTopics(ctxT(t), adm, cfg)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after raising max.message.bytes: %v", err)
+		}
 	}
 }
