@@ -16,11 +16,19 @@ import (
 // ids (purge timers), so an unexpected id cannot grow the series count.
 const maxTimerKindLen = 16
 
+// alertedTimerKinds are exported at 0 from the start, so an alert on
+// their rate sees 0 rather than no data on a healthy node.
+var alertedTimerKinds = [...]string{"saga", "lease"}
+
 func newTimersFired() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "surge_engine_timers_fired_total",
 		Help: "Timers that fired, by kind: saga (an order's saga reached its deadline and is compensated), lease (a job's lease expired without a report), purge (retention).",
 	}, []string{"kind"})
+	for _, k := range alertedTimerKinds {
+		v.WithLabelValues(k)
+	}
+	return v
 }
 
 // timerKind is the label of a timer id.
