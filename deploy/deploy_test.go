@@ -34,16 +34,25 @@ const (
 	// scrapes (every second) and rule evaluations after the load.
 	dataTimeout = 90 * time.Second
 	rulesFile   = "prometheus/surge-rules.yml"
+	rulesTests  = "prometheus/surge-rules.test.yml"
 )
+
+// TestAlertsFireOnTheirSignals runs the rules' unit tests: each alert
+// fires on the series that should raise it (and only then).
+func TestAlertsFireOnTheirSignals(t *testing.T) {
+	installPrometheus(t)
+	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTests}} {
+		if out, err := exec.Command("promtool", args...).CombinedOutput(); err != nil {
+			t.Fatalf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
 
 func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	installPrometheus(t)
 	rules, err := filepath.Abs(rulesFile)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if out, err := exec.Command("promtool", "check", "rules", rules).CombinedOutput(); err != nil {
-		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	bin := buildSurge(t)
 	embedded := startSurge(t, bin, "--data-dir", filepath.Join(t.TempDir(), "d"))
@@ -52,12 +61,12 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	runLoad(t, bin, embedded)
 	runLoad(t, bin, node, "ticketing")
 
-	queries := ruleQueries(t, rules)
+	queries, nRules := ruleQueries(t, rules)
 	for _, d := range dashboardFiles(t) {
 		queries = append(queries, dashboardQueries(t, d)...)
 	}
 	waitAllNonEmpty(t, prom, queries)
-	checkRulesHealthy(t, prom)
+	checkRulesHealthy(t, prom, nRules)
 }
 
 func installPrometheus(t *testing.T) {
@@ -214,12 +223,14 @@ var alertForm = regexp.MustCompile(`^(?s)(.*\S)\s+(==|!=|>=|<=|>|<)\s+(-?[0-9.]+
 // expression and recorded name, and each alert's expression with bool.
 // (Prometheus's own parsing of the file is checked by promtool and by
 // checkRulesHealthy.)
-func ruleQueries(t *testing.T, rules string) []query {
+func ruleQueries(t *testing.T, rules string) ([]query, int) {
 	var rf ruleFile
 	readRules(t, rules, &rf)
 	var qs []query
+	n := 0
 	for _, g := range rf.Groups {
 		for _, r := range g.Rules {
+			n++
 			switch {
 			case r.Record != "":
 				qs = append(qs, query{"record " + r.Record, r.Expr}, query{"recorded " + r.Record, r.Record})
@@ -236,7 +247,7 @@ func ruleQueries(t *testing.T, rules string) []query {
 	if len(qs) == 0 {
 		t.Fatalf("no rules in %s", rules)
 	}
-	return qs
+	return qs, n
 }
 
 // readRules reads the rules file with yamlRules (the module has no YAML
@@ -377,8 +388,9 @@ func instantQuery(prom, expr string) (int, error) {
 }
 
 // checkRulesHealthy requires Prometheus to report every rule evaluated
-// without error.
-func checkRulesHealthy(t *testing.T, prom string) {
+// without error, and as many rules as ruleQueries read (so none was
+// missed by its line reader).
+func checkRulesHealthy(t *testing.T, prom string, want int) {
 	resp, err := http.Get(prom + "/api/v1/rules")
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +420,7 @@ func checkRulesHealthy(t *testing.T, prom string) {
 			}
 		}
 	}
-	if n == 0 || buf.Len() > 0 {
-		t.Fatalf("Prometheus loaded %d rules; unhealthy:\n%s", n, buf.String())
+	if n != want || buf.Len() > 0 {
+		t.Fatalf("Prometheus loaded %d rules, the test read %d; unhealthy:\n%s", n, want, buf.String())
 	}
 }
