@@ -295,12 +295,35 @@ func dashboardFiles(t *testing.T) []string {
 	return files
 }
 
+// datasourceUID is the uid deploy/grafana/provisioning/datasources gives
+// the Prometheus datasource; every panel and query must name it.
+const datasourceUID = "surge-prometheus"
+
+type datasource struct {
+	UID string `json:"uid"`
+}
+
 type panel struct {
-	Title   string  `json:"title"`
-	Panels  []panel `json:"panels"`
-	Targets []struct {
-		Expr string `json:"expr"`
+	Title      string     `json:"title"`
+	Datasource datasource `json:"datasource"`
+	Panels     []panel    `json:"panels"`
+	Targets    []struct {
+		Expr       string     `json:"expr"`
+		Datasource datasource `json:"datasource"`
 	} `json:"targets"`
+}
+
+func TestDashboardsUseTheProvisionedDatasource(t *testing.T) {
+	b, err := os.ReadFile("grafana/provisioning/datasources/surge.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "uid: "+datasourceUID) {
+		t.Fatalf("the provisioned datasource's uid is not %s", datasourceUID)
+	}
+	for _, f := range dashboardFiles(t) {
+		dashboardQueries(t, f)
+	}
 }
 
 // grafanaVars are the dashboard variables Grafana fills in; the test
@@ -324,7 +347,13 @@ func dashboardQueries(t *testing.T, path string) []query {
 	walk = func(ps []panel) {
 		for _, p := range ps {
 			walk(p.Panels)
+			if len(p.Targets) > 0 && p.Datasource.UID != datasourceUID {
+				t.Errorf("%s: panel %q uses datasource %q, not %q", path, p.Title, p.Datasource.UID, datasourceUID)
+			}
 			for _, tg := range p.Targets {
+				if tg.Datasource.UID != datasourceUID {
+					t.Errorf("%s: a query of panel %q uses datasource %q, not %q", path, p.Title, tg.Datasource.UID, datasourceUID)
+				}
 				qs = append(qs, query{fmt.Sprintf("%s / %s", d.Title, p.Title), grafanaVars.Replace(tg.Expr)})
 			}
 		}
