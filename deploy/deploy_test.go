@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -55,11 +56,12 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildSurge(t)
-	embedded := startSurge(t, bin, "--data-dir", filepath.Join(t.TempDir(), "d"))
+	embedded := startSurge(t, bin, "--data-dir", filepath.Join(t.TempDir(), "d"), "--saga-deadline", sagaDeadline.String())
 	node := startSurge(t, bin, "--kafka", kafkatest.Brokers(t), "--cluster", kafkatest.Topic(t, "deploy"), "--partitions", "2")
 	prom := startPrometheus(t, rules, embedded, node)
 	runLoad(t, bin, embedded)
 	runLoad(t, bin, node, "ticketing")
+	stuckOrder(t, embedded)
 
 	queries, nRules := ruleQueries(t, rules)
 	for _, d := range dashboardFiles(t) {
@@ -67,6 +69,80 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	}
 	waitAllNonEmpty(t, prom, queries)
 	checkRulesHealthy(t, prom, nRules)
+	waitFiring(t, prom, "SurgeDeadLettersGrowing", "SurgeSagasTimingOut")
+}
+
+// sagaDeadline is the embedded server's --saga-deadline: short, so the
+// order stuckOrder places times out during the test.
+const sagaDeadline = 2 * time.Second
+
+// stuckOrder turns commerce fault injection on and places an order: its
+// reservation is parked in the dead-letter queue and its saga reaches the
+// deadline, which two alerts must report.
+func stuckOrder(t *testing.T, addr string) {
+	base := "http://" + addr
+	post(t, base+"/api/admin/fault?enabled=true", "")
+	var c struct{ CustomerID string }
+	post(t, base+"/api/customers", `{"email":"stuck@example.com","name":"Stuck Order"}`, &c)
+	var p struct{ ProductID string }
+	post(t, base+"/api/products", `{"sku":"STUCK","name":"Stuck","price":1,"quantityOnHand":5}`, &p)
+	post(t, base+"/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, c.CustomerID, p.ProductID))
+}
+
+func post(t *testing.T, u, body string, out ...any) {
+	resp, err := http.Post(u, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %d %s", u, resp.StatusCode, b)
+	}
+	for _, o := range out {
+		if err := json.Unmarshal(b, o); err != nil {
+			t.Fatalf("POST %s: %v in %s", u, err, b)
+		}
+	}
+}
+
+// waitFiring polls Prometheus's alerts until each named one is firing.
+func waitFiring(t *testing.T, prom string, names ...string) {
+	deadline := time.Now().Add(dataTimeout)
+	for {
+		firing := map[string]bool{}
+		resp, err := http.Get(prom + "/api/v1/alerts")
+		if err == nil {
+			var r struct {
+				Data struct {
+					Alerts []struct {
+						Labels map[string]string `json:"labels"`
+						State  string            `json:"state"`
+					} `json:"alerts"`
+				} `json:"data"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			for _, a := range r.Data.Alerts {
+				if a.State == "firing" {
+					firing[a.Labels["alertname"]] = true
+				}
+			}
+		}
+		var missing []string
+		for _, n := range names {
+			if !firing[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alerts %v not firing after %v (firing: %v, err: %v)", missing, dataTimeout, firing, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func installPrometheus(t *testing.T) {
