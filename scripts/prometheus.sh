@@ -43,7 +43,9 @@ install() {
 	command -v promtool >/dev/null 2>&1 || die "apt-get installed prometheus but promtool is not on PATH"
 }
 
+# free_port needs python3; pass PORT to start without it.
 free_port() {
+	command -v python3 >/dev/null 2>&1 || die "no python3 to find a free port: pass PORT to start"
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
