@@ -57,7 +57,8 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	}
 	bin := buildSurge(t)
 	embedded := startSurge(t, bin, "--data-dir", filepath.Join(t.TempDir(), "d"), "--saga-deadline", sagaDeadline.String())
-	node := startSurge(t, bin, "--kafka", kafkatest.Brokers(t), "--cluster", kafkatest.Topic(t, "deploy"), "--partitions", "2")
+	node := startSurge(t, bin, "--kafka", kafkatest.Brokers(t), "--cluster", kafkatest.Topic(t, "deploy"), "--partitions", fmt.Sprint(nodePartitions))
+	waitOwned(t, node, nodePartitions)
 	prom := startPrometheus(t, rules, embedded, node)
 	runLoad(t, bin, embedded)
 	runLoad(t, bin, node, "ticketing")
@@ -70,6 +71,35 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	waitAllNonEmpty(t, prom, queries)
 	checkRulesHealthy(t, prom, nRules)
 	waitFiring(t, prom, "SurgeDeadLettersGrowing", "SurgeSagasTimingOut")
+}
+
+// nodePartitions is the cluster's partition count; its one node serves all.
+const nodePartitions = 2
+
+// waitOwned waits until the node at addr serves n partitions, so the
+// load does not race their acquisition.
+func waitOwned(t *testing.T, addr string, n int) {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		owned := 0
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "surge_partition_owned{") && strings.HasSuffix(line, "} 1") {
+					owned++
+				}
+			}
+		}
+		if owned == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster node serves %d of %d partitions after %v (err: %v)", owned, n, readyTimeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // sagaDeadline is the embedded server's --saga-deadline: short, so the
