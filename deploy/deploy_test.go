@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surge-run/surge/client/jobclient"
 	"github.com/surge-run/surge/internal/kafkatest"
 )
 
@@ -56,13 +57,15 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildSurge(t)
-	embedded := startSurge(t, bin, "--data-dir", filepath.Join(t.TempDir(), "d"), "--saga-deadline", sagaDeadline.String())
+	embedded := startSurge(t, bin, "--data-dir", filepath.Join(t.TempDir(), "d"),
+		"--saga-deadline", sagaDeadline.String(), "--job-lease", jobLease.String())
 	node := startSurge(t, bin, "--kafka", kafkatest.Brokers(t), "--cluster", kafkatest.Topic(t, "deploy"), "--partitions", fmt.Sprint(nodePartitions))
 	waitOwned(t, node, nodePartitions)
 	prom := startPrometheus(t, rules, embedded, node)
 	runLoad(t, bin, embedded)
 	runLoad(t, bin, node, "ticketing")
 	stuckOrder(t, embedded)
+	stuckJob(t, embedded)
 
 	queries, nRules := ruleQueries(t, rules)
 	for _, d := range dashboardFiles(t) {
@@ -70,7 +73,7 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	}
 	waitAllNonEmpty(t, prom, queries)
 	checkRulesHealthy(t, prom, nRules)
-	waitFiring(t, prom, "SurgeDeadLettersGrowing", "SurgeSagasTimingOut")
+	waitFiring(t, prom, "SurgeDeadLettersGrowing", "SurgeSagasTimingOut", "SurgeJobLeasesExpiring")
 }
 
 // nodePartitions is the cluster's partition count; its one node serves all.
@@ -105,6 +108,48 @@ func waitOwned(t *testing.T, addr string, n int) {
 // sagaDeadline is the embedded server's --saga-deadline: short, so the
 // order stuckOrder places times out during the test.
 const sagaDeadline = 2 * time.Second
+
+// jobLease is the embedded server's --job-lease: long enough for the
+// jobs load's workers (which heartbeat), short for stuckJob's.
+const jobLease = 3 * time.Second
+
+// stuckQueue is the queue every server has from the start.
+const stuckQueue = "default"
+
+// stuckJob runs a worker that never heartbeats on a job that hangs: its
+// lease expires, which SurgeJobLeasesExpiring must report.
+func stuckJob(t *testing.T, addr string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := jobclient.New("http://" + addr)
+	w := jobclient.NewWorker(c, jobclient.WorkerConfig{Heartbeat: time.Hour, Concurrency: 1})
+	started := make(chan struct{}, 1)
+	jobclient.Handle(w, stuckQueue, func(ctx context.Context, _ *jobclient.Job[[]byte]) ([]byte, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		w.StopNow()
+		<-done
+	})
+	if _, err := c.Submit(ctx, stuckQueue, []byte("{}"), jobclient.SubmitOptions{}); err != nil {
+		t.Fatalf("submit a job: %v", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(readyTimeout):
+		t.Fatalf("the stuck job did not reach its worker in %v", readyTimeout)
+	}
+}
 
 // stuckOrder turns commerce fault injection on and places an order: its
 // reservation is parked in the dead-letter queue and its saga reaches the
