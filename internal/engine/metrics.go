@@ -31,6 +31,7 @@ type Metrics struct {
 	forwarded      *prometheus.CounterVec
 	forwardBatch   prometheus.Histogram
 	forwardSeconds prometheus.Histogram
+	timersFired    *prometheus.CounterVec
 }
 
 func partLabel(p int) string { return strconv.Itoa(p) }
@@ -103,7 +104,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Cluster mode: time from forwarding a request to its owner's answer.",
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 	})
-	reg.MustRegister(m.owned, m.forwarded, m.forwardBatch, m.forwardSeconds)
+	m.timersFired = newTimersFired()
+	reg.MustRegister(m.owned, m.forwarded, m.forwardBatch, m.forwardSeconds, m.timersFired)
 	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
 	return m
 }
@@ -143,6 +145,7 @@ func (c *delayCollector) Collect(ch chan<- prometheus.Metric) {
 
 // watch adds gauges that read the engine's queues at scrape time.
 func (m *Metrics) watch(e *Engine) {
+	m.watchHealth(e)
 	m.reg.MustRegister(&delayCollector{
 		desc: prometheus.NewDesc("surge_engine_queue_delay_seconds",
 			"Time client requests waited in a partition's inbox before the processor took them (all partitions).", nil, nil),

@@ -215,6 +215,9 @@ func (p *partition) fireTimer(b *batch, k timerKey, now int64) {
 	b.buf = binary.LittleEndian.AppendUint16(b.buf, uint16(len(k.id)))
 	b.buf = append(b.buf, k.id...)
 	b.record(start)
+	if m := p.e.opts.Metrics; m != nil {
+		m.timerFired(k.id)
+	}
 	if err := p.applyTimer(b, k.workload, k.id, now); err != nil {
 		p.e.dropped("timer", p.id, err)
 	}

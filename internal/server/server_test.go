@@ -111,6 +111,9 @@ func TestHealthReportsFailedLog(t *testing.T) {
 			t.Fatalf("%s of a healthy server: %d %s", path, st, body)
 		}
 	}
+	if st, body := get("/metrics"); st != http.StatusOK || !strings.Contains(body, "\nsurge_engine_log_failed 0\n") {
+		t.Fatalf("/metrics of a healthy server: %d, want 200 with surge_engine_log_failed 0", st)
+	}
 	if st, body := post("/v1/event", `{"eventName":"e","areas":[{"areaId":"A","price":1,"rowCount":10,"colCount":10}]}`); st != http.StatusOK {
 		t.Fatalf("create event: %d %s", st, body)
 	}
@@ -128,6 +131,10 @@ func TestHealthReportsFailedLog(t *testing.T) {
 			!strings.Contains(e.Error, "log failed") || !strings.Contains(e.Error, "restart") {
 			t.Fatalf("%s after the log failed: %d %s; want 503 with a JSON error saying the log failed and the server must be restarted", path, st, body)
 		}
+	}
+	// The alert SurgeLogFailed (deploy/prometheus) reads this gauge.
+	if st, body := get("/metrics"); st != http.StatusOK || !strings.Contains(body, "\nsurge_engine_log_failed 1\n") {
+		t.Fatalf("/metrics after the log failed: %d, want 200 with surge_engine_log_failed 1", st)
 	}
 
 	// Shut the child down (EOF on its stdin) so that a data race it saw

@@ -27,6 +27,7 @@ type clients struct {
 	work   jqpbconnect.WorkerServiceClient
 	admin  jqpbconnect.AdminServiceClient
 	engine *engine.Engine
+	api    *jobs.API
 	// baseURL is the server's, for clients of other protocols.
 	baseURL string
 }
@@ -69,6 +70,7 @@ func newAPIHub(t *testing.T, lease time.Duration, hub *jobs.Hub) *clients {
 		work:    jqpbconnect.NewWorkerServiceClient(hc, srv.URL, connect.WithGRPC()),
 		admin:   jqpbconnect.NewAdminServiceClient(hc, srv.URL, connect.WithGRPC()),
 		engine:  eng,
+		api:     a,
 		baseURL: srv.URL,
 	}
 }

@@ -46,6 +46,9 @@ var Module = module.Module{
 			Serve: func(h module.Host) (module.Served, error) {
 				a := NewAPI(h.Engine, hub).SetLease(env.Settings.Duration("job-lease")).
 					SetRetention(env.Settings.Duration("job-retention")).SetHealth(h.Healthy)
+				if err := h.Registry.Register(a.Collector()); err != nil {
+					return module.Served{}, err
+				}
 				var services []module.GRPCService
 				for _, s := range a.Handlers(h.GRPCOptions(MaxMessageBytes)...) {
 					g := module.GRPCService{Name: s.Name, Path: s.Path, Handler: s.Handler, MaxMessage: MaxMessageBytes}
