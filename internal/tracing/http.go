@@ -18,16 +18,23 @@ const ResponseHeader = "traceresponse"
 // Handler wraps the whole server: HTTP routes and gRPC/Connect calls
 // alike (they share the listener), each in one server span, a child of
 // the caller's traceparent if it sent one.
+//
+// A request whose trace is not sampled (99 % of them at 1 %) goes on
+// untouched: no header, no wrapper, no new context, so that sampling
+// little costs little. Its traceresponse would name a trace nobody kept.
 func (t *Tracing) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		grpc := strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
-		ctx, span := t.tracer.Start(ctx, r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
-		defer span.End()
-		if sc := span.SpanContext(); sc.IsValid() {
-			w.Header().Set(ResponseHeader, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
+		ctx, span := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+		if !span.IsRecording() {
+			next.ServeHTTP(w, r)
+			return
 		}
+		defer span.End()
+		span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+		grpc := strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+		sc := span.SpanContext()
+		w.Header().Set(ResponseHeader, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		r = r.WithContext(ctx)
 		next.ServeHTTP(sw, r)
