@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"strings"
 
@@ -15,6 +16,9 @@ import (
 // send a traceparent can still find its trace.
 const ResponseHeader = "traceresponse"
 
+// traceparentHeader is canonical, for a lookup that does not allocate.
+const traceparentHeader = "Traceparent"
+
 // Handler wraps the whole server: HTTP routes and gRPC/Connect calls
 // alike (they share the listener), each in one server span, a child of
 // the caller's traceparent if it sent one.
@@ -24,6 +28,10 @@ const ResponseHeader = "traceresponse"
 // little costs little. Its traceresponse would name a trace nobody kept.
 func (t *Tracing) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t.edgeRatio < 1 && rand.Float64() >= t.edgeRatio && len(r.Header[traceparentHeader]) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
 		if !span.IsRecording() {

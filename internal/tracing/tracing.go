@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -88,13 +89,46 @@ func Start(ctx context.Context, cfg Config) (*Tracing, error) {
 		return nil, fmt.Errorf("OpenTelemetry resource: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
-	if cfg.SampleRatio != RatioFromEnv {
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))))
+	ratio, atEdge, err := rootRatio(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if atEdge {
+		// The ratio is applied by Handler before any span exists; what
+		// reaches the SDK as a root is sampled already.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	t := New(tp)
 	t.shutdown = tp.Shutdown
+	t.edgeRatio = ratio
+	if !atEdge {
+		t.edgeRatio = 1
+	}
 	return t, nil
+}
+
+// rootRatio is the share of new traces sampled, if it is a plain
+// parent-based ratio (the flag, or OTEL_TRACES_SAMPLER=
+// parentbased_traceidratio): Handler then decides before the SDK makes a
+// span, so an unsampled request costs a random number, not a span. Other
+// samplers from the environment are left to the SDK (atEdge false).
+func rootRatio(cfg Config) (ratio float64, atEdge bool, err error) {
+	if cfg.SampleRatio != RatioFromEnv {
+		return cfg.SampleRatio, true, nil
+	}
+	if os.Getenv("OTEL_TRACES_SAMPLER") != "parentbased_traceidratio" {
+		return 1, false, nil
+	}
+	arg := os.Getenv("OTEL_TRACES_SAMPLER_ARG")
+	if arg == "" {
+		return 1, true, nil // the specification's default ratio
+	}
+	ratio, err = strconv.ParseFloat(arg, 64)
+	if err != nil || ratio < 0 || ratio > 1 {
+		return 0, false, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG %q: want a ratio between 0 and 1", arg)
+	}
+	return ratio, true, nil
 }
 
 func newExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
@@ -114,14 +148,18 @@ func newExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 
 // Tracing makes Surge's spans with one TracerProvider.
 type Tracing struct {
-	tracer   trace.Tracer
-	prop     propagation.TextMapPropagator
-	shutdown func(context.Context) error
+	// edgeRatio is the share of requests without a traceparent that
+	// Handler lets start a trace (see rootRatio); 1 leaves it to the
+	// SDK's sampler.
+	edgeRatio float64
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	shutdown  func(context.Context) error
 }
 
 // New traces with tp (tests pass one over an in-memory exporter).
 func New(tp trace.TracerProvider) *Tracing {
-	return &Tracing{tracer: tp.Tracer(instrumentation), prop: propagation.TraceContext{}}
+	return &Tracing{edgeRatio: 1, tracer: tp.Tracer(instrumentation), prop: propagation.TraceContext{}}
 }
 
 // Shutdown exports what is buffered and stops the exporter.
