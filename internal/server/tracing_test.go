@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -219,6 +218,6 @@ func post(t *testing.T, url, body, traceparent string) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatal(fmt.Sprintf("POST %s: %s", url, resp.Status))
+		t.Fatalf("POST %s: %s", url, resp.Status)
 	}
 }
