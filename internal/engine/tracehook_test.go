@@ -8,16 +8,12 @@ import (
 	"github.com/surge-run/surge/internal/engine"
 )
 
-type tracedKey struct{}
-
 // recordingTracer traces the requests whose context says so, and keeps
 // what it is told.
 type recordingTracer struct {
 	mu   sync.Mutex
 	seen []engine.RequestTrace
 }
-
-func (r *recordingTracer) Traced(ctx context.Context) bool { return ctx.Value(tracedKey{}) != nil }
 
 func (r *recordingTracer) Finished(_ context.Context, t engine.RequestTrace) {
 	r.mu.Lock()
@@ -41,7 +37,7 @@ func TestTracerSeesTracedRequestsOnly(t *testing.T) {
 	if got := rt.traces(); len(got) != 0 {
 		t.Fatalf("an untraced command was reported: %+v", got)
 	}
-	ctx := context.WithValue(context.Background(), tracedKey{}, true)
+	ctx := engine.WithTrace(context.Background())
 	p := e.PartitionOf("a")
 	if _, err := e.Do(ctx, p, 7, &transfer{From: "a", To: "b", N: 1, ID: 2}); err != nil {
 		t.Fatal(err)

@@ -10,11 +10,6 @@ import (
 	"github.com/surge-run/surge/internal/engine"
 )
 
-// Traced is engine.Tracer's: only sampled requests are timed.
-func (t *Tracing) Traced(ctx context.Context) bool {
-	return trace.SpanContextFromContext(ctx).IsSampled()
-}
-
 // Finished is engine.Tracer's: it turns the engine's timestamps into the
 // spans of the request's partition queue wait, its batch's apply, the
 // group commit it joined (linked) and the reply.

@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surge-run/surge/internal/engine"
 )
 
 // ResponseHeader returns the server span's context to the caller, as the
@@ -44,7 +46,7 @@ func (t *Tracing) Handler(next http.Handler) http.Handler {
 		sc := span.SpanContext()
 		w.Header().Set(ResponseHeader, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		r = r.WithContext(ctx)
+		r = r.WithContext(engine.WithTrace(ctx))
 		next.ServeHTTP(sw, r)
 		name(span, r, grpc)
 		span.SetAttributes(attribute.Int("http.response.status_code", sw.code))

@@ -8,6 +8,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/surge-run/surge/internal/engine"
 )
@@ -29,7 +30,7 @@ func edgeTracing(b *testing.B, ratio float64) *Tracing {
 func BenchmarkRequest(b *testing.B) {
 	var tr *Tracing
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tr != nil && tr.Traced(r.Context()) {
+		if tr != nil && trace.SpanContextFromContext(r.Context()).IsSampled() {
 			now := int64(1e18)
 			bt := &engine.BatchTrace{Started: now, Appended: now + 1000, Durable: now + 2000, Inputs: 8, Records: 8, Bytes: 800}
 			tr.Finished(r.Context(), engine.RequestTrace{Command: true, Enqueued: now - 1000, Replied: now + 3000, Batch: bt})
