@@ -23,7 +23,7 @@ func (t *Tracing) Finished(ctx context.Context, rt engine.RequestTrace) {
 		return
 	}
 	t.span(ctx, "engine.queue", rt.Enqueued, b.Started, nil, part)
-	t.span(ctx, "engine.apply", b.Started, b.Appended, rt.Err, part, attribute.Int("surge.batch.inputs", b.Inputs))
+	t.span(ctx, "engine.apply", b.Started, b.Appended, rt.Err, part, trace.WithAttributes(attribute.Int("surge.batch.inputs", b.Inputs)))
 	from := b.Appended
 	if b.Durable != 0 {
 		commit := t.batchSpan(ctx, b, part)
@@ -51,16 +51,8 @@ func (t *Tracing) batchSpan(ctx context.Context, b *engine.BatchTrace, part attr
 }
 
 // span records a finished span from start to end (Unix nanoseconds).
-func (t *Tracing) span(ctx context.Context, name string, start, end int64, err error, attr attribute.KeyValue, more ...any) {
-	opts := []trace.SpanStartOption{trace.WithTimestamp(timeOf(start)), trace.WithAttributes(attr)}
-	for _, m := range more {
-		switch o := m.(type) {
-		case trace.SpanStartOption:
-			opts = append(opts, o)
-		case attribute.KeyValue:
-			opts = append(opts, trace.WithAttributes(o))
-		}
-	}
+func (t *Tracing) span(ctx context.Context, name string, start, end int64, err error, attr attribute.KeyValue, more ...trace.SpanStartOption) {
+	opts := append([]trace.SpanStartOption{trace.WithTimestamp(timeOf(start)), trace.WithAttributes(attr)}, more...)
 	_, s := t.tracer.Start(ctx, name, opts...)
 	if err != nil {
 		s.SetStatus(codes.Error, err.Error())
