@@ -192,6 +192,7 @@ func newServeCmd() *cobra.Command {
 	serveTLSFlags(cmd.Flags(), s.env, &s.cfg.TLS)
 	s.auth = addAuthFlags(cmd.Flags(), s.env, &s.cfg.Auth)
 	s.settings = moduleFlags(cmd.Flags(), s.env, server.Builtin())
+	s.obs = addObsFlags(cmd.Flags(), s.env, &s.cfg)
 	s.env.read(cmd)
 	return cmd
 }
@@ -204,6 +205,7 @@ type serveFlags struct {
 	settings                                      func() module.Settings
 	env                                           *envVars
 	auth                                          *authFlags
+	obs                                           *obsFlags
 }
 
 // config is the server's configuration once the command line is parsed:
@@ -226,7 +228,7 @@ func (s *serveFlags) config(cmd *cobra.Command) (cfg server.Config, err error) {
 	if err := snapshotTriggers(&cfg, s.snapBytes); err != nil {
 		return cfg, err
 	}
-	return cfg, nil
+	return cfg, s.obs.apply(&cfg)
 }
 
 // storageFlags: where the log and snapshots go, how often they are

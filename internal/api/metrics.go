@@ -98,7 +98,7 @@ func (m *Metrics) recovering(pattern string, h HandlerFunc) HandlerFunc {
 				count.Inc()
 			}
 			if !logged.Swap(true) {
-				slog.Error("HTTP handler panicked; answered 500 (later panics on this route are counted in surge_http_panics_total, not logged)",
+				slog.ErrorContext(r.Context(), "HTTP handler panicked; answered 500 (later panics on this route are counted in surge_http_panics_total, not logged)",
 					"route", pattern, "method", r.Method, "path", Quote(r.URL.Path), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			}
 			code = Error(w, http.StatusInternalServerError, "internal error: the server failed on this request and logged it; it is not the request's fault")

@@ -1,5 +1,7 @@
 package bench
 
+//lint:file-ignore SA1019 the crowd client reproduces the peer's, which is x/net/http2's Transport (deprecated since x/net v0.5x, which OpenTelemetry's exporters need)
+
 import (
 	"bytes"
 	"context"

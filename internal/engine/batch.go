@@ -34,6 +34,7 @@ type batch struct {
 	fencedAcks  []ackTo
 	applyCount  int
 	startedNano int64
+	trace       *BatchTrace // nil unless a request in it is traced
 }
 
 func (b *batch) reset() {
@@ -59,6 +60,7 @@ func (b *batch) reset() {
 	b.fencedReqs = b.fencedReqs[:0]
 	b.fencedAcks = b.fencedAcks[:0]
 	b.applyCount = 0
+	b.trace = nil
 }
 
 func (b *batch) record(start int) { b.offsets = append(b.offsets, start) }
@@ -69,6 +71,9 @@ func (p *partition) commit(b *batch) {
 	}
 	if fn := p.e.opts.batchBytes; fn != nil {
 		fn(len(b.buf))
+	}
+	if p.e.opts.Tracer != nil {
+		p.traceBatch(b)
 	}
 	if len(b.offsets) == 0 {
 		p.mu.Lock()
@@ -155,6 +160,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 			b.snap = nil
 		}
 	}
+	b.traceDurable()
 	p.mu.Lock()
 	b.durable = true
 	if p.last == b {

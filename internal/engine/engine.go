@@ -106,6 +106,9 @@ type Options struct {
 	// as Notify does and on the same goroutine. A workload without an
 	// entry has its notes go to Notify alone. See routeNotes.
 	Notes map[uint8]func(partition int, v any)
+	// Tracer, when set, is told where traced requests spent their time
+	// (see tracehook.go); nil (the default) records nothing.
+	Tracer Tracer
 	// Cluster, when set, makes this engine one node of a cluster (see
 	// cluster.go): Log is then unused, and partitions are served only
 	// between Acquire and Release.
@@ -330,6 +333,11 @@ type Request struct {
 	ctx      context.Context
 	enq      int64 // e.mono() when it entered the inbox
 	ahead    int   // requests in the inbox when it entered
+	part     int
+	// Set only when Options.Tracer says ctx is traced (tracehook.go).
+	traced bool
+	tEnq   int64
+	tBatch *BatchTrace
 }
 
 // Do submits cmd to the workload's machine in partition part and waits for
@@ -414,6 +422,9 @@ func (e *Engine) await(ctx context.Context, r *Request) (any, error) {
 		return nil, ctx.Err()
 	}
 	res, err := r.result, r.err
+	if r.traced {
+		e.traceFinished(ctx, r.part, r)
+	}
 	r.cmd, r.query, r.result, r.err, r.ctx = nil, nil, nil, nil, nil
 	e.reqPool.Put(r)
 	return res, err
@@ -430,10 +441,12 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	r := e.reqPool.Get().(*Request)
 	r.workload, r.cmd, r.query, r.ctx, r.ahead = wl, cmd, q, ctx, ahead
 	r.enq = e.mono()
+	r.part = p.id
+	e.traceEnqueue(ctx, r)
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
-		r.ctx = nil
+		r.ctx, r.traced = nil, false
 		e.reqPool.Put(r)
 		return nil, ErrClosed
 	}
@@ -441,7 +454,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	case p.inbox <- r:
 		return r, nil
 	default:
-		r.ctx = nil
+		r.ctx, r.traced = nil, false
 		e.reqPool.Put(r)
 		p.shed(shedInboxFull)
 		return nil, &overloaded{err: ErrOverloaded, wait: p.waitBehind(ahead)}

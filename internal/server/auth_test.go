@@ -1,5 +1,7 @@
 package server
 
+//lint:file-ignore SA1019 h2cTransport is x/net/http2's Transport on purpose: a client other than net/http's (deprecated since x/net v0.5x, which OpenTelemetry's exporters need)
+
 import (
 	"bufio"
 	"context"

@@ -24,6 +24,7 @@ import (
 	"github.com/surge-run/surge/internal/cluster"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/module"
+	"github.com/surge-run/surge/internal/tracing"
 )
 
 // Config is what `surge serve` takes.
@@ -87,6 +88,12 @@ type Config struct {
 	// start without TLS, tokens or (in a cluster) the cluster secret
 	// (--insecure); without it such a server refuses to start.
 	Insecure bool
+	// Tracing turns OpenTelemetry traces on (--otel, the OTEL_*
+	// variables); off by default.
+	Tracing tracing.Config
+	// Tracer, if set, traces with it whatever Tracing says (tests pass
+	// one over an in-memory exporter).
+	Tracer *tracing.Tracing
 	// Ready, if set, receives the bound address once the server accepts
 	// requests (tests listen on port 0).
 	Ready chan<- string
@@ -118,6 +125,7 @@ type Server struct {
 	ready    atomic.Bool
 	memLimit int64
 	started  time.Time
+	tracer   *tracing.Tracing // nil: tracing off
 	// undo releases, last first, what New took besides the engine: the
 	// data directory's lock, the node, the early listener, the memory
 	// governor.
@@ -198,6 +206,9 @@ func (s *Server) check() error {
 	s.limits = limits
 	if cfg.SnapshotEvery < 0 {
 		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
+	}
+	if err := cfg.Tracing.Check(); err != nil {
+		return err
 	}
 	if err := cfg.Auth.check(); err != nil {
 		return err
@@ -294,6 +305,12 @@ func (s *Server) openEngine(ctx context.Context) ([]module.Parts, error) {
 		Metrics:          engine.NewMetrics(s.reg),
 		Logger:           s.logger,
 	}
+	if err := s.startTracing(ctx); err != nil {
+		return nil, err
+	}
+	if s.tracer != nil {
+		opts.Tracer = s.tracer
+	}
 	closeLog, err := s.openLog(ctx, &opts)
 	if err != nil {
 		return nil, err
@@ -337,7 +354,7 @@ func (s *Server) Start() (err error) {
 		}
 		s.undo = append(s.undo, func() { s.ln.Close() })
 	}
-	s.srv = api.NewServer(s.cfg.Addr, s.mux, s.limits, s.reg)
+	s.srv = api.NewServer(s.cfg.Addr, s.handler(), s.limits, s.reg)
 	go s.serve()
 	if s.node != nil {
 		// Serving first: other nodes forward calls as soon as they see

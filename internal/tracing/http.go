@@ -1,0 +1,101 @@
+package tracing
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// ResponseHeader returns the server span's context to the caller, as the
+// W3C Trace Context Level 2 draft names it, so that a client that did not
+// send a traceparent can still find its trace.
+const ResponseHeader = "traceresponse"
+
+// traceparentHeader is canonical, for a lookup that does not allocate.
+const traceparentHeader = "Traceparent"
+
+// Handler wraps the whole server: HTTP routes and gRPC/Connect calls
+// alike (they share the listener), each in one server span, a child of
+// the caller's traceparent if it sent one.
+//
+// A request whose trace is not sampled (99 % of them at 1 %) goes on
+// untouched: no header, no wrapper, no new context, so that sampling
+// little costs little. Its traceresponse would name a trace nobody kept.
+func (t *Tracing) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t.edgeRatio < 1 && rand.Float64() >= t.edgeRatio && len(r.Header[traceparentHeader]) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := t.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+		if !span.IsRecording() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		defer span.End()
+		span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+		grpc := strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+		sc := span.SpanContext()
+		w.Header().Set(ResponseHeader, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		r = r.WithContext(engine.WithTrace(ctx))
+		next.ServeHTTP(sw, r)
+		name(span, r, grpc)
+		span.SetAttributes(attribute.Int("http.response.status_code", sw.code))
+		if st := w.Header().Get("Grpc-Status"); st != "" && st != "0" {
+			span.SetStatus(codes.Error, "grpc-status "+st)
+		} else if sw.code >= http.StatusInternalServerError {
+			span.SetStatus(codes.Error, http.StatusText(sw.code))
+		}
+	})
+}
+
+// name names the span after the route the mux matched (a gRPC call after
+// its method), not the path, so that names stay few.
+func name(span trace.Span, r *http.Request, grpc bool) {
+	switch {
+	case grpc:
+		span.SetName(strings.TrimPrefix(r.URL.Path, "/"))
+		span.SetAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", r.URL.Path))
+	case r.Pattern != "":
+		span.SetName(r.Pattern)
+		span.SetAttributes(attribute.String("http.route", r.Pattern))
+	}
+}
+
+// statusWriter keeps the status code; Flush and Unwrap keep streams and
+// http.ResponseController working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	w.wrote = true
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
