@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/surge-run/surge/internal/clientconn"
 )
 
 // TLS on the listener.
@@ -141,13 +143,8 @@ func (r *CertReloader) load() (*tlsMaterial, error) {
 	}
 	m := &tlsMaterial{cert: &cert}
 	if r.files.ClientCA != "" {
-		pem, err := os.ReadFile(r.files.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca %s: %w", r.files.ClientCA, err)
-		}
-		m.clientCAs = x509.NewCertPool()
-		if !m.clientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-client-ca %s: no PEM certificate in it", r.files.ClientCA)
+		if m.clientCAs, err = clientconn.CAPool("--tls-client-ca", r.files.ClientCA); err != nil {
+			return nil, err
 		}
 	}
 	m.config = &tls.Config{

@@ -30,15 +30,27 @@ func TLSConfig(caFile string) (*tls.Config, error) {
 	if caFile == "" {
 		return cfg, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pool, err := CAPool("--ca-file", caFile)
 	if err != nil {
-		return nil, fmt.Errorf("--ca-file %s: %w", caFile, err)
+		return nil, err
 	}
-	cfg.RootCAs = x509.NewCertPool()
-	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", caFile)
-	}
+	cfg.RootCAs = pool
 	return cfg, nil
+}
+
+// CAPool reads the PEM CA certificates in file, given by flag: errors
+// name both, and a file holding no certificate is one (a pool trusting
+// nothing would refuse every peer with a message that hides why).
+func CAPool(flag, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, file, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
+	}
+	return pool, nil
 }
 
 // IsHTTPS reports whether base is an https:// URL; it is an error for it

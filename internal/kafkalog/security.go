@@ -5,9 +5,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
+	"github.com/surge-run/surge/internal/clientconn"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -81,13 +81,9 @@ func (s Security) tlsConfig() (*tls.Config, error) {
 	if s.CAFile == "" {
 		return cfg, nil
 	}
-	pem, err := os.ReadFile(s.CAFile)
+	pool, err := clientconn.CAPool("--kafka-ca", s.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("--kafka-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--kafka-ca %s: no PEM certificate in it", s.CAFile)
+		return nil, err
 	}
 	cfg.RootCAs = pool
 	return cfg, nil

@@ -2,13 +2,12 @@ package server
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/clientconn"
 )
 
 // checkTLS loads the listener's certificate (Config.TLS), so a bad file
@@ -43,14 +42,11 @@ func (s *Server) nodeCallTLS() (*tls.Config, error) {
 		flag, file = "--tls-client-ca", s.cfg.TLS.ClientCA
 	}
 	if file != "" {
-		pem, err := os.ReadFile(file)
+		pool, err := clientconn.CAPool(flag, file)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", flag, file, err)
+			return nil, err
 		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
-		}
+		cfg.RootCAs = pool
 	}
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 		return s.certs.Certificate(), nil
