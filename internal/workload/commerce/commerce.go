@@ -376,9 +376,11 @@ type Result struct {
 }
 
 // OrderChanged is notified when an order reaches a terminal status
-// (CONFIRMED or CANCELLED); its saga has then ended too.
+// (CONFIRMED or CANCELLED); its saga has then ended too. StartedAt and
+// EndedAt are the saga's logged start and end (SagaMetrics).
 type OrderChanged struct {
 	OrderID, Status, SagaStatus string
+	StartedAt, EndedAt          int64
 }
 
 // Apply implements engine.Machine.

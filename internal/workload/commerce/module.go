@@ -3,6 +3,8 @@ package commerce
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/surge-run/surge/internal/auth"
 	"github.com/surge-run/surge/internal/module"
 )
@@ -32,15 +34,24 @@ var Module = module.Module{
 	LongLived: []string{"GET /api/orders/{id}", "GET /api/orders/{id}/{sub}"},
 	Open: func(env module.Env) (module.Parts, error) {
 		hub := NewHub(env.MaxWaiters)
+		sagas := NewSagaMetrics()
 		return module.Parts{
 			Workload: Workload{},
-			Notes:    func(_ int, v any) { hub.Notify(v) },
+			Notes: func(p int, v any) {
+				sagas.Note(p, v) // first: a woken long poll may read it
+				hub.Notify(v)
+			},
 			Serve: func(h module.Host) (module.Served, error) {
 				a := NewAPI(h.Engine, hub).SetSagaDeadline(env.Settings.Duration("saga-deadline")).
 					SetSagaRetention(env.Settings.Duration("saga-retention"))
 				a.Register(h.Mux, h.Metrics)
-				if err := h.Registry.Register(a.DLQCollector()); err != nil {
-					return module.Served{}, err
+				if env.Clustered {
+					sagas.CountOnlyServed(h.Engine.Serves)
+				}
+				for _, c := range []prometheus.Collector{a.DLQCollector(), a.StockCollector(), sagas.Collector()} {
+					if err := h.Registry.Register(c); err != nil {
+						return module.Served{}, err
+					}
 				}
 				// Long polls and streams answer now instead of holding the
 				// shutdown.

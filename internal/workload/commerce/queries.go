@@ -67,6 +67,9 @@ func (m *Machine) Query(q any) any {
 	if v, ok := m.queryPayments(q); ok {
 		return v
 	}
+	if v, ok := m.queryGauges(q); ok {
+		return v
+	}
 	return nil
 }
 
@@ -181,5 +184,6 @@ func (Workload) WireTypes() []any {
 		&GetCustomer{}, &ListCustomers{}, &GetProduct{}, &ListProducts{}, &GetOrder{}, &ListOrders{}, &OrdersByCustomer{},
 		&GetSaga{}, &ListSagas{}, &GetPayment{}, &PaymentByOrder{}, &Events{},
 		&Customer{}, []Customer{}, &Product{}, []Product{}, &Order{}, []Order{}, &Saga{}, []Saga{}, &Payment{}, []Event{},
-		&ListDLQ{}, &GetDLQ{}, &StatsDLQ{}, &DLQEntry{}, []DLQEntry{}, &DLQStats{}}
+		&ListDLQ{}, &GetDLQ{}, &StatsDLQ{}, &DLQEntry{}, []DLQEntry{}, &DLQStats{},
+		&StockGauges{}, &StockTotals{}}
 }

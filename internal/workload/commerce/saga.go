@@ -182,7 +182,7 @@ func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64,
 	m.sagaStatus(s, final, now)
 	m.setOrderStatus(o, OrderCancelled, reason, now)
 	m.retire(o.ID, false, now, s.RetentionNs, fx)
-	fx.Notify(OrderChanged{OrderID: o.ID, Status: o.Status, SagaStatus: s.Status})
+	fx.Notify(orderEnded(o, s, now))
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
 
@@ -277,7 +277,7 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 	m.sagaStatus(s, SagaCompleted, now)
 	m.setOrderStatus(o, OrderConfirmed, "", now)
 	m.retire(o.ID, false, now, s.RetentionNs, fx)
-	fx.Notify(OrderChanged{OrderID: o.ID, Status: o.Status, SagaStatus: s.Status})
+	fx.Notify(orderEnded(o, s, now))
 	return &Result{Outcome: OK, Order: o.copy(), Saga: s.copy()}
 }
 
