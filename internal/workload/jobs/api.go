@@ -48,6 +48,7 @@ const (
 type API struct {
 	eng         *engine.Engine
 	hub         *Hub
+	metrics     *jobsMetrics
 	parts       int
 	leaseNs     int64
 	retentionNs int64
@@ -70,7 +71,7 @@ var (
 // NewAPI returns the jobs API over eng, whose notes for this workload
 // must be passed to hub.Notify.
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
-	a := &API{eng: eng, hub: hub, parts: eng.Partitions(), leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention),
+	a := &API{eng: eng, hub: hub, metrics: newJobsMetrics(), parts: eng.Partitions(), leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention),
 		done: make(chan struct{}), healthy: func() bool { return !eng.Failed() }}
 	a.rngs.New = func() any {
 		var seed [32]byte

@@ -383,6 +383,7 @@ func (a *API) leaseRound(ctx, bg context.Context, s *stream, out *connect.Server
 		if len(r.Jobs) == 0 {
 			continue
 		}
+		a.metrics.leased(q, r.Jobs)
 		if stop, err := a.pushLeased(ctx, s, out, r.Jobs); stop {
 			return false, true, err
 		}
