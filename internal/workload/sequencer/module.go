@@ -40,6 +40,9 @@ var Module = module.Module{
 				a := NewAPI(h.Engine, hub).SetRetention(env.Settings.Duration("seq-retention")).
 					SetBenchProcessors(env.Settings.Int("seq-processors"))
 				a.Register(h.Mux, h.Metrics)
+				if err := h.Registry.Register(a.Collector()); err != nil {
+					return module.Served{}, err
+				}
 				path, handler := a.GRPCHandler(h.GRPCOptions(MaxMessageBytes)...)
 				// Long polls and streams answer at shutdown; benchmark
 				// processors stop.

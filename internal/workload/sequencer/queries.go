@@ -48,6 +48,8 @@ func (m *Machine) Query(q any) any {
 	switch q := q.(type) {
 	case ReadOutput:
 		return m.readOutput(q)
+	case GroupLags:
+		return m.groupLags(q)
 	case GroupInfo:
 		if g := m.groups[q.Group]; g != nil {
 			return g.info()

@@ -245,7 +245,8 @@ func (w *Workload) NewMachine(int) engine.Machine { return NewMachine(Options{Li
 // WireTypes lists the query, reply and notification types that cross
 // between nodes in cluster mode (engine.WireTypes).
 func (w *Workload) WireTypes() []any {
-	return []any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{}}
+	return []any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{},
+		GroupLags{}, &LagReport{}}
 }
 
 // Machine is the sequencer state of one partition.
