@@ -27,6 +27,9 @@ var Module = module.Module{
 	},
 	Open: func(env module.Env) (module.Parts, error) {
 		return module.Parts{Workload: Workload{}, Serve: func(h module.Host) (module.Served, error) {
+			if err := h.Registry.Register(SeatCollector(h.Engine)); err != nil {
+				return module.Served{}, err
+			}
 			return serve(env, h), nil
 		}}, nil
 	},

@@ -630,6 +630,8 @@ func (m *Machine) Query(q any) any {
 		return AreaInfo{}
 	case GetUsage:
 		return m.usage()
+	case GetSeats:
+		return m.seatTotals()
 	}
 	return nil
 }
@@ -644,5 +646,5 @@ func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
 // WireTypes lists the queries and replies that cross between nodes in
 // cluster mode (engine.WireTypes).
 func (Workload) WireTypes() []any {
-	return []any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}}
+	return []any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}, GetSeats{}, SeatTotals{}}
 }
