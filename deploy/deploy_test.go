@@ -64,14 +64,16 @@ func TestPrometheusRulesAndDashboardsAgainstRealServer(t *testing.T) {
 	prom := startPrometheus(t, rules, embedded, node)
 	runLoad(t, bin, embedded)
 	runLoad(t, bin, node, "ticketing")
+	compensatedOrder(t, embedded)
 	stuckOrder(t, embedded)
 	stuckJob(t, embedded)
+	heldGroup(t, embedded)
 
 	queries, nRules := ruleQueries(t, rules)
 	for _, d := range dashboardFiles(t) {
 		queries = append(queries, dashboardQueries(t, d)...)
 	}
-	waitAllNonEmpty(t, prom, queries)
+	waitAllNonEmpty(t, prom, append(queries, provoked...))
 	checkRulesHealthy(t, prom, nRules)
 	waitFiring(t, prom, "SurgeDeadLettersGrowing", "SurgeSagasTimingOut", "SurgeJobLeasesExpiring")
 }
@@ -149,6 +151,52 @@ func stuckJob(t *testing.T, addr string) {
 	case <-time.After(readyTimeout):
 		t.Fatalf("the stuck job did not reach its worker in %v", readyTimeout)
 	}
+}
+
+// provoked are what the load and the provoking helpers must have made
+// happen, each a query that returns a series only when it did: a panel's
+// query returns series of zeros too, and would pass without them.
+var provoked = []query{
+	{"a saga completed", `sum(surge_commerce_saga_seconds_count{outcome="completed"}) > 0`},
+	{"a saga compensated (compensatedOrder)", `sum(surge_commerce_saga_seconds_count{outcome="compensated"}) > 0`},
+	{"a saga timed out (stuckOrder)", `sum(surge_commerce_saga_seconds_count{outcome="timed_out"}) > 0`},
+	{"stock reserved", `sum(surge_commerce_stock_units{state="reserved"}) > 0`},
+	{"a job started", `sum(surge_jobs_start_delay_seconds_count{queue="default"}) > 0`},
+	{"a worker slot busy (stuckJob)", `sum(surge_jobs_worker_slots{state="busy"}) > 0`},
+	{"seats taken", `sum(surge_ticketing_seats{state="taken"}) > 0`},
+	{"a group held by a gap (heldGroup)", `sum(surge_sequencer_groups{state="held"}) > 0`},
+	{"messages held behind the gap", `sum(surge_sequencer_group_held_messages) > 0`},
+	{"the held group's lag", `max(surge_sequencer_group_lag_seconds) > 0`},
+}
+
+// compensatedOrder places an order for more than the product holds: its
+// saga compensates.
+func compensatedOrder(t *testing.T, addr string) {
+	base := "http://" + addr
+	var c struct{ CustomerID string }
+	post(t, base+"/api/customers", `{"email":"short@example.com","name":"Short Stock"}`, &c)
+	var p struct{ ProductID string }
+	post(t, base+"/api/products", `{"sku":"SHORT","name":"Short","price":1,"quantityOnHand":1}`, &p)
+	var o struct{ OrderID string }
+	post(t, base+"/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":2}]}`, c.CustomerID, p.ProductID), &o)
+	// Ended before stuckOrder turns fault injection on, which would park
+	// its reservation.
+	resp, err := http.Get(base + "/api/orders/" + o.OrderID + "?wait=20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Status string }
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil || got.Status != "CANCELLED" {
+		t.Fatalf("the order beyond the stock is %q (%v), want CANCELLED", got.Status, err)
+	}
+}
+
+// heldGroup publishes seqs 2 and 3 of a client-numbered group and not 1:
+// the group is held by the gap, which the sequencer panels show.
+func heldGroup(t *testing.T, addr string) {
+	post(t, "http://"+addr+"/v1/groups/deploy-held/messages", `{"messages":[{"id":"b","seq":2},{"id":"c","seq":3}]}`)
 }
 
 // stuckOrder turns commerce fault injection on and places an order: its
