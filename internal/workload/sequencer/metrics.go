@@ -95,13 +95,13 @@ func (g *Group) lag(now int64) GroupLag {
 	if g.Mode == ModeServer {
 		scan = 1 // numbered in publish order: the head is the oldest
 	}
-	oldest := int64(0)
+	oldest, found := int64(0), false
 	for seq := g.position + 1; seq <= min(g.end, g.position+scan); seq++ {
-		if x := g.at(seq); x.State != MsgGap && (oldest == 0 || x.Created < oldest) {
-			oldest = x.Created
+		if x := g.at(seq); x.State != MsgGap && (!found || x.Created < oldest) {
+			oldest, found = x.Created, true
 		}
 	}
-	if oldest != 0 {
+	if found {
 		l.LagNs = max(now-oldest, 0)
 	}
 	return l
