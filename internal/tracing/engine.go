@@ -14,6 +14,11 @@ import (
 // spans of the request's partition queue wait, its batch's apply, the
 // group commit it joined (linked) and the reply.
 func (t *Tracing) Finished(ctx context.Context, rt engine.RequestTrace) {
+	if tc, ok := engine.TraceContextOf(ctx); ok && !trace.SpanContextFromContext(ctx).IsValid() {
+		// Forwarded by another node: its spans are children of the
+		// caller's there.
+		ctx = trace.ContextWithRemoteSpanContext(ctx, spanContext(tc))
+	}
 	part := attribute.Int("surge.partition", rt.Partition)
 	b := rt.Batch
 	if b == nil || b.Started == 0 {

@@ -17,6 +17,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -25,6 +27,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surge-run/surge/internal/engine"
 )
 
 // RatioFromEnv is Config.SampleRatio's "not set": the sampler is then the
@@ -88,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("OpenTelemetry resource: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res), IDGenerator()}
 	ratio, atEdge, err := rootRatio(cfg)
 	if err != nil {
 		return nil, err
@@ -155,6 +159,13 @@ type Tracing struct {
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
 	shutdown  func(context.Context) error
+
+	// The engine's traced steps, queued for their spans (steps.go).
+	steps     chan engine.StepTrace
+	stepsOnce sync.Once
+	stepsStop sync.Once
+	stepsDone chan struct{}
+	dropped   atomic.Uint64
 }
 
 // New traces with tp (tests pass one over an in-memory exporter).
@@ -164,7 +175,11 @@ func New(tp trace.TracerProvider) *Tracing {
 
 // Shutdown exports what is buffered and stops the exporter.
 func (t *Tracing) Shutdown(ctx context.Context) error {
-	if t == nil || t.shutdown == nil {
+	if t == nil {
+		return nil
+	}
+	t.stopSteps()
+	if t.shutdown == nil {
 		return nil
 	}
 	return t.shutdown(ctx)

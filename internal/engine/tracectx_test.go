@@ -1,0 +1,101 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// stepTracer also keeps the steps it is told of.
+type stepTracer struct {
+	recordingTracer
+	smu   sync.Mutex
+	steps []engine.StepTrace
+}
+
+func (s *stepTracer) Step(st engine.StepTrace) {
+	s.smu.Lock()
+	s.steps = append(s.steps, st)
+	s.smu.Unlock()
+}
+
+// waitSteps waits (up to 30 s) for n steps.
+func (s *stepTracer) waitSteps(t *testing.T, n int) []engine.StepTrace {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.smu.Lock()
+		got := append([]engine.StepTrace(nil), s.steps...)
+		s.smu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d steps reported, want %d: %+v", len(got), n, got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var clientTC = engine.TraceContext{TraceID: [16]byte{1, 2, 3}, SpanID: [8]byte{4, 5, 6}, Flags: 1}
+
+// A message sent by a traced command is applied in its own step of the
+// same trace, a child of the sender's span, timed in order; a timer set
+// by a traced command fires in such a step too. Untraced ones report
+// nothing.
+func TestMessagesAndTimersCarryTheTrace(t *testing.T) {
+	st := &stepTracer{}
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) { o.Tracer = st })
+	defer e.Close()
+	mustDo(t, e, e.PartitionOf("a"), &transfer{From: "a", To: "b", N: 1, ID: 1})
+	ctx := engine.WithTraceContext(context.Background(), clientTC)
+	if _, err := e.Do(ctx, e.PartitionOf("a"), 7, &transfer{From: "a", To: "b", N: 1, ID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(20 * time.Millisecond).UnixNano()
+	if _, err := e.Do(ctx, e.PartitionOf("x"), 7, &alarm{ID: "x", AtNs: at}); err != nil {
+		t.Fatal(err)
+	}
+	steps := st.waitSteps(t, 2)
+	time.Sleep(50 * time.Millisecond)
+	if got := st.waitSteps(t, 2); len(got) != 2 {
+		t.Fatalf("%d steps, want the credit's and the ring's: %+v", len(got), got)
+	}
+	kinds := map[engine.InputKind]engine.StepTrace{}
+	for _, s := range steps {
+		kinds[s.Kind] = s
+		if s.Parent != clientTC || s.Span.TraceID != clientTC.TraceID || s.Span.SpanID == clientTC.SpanID || !s.Span.Valid() {
+			t.Errorf("step %+v: want a new span in the client's trace, its child", s)
+		}
+		if s.Started == 0 || s.Appended < s.Started || s.Durable < s.Appended {
+			t.Errorf("step times out of order: %+v", s)
+		}
+	}
+	if c, ok := kinds[engine.FromMessage].Command.(*credit); !ok || c.ID != 2 || kinds[engine.FromMessage].Partition != e.PartitionOf("b") {
+		t.Errorf("message step %+v, want the credit of transfer 2 in b's partition", kinds[engine.FromMessage])
+	}
+	if _, ok := kinds[engine.FromTimer].Command.(*ring); !ok {
+		t.Errorf("timer step %+v, want the ring", kinds[engine.FromTimer])
+	}
+}
+
+// A TraceContext survives its binary and traceparent forms, and a child
+// stays in its trace with a new span id.
+func TestTraceContextRoundTrips(t *testing.T) {
+	b, _ := clientTC.AppendBinary(nil)
+	if len(b) != engine.TraceContextBytes {
+		t.Fatalf("%d bytes, want %d", len(b), engine.TraceContextBytes)
+	}
+	if got, ok := engine.ParseTraceContext(b); !ok || got != clientTC {
+		t.Errorf("parsed %+v %v, want %+v", got, ok, clientTC)
+	}
+	if got, ok := engine.ParseTraceparent(clientTC.Traceparent()); !ok || got != clientTC {
+		t.Errorf("traceparent %q parsed to %+v %v", clientTC.Traceparent(), got, ok)
+	}
+	if c := clientTC.Child(); c.TraceID != clientTC.TraceID || c.SpanID == clientTC.SpanID || !c.Valid() {
+		t.Errorf("child %+v of %+v", c, clientTC)
+	}
+}
