@@ -1,11 +1,14 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
 )
 
@@ -97,5 +100,72 @@ func TestTraceContextRoundTrips(t *testing.T) {
 	}
 	if c := clientTC.Child(); c.TraceID != clientTC.TraceID || c.SpanID == clientTC.SpanID || !c.Valid() {
 		t.Errorf("child %+v of %+v", c, clientTC)
+	}
+}
+
+// recLog keeps a copy of every entry appended, per partition.
+type recLog struct {
+	cmdlog.Log
+	mu  sync.Mutex
+	got map[uint32][][]byte
+}
+
+func (l *recLog) Append(es []cmdlog.Entry, done cmdlog.DoneFunc) {
+	l.mu.Lock()
+	for _, e := range es {
+		l.got[e.Partition] = append(l.got[e.Partition], bytes.Clone(e.Data))
+	}
+	l.mu.Unlock()
+	l.Log.Append(es, done)
+}
+
+// Trace contexts never reach the log: the same commands, traced (with a
+// tracer) or not (no tracer), log the same records byte for byte, so
+// replay is the same; and the traced log replays to the same state.
+func TestTracedLogIsTheUntracedLog(t *testing.T) {
+	run := func(dir string, traced bool) (*recLog, []int64) {
+		rl := &recLog{got: map[uint32][][]byte{}}
+		st := &stepTracer{}
+		e := openEngineWith(t, dir, func(o *engine.Options) {
+			engine.SetClock(o, func() int64 { return 1e18 })
+			rl.Log = openWAL(t, dir, o.Partitions)
+			o.Log = rl
+			if traced {
+				o.Tracer = st
+			}
+		})
+		ctx := context.Background()
+		if traced {
+			ctx = engine.WithTraceContext(ctx, clientTC)
+		}
+		for _, c := range []engine.Command{&transfer{From: "a", To: "b", N: 3, ID: 1}, &alarm{ID: "c", AtNs: 1}} {
+			if _, err := e.Do(ctx, e.PartitionOf("a"), 7, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFired(t, e, e.PartitionOf("a"), "c", 1)
+		d, c, _ := totals(t, e)
+		for d != c {
+			time.Sleep(time.Millisecond)
+			d, c, _ = totals(t, e)
+		}
+		if traced {
+			st.waitSteps(t, 2)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return rl, []int64{d, c}
+	}
+	dir := t.TempDir()
+	traced, tState := run(dir, true)
+	plain, pState := run(t.TempDir(), false)
+	if len(traced.got) == 0 || !reflect.DeepEqual(traced.got, plain.got) {
+		t.Fatalf("traced log %x\nuntraced log %x", traced.got, plain.got)
+	}
+	e := openEngineWith(t, dir, nil)
+	defer e.Close()
+	if d, c, _ := totals(t, e); !reflect.DeepEqual([]int64{d, c}, tState) || !reflect.DeepEqual(tState, pState) {
+		t.Errorf("replayed traced log: debits, credits %d %d; before %v; untraced %v", d, c, tState, pState)
 	}
 }
