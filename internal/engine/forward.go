@@ -282,7 +282,7 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 		if it.r == nil {
 			continue
 		}
-		it.res, it.err = e.await(ctx, it.r)
+		it.res, it.err = e.await(it.ctx, it.r)
 		if errors.Is(it.err, errMoved) {
 			it.err = ErrNotOwner
 		}
@@ -294,6 +294,7 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 // or refused with err before it was queued.
 type fwdItem struct {
 	r   *Request
+	ctx context.Context // the batch's, or with the caller's trace
 	res any
 	err error
 }
@@ -349,7 +350,8 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 		if cmd, q, it.err = decodeForwarded(kind, payload); it.err != nil {
 			continue
 		}
-		it.r, it.err = e.enqueue(p, fr.traced(ctx), wl, cmd, q)
+		it.ctx = fr.traced(ctx)
+		it.r, it.err = e.enqueue(p, it.ctx, wl, cmd, q)
 	}
 	return items, nil
 }
