@@ -157,3 +157,35 @@ func logSpans(t *testing.T, spans tracetest.SpanStubs) {
 		t.Logf("%s %s ← %s", s.SpanContext.SpanID(), s.Name, s.Parent.SpanID())
 	}
 }
+
+// A sequencer message published in a trace, processed, then held behind
+// a gap until a later publish fills it and completes: its release, in
+// that later batch, is a step of its publish's trace, a child of the
+// publish's server span. The message that filled the gap, untraced, adds
+// nothing.
+func TestTraceSequencerHeldMessageRelease(t *testing.T) {
+	base, exp := tracedServer(t)
+	g := base + "/v1/groups/xt"
+	postJSON(t, g+"/messages", `{"id":"m2","seq":2,"payload":{"n":2}}`, clientParent)
+	postJSON(t, g+"/lease", `{"processor":"p","max":10,"leaseMs":30000}`, "")
+	postJSON(t, g+"/complete", `{"processor":"p","seqs":[2]}`, "")
+	postJSON(t, g+"/messages", `{"id":"m1","seq":1,"payload":{"n":1}}`, "")
+	postJSON(t, g+"/lease", `{"processor":"p","max":10,"leaseMs":30000}`, "")
+	done := postJSON(t, g+"/complete", `{"processor":"p","seqs":[1]}`, "")
+	if pos, _ := done["position"].(float64); pos != 2 {
+		t.Fatalf("completing 1 answered %v, want position 2 (both released)", done)
+	}
+	id, _ := trace.TraceIDFromHex(clientTraceID)
+	pub := "POST /v1/groups/{group}/messages"
+	spans := traceSpans(t, exp.GetSpans, id, pub, "sequencer.release")
+	checkTree(t, spans, clientSpanID, map[string]string{"sequencer.release": pub})
+	n := 0
+	for _, s := range spans {
+		if s.Name == "sequencer.release" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d release steps in the trace, want 1", n)
+	}
+}
