@@ -7,7 +7,10 @@
 // accepted, traceresponse returned), and under it, from timestamps the
 // engine records for traced requests only (engine.Tracer), the wait in the
 // partition's queue, the apply, the group commit (one span per batch,
-// linked from every traced request in it) and the reply.
+// linked from every traced request in it) and the reply; then, from the
+// engine's steps (steps.go), the messages, timers, job dispatches and
+// message releases the request caused, in other partitions, batches and
+// nodes, and a worker's run of a job (job.go).
 package tracing
 
 import (
