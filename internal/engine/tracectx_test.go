@@ -169,3 +169,29 @@ func TestTracedLogIsTheUntracedLog(t *testing.T) {
 		t.Errorf("replayed traced log: debits, credits %d %d; before %v; untraced %v", d, c, tState, pState)
 	}
 }
+
+// With tracing off, a command that sends a message and sets a timer
+// allocates no more than with a step tracer whose requests are not
+// sampled: carrying contexts costs an untraced command nothing.
+func TestUntracedStepsAllocateNothing(t *testing.T) {
+	count := func(tr engine.Tracer) float64 {
+		e := openEngineWith(t, t.TempDir(), func(o *engine.Options) { o.Tracer = tr })
+		defer e.Close()
+		ctx := context.Background()
+		p := e.PartitionOf("a")
+		mustDo(t, e, p, &transfer{From: "a", To: "b", N: 1})
+		return testing.AllocsPerRun(300, func() {
+			if _, err := e.Do(ctx, p, 7, &transfer{From: "a", To: "b", N: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Do(ctx, p, 7, &alarm{ID: "z", AtNs: 1 << 62}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	off, unsampled := count(nil), count(&stepTracer{})
+	if off > unsampled+1 {
+		t.Errorf("a command allocates %v times with tracing off, %v with a tracer sampling nothing", off, unsampled)
+	}
+	t.Logf("allocations per transfer and alarm: off %v, on but not sampled %v", off, unsampled)
+}
