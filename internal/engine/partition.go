@@ -307,11 +307,11 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 	for _, t := range p.fx.timers {
 		if t.cancel {
 			p.timers.cancel(wl, t.id)
-			p.setTimerTrace(wl, t.id, in.Trace)
+			p.setTimerTrace(wl, t.id, TraceContext{})
 			continue
 		}
 		p.timers.set(wl, t.id, t.atNs, t.data)
-		p.setTimerTrace(wl, t.id, in.Trace)
+		p.setTimerTrace(wl, t.id, timerParent(in))
 	}
 	p.stepsApplied(b, wl, in)
 	p.sinceSnap++

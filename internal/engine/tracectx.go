@@ -200,6 +200,16 @@ func (fx *Effects) TraceStep(name string, parent TraceContext) TraceContext {
 	return span
 }
 
+// timerParent is the trace a timer set by in carries: in's, unless in is
+// itself a timer: a periodic timer that sets itself again (a retention
+// purge) would otherwise keep one trace going for ever.
+func timerParent(in *Input) TraceContext {
+	if in.Kind == FromTimer {
+		return TraceContext{}
+	}
+	return in.Trace
+}
+
 // setTimerTrace keeps (or forgets) the trace of the timer (wl, id); with
 // tracing off the map is never made.
 func (p *partition) setTimerTrace(wl uint8, id string, tc TraceContext) {

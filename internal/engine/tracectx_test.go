@@ -195,3 +195,30 @@ func TestUntracedStepsAllocateNothing(t *testing.T) {
 	}
 	t.Logf("allocations per transfer and alarm: off %v, on but not sampled %v", off, unsampled)
 }
+
+// A timer's context goes when the timer goes: cancelled (even by a traced
+// command) or fired, none is left behind.
+func TestTimerTracesDoNotLinger(t *testing.T) {
+	e := openEngineWith(t, t.TempDir(), func(o *engine.Options) { o.Tracer = &stepTracer{} })
+	defer e.Close()
+	ctx := engine.WithTraceContext(context.Background(), clientTC)
+	p := e.PartitionOf("a")
+	for _, c := range []engine.Command{&alarm{ID: "x", AtNs: 1 << 62}, &alarm{ID: "y", AtNs: 1 << 62}} {
+		if _, err := e.Do(ctx, p, 7, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := engine.TimerTraces(e, p); n != 2 {
+		t.Fatalf("%d timers keep a trace, want the 2 set", n)
+	}
+	if _, err := e.Do(ctx, p, 7, &cancelAlarm{ID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Do(context.Background(), p, 7, &alarm{ID: "y", AtNs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFired(t, e, p, "y", 1)
+	if n := engine.TimerTraces(e, p); n != 0 {
+		t.Errorf("%d timers keep a trace after one was cancelled and the other set again untraced and fired", n)
+	}
+}
