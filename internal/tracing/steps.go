@@ -22,6 +22,12 @@ const StepQueueLen = 4096
 // blocking.
 func (t *Tracing) Step(s engine.StepTrace) {
 	t.startSteps()
+	t.stepsMu.RLock()
+	defer t.stepsMu.RUnlock()
+	if t.stepsClosed {
+		t.dropped.Add(1)
+		return
+	}
 	select {
 	case t.steps <- s:
 	default:
@@ -47,15 +53,20 @@ func (t *Tracing) makeSteps() {
 	}
 }
 
-// stopSteps makes the spans of the steps queued so far and stops.
+// stopSteps makes the spans of the steps queued so far and stops; a step
+// that comes later is dropped.
 func (t *Tracing) stopSteps() {
 	t.stepsOnce.Do(func() {}) // none started: none will be
-	t.stepsStop.Do(func() {
-		if t.steps != nil {
-			close(t.steps)
-			<-t.stepsDone
-		}
-	})
+	t.stepsMu.Lock()
+	stop := !t.stepsClosed && t.steps != nil
+	t.stepsClosed = true
+	if stop {
+		close(t.steps)
+	}
+	t.stepsMu.Unlock()
+	if stop {
+		<-t.stepsDone
+	}
 }
 
 // stepSpan makes s's span, with the id the engine gave it (so that what

@@ -87,3 +87,15 @@ func TestStepsDroppedWhenTheQueueIsFull(t *testing.T) {
 	close(exp.release)
 	tr.Shutdown(context.Background())
 }
+
+// A step after Shutdown is dropped, not sent on a closed queue.
+func TestStepAfterShutdownIsDropped(t *testing.T) {
+	tr := New(sdktrace.NewTracerProvider(IDGenerator()))
+	st := engine.StepTrace{Parent: parentTC, Span: parentTC.Child(), Started: 1, Appended: 2, Durable: 3}
+	tr.Step(st)
+	tr.Shutdown(context.Background())
+	tr.Step(st)
+	if got := tr.DroppedSteps(); got != 1 {
+		t.Errorf("%d dropped, want the one after Shutdown", got)
+	}
+}

@@ -164,11 +164,12 @@ type Tracing struct {
 	shutdown  func(context.Context) error
 
 	// The engine's traced steps, queued for their spans (steps.go).
-	steps     chan engine.StepTrace
-	stepsOnce sync.Once
-	stepsStop sync.Once
-	stepsDone chan struct{}
-	dropped   atomic.Uint64
+	steps       chan engine.StepTrace
+	stepsOnce   sync.Once
+	stepsMu     sync.RWMutex // Step holds it (read) to send; stopSteps to close
+	stepsClosed bool
+	stepsDone   chan struct{}
+	dropped     atomic.Uint64
 }
 
 // New traces with tp (tests pass one over an in-memory exporter).
