@@ -293,6 +293,7 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 // fwdItem is one request of a forwarded batch at its owner: queued as r,
 // or refused with err before it was queued.
 type fwdItem struct {
+	w   fwdWire // as it came
 	r   *Request
 	ctx context.Context // the batch's, or with the caller's trace
 	res any
@@ -318,8 +319,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 	p.subMu.RLock()
 	defer p.subMu.RUnlock()
 	serving := p.serving.Load() && !p.failed.Load()
-	reqs := make([]fwdWire, n)
-	for i := range reqs {
+	for i := range items {
 		if len(b) < 6 {
 			return nil, errMalformedBatch
 		}
@@ -328,15 +328,15 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 		if l > len(b) {
 			return nil, errMalformedBatch
 		}
-		reqs[i] = fwdWire{kind: kind, wl: wl, payload: b[:l]}
+		items[i].w = fwdWire{kind: kind, wl: wl, payload: b[:l]}
 		b = b[l:]
 	}
-	if err := readForwardTraces(b, reqs); err != nil {
+	if err := readForwardTraces(b, items); err != nil {
 		return nil, err
 	}
-	for i, fr := range reqs {
-		kind, wl, payload := fr.kind, fr.wl, fr.payload
+	for i := range items {
 		it := &items[i]
+		kind, wl, payload := it.w.kind, it.w.wl, it.w.payload
 		if _, ok := e.workloads[wl]; !ok {
 			it.err = fmt.Errorf("engine: unknown workload %d", wl)
 			continue
@@ -350,7 +350,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 		if cmd, q, it.err = decodeForwarded(kind, payload); it.err != nil {
 			continue
 		}
-		it.ctx = fr.traced(ctx)
+		it.ctx = it.w.traced(ctx)
 		it.r, it.err = e.enqueue(p, it.ctx, wl, cmd, q)
 	}
 	return items, nil

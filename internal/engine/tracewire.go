@@ -91,8 +91,8 @@ type fwdWire struct {
 	tc      TraceContext
 }
 
-func readForwardTraces(b []byte, reqs []fwdWire) error {
-	return readTraceTrailer(b, len(reqs), func(i int, tc TraceContext) { reqs[i].tc = tc })
+func readForwardTraces(b []byte, items []fwdItem) error {
+	return readTraceTrailer(b, len(items), func(i int, tc TraceContext) { items[i].w.tc = tc })
 }
 
 // traced is ctx carrying the caller's trace, so that the owner's spans of
