@@ -172,7 +172,9 @@ type Tracing struct {
 	dropped     atomic.Uint64
 }
 
-// New traces with tp (tests pass one over an in-memory exporter).
+// New traces with tp (tests pass one over an in-memory exporter). tp
+// must use IDGenerator() for the spans of later steps (a saga's messages,
+// a job's dispatch) to name the right parents; Start's does.
 func New(tp trace.TracerProvider) *Tracing {
 	return &Tracing{edgeRatio: 1, tracer: tp.Tracer(instrumentation), prop: propagation.TraceContext{}}
 }
