@@ -35,6 +35,51 @@ func memTracing(t *testing.T) (*tracing.Tracing, *tracetest.InMemoryExporter) {
 // child of job.execute.
 func TestWorkerRunsTheJobInItsTrace(t *testing.T) {
 	srvTr, srvExp := memTracing(t)
+	wTr, wExp := memTracing(t)
+	base := tracedJobServer(t, srvTr, wTr)
+	id, got := runTracedJob(t, base)
+	exec := spanNamed(t, wExp, id, "job.execute")
+	if !strings.Contains(got, exec.SpanContext.SpanID().String()) {
+		t.Errorf("TRACEPARENT %q does not name the worker's job.execute span %s", got, exec.SpanContext.SpanID())
+	}
+	dispatch := spanNamed(t, srvExp, id, "jobs.dispatch")
+	if exec.Parent.SpanID() != dispatch.SpanContext.SpanID() {
+		t.Errorf("job.execute's parent %s, want the server's jobs.dispatch %s", exec.Parent.SpanID(), dispatch.SpanContext.SpanID())
+	}
+	submit := spanNamed(t, srvExp, id, "/jq.JobService/")
+	if dispatch.Parent.SpanID() != submit.SpanContext.SpanID() {
+		t.Errorf("jobs.dispatch's parent %s, want the submit's server span %s", dispatch.Parent.SpanID(), submit.SpanContext.SpanID())
+	}
+	reportSpan(t, srvExp, id, exec.SpanContext.SpanID())
+}
+
+// A worker that does not trace still runs the command in the job's
+// trace: TRACEPARENT names the server's dispatch, and the report is its
+// child.
+func TestUntracedWorkerHandsTheTraceOn(t *testing.T) {
+	srvTr, srvExp := memTracing(t)
+	base := tracedJobServer(t, srvTr, nil)
+	id, got := runTracedJob(t, base)
+	dispatch := spanNamed(t, srvExp, id, "jobs.dispatch")
+	if !strings.Contains(got, dispatch.SpanContext.SpanID().String()) {
+		t.Errorf("TRACEPARENT %q does not name the dispatch span %s", got, dispatch.SpanContext.SpanID())
+	}
+	reportSpan(t, srvExp, id, dispatch.SpanContext.SpanID())
+}
+
+// reportSpan waits for the worker's report, a child of parent.
+func reportSpan(t *testing.T, exp *tracetest.InMemoryExporter, id trace.TraceID, parent trace.SpanID) {
+	t.Helper()
+	waitSpan(t, exp, id, func(s tracetest.SpanStub) bool {
+		return s.SpanKind == trace.SpanKindServer && s.Parent.SpanID() == parent && s.Name == "jq.WorkerService/ReportResult"
+	})
+}
+
+const jobTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+// tracedJobServer serves with srvTr and runs `surge worker`'s worker
+// against it with wTr (nil: the worker does not trace).
+func tracedJobServer(t *testing.T, srvTr, wTr *tracing.Tracing) string {
 	ctx, stop := context.WithCancel(context.Background())
 	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() {
@@ -43,14 +88,20 @@ func TestWorkerRunsTheJobInItsTrace(t *testing.T) {
 	}()
 	t.Cleanup(func() { stop(); <-done })
 	base := "http://" + <-ready
-	wTr, wExp := memTracing(t)
 	w := newCommandWorker(jobclient.New(base), jobclient.WorkerConfig{ID: "tr", Concurrency: 1}, wTr)
 	wctx, drain := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { w.Run(wctx); close(stopped) }()
 	t.Cleanup(func() { drain(); w.StopNow(); <-stopped })
+	return base
+}
 
-	const traceID, parentSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+// runTracedJob submits a command printing $TRACEPARENT with a
+// traceparent, and returns the trace and what the command printed, which
+// must be in that trace.
+func runTracedJob(t *testing.T, base string) (trace.TraceID, string) {
+	t.Helper()
+	const traceID, parentSpan = jobTraceID, "00f067aa0ba902b7"
 	jobs := jqpbconnect.NewJobServiceClient(http.DefaultClient, base)
 	req := connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", Payload: []byte(`{"command":["sh","-c","printf %s \"$TRACEPARENT\""]}`)})
 	req.Header().Set("traceparent", "00-"+traceID+"-"+parentSpan+"-01")
@@ -65,22 +116,7 @@ func TestWorkerRunsTheJobInItsTrace(t *testing.T) {
 		t.Fatalf("the command's TRACEPARENT %q, want one in trace %s", got, traceID)
 	}
 	id, _ := trace.TraceIDFromHex(traceID)
-	exec := spanNamed(t, wExp, id, "job.execute")
-	if !strings.Contains(got, exec.SpanContext.SpanID().String()) {
-		t.Errorf("TRACEPARENT %q does not name the worker's job.execute span %s", got, exec.SpanContext.SpanID())
-	}
-	dispatch := spanNamed(t, srvExp, id, "jobs.dispatch")
-	if exec.Parent.SpanID() != dispatch.SpanContext.SpanID() {
-		t.Errorf("job.execute's parent %s, want the server's jobs.dispatch %s", exec.Parent.SpanID(), dispatch.SpanContext.SpanID())
-	}
-	submit := spanNamed(t, srvExp, id, "/jq.JobService/")
-	if dispatch.Parent.SpanID() != submit.SpanContext.SpanID() {
-		t.Errorf("jobs.dispatch's parent %s, want the submit's server span %s", dispatch.Parent.SpanID(), submit.SpanContext.SpanID())
-	}
-	report := waitSpan(t, srvExp, id, func(s tracetest.SpanStub) bool {
-		return s.SpanKind == trace.SpanKindServer && s.Parent.SpanID() == exec.SpanContext.SpanID() && strings.Contains(s.Name, "WorkerService")
-	})
-	t.Logf("report span %q", report.Name)
+	return id, got
 }
 
 func spanNamed(t *testing.T, exp *tracetest.InMemoryExporter, id trace.TraceID, name string) tracetest.SpanStub {
