@@ -46,6 +46,14 @@ type Job[T any] struct {
 	TTL     time.Duration
 	Payload []byte // as submitted
 	Args    T      // the payload decoded from JSON (for Job[[]byte]: the payload itself)
+	// Traceparent and Tracestate are the job's W3C trace context when its
+	// submission was traced and the server traces (empty otherwise): the
+	// server's dispatch span, so that what the handler does joins the
+	// job's trace. The worker sends Traceparent (and Tracestate) with the
+	// job's report; a handler that makes a span of its own may set them
+	// to that span's, so that the report is its child.
+	Traceparent string
+	Tracestate  string
 }
 
 type handlerFunc func(ctx context.Context, a *jqpb.JobAssignment) ([]byte, error)
@@ -122,7 +130,10 @@ func Handle[T any](w *Worker, queue string, fn func(ctx context.Context, job *Jo
 	}
 	w.handlers[queue] = func(ctx context.Context, a *jqpb.JobAssignment) ([]byte, error) {
 		job := &Job[T]{ID: a.JobId, Queue: a.QueueName, Priority: int(a.Priority),
-			TTL: time.Duration(a.TtlSeconds) * time.Second, Payload: a.Payload}
+			TTL: time.Duration(a.TtlSeconds) * time.Second, Payload: a.Payload,
+			Traceparent: a.Traceparent, Tracestate: a.Tracestate}
+		// The report goes in the trace the handler left.
+		defer func() { a.Traceparent, a.Tracestate = job.Traceparent, job.Tracestate }()
 		if raw, ok := any(&job.Args).(*[]byte); ok {
 			*raw = a.Payload
 		} else if err := json.Unmarshal(a.Payload, &job.Args); err != nil {
@@ -386,7 +397,7 @@ func (w *Worker) work(ctx context.Context, a *jqpb.JobAssignment) {
 		defer func() { <-w.sem }()
 	case <-ctx.Done():
 		if errors.Is(context.Cause(ctx), errCancelled) {
-			w.report(a.JobId, false, nil, errCancelled.Error())
+			w.report(a, false, nil, errCancelled.Error())
 		}
 		return
 	}
@@ -398,10 +409,10 @@ func (w *Worker) work(ctx context.Context, a *jqpb.JobAssignment) {
 		h = w.handlers[""]
 	}
 	if h == nil {
-		w.report(a.JobId, false, nil, fmt.Sprintf("this worker has no handler for queue %q", a.QueueName))
+		w.report(a, false, nil, fmt.Sprintf("this worker has no handler for queue %q", a.QueueName))
 		return
 	}
-	if _, err := w.c.workers.AckJob(ctx, connect.NewRequest(&jqpb.AckJobRequest{WorkerId: w.ID(), JobId: a.JobId})); err != nil {
+	if _, err := w.c.workers.AckJob(ctx, traced(connect.NewRequest(&jqpb.AckJobRequest{WorkerId: w.ID(), JobId: a.JobId}), a)); err != nil {
 		if c := connect.CodeOf(err); c == connect.CodeFailedPrecondition || c == connect.CodeNotFound {
 			w.log.Info("jobs worker: job no longer ours, not run", "job_id", a.JobId, "err", err)
 			return
@@ -421,7 +432,7 @@ func (w *Worker) work(ctx context.Context, a *jqpb.JobAssignment) {
 	result, err := call(ctx, h, a)
 	if err == nil {
 		w.log.Debug("jobs worker: job done", "job_id", a.JobId, "duration", time.Since(start))
-		w.report(a.JobId, true, result, "")
+		w.report(a, true, result, "")
 		return
 	}
 	msg := err.Error()
@@ -438,7 +449,7 @@ func (w *Worker) work(ctx context.Context, a *jqpb.JobAssignment) {
 		}
 	}
 	w.log.Debug("jobs worker: job failed", "job_id", a.JobId, "duration", time.Since(start), "err", msg)
-	w.report(a.JobId, false, nil, msg)
+	w.report(a, false, nil, msg)
 }
 
 // call runs a handler, turning a panic into the job's failure rather than
@@ -472,7 +483,8 @@ func truncate(s string, n int) string {
 // unreachable: a job that ran should not run again for want of a report.
 // It gives up on StopNow, and when the server says the job is no longer
 // this worker's (its lease expired, it was cancelled or purged).
-func (w *Worker) report(jobID string, success bool, result []byte, errMsg string) {
+func (w *Worker) report(a *jqpb.JobAssignment, success bool, result []byte, errMsg string) {
+	jobID := a.JobId
 	if len(result) > maxResultLen {
 		success, errMsg = false, fmt.Sprintf("the handler's result of %d bytes is over the server's limit of %d", len(result), maxResultLen)
 		result = nil
@@ -483,7 +495,7 @@ func (w *Worker) report(jobID string, success bool, result []byte, errMsg string
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		stop := context.AfterFunc(w.hard, cancel)
-		_, err := w.c.workers.ReportResult(ctx, connect.NewRequest(req))
+		_, err := w.c.workers.ReportResult(ctx, traced(connect.NewRequest(req), a))
 		stop()
 		cancel()
 		switch {
@@ -546,4 +558,17 @@ func (b *backoff) sleep(a, c context.Context) bool {
 	case <-c.Done():
 		return false
 	}
+}
+
+// traced puts the job's trace context (if any) on a call about it, as the
+// W3C headers, so that the server's spans of the call join the job's
+// trace.
+func traced[T any](r *connect.Request[T], a *jqpb.JobAssignment) *connect.Request[T] {
+	if a.Traceparent != "" {
+		r.Header().Set("traceparent", a.Traceparent)
+		if a.Tracestate != "" {
+			r.Header().Set("tracestate", a.Tracestate)
+		}
+	}
+	return r
 }

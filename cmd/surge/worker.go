@@ -19,6 +19,7 @@ import (
 
 	"github.com/surge-run/surge/client/jobclient"
 	"github.com/surge-run/surge/internal/clientconn"
+	"github.com/surge-run/surge/internal/tracing"
 )
 
 // Output kept of a job's command: the tail, where a failure's cause
@@ -98,7 +99,12 @@ func newWorkerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runDraining(newCommandWorker(jobclient.New(server, copts...), cfg), log)
+			tr, err := startWorkerTracing(log)
+			if err != nil {
+				return err
+			}
+			defer tr.Shutdown(context.Background())
+			return runDraining(newCommandWorker(jobclient.New(server, copts...), cfg, tr), log)
 		},
 	}
 	f := cmd.Flags()
@@ -146,14 +152,14 @@ func runDraining(w *jobclient.Worker, log *slog.Logger) error {
 
 // newCommandWorker is the worker `surge worker` runs: every queue's jobs
 // are commands.
-func newCommandWorker(c *jobclient.Client, cfg jobclient.WorkerConfig) *jobclient.Worker {
+func newCommandWorker(c *jobclient.Client, cfg jobclient.WorkerConfig, tr *tracing.Tracing) *jobclient.Worker {
 	w := jobclient.NewWorker(c, cfg)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	jobclient.Handle(w, "", func(ctx context.Context, job *jobclient.Job[[]byte]) ([]byte, error) {
-		return runJob(ctx, log, job)
+		return runJob(ctx, log, tr, job)
 	})
 	return w
 }
@@ -174,14 +180,19 @@ func parseCommand(payload []byte) ([]string, error) {
 	return p.Command, nil
 }
 
-func runJob(ctx context.Context, log *slog.Logger, job *jobclient.Job[[]byte]) ([]byte, error) {
+func runJob(ctx context.Context, log *slog.Logger, tr *tracing.Tracing, job *jobclient.Job[[]byte]) (_ []byte, err error) {
 	start := time.Now()
+	if tr != nil {
+		var end func(error)
+		job.Traceparent, job.Tracestate, end = tr.JobSpan(ctx, job.ID, job.Queue, job.Traceparent, job.Tracestate)
+		defer func() { end(err) }()
+	}
 	argv, err := parseCommand(job.Payload)
 	if err != nil {
 		log.Info("job refused", "job_id", job.ID, "queue", job.Queue, "err", err)
 		return nil, err
 	}
-	out, err := runCommand(ctx, argv)
+	out, err := runCommand(ctx, argv, traceEnv(job))
 	attrs := []any{"job_id", job.ID, "queue", job.Queue, "command", argv[0], "duration", time.Since(start).Round(time.Millisecond)}
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
@@ -198,8 +209,11 @@ func runJob(ctx context.Context, log *slog.Logger, job *jobclient.Job[[]byte]) (
 // that ending ctx (cancel, TTL, stop now) kills the command and whatever
 // it started with SIGKILL. It returns the tail of stdout, or an error with
 // the exit status and the tail of stderr.
-func runCommand(ctx context.Context, argv []string) ([]byte, error) {
+func runCommand(ctx context.Context, argv []string, env []string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// A killed command's background children may hold its pipes open;

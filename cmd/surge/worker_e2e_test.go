@@ -80,7 +80,7 @@ func waitStatus(t *testing.T, c *jobclient.Client, id string, want ...jobclient.
 // Run has returned, and wait gives Run's result (any number of times).
 func runCommandWorker(t *testing.T, c *jobclient.Client, cfg jobclient.WorkerConfig) (drain context.CancelFunc, done <-chan struct{}, wait func() error) {
 	t.Helper()
-	w := newCommandWorker(c, cfg)
+	w := newCommandWorker(c, cfg, nil)
 	ctx, drain := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	var err error

@@ -11,22 +11,22 @@ import (
 )
 
 func TestRunCommandResultAndFailure(t *testing.T) {
-	out, err := runCommand(context.Background(), []string{"sh", "-c", "echo out; echo err >&2"})
+	out, err := runCommand(context.Background(), []string{"sh", "-c", "echo out; echo err >&2"}, nil)
 	if err != nil || string(out) != "out\n" {
 		t.Fatalf("got %q, %v; want stdout only", out, err)
 	}
-	_, err = runCommand(context.Background(), []string{"sh", "-c", "echo why >&2; exit 3"})
+	_, err = runCommand(context.Background(), []string{"sh", "-c", "echo why >&2; exit 3"}, nil)
 	if err == nil || err.Error() != "exit status 3; stderr: why" {
 		t.Fatalf("got %v, want the exit status and stderr", err)
 	}
-	_, err = runCommand(context.Background(), []string{"surge-no-such-program"})
+	_, err = runCommand(context.Background(), []string{"surge-no-such-program"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("got %v", err)
 	}
 }
 
 func TestRunCommandKeepsTheTailOfStdout(t *testing.T) {
-	out, err := runCommand(context.Background(), []string{"sh", "-c", "head -c 100000 /dev/zero; echo end"})
+	out, err := runCommand(context.Background(), []string{"sh", "-c", "head -c 100000 /dev/zero; echo end"}, nil)
 	if err != nil || len(out) != maxResultBytes || !strings.HasSuffix(string(out), "\x00end\n") {
 		t.Fatalf("got %d bytes ending %q, %v", len(out), out[max(0, len(out)-8):], err)
 	}
@@ -49,7 +49,7 @@ func TestRunCommandKillsItsProcessGroupWhenStopped(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	// The background sleep is a grandchild: only a group kill reaches it.
-	_, err := runCommand(ctx, []string{"sh", "-c", "sleep 30 & echo $! > " + pidFile + "; wait"})
+	_, err := runCommand(ctx, []string{"sh", "-c", "sleep 30 & echo $! > " + pidFile + "; wait"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("got %v, want killed", err)
 	}

@@ -35,6 +35,7 @@ type batch struct {
 	applyCount  int
 	startedNano int64
 	trace       *BatchTrace // nil unless a request in it is traced
+	steps       []StepTrace // traced messages, timers and declared steps
 }
 
 func (b *batch) reset() {
@@ -61,6 +62,8 @@ func (b *batch) reset() {
 	b.fencedAcks = b.fencedAcks[:0]
 	b.applyCount = 0
 	b.trace = nil
+	clear(b.steps)
+	b.steps = b.steps[:0]
 }
 
 func (b *batch) record(start int) { b.offsets = append(b.offsets, start) }
@@ -74,6 +77,7 @@ func (p *partition) commit(b *batch) {
 	}
 	if p.e.opts.Tracer != nil {
 		p.traceBatch(b)
+		b.stepsAppended()
 	}
 	if len(b.offsets) == 0 {
 		p.mu.Lock()
@@ -161,6 +165,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		}
 	}
 	b.traceDurable()
+	b.stepsDurable(err == nil)
 	p.mu.Lock()
 	b.durable = true
 	if p.last == b {

@@ -336,6 +336,7 @@ type Request struct {
 	part     int
 	// Set only when Options.Tracer says ctx is traced (tracehook.go).
 	traced bool
+	tc     TraceContext // zero unless WithTraceContext named one
 	tEnq   int64
 	tBatch *BatchTrace
 }
@@ -446,7 +447,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.closed {
-		r.ctx, r.traced = nil, false
+		r.ctx, r.traced, r.tc = nil, false, TraceContext{}
 		e.reqPool.Put(r)
 		return nil, ErrClosed
 	}
@@ -454,7 +455,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	case p.inbox <- r:
 		return r, nil
 	default:
-		r.ctx, r.traced = nil, false
+		r.ctx, r.traced, r.tc = nil, false, TraceContext{}
 		e.reqPool.Put(r)
 		p.shed(shedInboxFull)
 		return nil, &overloaded{err: ErrOverloaded, wait: p.waitBehind(ahead)}

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/surge-run/surge/internal/wire"
+import (
+	"context"
+
+	"github.com/surge-run/surge/internal/wire"
+)
 
 // SetShedMinQueue lowers the queue length from which requests are shed by
 // delay, so a test can overload a partition with few submitters.
@@ -49,4 +53,13 @@ func RecoveredOutboxes(opts Options, workloads ...Workload) (int, error) {
 		n += len(p.outbox)
 	}
 	return n, opts.Log.Close()
+}
+
+// TimerTraces is how many timers of partition part keep a trace context.
+func TimerTraces(e *Engine, part int) int {
+	v, err := e.Query(context.Background(), part, 7, partitionProbe(func(p *partition) any { return len(p.timerTraces) }))
+	if err != nil {
+		panic(err)
+	}
+	return v.(int)
 }

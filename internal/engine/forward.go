@@ -25,6 +25,7 @@ type fwdReq struct {
 	kind    byte
 	wl      uint8
 	payload []byte
+	tc      TraceContext // the caller's trace, for the owner's spans
 	// Outcome: callErr when the transport failed for the whole batch,
 	// else res and err decoded from the owner's answer.
 	callErr error
@@ -109,6 +110,9 @@ func (e *Engine) forward(ctx context.Context, part int, wl uint8, cmd Command, q
 // or the transport's failure.
 func (e *Engine) forwardOnce(ctx context.Context, part int, kind byte, wl uint8, payload []byte) (res any, err, callErr error) {
 	r := &fwdReq{kind: kind, wl: wl, payload: payload, done: make(chan struct{}, 1)}
+	if e.opts.Tracer != nil {
+		r.tc, _ = TraceContextOf(ctx)
+	}
 	start := time.Now()
 	if !e.call(ctx, part, r) {
 		return nil, nil, ctx.Err()
@@ -181,6 +185,9 @@ func forwardChunk(pending []*fwdReq) int {
 	size := remoteHeader + 4
 	for i, r := range pending {
 		size += fwdWireBytes + len(r.payload)
+		if r.tc.Valid() {
+			size += traceTrailerBytes
+		}
 		if i >= maxForwardBatch || i > 0 && size > MaxRemoteBytes {
 			return i
 		}
@@ -199,6 +206,7 @@ func (e *Engine) sendBatch(part int, batch []*fwdReq) {
 		body = binary.LittleEndian.AppendUint32(body, uint32(len(r.payload)))
 		body = append(body, r.payload...)
 	}
+	body = appendForwardTraces(body, batch)
 	if m := e.opts.Metrics; m != nil {
 		m.forwarded.WithLabelValues("sent").Add(float64(len(batch)))
 		m.forwardBatch.Observe(float64(len(batch)))
@@ -274,7 +282,7 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 		if it.r == nil {
 			continue
 		}
-		it.res, it.err = e.await(ctx, it.r)
+		it.res, it.err = e.await(it.ctx, it.r)
 		if errors.Is(it.err, errMoved) {
 			it.err = ErrNotOwner
 		}
@@ -285,7 +293,9 @@ func (e *Engine) handleBatch(ctx context.Context, part int, b []byte) []byte {
 // fwdItem is one request of a forwarded batch at its owner: queued as r,
 // or refused with err before it was queued.
 type fwdItem struct {
+	w   fwdWire // as it came
 	r   *Request
+	ctx context.Context // the batch's, or with the caller's trace
 	res any
 	err error
 }
@@ -318,9 +328,15 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 		if l > len(b) {
 			return nil, errMalformedBatch
 		}
-		payload := b[:l]
+		items[i].w = fwdWire{kind: kind, wl: wl, payload: b[:l]}
 		b = b[l:]
+	}
+	if err := readForwardTraces(b, items); err != nil {
+		return nil, err
+	}
+	for i := range items {
 		it := &items[i]
+		kind, wl, payload := it.w.kind, it.w.wl, it.w.payload
 		if _, ok := e.workloads[wl]; !ok {
 			it.err = fmt.Errorf("engine: unknown workload %d", wl)
 			continue
@@ -334,7 +350,8 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 		if cmd, q, it.err = decodeForwarded(kind, payload); it.err != nil {
 			continue
 		}
-		it.r, it.err = e.enqueue(p, ctx, wl, cmd, q)
+		it.ctx = it.w.traced(ctx)
+		it.r, it.err = e.enqueue(p, it.ctx, wl, cmd, q)
 	}
 	return items, nil
 }

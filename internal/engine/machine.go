@@ -31,6 +31,12 @@ type Input struct {
 	TimeNs  int64 // stamped by the processor when the command was batched
 	Cmd     Command
 	TimerID string // FromTimer only
+	// Trace is the sampled trace this input runs in (zero: none): a
+	// client's, or the step of a message or timer that a traced input
+	// made. Messages and timers this apply makes carry it on. It is not
+	// logged: a Machine may keep it beside what it holds (for a later
+	// Effects.TraceStep) but must not let it change its state otherwise.
+	Trace TraceContext
 }
 
 // Machine is one workload's state in one partition. It must be a pure,
@@ -86,6 +92,7 @@ type Effects struct {
 	sends     []send
 	timers    []timerOp
 	notes     []any
+	steps     []StepTrace // declared by TraceStep (tracectx.go)
 	unchanged bool
 	// check decodes a command as its machine will when it is delivered or
 	// fired; set by the engine (nil in workload tests that call Apply).
@@ -196,6 +203,8 @@ func (fx *Effects) reset() {
 	fx.timers = fx.timers[:0]
 	clear(fx.notes)
 	fx.notes = fx.notes[:0]
+	clear(fx.steps)
+	fx.steps = fx.steps[:0]
 }
 
 var (

@@ -23,10 +23,13 @@ type outMsg struct {
 	// can arrive out of order, and a receiver applies one only after the
 	// one before it, so that its high-water mark never skips a message.
 	prev uint64
+	// tc is the trace of the apply that sent it (nil: untraced); kept in
+	// memory only, like the mail's.
+	tc *TraceContext
 }
 
 func (m *outMsg) mail(src int) mail {
-	return mail{src: uint32(src), seq: m.seq, prev: m.prev, workload: m.workload, data: m.data}
+	return mail{src: uint32(src), seq: m.seq, prev: m.prev, workload: m.workload, data: m.data, tc: m.tc}
 }
 
 // mail is internal traffic between partitions: a message, or the
@@ -38,6 +41,7 @@ type mail struct {
 	prev     uint64 // see outMsg.prev
 	workload uint8
 	data     []byte
+	tc       *TraceContext // the sender's trace (nil: untraced)
 }
 
 // recordBytes is the size of the log record m becomes (acknowledgements

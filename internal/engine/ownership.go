@@ -211,6 +211,7 @@ func (p *partition) resetState() {
 	p.lastTo = make(map[int]uint64)
 	p.hwm = make(map[uint32]uint64)
 	p.timers = newTimerTable()
+	p.timerTraces = nil
 	p.records = 0
 	p.markSnapshot(0)
 	p.lastEnd.Store(0)

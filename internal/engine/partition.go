@@ -31,6 +31,9 @@ type partition struct {
 	lastTo map[int]uint64 // target → seq of the last message sent to it
 	hwm    map[uint32]uint64
 	timers timerTable
+	// timerTraces holds the trace of a timer set by a traced input, in
+	// memory only (nil until one is).
+	timerTraces map[timerKey]TraceContext
 
 	// records counts this partition's log records, as the log does: a
 	// snapshot carries it, so recovery can tell whether the snapshot
@@ -148,7 +151,7 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 		return
 	}
 	b.record(start)
-	in := Input{Kind: FromClient, TimeNs: now, Cmd: cmd}
+	in := Input{Kind: FromClient, TimeNs: now, Cmd: cmd, Trace: r.tc}
 	if err := p.apply(b, r.workload, &in); err != nil {
 		p.e.dropped("client command", p.id, err)
 		r.err = err
@@ -186,13 +189,13 @@ func (p *partition) handleMail(b *batch, m *mail, now int64) {
 	b.buf = binary.LittleEndian.AppendUint64(b.buf, m.seq)
 	b.buf = append(b.buf, m.data...)
 	b.record(start)
-	if err := p.applyMessage(b, m.workload, m.src, m.seq, m.data, now); err != nil {
+	if err := p.applyMessage(b, m.workload, m.src, m.seq, m.data, now, m.tc); err != nil {
 		p.e.dropped("message", p.id, err)
 	}
 	b.acks = append(b.acks, ackTo{src: int(m.src), seq: m.seq})
 }
 
-func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, data []byte, now int64) error {
+func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, data []byte, now int64, tc *TraceContext) error {
 	if seq <= p.hwm[src] {
 		return nil
 	}
@@ -206,6 +209,7 @@ func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, dat
 		return err
 	}
 	in := Input{Kind: FromMessage, TimeNs: now, Cmd: cmd}
+	in.Trace = p.traceInput(b, tc, FromMessage, wl, cmd)
 	return p.apply(b, wl, &in)
 }
 
@@ -237,6 +241,7 @@ func (p *partition) applyTimer(b *batch, wl uint8, id string, now int64) error {
 		return err
 	}
 	in := Input{Kind: FromTimer, TimeNs: now, Cmd: cmd, TimerID: id}
+	in.Trace = p.traceInput(b, p.timerTrace(wl, id), FromTimer, wl, cmd)
 	return p.apply(b, wl, &in)
 }
 
@@ -284,6 +289,10 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 		m.prev = p.lastTo[m.target]
 		p.lastTo[m.target] = m.seq
 		p.outbox[m.seq] = m
+		if in.Trace.Valid() {
+			tc := in.Trace
+			m.tc = &tc
+		}
 		if b != nil {
 			b.sends = append(b.sends, m)
 		} else {
@@ -298,10 +307,13 @@ func (p *partition) apply(b *batch, wl uint8, in *Input) error {
 	for _, t := range p.fx.timers {
 		if t.cancel {
 			p.timers.cancel(wl, t.id)
+			p.setTimerTrace(wl, t.id, TraceContext{})
 			continue
 		}
 		p.timers.set(wl, t.id, t.atNs, t.data)
+		p.setTimerTrace(wl, t.id, timerParent(in))
 	}
+	p.stepsApplied(b, wl, in)
 	p.sinceSnap++
 	if b != nil {
 		b.applyCount++
@@ -350,7 +362,7 @@ func (p *partition) replay(data []byte) error {
 			p.e.dropped("client command", p.id, err)
 		}
 	case FromMessage:
-		if err := p.applyMessage(nil, env.workload, env.src, env.seq, env.payload, env.timeNs); err != nil {
+		if err := p.applyMessage(nil, env.workload, env.src, env.seq, env.payload, env.timeNs, nil); err != nil {
 			p.e.dropped("message", p.id, err)
 		}
 	case FromTimer:

@@ -17,7 +17,9 @@ import (
 //	             kindCommand (its AppendBinary) or a kindQuery (gob of
 //	             wireValue{query})
 //	kindMail:    count u32, then per mail: ack u8, src u32, seq u64,
-//	             prev u64, workload u8, len u32, data
+//	             prev u64, workload u8, len u32, data; then, if any mail
+//	             is traced, a trailer (tracewire.go) that a node of an
+//	             earlier build ignores
 //
 // Answers: [0] status; statusOK then what the kind answers; statusErr
 // then an error code byte and the message.
@@ -76,6 +78,9 @@ func mailChunk(ms []mail) int {
 	size := remoteHeader + 4
 	for i := range ms {
 		size += mailWireBytes + len(ms[i].data)
+		if ms[i].tc != nil {
+			size += traceTrailerBytes
+		}
 		if i >= maxCallMail || i > 0 && size > MaxRemoteBytes {
 			return i
 		}
@@ -102,7 +107,7 @@ func encodeMailRequest(target int, ms []mail) []byte {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.data)))
 		b = append(b, m.data...)
 	}
-	return b
+	return appendMailTraces(b, ms)
 }
 
 func answerErr(err error) []byte {
@@ -210,6 +215,9 @@ func (e *Engine) receiveMail(part int, b []byte) error {
 			return fmt.Errorf("engine: forwarded mail from partition %d of %d", m.src, len(e.parts))
 		}
 		ms = append(ms, m)
+	}
+	if err := readMailTraces(b, ms); err != nil {
+		return err
 	}
 	if !t.serving.Load() {
 		// Not here (any more): the senders send it again to the owner.

@@ -63,6 +63,7 @@ type BatchTrace struct {
 func (e *Engine) traceEnqueue(ctx context.Context, r *Request) {
 	if e.opts.Tracer != nil && ctx != nil && ctx.Value(traceKey{}) != nil {
 		r.traced, r.tEnq = true, time.Now().UnixNano()
+		r.tc, _ = TraceContextOf(ctx)
 	}
 }
 
@@ -95,6 +96,6 @@ func (b *batch) traceDurable() {
 // r's trace for reuse.
 func (e *Engine) traceFinished(ctx context.Context, part int, r *Request) {
 	t := RequestTrace{Partition: part, Command: r.cmd != nil, Enqueued: r.tEnq, Replied: time.Now().UnixNano(), Batch: r.tBatch, Err: r.err}
-	r.traced, r.tBatch = false, nil
+	r.traced, r.tBatch, r.tc = false, nil, TraceContext{}
 	e.opts.Tracer.Finished(ctx, t)
 }

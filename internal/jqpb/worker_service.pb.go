@@ -371,7 +371,14 @@ type JobAssignment struct {
 	Cancel bool `protobuf:"varint,100,opt,name=cancel,proto3" json:"cancel,omitempty"`
 	// Surge extension: the job's TTL (0: none), which the stock worker uses
 	// as the command's timeout.
-	TtlSeconds    int32 `protobuf:"varint,101,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds int32 `protobuf:"varint,101,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// Surge extension: the W3C trace context of the job's dispatch, when
+	// its submission was traced (sampled) and the server traces: a worker
+	// runs the job in that trace (the stock worker hands it to the command
+	// as TRACEPARENT / TRACESTATE) and sends it back as the traceparent of
+	// its ReportResult call. Empty otherwise.
+	Traceparent   string `protobuf:"bytes,102,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,103,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +453,20 @@ func (x *JobAssignment) GetTtlSeconds() int32 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *JobAssignment) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *JobAssignment) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 type ReportResultRequest struct {
@@ -753,7 +774,7 @@ const file_jq_worker_service_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12%\n" +
 	"\x0eaccepts_cancel\x18d \x01(\bR\racceptsCancel\x12 \n" +
-	"\x04held\x18e \x01(\v2\f.jq.HeldJobsR\x04held\"\xb4\x01\n" +
+	"\x04held\x18e \x01(\v2\f.jq.HeldJobsR\x04held\"\xf6\x01\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -762,7 +783,11 @@ const file_jq_worker_service_proto_rawDesc = "" +
 	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12\x16\n" +
 	"\x06cancel\x18d \x01(\bR\x06cancel\x12\x1f\n" +
 	"\vttl_seconds\x18e \x01(\x05R\n" +
-	"ttlSeconds\"\xa0\x01\n" +
+	"ttlSeconds\x12 \n" +
+	"\vtraceparent\x18f \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18g \x01(\tR\n" +
+	"tracestate\"\xa0\x01\n" +
 	"\x13ReportResultRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +

@@ -16,7 +16,11 @@ const traceFlushTimeout = 5 * time.Second
 // it is installed.
 func (s *Server) startTracing(ctx context.Context) error {
 	s.tracer = s.cfg.Tracer
-	if s.tracer != nil || !s.cfg.Tracing.Enabled() {
+	if s.tracer != nil {
+		s.reg.MustRegister(s.tracer.Collectors()...)
+		return nil
+	}
+	if !s.cfg.Tracing.Enabled() {
 		return nil
 	}
 	t, err := tracing.Start(ctx, s.cfg.Tracing)
@@ -24,6 +28,7 @@ func (s *Server) startTracing(ctx context.Context) error {
 		return err
 	}
 	s.tracer = t
+	s.reg.MustRegister(t.Collectors()...)
 	s.undo = append(s.undo, func() {
 		fctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
 		defer cancel()

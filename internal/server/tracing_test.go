@@ -29,7 +29,7 @@ const (
 func tracedServer(t *testing.T) (string, *tracetest.InMemoryExporter) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), tracing.IDGenerator())
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	return serveForTest(t, Config{Tracer: tracing.New(tp)}), exp
 }

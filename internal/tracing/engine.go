@@ -14,6 +14,11 @@ import (
 // spans of the request's partition queue wait, its batch's apply, the
 // group commit it joined (linked) and the reply.
 func (t *Tracing) Finished(ctx context.Context, rt engine.RequestTrace) {
+	if tc, ok := engine.TraceContextOf(ctx); ok && engineContext(trace.SpanContextFromContext(ctx)) != tc {
+		// Forwarded by another node: its spans are children of the
+		// caller's span there, not of the call that carried it.
+		ctx = trace.ContextWithRemoteSpanContext(ctx, spanContext(tc))
+	}
 	part := attribute.Int("surge.partition", rt.Partition)
 	b := rt.Batch
 	if b == nil || b.Started == 0 {

@@ -46,7 +46,7 @@ func (t *Tracing) Handler(next http.Handler) http.Handler {
 		sc := span.SpanContext()
 		w.Header().Set(ResponseHeader, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		r = r.WithContext(engine.WithTrace(ctx))
+		r = r.WithContext(engine.WithTraceContext(ctx, engineContext(sc)))
 		next.ServeHTTP(sw, r)
 		name(span, r, grpc)
 		span.SetAttributes(attribute.Int("http.response.status_code", sw.code))

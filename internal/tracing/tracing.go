@@ -7,7 +7,10 @@
 // accepted, traceresponse returned), and under it, from timestamps the
 // engine records for traced requests only (engine.Tracer), the wait in the
 // partition's queue, the apply, the group commit (one span per batch,
-// linked from every traced request in it) and the reply.
+// linked from every traced request in it) and the reply; then, from the
+// engine's steps (steps.go), the messages, timers, job dispatches and
+// message releases the request caused, in other partitions, batches and
+// nodes, and a worker's run of a job (job.go).
 package tracing
 
 import (
@@ -17,6 +20,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -25,6 +30,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surge-run/surge/internal/engine"
 )
 
 // RatioFromEnv is Config.SampleRatio's "not set": the sampler is then the
@@ -88,7 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("OpenTelemetry resource: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res), IDGenerator()}
 	ratio, atEdge, err := rootRatio(cfg)
 	if err != nil {
 		return nil, err
@@ -155,16 +162,30 @@ type Tracing struct {
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
 	shutdown  func(context.Context) error
+
+	// The engine's traced steps, queued for their spans (steps.go).
+	steps       chan engine.StepTrace
+	stepsOnce   sync.Once
+	stepsMu     sync.RWMutex // Step holds it (read) to send; stopSteps to close
+	stepsClosed bool
+	stepsDone   chan struct{}
+	dropped     atomic.Uint64
 }
 
-// New traces with tp (tests pass one over an in-memory exporter).
+// New traces with tp (tests pass one over an in-memory exporter). tp
+// must use IDGenerator() for the spans of later steps (a saga's messages,
+// a job's dispatch) to name the right parents; Start's does.
 func New(tp trace.TracerProvider) *Tracing {
 	return &Tracing{edgeRatio: 1, tracer: tp.Tracer(instrumentation), prop: propagation.TraceContext{}}
 }
 
 // Shutdown exports what is buffered and stops the exporter.
 func (t *Tracing) Shutdown(ctx context.Context) error {
-	if t == nil || t.shutdown == nil {
+	if t == nil {
+		return nil
+	}
+	t.stopSteps()
+	if t.shutdown == nil {
 		return nil
 	}
 	return t.shutdown(ctx)

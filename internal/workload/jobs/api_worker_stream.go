@@ -111,7 +111,7 @@ func (a *API) reclaim(ctx context.Context, s *stream, out *connect.ServerStream[
 	case !adopted:
 		err = a.hub.ended(s)
 	case err == nil:
-		n, err = sendJobs(ctx, out, jobs)
+		n, err = sendJobs(ctx, out, jobs, nil)
 	}
 	if n < len(jobs) {
 		a.unsent(ctx, s, jobs[n:])
@@ -298,7 +298,8 @@ func WithBatchFlusher(ctx context.Context, f BatchFlusher) context.Context {
 
 // sendJobs sends a lease's jobs, with one flush if the server can batch;
 // n is how many were sent before an error.
-func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) (n int, err error) {
+// traces holds the dispatch's trace context of the traced ones.
+func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job, traces map[string]engine.TraceContext) (n int, err error) {
 	err = guarded(ctx, func() error {
 		if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
 			f.Hold()
@@ -306,7 +307,7 @@ func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment]
 		}
 		for _, j := range jobs {
 			if err := out.Send(&jqpb.JobAssignment{JobId: j.ID, QueueName: j.Queue, Payload: j.Payload, Priority: j.Priority,
-				TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds))}); err != nil {
+				TtlSeconds: int32(min(j.TTLNs/1e9, MaxTTLSeconds)), Traceparent: traces[j.ID].Traceparent()}); err != nil {
 				return err
 			}
 			n++
@@ -384,7 +385,7 @@ func (a *API) leaseRound(ctx, bg context.Context, s *stream, out *connect.Server
 			continue
 		}
 		a.metrics.leased(q, r.Jobs)
-		if stop, err := a.pushLeased(ctx, s, out, r.Jobs); stop {
+		if stop, err := a.pushLeased(ctx, s, out, r.Jobs, r.Traces); stop {
 			return false, true, err
 		}
 		// With no slot left, the queue may still hold ready jobs: a
@@ -397,7 +398,7 @@ func (a *API) leaseRound(ctx, bg context.Context, s *stream, out *connect.Server
 // pushLeased sends jobs leased for the stream to its worker. stop: the
 // stream ends, returning err (nil: cleanly), and what it did not send
 // goes back.
-func (a *API) pushLeased(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job) (stop bool, err error) {
+func (a *API) pushLeased(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job, traces map[string]engine.TraceContext) (stop bool, err error) {
 	if ctx.Err() != nil || !a.hub.track(s, jobs) {
 		a.unsent(ctx, s, jobs)
 		if ctx.Err() != nil {
@@ -405,7 +406,7 @@ func (a *API) pushLeased(ctx context.Context, s *stream, out *connect.ServerStre
 		}
 		return true, a.hub.ended(s)
 	}
-	if n, err := sendJobs(ctx, out, jobs); err != nil {
+	if n, err := sendJobs(ctx, out, jobs, traces); err != nil {
 		// The worker is gone: what did not leave goes back now;
 		// what left is its until a new stream of it or the
 		// lease's end settles it.

@@ -283,6 +283,9 @@ type Machine struct {
 	inBatch bool
 	// finished counts DONE and DEAD_LETTERED jobs (Limits.MaxFinished).
 	finished int
+	// trace and traces: see trace.go.
+	trace  engine.TraceContext
+	traces map[string]engine.TraceContext
 }
 
 type purgeEntry struct {
@@ -308,6 +311,7 @@ func (m *Machine) reset() {
 	m.seq = 0
 	m.purgeQ = retain.Queue[purgeEntry]{}
 	m.finished = 0
+	m.traces = nil
 	if m.opts.OwnsDefault {
 		m.queues[DefaultQueue] = newQueue(DefaultQueue, DefaultMaxRetries, 0, 0)
 	}
@@ -338,6 +342,8 @@ type Result struct {
 	Queue   *Queue
 	Jobs    []*Job
 	Each    []*Result
+	// Traces: a lease's traced jobs' dispatch contexts (trace.go).
+	Traces map[string]engine.TraceContext
 }
 
 // Notes for observers (Effects.Notify), released once durable.
@@ -363,7 +369,9 @@ func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 		// A forged expiry from a client could dead-letter any job.
 		res = fail(Invalid, "jobs: %T is applied by its timer only", in.Cmd)
 	} else {
+		m.trace = in.Trace
 		res = m.apply(in.Cmd, in.TimeNs, fx)
+		m.trace = engine.TraceContext{}
 	}
 	if res.Outcome != OK && res.Outcome != Created {
 		fx.Unchanged()

@@ -61,6 +61,7 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 		CreatedAt: now, TTLFrom: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
 		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1}
 	m.jobs[j.ID] = j
+	m.keepTrace(j.ID)
 	q.jobs++
 	q.order = append(q.order, j)
 	if j.IdemKey != "" {
@@ -172,6 +173,7 @@ func (m *Machine) lease(c *Lease, now int64, fx *engine.Effects) *Result {
 		return &Result{Outcome: Same}
 	}
 	var out []*Job
+	var traces map[string]engine.TraceContext
 	for p := MaxPriority; p >= 0 && len(out) < int(c.Max); p-- {
 		h := &q.ready[p]
 		for len(*h) > 0 && len(out) < int(c.Max) {
@@ -185,12 +187,13 @@ func (m *Machine) lease(c *Lease, now int64, fx *engine.Effects) *Result {
 			m.addLease(j)
 			m.setTimer(fx, "lease/"+j.ID, j.LeaseUntil, &LeaseExpired{JobID: j.ID})
 			out = append(out, copyJob(j))
+			traces = m.traceDispatch(traces, j.ID, fx)
 		}
 	}
 	if len(out) == 0 {
 		return &Result{Outcome: Same}
 	}
-	return &Result{Outcome: OK, Jobs: out}
+	return &Result{Outcome: OK, Jobs: out, Traces: traces}
 }
 
 func (m *Machine) addLease(j *Job) {

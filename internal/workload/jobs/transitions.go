@@ -118,6 +118,7 @@ func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
 	}
 	q.removeOrder(j)
 	delete(m.jobs, j.ID)
+	delete(m.traces, j.ID)
 }
 
 // removeOrder leaves a hole where j was in q.order and compacts once

@@ -183,6 +183,7 @@ func (m *Machine) releaseRun(g *Group, now int64, fx *engine.Effects) {
 		g.move(x, MsgReleased)
 		x.Released = now
 		g.position++
+		m.traceRelease(g, g.position, fx)
 		// One purge entry per run and retention, not per message: a
 		// completion that releases a thousand costs one.
 		if x.RetentionNs != lastRet {

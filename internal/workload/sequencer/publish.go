@@ -116,6 +116,7 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	g.counts[MsgGap]--
 	g.counts[MsgPending]++
 	g.pending.push(seq)
+	m.keepTrace(g, seq)
 	return seq
 }
 

@@ -175,6 +175,7 @@ type Group struct {
 	pending   seqHeap                        // PENDING seqs, for Lease
 	leases    map[string]map[uint64]struct{} // processor → its LEASED seqs
 	counts    [numStates]int
+	traces    map[uint64]engine.TraceContext // see trace.go
 }
 
 func newGroup(name string, now int64) *Group {
@@ -256,6 +257,8 @@ type Machine struct {
 	// purgeQ: released runs in release order; see purge.
 	purgeQ  retain.Queue[purgeEntry]
 	inBatch bool // holds back Ready notes while a batch applies
+	// trace is the input's trace while it applies (trace.go).
+	trace engine.TraceContext
 }
 
 type purgeEntry struct {
@@ -348,7 +351,9 @@ func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 		// A forged expiry from a client could take a lease from its holder.
 		res = fail(Invalid, "sequencer: %T is applied by its timer only", in.Cmd)
 	} else {
+		m.trace = in.Trace
 		res = m.apply(in.Cmd, in.TimeNs, fx)
+		m.trace = engine.TraceContext{}
 	}
 	if res.Outcome != OK && res.Outcome != Created {
 		fx.Unchanged()
