@@ -94,6 +94,9 @@ extensions:
   jaeger_query:
     storage:
       traces: memstore
+    # Jaeger traces its own queries by default, to an OTLP receiver on
+    # localhost:4317: possibly another Jaeger, or Surge's.
+    enable_tracing: false
     http:
       endpoint: 127.0.0.1:$query
     grpc:
@@ -142,6 +145,14 @@ start() {
 	echo "SURGE_JAEGER_PID=$pid"
 }
 
+# alive: pid runs. An exited Jaeger, orphaned when start's shell ended,
+# stays a zombie until init reaps it, and kill -0 still finds that.
+alive() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || { kill -0 "$1" 2>/dev/null; return; }
+	[ "$(cut -d' ' -f1 <<<"${stat##*) }")" != Z ]
+}
+
 stop() {
 	local dir=${1:?usage: stop DIR}
 	[ -f "$dir/jaeger.pid" ] || return 0
@@ -149,7 +160,7 @@ stop() {
 	pid=$(cat "$dir/jaeger.pid")
 	kill "$pid" 2>/dev/null || return 0
 	for _ in $(seq $((STOP_GRACE_S * 5))); do
-		kill -0 "$pid" 2>/dev/null || return 0
+		alive "$pid" || return 0
 		sleep 0.2
 	done
 	kill -9 "$pid" 2>/dev/null || true

@@ -2,6 +2,13 @@ package jaegertest_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +119,58 @@ func provider(t *testing.T, j *jaegertest.Jaeger, p jaegertest.Protocol, service
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	return tp
+}
+
+// The script starts Jaeger on the ports it is given (the docs' three
+// commands use the usual ones), prints them, and stop ends it.
+func TestScriptStartsOnGivenPortsAndStops(t *testing.T) {
+	jaegertest.Start(t) // builds the binary once if needed
+	root, err := jaegertest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := filepath.Join(root, "scripts", "jaeger.sh")
+	dir := t.TempDir()
+	ports := []string{port(t), port(t), port(t)}
+	cmd := exec.Command("bash", append([]string{sh, "start", dir}, ports...)...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("SURGE_JAEGER_WATCH_PID=%d", os.Getpid()))
+	out, err := cmd.Output()
+	t.Cleanup(func() { _ = exec.Command("bash", sh, "stop", dir).Run() })
+	if err != nil {
+		t.Fatalf("jaeger.sh start: %v\n%s", err, out)
+	}
+	for i, v := range []string{jaegertest.EnvOTLPGRPC, jaegertest.EnvOTLPHTTP, jaegertest.EnvQueryURL} {
+		if want := v + "=http://127.0.0.1:" + ports[i] + "\n"; !strings.Contains(string(out), want) {
+			t.Errorf("start printed %q, want the line %q", out, want)
+		}
+	}
+	resp, err := http.Get("http://127.0.0.1:" + ports[2] + "/api/services")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/api/services: %s", resp.Status)
+	}
+	if out, err := exec.Command("bash", sh, "stop", dir).CombinedOutput(); err != nil {
+		t.Fatalf("jaeger.sh stop: %v\n%s", err, out)
+	}
+	for _, p := range ports {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+p); err == nil {
+			c.Close()
+			t.Errorf("127.0.0.1:%s still accepts connections after stop", p)
+		}
+	}
+}
+
+// port is a free port on 127.0.0.1, for the script to listen on.
+func port(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
 }

@@ -166,6 +166,10 @@ func checkGroupCommit(t *testing.T, j *jaegertest.Jaeger, tr jaegertest.Trace, w
 			t.Errorf("log.group_commit has no %s: %v", k, commit.Attrs)
 		}
 	}
+	if n, _ := commit.Attrs["surge.batch.inputs"].(int64); n < 1 || commit.Attr("surge.partition") != wait.Attr("surge.partition") {
+		t.Errorf("log.group_commit of %v inputs in partition %q, want at least the commit wait's in its partition %q",
+			commit.Attrs["surge.batch.inputs"], commit.Attr("surge.partition"), wait.Attr("surge.partition"))
+	}
 }
 
 // traceParent is a caller's span, sent as a W3C traceparent.
