@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +42,7 @@ func TestWorkloadTracesInJaeger(t *testing.T) {
 			t.Run("commerce-order", func(t *testing.T) { commerceOrder(t, j, srv) })
 			t.Run("jobs-submit-grpc", func(t *testing.T) { jobSubmit(t, j, srv) })
 			t.Run("sequencer-publish", func(t *testing.T) { sequencerPublish(t, j, srv) })
+			grafanaLists(t, j, srv)
 		})
 	}
 }
@@ -106,6 +109,24 @@ func sequencerPublish(t *testing.T, j *jaegertest.Jaeger, srv jaegertest.Server)
 	name := "POST /v1/groups/{group}/messages"
 	tr := waitRequest(t, j, parent.traceID, name)
 	checkRequest(t, j, tr, name, srv, parent, h.header)
+}
+
+// grafanaLists: what Grafana's Jaeger datasource lists to search by,
+// /api/services and /api/services/{service}/operations, name the server
+// and its routes.
+func grafanaLists(t *testing.T, j *jaegertest.Jaeger, srv jaegertest.Server) {
+	t.Helper()
+	var services, ops struct{ Data []string }
+	decode(t, send(t, "GET", j.Query+"/api/services", "", "", 200), &services)
+	decode(t, send(t, "GET", j.Query+"/api/services/"+url.PathEscape(srv.Service)+"/operations", "", "", 200), &ops)
+	if !slices.Contains(services.Data, srv.Service) {
+		t.Errorf("/api/services %v lacks %s", services.Data, srv.Service)
+	}
+	for _, op := range []string{"POST /v1/event/{id}/reservation", "POST /v2/reservations", "POST /api/orders", "jq.JobService/SubmitJob", "POST /v1/groups/{group}/messages", "log.group_commit"} {
+		if !slices.Contains(ops.Data, op) {
+			t.Errorf("%s's operations %v lack %s", srv.Service, ops.Data, op)
+		}
+	}
 }
 
 // waitRequest waits for trace id to hold the server span and every engine
