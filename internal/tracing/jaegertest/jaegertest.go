@@ -11,9 +11,10 @@
 // tests use that one instead and start nothing.
 //
 // A package whose tests use Start calls Main from TestMain so the Jaeger it
-// may have started is stopped when its tests end:
+// may have started is stopped when its tests end (and, if they use
+// internal/kafkatest too, the broker):
 //
-//	func TestMain(m *testing.M) { jaegertest.Main(m) }
+//	func TestMain(m *testing.M) { jaegertest.Main(m, kafkatest.Stop) }
 package jaegertest
 
 import (
@@ -92,14 +93,17 @@ func fromEnv() (*Jaeger, bool) {
 	return j, j.Query != "" && j.OTLPHTTP != "" && j.OTLPGRPC != ""
 }
 
-// Main runs m's tests, stops the Jaeger Start started (if it did) and
-// exits with the tests' status.
-func Main(m *testing.M) {
+// Main runs m's tests, stops the Jaeger Start started (if it did), then
+// runs also (e.g. kafkatest.Stop, for tests that need a broker too) and
+// exits with the tests' status, or 1 if stopping failed.
+func Main(m *testing.M, also ...func() error) {
 	code := m.Run()
-	if err := stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "jaegertest: stopping Jaeger: %v\n", err)
-		if code == 0 {
-			code = 1
+	for _, f := range append([]func() error{stop}, also...) {
+		if err := f(); err != nil {
+			fmt.Fprintf(os.Stderr, "jaegertest: stopping: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}
 	removeSurge()

@@ -19,10 +19,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surge-run/surge/internal/kafkatest"
 	"github.com/surge-run/surge/internal/tracing/jaegertest"
 )
 
-func TestMain(m *testing.M) { jaegertest.Main(m) }
+func TestMain(m *testing.M) { jaegertest.Main(m, kafkatest.Stop) }
 
 // The kit reads back what an OpenTelemetry SDK sent, over either OTLP
 // protocol: by trace id and by service and operation, each span with its
