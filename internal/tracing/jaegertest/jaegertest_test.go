@@ -33,7 +33,7 @@ func TestKitReadsBackWhatTheSDKSent(t *testing.T) {
 	j := jaegertest.Start(t)
 	for _, p := range []jaegertest.Protocol{jaegertest.HTTP, jaegertest.GRPC} {
 		t.Run(string(p), func(t *testing.T) {
-			service := "jaegertest-" + t.Name()
+			service := jaegertest.ServiceName(t)
 			tp := provider(t, j, p, service)
 			tracer := tp.Tracer("jaegertest")
 			ctx := context.Background()
@@ -95,7 +95,7 @@ func TestKitNotFound(t *testing.T) {
 	if _, err := j.Trace(ctx, "0af7651916cd43dd8448eb211c80319c"); err != jaegertest.ErrNotFound {
 		t.Errorf("unknown trace: %v, want ErrNotFound", err)
 	}
-	traces, err := j.Find(ctx, jaegertest.Query{Service: "no-such-service-" + t.Name()})
+	traces, err := j.Find(ctx, jaegertest.Query{Service: jaegertest.ServiceName(t)})
 	if err != nil || len(traces) != 0 {
 		t.Errorf("unknown service: %d traces, %v", len(traces), err)
 	}

@@ -1,6 +1,8 @@
 package jaegertest
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,14 +69,13 @@ var serviceSeq atomic.Uint64
 // Serve runs `surge serve --addr 127.0.0.1:FREE args...` until t ends,
 // exporting every span to j over p, and returns once /healthz answers 200.
 // Without --data-dir or --kafka in args it serves on a fresh data
-// directory. The binary is built once per test binary.
+// directory. Its service name is ServiceName's. The binary is built once per test binary.
 func (j *Jaeger) Serve(t testing.TB, p Protocol, args ...string) Server {
 	t.Helper()
 	bin := surgeBinary(t)
 	addr := freeAddr(t)
-	srv := Server{Addr: addr, URL: "http://" + addr,
-		Service: fmt.Sprintf("surge-%s-%d", serviceName.ReplaceAllString(t.Name(), "-"), serviceSeq.Add(1))}
-	if !slices.Contains(args, "--data-dir") && !slices.Contains(args, "--kafka") {
+	srv := Server{Addr: addr, URL: "http://" + addr, Service: ServiceName(t)}
+	if !slices.ContainsFunc(args, isStoreFlag) {
 		args = append(args, "--data-dir", filepath.Join(t.TempDir(), "data"))
 	}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
@@ -99,7 +101,28 @@ func (j *Jaeger) Serve(t testing.TB, p Protocol, args ...string) Server {
 	return srv
 }
 
-var serviceName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+var serviceChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// ServiceName returns a service name no other server of this run, nor of
+// an earlier run against the same Jaeger, has: "surge-", the test's name,
+// a random part and a counter.
+func ServiceName(t testing.TB) string {
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		t.Fatalf("jaegertest: random service suffix: %v", err)
+	}
+	return fmt.Sprintf("surge-%s-%s-%d", serviceChars.ReplaceAllString(t.Name(), "-"), hex.EncodeToString(r[:]), serviceSeq.Add(1))
+}
+
+// isStoreFlag: the argument says where the server keeps its log.
+func isStoreFlag(arg string) bool {
+	for _, f := range []string{"--data-dir", "--kafka"} {
+		if arg == f || strings.HasPrefix(arg, f+"=") {
+			return true
+		}
+	}
+	return false
+}
 
 // The surge binary this test binary built; Main removes it.
 var (
