@@ -1,3 +1,9 @@
+// Jaeger, pinned for scripts/jaeger.sh, which builds its cmd/jaeger (the
+// all-in-one v2 binary the tracing tests export to) from this module, so
+// that Surge's own go.mod carries none of Jaeger's dependencies and go.sum
+// pins every one. To move the pin: go get -tool
+// github.com/jaegertracing/jaeger/cmd/jaeger@VERSION && go mod tidy (here),
+// then run go test ./internal/tracing/jaegertest from the repository root.
 module github.com/surge-run/surge/tools/jaeger
 
 go 1.26.8
