@@ -10,6 +10,10 @@
 // SURGE_JAEGER_OTLP_GRPC set (as `scripts/jaeger.sh start` prints them),
 // tests use that one instead and start nothing.
 //
+// The first build takes minutes (`make test` runs `scripts/jaeger.sh
+// install` before the tests): before a first `go test` of such a package
+// alone, run that too, or give go test a -timeout over its default 10m.
+//
 // A package whose tests use Start calls Main from TestMain so the Jaeger it
 // may have started is stopped when its tests end (and, if they use
 // internal/kafkatest too, the broker):
