@@ -29,7 +29,11 @@ staticcheck:
 # The cluster-mode tests need Apache Kafka: with-kafka.sh starts one
 # single-node broker from Maven Central jars (scripts/kafka.sh) for the whole
 # run and stops it afterwards; set SURGE_KAFKA_BROKERS to use another one.
+# The tracing tests export to a real Jaeger: jaeger.sh install builds it
+# from the Go module proxy into ~/.cache/surge the first time (minutes),
+# here rather than inside a test binary's timeout.
 test: fmt-check vet staticcheck
+	scripts/jaeger.sh install >/dev/null
 	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
 	# Every workload's API tests again, through a cluster node that serves
 	# no partition: each request, reply and note crosses between nodes.

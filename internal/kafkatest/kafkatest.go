@@ -125,6 +125,10 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// Stop stops the broker Brokers started, if it did, for a TestMain that
+// hands the run to another kit's Main (jaegertest.Main(m, kafkatest.Stop)).
+func Stop() error { return stop() }
+
 // requireTools says what to install when java or mvn are not on PATH.
 func requireTools() error {
 	var missing []string
