@@ -34,7 +34,7 @@ type batch struct {
 	fencedAcks  []ackTo
 	applyCount  int
 	startedNano int64
-	appendNano  int64 // when it was handed to the log, for opsStats
+	appendNano  int64       // when it was handed to the log, for opsStats
 	trace       *BatchTrace // nil unless a request in it is traced
 }
 
