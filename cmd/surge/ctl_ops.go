@@ -95,8 +95,8 @@ func ctlClusterCmd(o *ctlOptions) *cobra.Command {
 		return ctlView(cmd, o, w, func(ctx context.Context, c *ctlHTTP) (*clusterView, any, error) {
 			v := &clusterView{Cluster: &opsCluster{}, Overview: &opsOverview{}}
 			if _, err := c.get(ctx, "/v1/cluster", v.Cluster); err != nil {
-				if he, ok := err.(*httpStatusError); ok && he.status == http.StatusNotFound {
-					return nil, nil, &httpStatusError{he.status, "the server is not a node of a cluster (it serves no /v1/cluster): see surge ctl overview"}
+				if statusOf(err) == http.StatusNotFound {
+					return nil, nil, &httpStatusError{http.StatusNotFound, "the server is not a node of a cluster (it serves no /v1/cluster): see surge ctl overview"}
 				}
 				return nil, nil, err
 			}
