@@ -67,7 +67,7 @@ func (m *Machine) Query(q any) any {
 		}
 		return out
 	}
-	return nil
+	return m.opsQuery(q)
 }
 
 func (m *Machine) readOutput(q ReadOutput) *Output {

@@ -246,8 +246,8 @@ func (w *Workload) NewMachine(int) engine.Machine { return NewMachine(Options{Li
 // WireTypes lists the query, reply and notification types that cross
 // between nodes in cluster mode (engine.WireTypes).
 func (w *Workload) WireTypes() []any {
-	return []any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{},
-		GroupLags{}, &LagReport{}}
+	return append([]any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{},
+		GroupLags{}, &LagReport{}}, opsWireTypes()...)
 }
 
 // Machine is the sequencer state of one partition.

@@ -633,7 +633,7 @@ func (m *Machine) Query(q any) any {
 	case GetSeats:
 		return m.seatTotals()
 	}
-	return nil
+	return m.opsQuery(q)
 }
 
 // Workload plugs ticketing into the engine.
@@ -646,5 +646,5 @@ func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
 // WireTypes lists the queries and replies that cross between nodes in
 // cluster mode (engine.WireTypes).
 func (Workload) WireTypes() []any {
-	return []any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}, GetSeats{}, SeatTotals{}}
+	return append([]any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}, GetSeats{}, SeatTotals{}}, opsWireTypes()...)
 }
