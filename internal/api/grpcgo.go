@@ -96,3 +96,26 @@ func (s *Server) CallContext(ctx context.Context) context.Context {
 	}
 	return withBodies(withStreams(ctx, s.streams), s.bodies)
 }
+
+// TryAdmit admits a call at path at once when the admission would without
+// a wait: the path is exempt, or a slot is free and nobody waits. held
+// says whether it took a slot, which ReleaseSlot gives back. A call it
+// does not admit goes through Admit, which queues or refuses it. The
+// grpc-go edge uses it when there is no gate and no tracing, so that a
+// call needs no request built for it.
+func (s *Server) TryAdmit(path string) (held, ok bool) {
+	if s.err != nil {
+		return false, true
+	}
+	l := s.inflight
+	if l.isExempt(path) {
+		return false, true
+	}
+	if l.queued.Load() != 0 || !l.tryTake() {
+		return false, false
+	}
+	return true, true
+}
+
+// ReleaseSlot gives back a slot TryAdmit took.
+func (s *Server) ReleaseSlot() { s.inflight.release() }

@@ -75,30 +75,39 @@ func runUnaryPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) e
 			}
 		}
 	}
+	for _, name := range []string{unarySurgeGRPC, unarySurgeAddr} {
+		if o.Target != "" && name == unarySurgeAddr {
+			break // a running server: the one address --target names
+		}
+		if err := unaryAgainstSurge(ctx, o, rig, p, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unaryAgainstSurge loads a fresh `surge serve` (its queue empty: a queue
+// holds at most 100,000 unfinished jobs) on one of its listeners.
+func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, name string) error {
 	grpcAddr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	srv, err := rig.target(ctx, "unary", "surge-jobs-unary", "data-unary", "jobs-unary", "--grpc-addr", grpcAddr)
+	srv, err := rig.target(ctx, "unary", "surge-jobs-unary", "data-unary-"+strings.Fields(name)[1][2:], "jobs-unary", "--grpc-addr", grpcAddr)
 	if err != nil {
 		return err
 	}
 	addr := strings.TrimPrefix(srv.base, "http://")
-	if o.Target != "" {
-		grpcAddr = addr // a running server: its one address
+	if name == unarySurgeGRPC && o.Target == "" {
+		addr = grpcAddr
 	}
-	for _, c := range []struct{ name, addr string }{{unarySurgeGRPC, grpcAddr}, {unarySurgeAddr, addr}} {
-		if o.Target != "" && c.name == unarySurgeAddr {
-			continue
-		}
-		run, err := unaryLoad(ctx, o, c.name, c.addr, srv.cpu(ctx), rig)
-		if run != nil {
-			run.PeakRSS = srv.peakRSS()
-			p.Unary = append(p.Unary, run)
-		}
-		if err != nil {
-			return err
-		}
+	run, err := unaryLoad(ctx, o, name, addr, srv.cpu(ctx), rig)
+	if run != nil {
+		run.PeakRSS = srv.peakRSS()
+		p.Unary = append(p.Unary, run)
+	}
+	if err != nil {
+		return err
 	}
 	return srv.stop()
 }
