@@ -55,9 +55,9 @@ const grpcStreamWorkers = 256
 // tracing and the metrics of the server's own listener (run), and runs
 // the same handler code (module.Served.RegisterGRPC, api.Unary).
 type grpcEdge struct {
-	srv    *grpc.Server
-	ln     net.Listener
-	chain  http.Handler // tracing → gate → admission → the call
+	srv   *grpc.Server
+	ln    net.Listener
+	chain http.Handler // tracing → gate → admission → the call
 	// direct, without a gate or tracing, admits calls without building
 	// a request for them while no call waits (api.Server.TryAdmit).
 	direct *api.Server
