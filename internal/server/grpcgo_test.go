@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -17,6 +18,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -421,5 +426,120 @@ func TestOpenGRPCAddrBeyondLoopbackIsRefused(t *testing.T) {
 	_, err := New(context.Background(), Config{Addr: "127.0.0.1:0", GRPCAddr: "0.0.0.0:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "--grpc-addr 0.0.0.0:0") || !strings.Contains(err.Error(), "--insecure") {
 		t.Fatalf("New with an open --grpc-addr: %v, want a refusal naming --grpc-addr and --insecure", err)
+	}
+}
+
+// The grpc-go listener serves the certificate --addr serves, reloaded
+// with it.
+func TestGRPCGoTLSReload(t *testing.T) {
+	ca := testcerts.NewCA(t, "test")
+	first, second := ca.Server(t), ca.Server(t)
+	dir := t.TempDir()
+	files := api.TLSFiles{Cert: dir + "/cert.pem", Key: dir + "/key.pem"}
+	first.Install(t, files.Cert, files.Key)
+	s, _ := serveBoth(t, Config{TLS: files})
+	serial := func() string {
+		c, err := tls.Dial("tcp", s.GRPCAddr(), &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	if got := serial(); got != first.Serial.String() {
+		t.Fatalf("serial %s on the grpc-go listener, want %s", got, first.Serial)
+	}
+	second.Install(t, files.Cert, files.Key)
+	if err := s.certs.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got != second.Serial.String() {
+		t.Errorf("serial %s on the grpc-go listener after the reload, want the new %s", got, second.Serial)
+	}
+}
+
+// A token's worker streams beyond --max-streams-per-token are refused
+// RESOURCE_EXHAUSTED naming the flag on either listener.
+func TestGRPCGoStreamsPerToken(t *testing.T) {
+	at := newAuthTokens(t)
+	_, tps := serveBoth(t, Config{Auth: AuthConfig{Tokens: at.table, MaxOpenPerToken: 1}})
+	ctx := ctx30(t)
+	for _, tp := range tps {
+		t.Run(tp.name, func(t *testing.T) {
+			wc := jqpbconnect.NewWorkerServiceClient(h2cClient(), tp.base, connect.WithGRPC(),
+				connect.WithInterceptors(streamToken(at.tokens["jobs-worker"])), withToken(at.tokens["jobs-worker"]))
+			open := func(ctx context.Context) (*connect.ServerStreamForClient[jqpb.JobAssignment], error) {
+				reg, err := wc.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{Hostname: "h", Concurrency: 1}))
+				if err != nil {
+					return nil, err
+				}
+				return wc.StreamJobs(ctx, connect.NewRequest(&jqpb.StreamJobsRequest{WorkerId: reg.Msg.WorkerId}))
+			}
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			first, err := open(fctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Close()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+				second, err := open(sctx)
+				if err == nil {
+					second.Receive()
+					err = second.Err()
+					second.Close()
+				}
+				scancel()
+				if connect.CodeOf(err) == connect.CodeResourceExhausted {
+					if !strings.Contains(err.Error(), "max-streams-per-token") {
+						t.Errorf("refusal %v, want it to name --max-streams-per-token", err)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("a second stream of the token: %v, want RESOURCE_EXHAUSTED", err)
+				}
+			}
+		})
+	}
+}
+
+// streamToken sends token on streaming calls too (withToken covers unary
+// ones).
+func streamToken(token string) connect.Interceptor { return tokenInterceptor{token} }
+
+type tokenInterceptor struct{ token string }
+
+func (i tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+func (i tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, s connect.Spec) connect.StreamingClientConn {
+		c := next(ctx, s)
+		c.RequestHeader().Set("Authorization", "Bearer "+i.token)
+		return c
+	}
+}
+func (i tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// A grpc-go connection with no call for --idle-timeout is closed by the
+// server (GOAWAY), as an idle connection on --addr is.
+func TestGRPCGoIdleConnectionClosed(t *testing.T) {
+	s, _ := serveBoth(t, Config{IdleTimeout: 300 * time.Millisecond})
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := ctx30(t)
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for st := conn.GetState(); st == connectivity.Ready; st = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, st) {
+			t.Fatalf("the connection is still %v after 30 s with an idle timeout of 300 ms", st)
+		}
 	}
 }
