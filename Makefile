@@ -48,21 +48,26 @@ bench-full: build
 # so building and testing need no protoc). Needs protoc (Debian:
 # protobuf-compiler); the Go plugins are installed at pinned versions into
 # bin/tools: protoc-gen-go matches the google.golang.org/protobuf runtime in
-# go.mod, protoc-gen-connect-go the connectrpc.com/connect one.
+# go.mod, protoc-gen-connect-go the connectrpc.com/connect one, and
+# protoc-gen-go-grpc writes the grpc-go services served on --grpc-addr.
 PROTOC_GEN_GO_VERSION         := v1.36.11
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+PROTOC_GEN_GO_GRPC_VERSION    := v1.5.1
 TOOLS := $(CURDIR)/bin/tools
 MODULE := github.com/surge-run/surge
 
 proto:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	rm -f internal/jqpb/*.pb.go internal/jqpb/jqpbconnect/*.connect.go internal/seqpb/*.pb.go internal/seqpb/seqpbconnect/*.connect.go
 	protoc -I proto \
 		--plugin=protoc-gen-go=$(TOOLS)/protoc-gen-go \
 		--plugin=protoc-gen-connect-go=$(TOOLS)/protoc-gen-connect-go \
+		--plugin=protoc-gen-go-grpc=$(TOOLS)/protoc-gen-go-grpc \
 		--go_out=. --go_opt=module=$(MODULE) \
 		--connect-go_out=. --connect-go_opt=module=$(MODULE) \
+		--go-grpc_out=. --go-grpc_opt=module=$(MODULE) \
 		proto/jq/*.proto proto/surge/sequencer/v1/*.proto
 
 clean:

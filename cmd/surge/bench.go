@@ -301,7 +301,15 @@ with --ack); a generator submits --rate jobs/s in open loop (SubmitJobs of
 --batch jobs if > 1) for --duration, then waits up to --drain for the rest.
 It reports the true submit→start (submit call start to the job reaching a
 worker) and submit→done (to ReportResult returning) percentiles, jobs executed
-per second, server CPU per job and peak resident memory.`,
+per second, server CPU per job and peak resident memory.
+
+unary (only when asked for): the peer's measurement as ghz makes it, with a
+grpc-go client: --concurrency callers over --connections connections make
+--total SubmitJob calls, no workers. Against a do-nothing grpc-go server, a
+do-nothing connect-go server (net/http), then a fresh surge serve on its
+--grpc-addr (grpc-go) and its --addr (connect-go): rate, latency
+percentiles, server CPU per submit, judged against the do-nothing grpc-go
+server.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -310,7 +318,8 @@ per second, server CPU per job and peak resident memory.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Phase, "phase", bench.JobsPhaseBoth, "submit, e2e or both")
+	f.StringVar(&o.Phase, "phase", bench.JobsPhaseBoth, "submit, e2e, both, or unary (the ghz-like grpc-go run against both do-nothing servers and both of Surge's gRPC listeners)")
+	f.IntVarP(&o.Total, "total", "n", 100000, "unary phase: SubmitJob calls in all (ghz --total); a queue holds at most 100,000 unfinished jobs")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "length of each phase's load")
 	f.IntVarP(&o.Concurrency, "concurrency", "c", 200, "submit phase: concurrent callers (ghz -c)")
 	f.IntVar(&o.Connections, "connections", 1, "HTTP/2 connections the submit calls share (ghz --connections; its default is 1)")
@@ -384,7 +393,7 @@ before and after.`,
 }
 
 func benchNullServerCmd() *cobra.Command {
-	var addr string
+	var addr, grpcAddr string
 	cmd := &cobra.Command{
 		Use:          "nullserver",
 		Short:        "Serve the ticketing and commerce bench routes and the jobs gRPC services with handlers that do nothing (the benches' baseline)",
@@ -394,6 +403,14 @@ func benchNullServerCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if grpcAddr != "" {
+				go func() {
+					if err := bench.ServeNullGRPC(ctx, grpcAddr); err != nil {
+						fmt.Fprintln(os.Stderr, "nullserver: grpc-go:", err)
+						stop()
+					}
+				}()
+			}
 			if err := bench.ServeNull(ctx, addr); err != nil {
 				return fmt.Errorf("nullserver: %w", err)
 			}
@@ -401,6 +418,7 @@ func benchNullServerCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on")
+	cmd.Flags().StringVar(&grpcAddr, "grpc-addr", "", "also serve a do-nothing jq JobService with grpc-go on this address (the jobs bench's unary baseline)")
 	return cmd
 }
 

@@ -249,6 +249,7 @@ func (s *serveFlags) storageFlags(cmd *cobra.Command) {
 func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&s.cfg.Addr, "addr", "127.0.0.1:8080", s.env.help("addr", "SURGE_ADDR", "listen address HOST:PORT; beyond loopback the server needs TLS and tokens (and in a cluster its secret) unless --insecure"))
+	f.StringVar(&s.cfg.GRPCAddr, "grpc-addr", "", s.env.help("grpc-addr", "SURGE_GRPC_ADDR", "also serve the jobs gRPC services (jq's JobService, WorkerService, AdminService, with health and reflection) with grpc-go on this HOST:PORT, e.g. 127.0.0.1:50051 as jq's server does; same TLS, tokens and limits as --addr, at well under half the server CPU per unary call. Empty: gRPC on --addr only"))
 	f.BoolVar(&s.cfg.Insecure, "insecure", false, s.env.help("insecure", "SURGE_INSECURE", "serve an --addr reachable from other machines without TLS, tokens or the cluster secret (logged as a warning at start); without it such a server refuses to start"))
 	f.IntVar(&s.cfg.MaxConns, "max-conns", 0, s.env.help("max-conns", "SURGE_MAX_CONNS", "cap on open client connections; at the cap the longest-idle one is closed for a new one, or the new one gets 503 if all are busy. 0 means the open-file limit minus max(64, 10%) kept for the log and snapshots; more than that is refused"))
 	f.DurationVar(&s.cfg.IdleTimeout, "idle-timeout", 30*time.Second, s.env.help("idle-timeout", "SURGE_IDLE_TIMEOUT", "close a keep-alive connection with no request in flight, or a new one that has sent nothing, after this long"))

@@ -123,16 +123,20 @@ func newInflightLimiter(next http.Handler, max int, exempt []string, maxWait tim
 	return l
 }
 
-func (l *inflightLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (l *inflightLimiter) ServeHTTP(w http.ResponseWriter, r *http.Request) { l.serve(w, r, l.next) }
+
+// serve admits r to next: the server's handler, or a grpc-go call
+// (Server.Admit), which share the slots and the waiting room.
+func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if l.isExempt(r.URL.Path) {
-		l.next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 		return
 	}
 	if (l.queued.Load() != 0 || !l.tryTake()) && !l.wait(w, r) {
 		return
 	}
 	defer l.release()
-	l.next.ServeHTTP(w, r)
+	next.ServeHTTP(w, r)
 }
 
 func (l *inflightLimiter) tryTake() bool {

@@ -49,6 +49,7 @@ type JobsOptions struct {
 	Ack         bool
 	Drain       time.Duration // e2e phase: how long to wait for submitted jobs to finish
 	Baseline    bool
+	Total       int // unary phase: SubmitJob calls in all (ghz --total)
 
 	Options
 }
@@ -57,10 +58,10 @@ func (o JobsOptions) phases() ([]string, error) {
 	switch o.Phase {
 	case JobsPhaseBoth:
 		return []string{JobsPhaseSubmit, JobsPhaseE2E}, nil
-	case JobsPhaseSubmit, JobsPhaseE2E:
+	case JobsPhaseSubmit, JobsPhaseE2E, JobsPhaseUnary:
 		return []string{o.Phase}, nil
 	}
-	return nil, fmt.Errorf("--phase %q: want submit, e2e or both", o.Phase)
+	return nil, fmt.Errorf("--phase %q: want submit, e2e, both or unary", o.Phase)
 }
 
 func (o JobsOptions) validate() error {
@@ -80,6 +81,8 @@ func (o JobsOptions) validate() error {
 		return errors.New("--workers must be at least 1 and --worker-concurrency 1..1000")
 	case o.Drain < 0:
 		return errors.New("--drain must not be negative")
+	case o.Phase == JobsPhaseUnary && o.Total < 1:
+		return fmt.Errorf("--total %d: the unary phase makes at least one call", o.Total)
 	}
 	if o.Target != "" && !strings.HasPrefix(o.Target, "http://") {
 		return fmt.Errorf("--target %q: want http://host:port (h2c)", o.Target)
@@ -687,6 +690,7 @@ type JobsConfig struct {
 	Baseline          bool    `json:"baseline"`
 	Target            string  `json:"target,omitempty"`
 	Partitions        int     `json:"partitions,omitempty"`
+	Total             int     `json:"total,omitempty"`
 }
 
 // JobsPeer is the peer's published ghz figures (docs/BENCHMARKS.md).
@@ -705,7 +709,9 @@ type JobsPhase struct {
 	Phase    string         `json:"phase"`
 	Server   *JobsRunReport `json:"server"`
 	Baseline *JobsRunReport `json:"baseline,omitempty"`
-	Goals    []Goal         `json:"goals"`
+	// Unary are the unary phase's runs, one per server.
+	Unary []*UnaryRun `json:"unary,omitempty"`
+	Goals []Goal      `json:"goals"`
 }
 
 // The jobs goals, judged in one run against the do-nothing server.
@@ -768,6 +774,9 @@ func RunJobs(ctx context.Context, o JobsOptions) error {
 		DurationSeconds: o.Duration.Seconds(), Concurrency: o.Concurrency, Connections: o.Connections, SubmitWork: o.SubmitWork,
 		Rate: o.Rate, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
 		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions}}
+	if o.Phase == JobsPhaseUnary {
+		rep.Config.Total = o.Total
+	}
 	return runScenario(ctx, o.Options, "surge-bench-jobs-", &jobsBench{o: o, phases: phases, rep: rep})
 }
 
@@ -791,6 +800,20 @@ func (b *jobsBench) load(ctx context.Context, rig *Rig) error {
 	for _, ph := range b.phases {
 		p := &JobsPhase{Phase: ph}
 		rep.Phases = append(rep.Phases, p)
+		if ph == JobsPhaseUnary {
+			err := runUnaryPhase(ctx, o, rig, p)
+			p.judgeUnary()
+			writeUnaryPhase(o.Stdout, rep.Config, p)
+			if err != nil {
+				rep.add(ph + ": " + err.Error())
+			}
+			for _, r := range p.Unary {
+				if r.Errors > 0 {
+					rep.add(fmt.Sprintf("%s: %s: %s errors", ph, r.Server, grouped(r.Errors)))
+				}
+			}
+			continue
+		}
 		err := runJobsPhase(ctx, o, rig, p)
 		p.judge()
 		if p.Server != nil || p.Baseline != nil {

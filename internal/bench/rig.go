@@ -116,13 +116,13 @@ func prefixed(label, s string) string {
 
 // startNull starts the do-nothing server (`surge bench nullserver`), the
 // baseline that shows the machine's ceiling; label prefixes its log line.
-func (r *Rig) startNull(ctx context.Context, label, name string) (*child, error) {
+func (r *Rig) startNull(ctx context.Context, label, name string, extra ...string) (*child, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	r.logf("%s", prefixed(label, "starting the do-nothing server on "+addr))
-	c, err := r.spawn(name, []string{"bench", "nullserver", "--addr", addr}, addr)
+	c, err := r.spawn(name, append([]string{"bench", "nullserver", "--addr", addr}, extra...), addr)
 	if err != nil {
 		return nil, err
 	}

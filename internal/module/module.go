@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/auth"
@@ -106,6 +107,12 @@ type Served struct {
 	// GRPC are the workload's gRPC services, mounted with health checks
 	// and reflection for them.
 	GRPC []GRPCService
+	// RegisterGRPC, if set, registers the same services on the grpc-go
+	// server of --grpc-addr, each method running its connect handler's
+	// code (api.Unary); the server applies the same gate, admission,
+	// limits, tracing and metrics there. Services it leaves out are
+	// served on --addr only.
+	RegisterGRPC func(grpc.ServiceRegistrar)
 	// Log are slog attributes (key, value, ...) added to the server's
 	// "surge serving" line.
 	Log []any

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,7 +14,19 @@ import (
 // operator passed --insecure, which is logged as a warning. On loopback
 // the server may run open, as the two-command start does.
 func (s *Server) checkExposure() error {
-	beyond, err := beyondLoopback(s.cfg.Addr)
+	if err := s.checkExposed("--addr", s.cfg.Addr); err != nil || s.cfg.GRPCAddr == "" {
+		return err
+	}
+	// The gRPC listener serves the same calls with the same TLS and
+	// tokens, so it is held to the same rule.
+	return s.checkExposed("--grpc-addr", s.cfg.GRPCAddr)
+}
+
+func (s *Server) checkExposed(flag, addr string) error {
+	beyond, err := beyondLoopback(addr)
+	if err != nil && flag != "--addr" {
+		return fmt.Errorf("%s %q: %w", flag, addr, errors.Unwrap(err))
+	}
 	if err != nil || !beyond {
 		return err
 	}
@@ -32,10 +45,10 @@ func (s *Server) checkExposure() error {
 	}
 	what := strings.Join(missing, ", ")
 	if s.cfg.Insecure {
-		s.logger.Warn("INSECURE (--insecure): serving an address other machines can reach without "+what+": anyone who reaches it can read and change everything", "addr", s.cfg.Addr)
+		s.logger.Warn("INSECURE (--insecure): serving an address other machines can reach without "+what+": anyone who reaches it can read and change everything", "addr", addr)
 		return nil
 	}
-	return fmt.Errorf("--addr %s can be reached from other machines, and this server has no %s: configure them (docs/SECURITY.md), listen on 127.0.0.1, or pass --insecure to serve it open anyway", s.cfg.Addr, what)
+	return fmt.Errorf("%s %s can be reached from other machines, and this server has no %s: configure them (docs/SECURITY.md), listen on 127.0.0.1, or pass --insecure to serve it open anyway", flag, addr, what)
 }
 
 // beyondLoopback reports whether a listener on addr (HOST:PORT) can be

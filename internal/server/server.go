@@ -29,7 +29,11 @@ import (
 
 // Config is what `surge serve` takes.
 type Config struct {
-	Addr          string
+	Addr string
+	// GRPCAddr, if set, serves the modules' gRPC services with grpc-go
+	// on its own listener there as well (--grpc-addr); "" serves them
+	// on Addr only.
+	GRPCAddr      string
 	DataDir       string
 	Partitions    int
 	SnapshotEvery int
@@ -120,6 +124,7 @@ type Server struct {
 	routes   *auth.Routes // every route's scope
 	ln       net.Listener
 	srv      *api.Server
+	grpc     *grpcEdge         // nil unless GRPCAddr is set
 	certs    *api.CertReloader // nil in clear
 	serveErr chan error
 	ready    atomic.Bool
@@ -358,6 +363,9 @@ func (s *Server) Start() (err error) {
 		s.undo = append(s.undo, func() { s.ln.Close() })
 	}
 	s.srv = api.NewServer(s.cfg.Addr, s.handler(), s.limits, s.reg)
+	if err := s.startGRPC(); err != nil {
+		return err
+	}
 	go s.serve()
 	if s.node != nil {
 		// Serving first: other nodes forward calls as soon as they see
@@ -388,7 +396,7 @@ func (s *Server) logServing() {
 	if s.node != nil {
 		where = []any{"cluster", s.ccfg.Cluster, "node_id", s.ccfg.NodeID, "advertise", s.ccfg.Advertise, "kafka", s.ccfg.Kafka}
 	}
-	attrs := append(append([]any{"addr", s.Addr(), "tls", s.certs != nil}, where...), "partitions", s.eng.Partitions(), "ready_after", time.Since(s.started).Round(time.Millisecond),
+	attrs := append(append([]any{"addr", s.Addr(), "grpc_addr", s.GRPCAddr(), "tls", s.certs != nil}, where...), "partitions", s.eng.Partitions(), "ready_after", time.Since(s.started).Round(time.Millisecond),
 		"max_conns", s.limits.MaxConns, "max_inflight", s.limits.MaxInflight,
 		"max_wait", s.limits.MaxWait, "waiting_room", s.limits.WaitingRoom)
 	for _, sv := range s.served {
@@ -427,7 +435,15 @@ func (s *Server) Shutdown() error {
 		}
 		s.node.Drain(sctx)
 	}
+	grpcDone := make(chan struct{})
+	go func() {
+		defer close(grpcDone)
+		if s.grpc != nil {
+			s.grpc.shutdown(sctx)
+		}
+	}()
 	shutErr := s.srv.Shutdown(sctx)
+	<-grpcDone
 	if err := s.eng.Close(); err != nil {
 		return fmt.Errorf("closing engine: %w", err)
 	}

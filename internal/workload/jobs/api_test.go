@@ -64,11 +64,14 @@ func newAPIHub(t *testing.T, lease time.Duration, hub *jobs.Hub) *clients {
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
 	t.Cleanup(func() { a.Shutdown(); srv.Close(); eng.Close() })
-	hc := h2c()
+	hc, rpcURL := h2c(), srv.URL
+	if overGRPCGo(t) {
+		rpcURL = serveGRPCGo(t, a)
+	}
 	return &clients{
-		jobs:    jqpbconnect.NewJobServiceClient(hc, srv.URL, connect.WithGRPC()),
-		work:    jqpbconnect.NewWorkerServiceClient(hc, srv.URL, connect.WithGRPC()),
-		admin:   jqpbconnect.NewAdminServiceClient(hc, srv.URL, connect.WithGRPC()),
+		jobs:    jqpbconnect.NewJobServiceClient(hc, rpcURL, connect.WithGRPC()),
+		work:    jqpbconnect.NewWorkerServiceClient(hc, rpcURL, connect.WithGRPC()),
+		admin:   jqpbconnect.NewAdminServiceClient(hc, rpcURL, connect.WithGRPC()),
 		engine:  eng,
 		api:     a,
 		baseURL: srv.URL,

@@ -18,7 +18,16 @@ import (
 const streamRetryPause = 10 * time.Millisecond
 
 func (a *API) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJobsRequest], out *connect.ServerStream[jqpb.JobAssignment]) error {
-	m := req.Msg
+	return a.streamJobs(ctx, req.Msg, out)
+}
+
+// assignments is where a worker stream's messages go: a connect stream, or
+// a grpc-go one (grpcAssignments). Send(nil) sends the headers alone.
+type assignments interface {
+	Send(*jqpb.JobAssignment) error
+}
+
+func (a *API) streamJobs(ctx context.Context, m *jqpb.StreamJobsRequest, out assignments) error {
 	if err := checkWorkerID(m.WorkerId); err != nil {
 		return err
 	}
@@ -77,7 +86,7 @@ func (a *API) newSession() string {
 // reclaim settles, on every partition, the jobs the worker's id holds
 // from older streams (Reclaim): those this one holds now take its slots,
 // and a worker that did not declare what it holds is sent them again.
-func (a *API) reclaim(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], declared bool, held []string) error {
+func (a *API) reclaim(ctx context.Context, s *stream, out assignments, declared bool, held []string) error {
 	per := a.byPartition(held)
 	got := make([][]*Job, a.parts)
 	// Not cancelled with the stream: a Reclaim applied but unanswered
@@ -299,7 +308,7 @@ func WithBatchFlusher(ctx context.Context, f BatchFlusher) context.Context {
 // sendJobs sends a lease's jobs, with one flush if the server can batch;
 // n is how many were sent before an error.
 // traces holds the dispatch's trace context of the traced ones.
-func sendJobs(ctx context.Context, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job, traces map[string]engine.TraceContext) (n int, err error) {
+func sendJobs(ctx context.Context, out assignments, jobs []*Job, traces map[string]engine.TraceContext) (n int, err error) {
 	err = guarded(ctx, func() error {
 		if f, ok := ctx.Value(flusherKey{}).(BatchFlusher); ok && len(jobs) > 1 {
 			f.Hold()
@@ -333,7 +342,7 @@ func guarded(ctx context.Context, send func() error) error {
 // queues whenever it has free slots and a note (or a report, or its
 // opening) says there may be work, and sleeps otherwise. A wake-up that
 // finds nothing costs one unlogged Lease per queue.
-func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment]) error {
+func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error {
 	// Leases are not cancelled with the stream: a lease applied but
 	// unanswered could not be given back.
 	bg := context.WithoutCancel(ctx)
@@ -364,7 +373,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out *connect.ServerStr
 // starting at the next one, while it has free slots, and sends the jobs.
 // shed: a partition shed a lease, to try again after a pause. stop: the
 // stream ends, returning err (nil: cleanly).
-func (a *API) leaseRound(ctx, bg context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], next, free int) (shed, stop bool, err error) {
+func (a *API) leaseRound(ctx, bg context.Context, s *stream, out assignments, next, free int) (shed, stop bool, err error) {
 	for i := 0; i < len(s.queues) && free > 0; i++ {
 		q := s.queues[(next+i)%len(s.queues)]
 		r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
@@ -398,7 +407,7 @@ func (a *API) leaseRound(ctx, bg context.Context, s *stream, out *connect.Server
 // pushLeased sends jobs leased for the stream to its worker. stop: the
 // stream ends, returning err (nil: cleanly), and what it did not send
 // goes back.
-func (a *API) pushLeased(ctx context.Context, s *stream, out *connect.ServerStream[jqpb.JobAssignment], jobs []*Job, traces map[string]engine.TraceContext) (stop bool, err error) {
+func (a *API) pushLeased(ctx context.Context, s *stream, out assignments, jobs []*Job, traces map[string]engine.TraceContext) (stop bool, err error) {
 	if ctx.Err() != nil || !a.hub.track(s, jobs) {
 		a.unsent(ctx, s, jobs)
 		if ctx.Err() != nil {

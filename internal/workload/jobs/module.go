@@ -59,7 +59,7 @@ var Module = module.Module{
 					services = append(services, g)
 				}
 				// Worker streams end with UNAVAILABLE: workers reconnect.
-				return module.Served{GRPC: services, Shutdown: a.Shutdown}, nil
+				return module.Served{GRPC: services, RegisterGRPC: a.RegisterGRPC, Shutdown: a.Shutdown}, nil
 			},
 		}, nil
 	},
