@@ -1,0 +1,203 @@
+package console_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/surge-run/surge/internal/server"
+)
+
+// seeded is what seed made, for the checks.
+type seeded struct {
+	event, area string
+	orderID     string
+	jobIDs      []string
+}
+
+// seed gives every workload data through its public API, as clients would.
+func seed(t *testing.T, base string) seeded {
+	t.Helper()
+	s := seeded{event: "gala", area: "A"}
+	call(t, "POST", base+"/v1/event", adminToken, map[string]any{"eventName": s.event, "artist": "console test",
+		"areas": []map[string]any{{"areaId": "A", "price": 10, "rowCount": 20, "colCount": 40}, {"areaId": "B", "price": 20, "rowCount": 5, "colCount": 10}}},
+		http.StatusOK, nil)
+	for i := range 5 {
+		call(t, "POST", base+"/v2/reservations", adminToken, map[string]any{"userId": fmt.Sprint("u", i), "eventId": s.event,
+			"areaId": "B", "numOfSeats": 2, "type": "RANDOM"}, http.StatusCreated, nil)
+	}
+
+	var cust struct{ CustomerID string }
+	call(t, "POST", base+"/api/customers", adminToken, map[string]any{"email": "ops@example.com", "name": "Console Test"}, http.StatusCreated, &cust)
+	var prod struct{ ProductID string }
+	call(t, "POST", base+"/api/products", adminToken, map[string]any{"sku": "SKU-1", "name": "Widget", "price": 5, "quantityOnHand": 100}, http.StatusCreated, &prod)
+	order := map[string]any{"customerId": cust.CustomerID, "lineItems": []map[string]any{{"productId": prod.ProductID, "quantity": 2, "unitPrice": 5}}}
+	call(t, "POST", base+"/api/orders", adminToken, order, http.StatusCreated, nil) // a saga that completes
+	// With the fault on the next order's saga parks a step: stuck, with a dead letter.
+	call(t, "POST", base+"/api/admin/fault?enabled=true", adminToken, nil, http.StatusOK, nil)
+	var stuck struct{ OrderID string }
+	call(t, "POST", base+"/api/orders", adminToken, order, http.StatusCreated, &stuck)
+	s.orderID = stuck.OrderID
+
+	call(t, "POST", base+"/jq.AdminService/CreateQueue", adminToken, map[string]any{"name": "mail"}, http.StatusOK, nil)
+	for i := range 3 {
+		var j struct{ JobID string }
+		payload := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, `{"to":"user%d"}`, i))
+		call(t, "POST", base+"/jq.JobService/SubmitJob", adminToken, map[string]any{"queueName": "mail", "payload": payload}, http.StatusOK, &j)
+		s.jobIDs = append(s.jobIDs, j.JobID)
+	}
+	call(t, "POST", base+"/jq.WorkerService/RegisterWorker", adminToken, map[string]any{"workerId": "w1", "hostname": "box", "concurrency": 4, "queues": []string{"mail"}}, http.StatusOK, nil)
+
+	// Client seqs 1 and 3: seq 2 is the gap that holds the group.
+	call(t, "POST", base+"/v1/groups/feed/messages", adminToken, map[string]any{"messages": []map[string]any{
+		{"seq": 1, "id": "m1", "payload": map[string]any{"n": 1}}, {"seq": 3, "id": "m3", "payload": map[string]any{"n": 3}}}}, http.StatusCreated, nil)
+	return s
+}
+
+// TestConsoleInChromium opens every page of the console in a real
+// headless Chromium against a real server holding data of all four
+// workloads, with tokens on, and acts from the pages: each page shows its
+// data with no console error or exception; the seat map follows a spike;
+// a stuck saga's dead letter is replayed from the page and the API sees
+// it gone; a job is cancelled and a queue paused from the page and the API
+// confirms both; a read-only token sees the data and no action button.
+func TestConsoleInChromium(t *testing.T) {
+	b := newBrowser(t)
+	base, _ := serve(t, func(c *server.Config) { c.Auth.Tokens = tokens(t) })
+	s := seed(t, base)
+	ctx := b.ctx
+	b.open(ctx, base, adminToken, "overview")
+	b.until(ctx, "the signed-in token", `document.getElementById('who').textContent.includes('ops')`)
+
+	t.Run("overview", func(t *testing.T) {
+		b.until(ctx, "the partitions", `document.querySelectorAll('#partitions tbody tr').length === 4`)
+		b.until(ctx, "health", `document.querySelector('.card .v.ok')`)
+		b.screenshot(ctx, "overview")
+	})
+	t.Run("ticketing seat map follows a spike", func(t *testing.T) {
+		b.open(ctx, base, adminToken, "ticketing?event="+s.event)
+		b.until(ctx, "the event list", `document.querySelector('#events-table') && document.querySelector('#events-table').textContent.includes('gala')`)
+		sold := `Number((document.querySelector('canvas[data-area="A"]') || {dataset: {}}).dataset.sold)`
+		b.until(ctx, "area A's seat map", sold+` === 0`)
+		// The spike comes in waves; the map must show each before the next.
+		for wave := 1; wave <= spikeWaves; wave++ {
+			spike(t, base, s, wave, spikeWave)
+			b.until(ctx, fmt.Sprintf("area A's seat map after wave %d", wave), fmt.Sprintf(sold+` === %d`, wave*spikeWave))
+		}
+		b.screenshot(ctx, "ticketing")
+	})
+	t.Run("commerce dead letter replayed", func(t *testing.T) {
+		b.open(ctx, base, adminToken, "commerce")
+		b.until(ctx, "the dead letter", `document.querySelector('#dlq-table button[data-action="Replay"]')`)
+		b.until(ctx, "the stuck saga", `document.querySelector('#sagas-table') && document.querySelector('#sagas-table').textContent.includes('`+s.orderID+`')`)
+		b.click(ctx, `#orders-table a[data-order="`+s.orderID+`"]`)
+		b.until(ctx, "the saga timeline", `document.querySelector('#timeline')`)
+		b.screenshot(ctx, "commerce")
+		call(t, "POST", base+"/api/admin/fault?enabled=false", adminToken, nil, http.StatusOK, nil)
+		for !b.has(ctx, `document.getElementById('dlq-empty')`) {
+			b.click(ctx, `#dlq-table button[data-action="Replay"]`)
+			b.until(ctx, "the replay's answer", `!document.querySelector('#dlq-table button[disabled]')`)
+		}
+		var count struct{ Count int }
+		call(t, "GET", base+"/api/admin/dlq/count", adminToken, nil, http.StatusOK, &count)
+		if count.Count != 0 {
+			t.Errorf("the API counts %d dead letters after the page replayed them", count.Count)
+		}
+		var order struct{ Status string }
+		waitAPI(t, "the replayed order to finish", func() bool {
+			call(t, "GET", base+"/api/orders/"+s.orderID, adminToken, nil, http.StatusOK, &order)
+			return order.Status != "PENDING"
+		})
+	})
+	t.Run("jobs cancel and pause", func(t *testing.T) {
+		b.open(ctx, base, adminToken, "jobs")
+		job := s.jobIDs[0]
+		b.until(ctx, "the queue's jobs", `document.querySelector('#jobs-table button[data-action="Cancel"][data-job="`+job+`"]')`)
+		b.until(ctx, "the worker", `document.querySelector('#workers-table') && document.querySelector('#workers-table').textContent.includes('w1')`)
+		b.screenshot(ctx, "jobs")
+		b.click(ctx, `#jobs-table button[data-action="Cancel"][data-job="`+job+`"]`)
+		var st struct{ Job struct{ Status string } }
+		waitAPI(t, "the job cancelled", func() bool {
+			call(t, "POST", base+"/jq.JobService/GetJobStatus", adminToken, map[string]any{"jobId": job}, http.StatusOK, &st)
+			return st.Job.Status == "DEAD_LETTERED"
+		})
+		b.click(ctx, `#queues-table button[data-action="Pause"][data-queue="mail"]`)
+		var qs struct{ Queues []struct {
+			Name   string
+			Paused bool
+		} }
+		waitAPI(t, "the queue paused", func() bool {
+			call(t, "POST", base+"/jq.AdminService/ListQueues", adminToken, map[string]any{}, http.StatusOK, &qs)
+			for _, q := range qs.Queues {
+				if q.Name == "mail" {
+					return q.Paused
+				}
+			}
+			return false
+		})
+		b.until(ctx, "the Resume button", `document.querySelector('#queues-table button[data-action="Resume"][data-queue="mail"]')`)
+	})
+	t.Run("sequencer", func(t *testing.T) {
+		b.open(ctx, base, adminToken, "sequencer")
+		b.until(ctx, "the group held by its gap", `document.querySelector('#groups-table') && document.querySelector('#groups-table').textContent.includes('seq 2')`)
+		b.screenshot(ctx, "sequencer")
+	})
+	t.Run("read-only token sees no action", func(t *testing.T) {
+		ro := b.tab()
+		for _, page := range []struct{ name, ready string }{
+			{"ticketing", `document.querySelector('#events-table')`},
+			{"commerce", `document.querySelector('#orders-table tbody tr') && document.querySelector('#dlq').textContent.includes('commerce:admin')`},
+			{"jobs", `document.querySelector('#jobs-table tbody tr') && document.querySelector('#queues-table tbody tr')`},
+			{"sequencer", `document.querySelector('#groups-table tbody tr')`},
+		} {
+			b.open(ro, base, readToken, page.name)
+			b.until(ro, page.name+" as the reader", page.ready)
+			if n := eval[int](b, ro, `document.querySelectorAll('button.act').length`); n != 0 {
+				t.Errorf("%s: the read-only token sees %d action buttons", page.name, n)
+			}
+		}
+	})
+	b.noProblems()
+}
+
+// The spike on area A (20 × 40 seats): waves of one-seat reservations.
+const spikeWaves, spikeWave = 4, 150
+
+// spike makes one wave of n one-seat reservations in area A from 8
+// clients at once.
+func spike(t *testing.T, base string, s seeded, wave, n int) {
+	t.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				call(t, "POST", base+"/v2/reservations", adminToken, map[string]any{"userId": fmt.Sprint("s", wave, "-", i), "eventId": s.event,
+					"areaId": s.area, "numOfSeats": 1, "type": "RANDOM"}, http.StatusCreated, nil)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// has evaluates js once in ctx's tab.
+func (b *browser) has(ctx context.Context, js string) bool {
+	return eval[bool](b, ctx, `!!(`+js+`)`)
+}
+
+// waitAPI polls ok until it holds, failing after waitFor.
+func waitAPI(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen through the API after %v", what, waitFor)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
