@@ -106,6 +106,8 @@ type Node struct {
 	leaving  atomic.Bool
 	lastCall atomic.Int64
 
+	lagCache lagCache // Lags (lag.go)
+
 	// verify checks incoming calls' signatures (nil without a secret);
 	// refusedLog and sendLog space the lines about refused calls.
 	verify     *verifier

@@ -34,6 +34,7 @@ type batch struct {
 	fencedAcks  []ackTo
 	applyCount  int
 	startedNano int64
+	appendNano  int64       // when it was handed to the log, for opsStats
 	trace       *BatchTrace // nil unless a request in it is traced
 }
 
@@ -60,6 +61,7 @@ func (b *batch) reset() {
 	b.fencedReqs = b.fencedReqs[:0]
 	b.fencedAcks = b.fencedAcks[:0]
 	b.applyCount = 0
+	b.appendNano = 0
 	b.trace = nil
 }
 
@@ -126,6 +128,8 @@ func (p *partition) commit(b *batch) {
 	p.mu.Lock()
 	p.last = b
 	p.mu.Unlock()
+	b.appendNano = time.Now().UnixNano()
+	p.ops.appliedBatch(b.applyCount, b.appendNano-b.startedNano)
 	if p.plog != nil {
 		p.plog.Append(b.entries, b.doneFn)
 		return
@@ -150,6 +154,7 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		err = ErrFailed
 	} else {
 		p.lastEnd.Store(uint64(end))
+		p.ops.durable(b.appendNano)
 		if uint64(end) > p.e.doneEnd.Load() {
 			p.e.doneEnd.Store(uint64(end)) // only this goroutine stores it
 		}

@@ -22,6 +22,7 @@ type partition struct {
 	mail     mailbox
 	free     chan *batch
 
+	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches
 	last *batch     // the newest batch appended to the log
 

@@ -22,6 +22,7 @@ func (s *Server) mount(ctx context.Context, parts []module.Parts) error {
 	m := s.serverMetrics(all)
 	s.mountHealth(m)
 	s.mountConsole(m)
+	s.mountOverview(m)
 	host := module.Host{Context: ctx, Engine: s.eng, Mux: s.mux, Registry: s.reg,
 		Healthy: s.healthy, GRPCOptions: grpcHandlerOptions}
 	var services []module.GRPCService

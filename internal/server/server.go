@@ -129,6 +129,7 @@ type Server struct {
 	memLimit int64
 	started  time.Time
 	tracer   *tracing.Tracing // nil: tracing off
+	recent   *recentLog       // the overview's newest warnings and errors
 	// undo releases, last first, what New took besides the engine: the
 	// data directory's lock, the node, the early listener, the memory
 	// governor.
@@ -162,6 +163,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	s.recent = &recentLog{}
+	s.logger = slog.New(withRecent(s.logger.Handler(), s.recent))
 	if s.cfg.ShutdownTimeout <= 0 {
 		s.cfg.ShutdownTimeout = defaultShutdownTimeout
 	}

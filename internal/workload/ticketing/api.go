@@ -54,6 +54,7 @@ func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
 	m.Handle(mux, "GET /v2/reservations/{id}", a.nativeGet)
 	m.Handle(mux, "DELETE /v2/reservations/{id}", a.nativeCancel)
 	m.Handle(mux, "GET /v2/events/{id}", a.getEvent)
+	a.registerOps(mux, m)
 	m.HandleFallback(mux)
 }
 

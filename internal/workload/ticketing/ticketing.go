@@ -631,7 +631,7 @@ func (m *Machine) Query(q any) any {
 	case GetUsage:
 		return m.usage()
 	}
-	return nil
+	return m.opsQuery(q)
 }
 
 // Workload plugs ticketing into the engine.
@@ -644,5 +644,5 @@ func (Workload) NewMachine(partition int) engine.Machine { return NewMachine() }
 // WireTypes lists the queries and replies that cross between nodes in
 // cluster mode (engine.WireTypes).
 func (Workload) WireTypes() []any {
-	return []any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}}
+	return append([]any{&Result{}, GetReservation{}, GetEvent{}, GetArea{}, GetUsage{}, &EventDef{}, AreaInfo{}, Usage{}}, opsWireTypes()...)
 }
