@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -166,6 +167,7 @@ type browser struct {
 	alloc  context.Context
 	mu     sync.Mutex
 	errors []string
+	loads  int
 }
 
 func newBrowser(t *testing.T) *browser {
@@ -244,21 +246,40 @@ func (b *browser) noProblems() {
 	}
 }
 
-// open loads the console in ctx's tab holding token (none: "") the way
-// a person's tab would after signing in: in sessionStorage, set from a
-// page of the console's origin before the console's script runs.
-func (b *browser) open(ctx context.Context, base, token, page string) {
+// signIn makes ctx's tab hold token as a person's tab does after signing
+// in (sessionStorage), set before the console's script runs on every page
+// it loads.
+func (b *browser) signIn(ctx context.Context, token string) {
 	b.t.Helper()
-	err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/favicon.svg"))
-	if err == nil {
-		_, err = chromedp.Run(ctx, chromedp.Evaluate[any](fmt.Sprintf(`sessionStorage.setItem('surge.token', %q)`, token)))
+	src := fmt.Sprintf(`sessionStorage.setItem('surge.token', %q)`, token)
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: src}); err != nil {
+		b.t.Fatalf("signing the tab in: %v", err)
 	}
-	if err == nil {
-		err = chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#"+page))
-	}
-	if err != nil {
+}
+
+// open loads the console's page (and its #hash state) afresh in ctx's tab.
+func (b *browser) open(ctx context.Context, base, pageHash string) {
+	b.t.Helper()
+	// A query that differs from the last makes it a new document, not a
+	// hash change in the same one.
+	b.loads++
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/ui/?load=%d#%s", base, b.loads, pageHash))); err != nil {
 		b.t.Fatalf("opening the console: %v", err)
 	}
+}
+
+// forget drops the reported errors that contain text: ones a step
+// causes on purpose.
+func (b *browser) forget(text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.errors[:0]
+	for _, e := range b.errors {
+		if !strings.Contains(e, text) {
+			kept = append(kept, e)
+		}
+	}
+	b.errors = kept
 }
 
 // until evaluates the JavaScript expression js in ctx's tab until it is
@@ -311,5 +332,13 @@ func (b *browser) screenshot(ctx context.Context, name string) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "console-"+name+".png"), png, 0o644); err != nil {
 		b.t.Fatal(err)
+	}
+}
+
+// typeInto types text into the input the CSS selector names.
+func (b *browser) typeInto(ctx context.Context, sel, text string) {
+	b.t.Helper()
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(sel), text)); err != nil {
+		b.t.Fatalf("typing into %s: %v", sel, err)
 	}
 }

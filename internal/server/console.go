@@ -46,7 +46,7 @@ func (s *Server) whoAmI(w http.ResponseWriter, r *http.Request) int {
 		for _, wl := range auth.Workloads {
 			ans.Roles[wl] = auth.Admin.String()
 		}
-		return writeJSON(w, ans)
+		return writeWhoAmI(w, ans)
 	}
 	p := g.Principal(r)
 	if p == nil { // the token was removed between the gate and here
@@ -63,10 +63,10 @@ func (s *Server) whoAmI(w http.ResponseWriter, r *http.Request) int {
 		}
 		ans.Roles[wl] = role
 	}
-	return writeJSON(w, ans)
+	return writeWhoAmI(w, ans)
 }
 
-func writeJSON(w http.ResponseWriter, v any) int {
+func writeWhoAmI(w http.ResponseWriter, v whoAmI) int {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return api.Error(w, http.StatusInternalServerError, err.Error())

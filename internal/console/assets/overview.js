@@ -1,80 +1,50 @@
-// Overview: health, partitions and their queues, apply rate, batch size,
-// fsync time, memory; in cluster mode the nodes and who owns what.
+// Overview: health, partitions with their queue depth, apply rate, batch
+// size and commit (fsync) time; in cluster mode the nodes and which
+// partitions each owns; memory against its limit; recent errors.
 import { api, h, table, card, fmtNum, fmtBytes, fmtTime, replace } from './core.js';
 
-// parseMetrics reads the Prometheus text format into {name: [{labels, value}]}.
-export function parseMetrics(text) {
-  const out = {};
-  for (const line of text.split('\n')) {
-    if (!line || line[0] === '#') continue;
-    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
-    if (!m) continue;
-    const labels = {};
-    if (m[2]) for (const l of m[2].slice(1, -1).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2];
-    (out[m[1]] ||= []).push({ labels, value: Number(m[3]) });
-  }
-  return out;
-}
-
-function one(ms, name) { return ms[name] && ms[name].length ? ms[name][0].value : undefined; }
-
-// rates turns two scrapes into per-second figures and means over the interval.
-function rates(prev, cur, dt) {
-  const d = (name) => (one(cur, name) ?? 0) - (one(prev, name) ?? 0);
-  const batches = d('surge_engine_batch_commands_count');
-  const syncs = d('surge_wal_fsync_seconds_count');
-  return {
-    applyRate: dt > 0 ? d('surge_engine_batch_commands_sum') / dt : undefined,
-    batchSize: batches > 0 ? d('surge_engine_batch_commands_sum') / batches : undefined,
-    applyMs: batches > 0 ? 1000 * d('surge_engine_apply_seconds_sum') / batches : undefined,
-    fsyncMs: syncs > 0 ? 1000 * d('surge_wal_fsync_seconds_sum') / syncs : undefined,
-    requestRate: dt > 0 ? (sum(cur, 'surge_http_requests_total') - sum(prev, 'surge_http_requests_total')) / dt : undefined,
-  };
-}
-
-function sum(ms, name) { return (ms[name] || []).reduce((a, s) => a + s.value, 0); }
+// ERRORS_SHOWN is how many of the node's newest warnings and errors the page lists.
+const ERRORS_SHOWN = 20;
 
 export default {
   title: 'Overview',
   mount(root) {
     const view = h('div');
     root.append(view);
-    let prev = null, prevAt = 0;
+    let prev = null;
     return async () => {
-      const health = await api.get('/healthz').catch(e => 'down: ' + e.message);
-      const clustered = /\npartitions:/.test(health);
-      const [text, cluster] = await Promise.all([
-        api.get('/metrics').catch(() => ''),
-        clustered ? api.get('/v1/cluster') : null,
-      ]);
-      const ms = parseMetrics(text || '');
+      const o = await api.get('/v1/admin/overview');
+      const cluster = o.node.mode === 'cluster' ? await api.get('/v1/cluster') : null;
       const now = performance.now();
-      const r = prev ? rates(prev, ms, (now - prevAt) / 1000) : {};
-      prev = ms; prevAt = now;
-      const limit = one(ms, 'go_gc_gomemlimit_bytes');
-      const rss = one(ms, 'process_resident_memory_bytes');
-      const heap = one(ms, 'go_memstats_heap_inuse_bytes');
-      const ok = health.startsWith('ok');
-      const depth = (ms['surge_engine_inbox_depth'] || []).map(s => ({ partition: Number(s.labels.partition), depth: s.value }))
-        .sort((a, b) => a.partition - b.partition);
-      const owners = cluster ? cluster.owners : {};
-      for (const p of depth) p.owner = owners[p.partition] ? owners[p.partition].nodeId : (cluster ? '–' : 'this node');
+      const applied = o.partitions.reduce((a, p) => a + p.applied, 0);
+      const rate = prev ? (applied - prev.applied) / ((now - prev.at) / 1000) : undefined;
+      prev = { applied, at: now };
+      const m = o.memory || {};
       replace(view,
         h('div', { class: 'cards' },
-          card('health', ok ? 'serving' : health.split('\n')[0], ok ? 'ok' : 'bad'),
-          card('requests/s', fmtNum(r.requestRate, 1)),
-          card('commands applied/s', fmtNum(r.applyRate, 1)),
-          card('mean batch', fmtNum(r.batchSize, 1)),
-          card('apply per batch', r.applyMs === undefined ? '–' : fmtNum(r.applyMs, 3) + ' ms'),
-          card('fsync', r.fsyncMs === undefined ? '–' : fmtNum(r.fsyncMs, 2) + ' ms'),
-          card('memory (RSS / limit)', `${fmtBytes(rss)} / ${limit && limit < 2 ** 62 ? fmtBytes(limit) : 'none'}`),
-          card('heap in use', fmtBytes(heap)),
-          card('shed', fmtNum(sum(ms, 'surge_engine_shed_total'))),
-          card('handler panics', fmtNum(sum(ms, 'surge_http_panics_total')), sum(ms, 'surge_http_panics_total') ? 'bad' : '')),
+          card('health', o.healthy ? 'serving' : 'not serving', o.healthy ? 'ok' : 'bad'),
+          card('node', `${o.node.nodeId} (${o.node.mode})`),
+          card('uptime', fmtNum(o.node.uptimeSeconds / 60, 1) + ' min'),
+          card('commands applied/s', fmtNum(rate, 1)),
+          card('memory / limit', `${fmtBytes(m.inUse)} / ${m.limit ? fmtBytes(m.limit) : 'none'}`,
+            m.fraction > 0.9 ? 'bad' : m.fraction > 0.7 ? 'warn' : ''),
+          card('heap', fmtBytes(m.heap)),
+          card('GC cycles', fmtNum(o.gc && o.gc.cycles)),
+          card('goroutines', fmtNum(o.gc && o.gc.goroutines)),
+          card('warnings and errors', fmtNum(o.errorsTotal), o.errorsTotal ? 'warn' : '')),
         cluster ? clusterView(cluster) : null,
         h('h2', {}, 'Partitions'),
-        text ? table([{ k: 'partition', num: true }, { k: 'depth', label: 'queue depth', num: true }, { k: 'owner' }],
-          depth, { id: 'partitions' }) : h('p', { class: 'muted' }, '/metrics is not served to this console (--metrics-access).'));
+        table([{ k: 'partition', num: true }, { k: 'owner', fmt: p => p.owner || (p.served ? o.node.nodeId : '?') },
+          { k: 'queueDepth', label: 'queue depth', num: true }, { k: 'applied', num: true, fmt: p => fmtNum(p.applied) },
+          { k: 'recentBatch', label: 'batch (recent)', num: true, fmt: p => fmtNum(p.recentBatch, 1) },
+          { k: 'recentApplyMs', label: 'apply ms', num: true, fmt: p => fmtNum(p.recentApplyMs, 3) },
+          { k: 'recentCommitMs', label: 'commit ms', num: true, fmt: p => fmtNum(p.recentCommitMs, 2) },
+          { k: 'lag', num: true, fmt: p => (p.lag === undefined ? '' : fmtNum(p.lag)) }],
+        o.partitions, { id: 'partitions' }),
+        h('h2', {}, 'Recent warnings and errors'),
+        (o.errors || []).length ? table([{ k: 'time', fmt: e => fmtTime(e.time) }, { k: 'level' }, { k: 'msg', label: 'message' },
+          { k: 'attrs', fmt: e => Object.entries(e.attrs || {}).map(([k, v]) => `${k}=${v}`).join(' ') }],
+        o.errors.slice(-ERRORS_SHOWN).reverse(), { id: 'errors' }) : h('p', { class: 'muted' }, 'None since the node started.'));
     };
   },
 };
@@ -85,6 +55,7 @@ function clusterView(c) {
   const rows = (c.members || []).map(m => ({ node: m.nodeId, addr: m.addr,
     owns: (byNode[m.nodeId] || []).sort((a, b) => a - b).join(', '), me: m.nodeId === c.nodeId ? 'this node' : '' }));
   return [h('h2', {}, `Cluster ${c.cluster}: ${rows.length} nodes, ${c.partitions} partitions`),
-    table([{ k: 'node' }, { k: 'addr' }, { k: 'owns', label: 'partitions owned' }, { k: 'me', label: '' }], rows, { id: 'nodes' }),
+    table([{ k: 'node' }, { k: 'addr' }, { k: 'owns', label: 'partitions owned' }, { k: 'me', label: '' }],
+      rows.map(r => ({ ...r, __key: r.node })), { id: 'nodes' }),
     h('p', { class: 'muted' }, 'owners read at ' + fmtTime(c.ownersReadAt))];
 }
