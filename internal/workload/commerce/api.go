@@ -125,6 +125,7 @@ func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
 	m.Handle(mux, "GET /api/sagas/{$}", a.listSagas)
 	m.Handle(mux, "POST /api/payments/{$}", a.createPayment)
 	a.registerAdmin(mux, m)
+	a.registerOps(mux, m)
 	m.HandleFallback(mux)
 }
 

@@ -67,6 +67,9 @@ func (m *Machine) Query(q any) any {
 	if v, ok := m.queryPayments(q); ok {
 		return v
 	}
+	if v, ok := m.queryOps(q); ok {
+		return v
+	}
 	return nil
 }
 
@@ -177,9 +180,10 @@ func (Workload) NewMachine(partition int) engine.Machine { return newMachineAt(p
 // WireTypes lists the queries, replies and notes that cross between nodes
 // in cluster mode (engine.WireTypes).
 func (Workload) WireTypes() []any {
-	return []any{&Result{}, OrderChanged{},
+	types := []any{&Result{}, OrderChanged{},
 		&GetCustomer{}, &ListCustomers{}, &GetProduct{}, &ListProducts{}, &GetOrder{}, &ListOrders{}, &OrdersByCustomer{},
 		&GetSaga{}, &ListSagas{}, &GetPayment{}, &PaymentByOrder{}, &Events{},
 		&Customer{}, []Customer{}, &Product{}, []Product{}, &Order{}, []Order{}, &Saga{}, []Saga{}, &Payment{}, []Event{},
 		&ListDLQ{}, &GetDLQ{}, &StatsDLQ{}, &DLQEntry{}, []DLQEntry{}, &DLQStats{}}
+	return append(types, opsWireTypes()...)
 }

@@ -49,6 +49,7 @@ var Module = module.Module{
 				if err := h.Registry.Register(a.Collector()); err != nil {
 					return module.Served{}, err
 				}
+				a.RegisterOps(h.Mux, h.Metrics)
 				var services []module.GRPCService
 				for _, s := range a.Handlers(h.GRPCOptions(MaxMessageBytes)...) {
 					g := module.GRPCService{Name: s.Name, Path: s.Path, Handler: s.Handler, MaxMessage: MaxMessageBytes}

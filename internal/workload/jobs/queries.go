@@ -81,7 +81,7 @@ func (m *Machine) Query(q any) any {
 		sort.Strings(ids)
 		return ids
 	}
-	return nil
+	return m.opsQuery(q)
 }
 
 func (q *Queue) stats() *Stats {
@@ -171,7 +171,7 @@ func copyQueue(q *Queue) *Queue {
 // WireTypes lists the queries, replies and notes that cross between nodes
 // in cluster mode (engine.WireTypes).
 func (w *Workload) WireTypes() []any {
-	return []any{&Result{}, QueueReady{}, CancelRequested{}, JobEnded{},
+	return append([]any{&Result{}, QueueReady{}, CancelRequested{}, JobEnded{},
 		GetJob{}, GetJobLogs{}, ListQueues{}, GetStats{}, WorkerJobs{}, ListJobs{},
-		&Job{}, []JobEvent{}, []*Queue{}, &Stats{}, &JobPage{}, []string{}}
+		&Job{}, []JobEvent{}, []*Queue{}, &Stats{}, &JobPage{}, []string{}}, opsWireTypes()...)
 }

@@ -106,4 +106,5 @@ func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
 	m.Handle(mux, "GET /list/sequenced/count", a.benchCount)
 	m.Handle(mux, "GET /list/stats", a.benchStats)
 	m.Handle(mux, "GET /list/perfs", a.benchPerfs)
+	a.registerOps(mux, m)
 }

@@ -65,7 +65,7 @@ func (m *Machine) Query(q any) any {
 		}
 		return out
 	}
-	return nil
+	return m.opsQuery(q)
 }
 
 func (m *Machine) readOutput(q ReadOutput) *Output {

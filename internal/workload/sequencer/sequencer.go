@@ -245,7 +245,7 @@ func (w *Workload) NewMachine(int) engine.Machine { return NewMachine(Options{Li
 // WireTypes lists the query, reply and notification types that cross
 // between nodes in cluster mode (engine.WireTypes).
 func (w *Workload) WireTypes() []any {
-	return []any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{}}
+	return append([]any{ReadOutput{}, GroupInfo{}, ListGroups{}, &Result{}, &Output{}, &Info{}, []*Info(nil), Ready{}, Released{}}, opsWireTypes()...)
 }
 
 // Machine is the sequencer state of one partition.
