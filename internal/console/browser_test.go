@@ -56,6 +56,9 @@ func seed(t *testing.T, base string) seeded {
 	// Client seqs 1 and 3: seq 2 is the gap that holds the group.
 	call(t, "POST", base+"/v1/groups/feed/messages", adminToken, map[string]any{"messages": []map[string]any{
 		{"seq": 1, "id": "m1", "payload": map[string]any{"n": 1}}, {"seq": 3, "id": "m3", "payload": map[string]any{"n": 3}}}}, http.StatusCreated, nil)
+	call(t, "POST", base+"/v1/groups/feed/lease", adminToken, map[string]any{"processor": "p1", "max": 2}, http.StatusOK, nil)
+	call(t, "POST", base+"/v1/groups/feed/complete", adminToken, map[string]any{"processor": "p1", "seqs": []int{1, 3}}, http.StatusOK, nil)
+	call(t, "POST", base+"/v1/groups/feed/consumers/c1/commit", adminToken, map[string]any{"position": 1}, http.StatusOK, nil)
 	return s
 }
 
@@ -120,7 +123,7 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	t.Log("step: jobs cancel and pause")
 	{
-		b.open(ctx, base, "jobs")
+		b.open(ctx, base, "jobs?queue=mail")
 		job := s.jobIDs[0]
 		b.until(ctx, "the queue's jobs", `document.querySelector('#jobs-table button[data-action="Cancel"][data-job="`+job+`"]')`)
 		b.until(ctx, "the worker", `document.querySelector('#workers-table') && document.querySelector('#workers-table').textContent.includes('w1')`)
@@ -152,7 +155,8 @@ func TestConsoleInChromium(t *testing.T) {
 	t.Log("step: sequencer")
 	{
 		b.open(ctx, base, "sequencer")
-		b.until(ctx, "the group held by its gap", `document.querySelector('#groups-table') && document.querySelector('#groups-table').textContent.includes('seq 2')`)
+		b.until(ctx, "the group held by its gap", `document.querySelector('#groups-table') && document.querySelector('#groups-table').textContent.includes('seq 2 (unpublished)')`)
+		b.until(ctx, "the consumer", `document.querySelector('#consumers-table') && document.querySelector('#consumers-table').textContent.includes('c1')`)
 		b.screenshot(ctx, "sequencer")
 	}
 	t.Log("step: read-only token sees no action")
@@ -169,7 +173,7 @@ func TestConsoleInChromium(t *testing.T) {
 		for _, page := range []struct{ name, ready string }{
 			{"ticketing", `document.querySelector('#events-table')`},
 			{"commerce", `document.querySelector('#orders-table tbody tr') && document.querySelector('#dlq').textContent.includes('commerce:admin')`},
-			{"jobs", `document.querySelector('#jobs-table tbody tr') && document.querySelector('#queues-table tbody tr')`},
+			{"jobs?queue=mail", `document.querySelector('#jobs-table tbody tr') && document.querySelector('#queues-table tbody tr')`},
 			{"sequencer", `document.querySelector('#groups-table tbody tr')`},
 		} {
 			b.open(ro, base, page.name)

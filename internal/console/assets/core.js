@@ -161,3 +161,9 @@ export class Pager {
     return this.el;
   }
 }
+
+// param is a parameter of the page's hash (#jobs?queue=mail): a view a
+// person can bookmark or share, never a token.
+export function param(name) {
+  return new URLSearchParams(location.hash.split('?')[1] || '').get(name) || '';
+}

@@ -2,7 +2,7 @@
 // queue and state with attempts, log and result; workers with slots and
 // heartbeats; cancel, retry, pause/resume a queue, drain a worker. The
 // jq services are called with the Connect protocol (JSON over POST).
-import { api, h, table, fmtNum, fmtTime, replace, button, Pager } from './core.js';
+import { api, h, table, fmtNum, fmtTime, replace, button, Pager, param } from './core.js';
 
 // JOBS_PAGE is ListJobs' page size (its maximum is 100).
 const JOBS_PAGE = 50;
@@ -19,6 +19,7 @@ export default {
     const detail = h('div', { id: 'job-detail' });
     const queueSel = h('select', { id: 'job-queue' });
     const stateSel = h('select', { id: 'job-state' }, STATES.map(s => h('option', { value: s }, s || 'any state')));
+    stateSel.value = param('state');
     const pager = new Pager();
     for (const s of [queueSel, stateSel]) s.addEventListener('change', () => pager.reset());
     let selected = '';
@@ -48,7 +49,8 @@ function syncOptions(sel, names) {
   if (have.join('\n') === names.join('\n')) return;
   const keep = sel.value;
   sel.replaceChildren(...names.map(n => h('option', { value: n }, n)));
-  sel.value = names.includes(keep) ? keep : (names[0] || '');
+  const want = keep || param('queue');
+  sel.value = names.includes(want) ? want : (names[0] || '');
 }
 
 function queueTable(qs) {

@@ -1,17 +1,12 @@
 // Ticketing: an event's areas with their seat maps (sold, free) and
 // sell-through rate; a reservation looked up by id.
-import { api, h, table, card, fmtNum, replace, button, Pager } from './core.js';
+import { api, h, table, card, fmtNum, replace, button, Pager, param } from './core.js';
 
 // EVENTS_PAGE is how many events the list shows at a time.
 const EVENTS_PAGE = 20;
 
 // SEAT_PX is one seat's square on a seat map canvas, gap included.
 const SEAT_PX = 4;
-
-function param(name) {
-  const q = new URLSearchParams(location.hash.split('?')[1] || '');
-  return q.get(name) || '';
-}
 
 export default {
   title: 'Ticketing',
