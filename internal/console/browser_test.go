@@ -37,7 +37,10 @@ func seed(t *testing.T, base string) seeded {
 	var prod struct{ ProductID string }
 	call(t, "POST", base+"/api/products", adminToken, map[string]any{"sku": "SKU-1", "name": "Widget", "price": 5, "quantityOnHand": 100}, http.StatusCreated, &prod)
 	order := map[string]any{"customerId": cust.CustomerID, "lineItems": []map[string]any{{"productId": prod.ProductID, "quantity": 2, "unitPrice": 5}}}
-	call(t, "POST", base+"/api/orders", adminToken, order, http.StatusCreated, nil) // a saga that completes
+	var done struct{ OrderID string }
+	call(t, "POST", base+"/api/orders", adminToken, order, http.StatusCreated, &done)
+	// A saga that completes, before the fault is on.
+	call(t, "GET", base+"/api/orders/"+done.OrderID+"?wait=30s", adminToken, nil, http.StatusOK, nil)
 	// With the fault on the next order's saga parks a step: stuck, with a dead letter.
 	call(t, "POST", base+"/api/admin/fault?enabled=true", adminToken, nil, http.StatusOK, nil)
 	var stuck struct{ OrderID string }
@@ -82,6 +85,7 @@ func TestConsoleInChromium(t *testing.T) {
 	{
 		b.until(ctx, "the partitions", `document.querySelectorAll('#partitions tbody tr').length === 4`)
 		b.until(ctx, "health", `document.querySelector('.card .v.ok')`)
+		b.until(ctx, "an apply rate (a second poll)", `document.querySelectorAll('.card .v')[3].textContent !== '–'`)
 		b.screenshot(ctx, "overview")
 	}
 	t.Log("step: ticketing seat map follows a spike")

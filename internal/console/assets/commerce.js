@@ -45,7 +45,7 @@ export default {
         { k: 'status' }, { k: 'step', label: 'last step', fmt: s => lastStep(s) }, { k: 'updatedAt', label: 'updated', fmt: s => fmtTime(s.updatedAt) },
         { k: 'failureReason', label: 'reason' }], sagaList, { id: 'sagas-table' }));
       replace(orders, table([{ k: 'orderId', label: 'order', fmt: o => orderLink(o.orderId, select) }, { k: 'status' },
-        { k: 'customerId', label: 'customer' }, { k: 'totalAmount', label: 'total', num: true },
+        { k: 'customerId', label: 'customer' }, { k: 'total', num: true, fmt: o => fmtNum(o.total, 2) },
         { k: 'createdAt', label: 'created', fmt: o => fmtTime(o.createdAt) }, { k: 'cancellationReason', label: 'reason' }],
         page.orders, { id: 'orders-table' }));
       replace(products, table([{ k: 'productId', label: 'product' }, { k: 'sku' }, { k: 'name' }, { k: 'price', num: true },
@@ -91,7 +91,7 @@ async function orderDetail(id) {
   const payment = paid ? await api.get('/api/payments/order/' + enc(id)).catch(e => (e.status === 404 ? null : Promise.reject(e))) : null;
   return h('div', {},
     h('h2', {}, 'Order ' + id),
-    h('div', { class: 'cards' }, card('status', order.status), card('total', fmtNum(order.totalAmount, 2)),
+    h('div', { class: 'cards' }, card('status', order.status), card('total', fmtNum(order.total, 2)),
       card('payment', payment ? `${payment.status} ${payment.amount} ${payment.currency}` : '–')),
     saga ? timeline(saga) : h('p', { class: 'muted' }, 'The saga has ended and been purged (--saga-retention); the order keeps the outcome.'));
 }
