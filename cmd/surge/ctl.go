@@ -164,6 +164,7 @@ protojson object per command. Errors print the gRPC code and message and exit
 	pf.DurationVar(&o.timeout, "timeout", 10*time.Second, "deadline for the call")
 	clientFlags(pf, &o.conn)
 	ctl.AddCommand(ctlStatusCmd(o), ctlJobCmd(o), ctlQueueCmd(o), ctlWorkerCmd(o))
+	addOpsCommands(ctl, o)
 	return ctl
 }
 
@@ -175,11 +176,31 @@ func leaf(use, short string, nargs int, run func(*cobra.Command, []string) error
 }
 
 func ctlStatusCmd(o *ctlOptions) *cobra.Command {
-	return leaf("status", "Show the server's health, workers and every queue's counts", 0, func(cmd *cobra.Command, _ []string) error {
-		return ctlRun(cmd, o, func(ctx context.Context, c ctlClients) (*jqpb.GetSystemStatusResponse, error) {
-			return msg(c.admin.GetSystemStatus(ctx, connect.NewRequest(&jqpb.GetSystemStatusRequest{})))
-		}, printSystemStatus)
-	})
+	cmd := leaf("status", "Show the server's health, workers and every queue's counts, then (Surge) the node and each workload", 0, nil)
+	cmd.Long = `Shows the job queues' status (jq's GetSystemStatus; with --json, that
+message alone, as jq-ctl prints it), then, from a Surge server, the node's
+partitions and a summary of each workload the token may read (see surge ctl
+overview --json for the node's figures as JSON).`
+	w := addWatch(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := w.check(); err != nil {
+			return err
+		}
+		once := func() error {
+			err := ctlRun(cmd, o, func(ctx context.Context, c ctlClients) (*jqpb.GetSystemStatusResponse, error) {
+				return msg(c.admin.GetSystemStatus(ctx, connect.NewRequest(&jqpb.GetSystemStatusRequest{})))
+			}, printSystemStatus)
+			if err != nil || o.json {
+				return err
+			}
+			return printSurgeStatus(cmd, o)
+		}
+		if w.every == 0 {
+			return once()
+		}
+		return watch(cmd, w, once)
+	}
+	return cmd
 }
 
 func ctlJobCmd(o *ctlOptions) *cobra.Command {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"maps"
 	"net/http/httptest"
 	"slices"
@@ -47,5 +48,43 @@ func TestParsePage(t *testing.T) {
 		if ok || w.Code != 400 || !strings.Contains(w.Body.String(), c.err) {
 			t.Errorf("%q: ok %v, %d %s; want 400 %s", c.query, ok, w.Code, w.Body, c.err)
 		}
+	}
+}
+
+// Paging 10,000 keys spread over partitions, as the operator reads do
+// (each partition asked for limit+1 above the cursor, the answers
+// merged), visits every key once, in order, and ends with no cursor.
+func TestPagingVisitsEveryKeyOnce(t *testing.T) {
+	parts := make([]map[string]bool, 5)
+	for i := range parts {
+		parts[i] = map[string]bool{}
+	}
+	var want []string
+	for i := range 10_000 {
+		k := fmt.Sprintf("%08x", uint32(i)*2654435761)
+		parts[i%len(parts)][k] = true
+		want = append(want, k)
+	}
+	slices.Sort(want)
+	const limit = 137
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		answers := make([][]string, len(parts))
+		for i, p := range parts {
+			answers[i] = Smallest(maps.Keys(p), after, limit+1)
+		}
+		page, next := MergePage(answers, func(s string) string { return s }, limit)
+		got = append(got, page...)
+		if next == "" {
+			break
+		}
+		if pages > 10_000/limit+1 || next != page[len(page)-1] {
+			t.Fatalf("page %d: next %q after %d keys", pages, next, len(page))
+		}
+		after = next
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paged %d keys, want %d in order", len(got), len(want))
 	}
 }

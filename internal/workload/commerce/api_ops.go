@@ -30,7 +30,8 @@ type OpsOrders struct {
 // order's saga.
 type SagaDLQ struct{ OrderID string }
 
-func opsWireTypes() []any { return []any{&OpsOrders{}, &SagaDLQ{}} }
+// A SagaDLQ answer is an int.
+func opsWireTypes() []any { return []any{&OpsOrders{}, &SagaDLQ{}, 0} }
 
 // queryOps answers the operator reads' queries.
 func (m *Machine) queryOps(q any) (any, bool) {
