@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,6 +88,28 @@ func TestConsoleInChromium(t *testing.T) {
 		b.until(ctx, "the partitions", `document.querySelectorAll('#partitions tbody tr').length === 4`)
 		b.until(ctx, "health", `document.querySelector('.card .v.ok')`)
 		b.until(ctx, "an apply rate (a second poll)", `document.querySelectorAll('.card .v')[3].textContent !== '–'`)
+		// The page refreshes at most once a second, and keeps refreshing.
+		const window = 5 * time.Second
+		before := overviewReads(t, base)
+		time.Sleep(window)
+		if n := overviewReads(t, base) - before; n < 1 || n > window.Seconds()+1 {
+			t.Errorf("the overview page read /v1/admin/overview %v times in %v; want 1 to %v", n, window, window.Seconds()+1)
+		}
+		// A hidden tab reads nothing (one refresh in flight may finish),
+		// and a tab shown again refreshes at once.
+		setHidden := func(hidden bool) {
+			eval[any](b, ctx, fmt.Sprintf(`Object.defineProperty(document, 'hidden', {value: %t, configurable: true});
+				document.dispatchEvent(new Event('visibilitychange'))`, hidden))
+		}
+		setHidden(true)
+		time.Sleep(1500 * time.Millisecond) // the refresh in flight, if any, ends
+		before = overviewReads(t, base)
+		time.Sleep(window)
+		if n := overviewReads(t, base) - before; n != 0 {
+			t.Errorf("the hidden overview page read /v1/admin/overview %v times in %v", n, window)
+		}
+		setHidden(false)
+		waitAPI(t, "the overview refreshed once shown again", func() bool { return overviewReads(t, base) > before })
 		b.screenshot(ctx, "overview")
 	}
 	t.Log("step: ticketing seat map follows a spike")
@@ -131,6 +155,8 @@ func TestConsoleInChromium(t *testing.T) {
 		job := s.jobIDs[0]
 		b.until(ctx, "the queue's jobs", `document.querySelector('#jobs-table button[data-action="Cancel"][data-job="`+job+`"]')`)
 		b.until(ctx, "the worker", `document.querySelector('#workers-table') && document.querySelector('#workers-table').textContent.includes('w1')`)
+		b.click(ctx, `#jobs-table a[data-job="`+s.jobIDs[1]+`"]`)
+		b.until(ctx, "the job's payload and log", `document.querySelector('#job-log tbody tr') && document.getElementById('job-detail').textContent.includes('user1')`)
 		b.screenshot(ctx, "jobs")
 		b.click(ctx, `#jobs-table button[data-action="Cancel"][data-job="`+job+`"]`)
 		var st struct{ Job struct{ Status string } }
@@ -208,6 +234,24 @@ func spike(t *testing.T, base string, s seeded, wave, n int) {
 		})
 	}
 	wg.Wait()
+}
+
+// overviewReads is how many reads of the overview the server answered.
+func overviewReads(t *testing.T, base string) float64 {
+	t.Helper()
+	_, text := get(t, base+"/metrics", "")
+	n := 0.0
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "surge_http_requests_total{") && strings.Contains(line, `route="GET /v1/admin/overview"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			n += v
+		}
+	}
+	return n
 }
 
 // has evaluates js once in ctx's tab.
