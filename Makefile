@@ -29,6 +29,8 @@ staticcheck:
 # The cluster-mode tests need Apache Kafka: with-kafka.sh starts one
 # single-node broker from Maven Central jars (scripts/kafka.sh) for the whole
 # run and stops it afterwards; set SURGE_KAFKA_BROKERS to use another one.
+# The console's browser tests (internal/console) run Debian's chromium,
+# which scripts/chromium.sh installs with apt-get on first use.
 test: fmt-check vet staticcheck
 	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
 	# Every workload's API tests again, through a cluster node that serves
