@@ -414,7 +414,7 @@ func ctlQueueCmd(o *ctlOptions) *cobra.Command {
 		})
 	})
 	del.Flags().BoolVar(&force, "force", false, "delete the queue and its jobs even if it is not empty")
-	queue.AddCommand(create, del,
+	queue.AddCommand(create, del, ctlQueueLatencyCmd(o),
 		leaf("stats NAME", "Show a queue's job counts, duration and error rate", 1, func(cmd *cobra.Command, args []string) error {
 			return ctlRun(cmd, o, func(ctx context.Context, c ctlClients) (*jqpb.GetQueueStatsResponse, error) {
 				return msg(c.admin.GetQueueStats(ctx, connect.NewRequest(&jqpb.GetQueueStatsRequest{Name: args[0]})))

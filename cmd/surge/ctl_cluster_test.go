@@ -122,6 +122,7 @@ func TestCtlClusterOnKafka(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\d+\s+n1\s+.*\s\d+$`).MatchString(out) {
 		t.Errorf("cluster: no lag for n1's partitions:\n%s", out)
 	}
+	testOpsAcrossNodes(t, b1)
 
 	stop2()
 	owners := waitOwners(t, b1, "n1")
@@ -131,4 +132,69 @@ func TestCtlClusterOnKafka(t *testing.T) {
 	}
 	b, _ := json.Marshal(owners)
 	t.Logf("owners after n2 stopped: %s", b)
+}
+
+// The operator reads gather from every partition, so on a cluster their
+// queries and answers cross to the other node: every one arrives whole.
+func testOpsAcrossNodes(t *testing.T, base string) {
+	post := func(path, body string, want int) map[string]any { return call(t, "POST", base+path, "", body, want) }
+	for i := range 6 {
+		post("/v1/event", fmt.Sprintf(`{"eventName":"x%d","artist":"a","areas":[{"areaId":"A","price":1,"rowCount":1,"colCount":4},{"areaId":"B","price":1,"rowCount":1,"colCount":4}]}`, i), 200)
+		post("/v2/reservations", fmt.Sprintf(`{"eventId":"x%d","areaId":"B","userId":"u","type":"RANDOM","numOfSeats":1}`, i), 201)
+	}
+	var evs opsEvents
+	jsonLine(t, base, &evs, "event", "list", "--after", "w")
+	if len(evs.Events) != 6 {
+		t.Fatalf("event list over the cluster: %+v", evs)
+	}
+	for _, e := range evs.Events {
+		if e.Seats != 8 || e.Sold != 1 {
+			t.Errorf("event %s over the cluster: %+v", e.EventName, e)
+		}
+	}
+	for i := range 6 {
+		if out := ok(t, base, nil, "event", "seats", fmt.Sprintf("x%d", i), "B"); !strings.Contains(out, "   0  #...") {
+			t.Errorf("seats of x%d/B:\n%s", i, out)
+		}
+	}
+	cust := post("/api/customers", `{"email":"a@b.c","name":"Ann"}`, 201)["customerId"].(string)
+	prod := post("/api/products", `{"sku":"S","name":"P","price":1.00,"quantityOnHand":100}`, 201)["productId"].(string)
+	var ids []string
+	for range 4 {
+		id := post("/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cust, prod), 201)["orderId"].(string)
+		if o := call(t, "GET", base+"/api/orders/"+id+"?wait=20s", "", "", 200); o["status"] != "CONFIRMED" {
+			t.Fatalf("order over the cluster: %v", o)
+		}
+		ids = append(ids, id)
+	}
+	var orders opsOrders
+	jsonLine(t, base, &orders, "order", "list", "--status", "CONFIRMED")
+	if len(orders.Orders) != 4 {
+		t.Errorf("order list over the cluster: %+v", orders)
+	}
+	for _, id := range ids {
+		var tl opsTimeline
+		jsonLine(t, base, &tl, "saga", "show", id)
+		if tl.Status != "COMPLETED" || len(tl.Steps) < 3 || tl.DLQ != 0 {
+			t.Errorf("saga %s over the cluster: %+v", id, tl)
+		}
+	}
+	for i := range 6 {
+		post(fmt.Sprintf("/v1/groups/q%d/messages", i), `{"id":"m","seq":2}`, 201)
+	}
+	var gs opsGroups
+	jsonLine(t, base, &gs, "group", "list")
+	if len(gs.Groups) != 6 {
+		t.Errorf("group list over the cluster: %+v", gs)
+	}
+	for _, g := range gs.Groups {
+		if g.Gap == nil || g.Gap.Seq != 1 || g.Gap.State != "unpublished" {
+			t.Errorf("group %s over the cluster: %+v", g.Name, g)
+		}
+	}
+	var qs opsQueues
+	jsonLine(t, base, &qs, "queue", "latency")
+	if len(qs.Queues) != 1 || qs.Queues[0].Name != "default" {
+		t.Errorf("queue latency over the cluster: %+v", qs)
+	}
 }

@@ -297,3 +297,32 @@ func addOpsCommands(ctl *cobra.Command, o *ctlOptions) {
 	ctl.AddCommand(ctlOverviewCmd(o), ctlClusterCmd(o), ctlEventCmd(o), ctlReservationCmd(o), ctlOrderCmd(o),
 		ctlSagaCmd(o), ctlProductCmd(o), ctlDLQCmd(o), ctlGroupCmd(o), ctlConsumerCmd(o))
 }
+
+type opsQueues struct {
+	Queues []struct {
+		Name         string  `json:"name"`
+		Paused       bool    `json:"paused"`
+		Pending      int64   `json:"pending"`
+		Assigned     int64   `json:"assigned"`
+		Running      int64   `json:"running"`
+		Failed       int64   `json:"failed"`
+		Done         int64   `json:"done"`
+		DeadLettered int64   `json:"deadLettered"`
+		ErrorRate    float64 `json:"errorRate"`
+		StartLatency struct {
+			Samples int      `json:"samples"`
+			P50Ms   *float64 `json:"p50Ms"`
+			P95Ms   *float64 `json:"p95Ms"`
+			MaxMs   *float64 `json:"maxMs"`
+		} `json:"startLatency"`
+	} `json:"queues"`
+}
+
+func ctlQueueLatencyCmd(o *ctlOptions) *cobra.Command {
+	cmd := leaf("latency", "Show every queue's counts and submit→start latency (a Surge server)", 0, nil)
+	w := addWatch(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return ctlView(cmd, o, w, getView[opsQueues]("/v1/ops/jobs/queues"), printQueueLatency)
+	}
+	return cmd
+}

@@ -527,3 +527,21 @@ func printConsumers(w io.Writer, g *opsGroup) error {
 	}
 	return tw.Flush()
 }
+
+func fmtOptMs(ms *float64) string {
+	if ms == nil {
+		return "-"
+	}
+	return fmtMs(*ms)
+}
+
+func printQueueLatency(w io.Writer, q *opsQueues) error {
+	tw := newTable(w)
+	row(tw, "QUEUE", "PAUSED", "PENDING", "RUNNING", "FAILED", "DONE", "DEAD", "STARTED", "P50 START", "P95 START", "MAX START")
+	for _, x := range q.Queues {
+		l := x.StartLatency
+		row(tw, textCell(x.Name), yesNo(x.Paused), x.Pending, x.Assigned+x.Running, x.Failed, x.Done, x.DeadLettered,
+			l.Samples, fmtOptMs(l.P50Ms), fmtOptMs(l.P95Ms), fmtOptMs(l.MaxMs))
+	}
+	return tw.Flush()
+}

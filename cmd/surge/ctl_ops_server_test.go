@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/surge-run/surge/internal/auth"
+	"github.com/surge-run/surge/internal/jqpb"
+	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/server"
 )
 
@@ -95,7 +99,37 @@ func TestCtlOpsAgainstServer(t *testing.T) {
 	testTicketingCommands(t, base)
 	testCommerceCommands(t, base)
 	testSequencerCommands(t, base)
+	testJobsLatency(t, base)
 	testNodeCommands(t, base)
+}
+
+func testJobsLatency(t *testing.T, base string) {
+	ok(t, base, nil, "queue", "create", "mail")
+	ok(t, base, nil, "job", "submit", "mail", "one")
+	ok(t, base, nil, "job", "submit", "mail", "two")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	workers := jqpbconnect.NewWorkerServiceClient(h2c(), base, connect.WithGRPC())
+	if _, err := workers.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{WorkerId: "w", Concurrency: 1, Queues: []string{"mail"}})); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := workers.StreamJobs(ctx, connect.NewRequest(&jqpb.StreamJobsRequest{WorkerId: "w"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("no assignment: %v", stream.Err())
+	}
+	out := ok(t, base, nil, "queue", "latency")
+	if !regexp.MustCompile(`(?m)^mail\s+no\s+1\s+1\s+0\s+0\s+0\s+1\s+\S+\s+\S+\s+\S+\s*$`).MatchString(out) || !hasRow(out, "default", "no", "0", "0", "0", "0", "0", "0", "-", "-", "-") {
+		t.Errorf("queue latency:\n%s", out)
+	}
+	var qs opsQueues
+	jsonLine(t, base, &qs, "queue", "latency")
+	if len(qs.Queues) != 2 || qs.Queues[1].Name != "mail" || qs.Queues[1].StartLatency.Samples != 1 || qs.Queues[1].StartLatency.P50Ms == nil {
+		t.Errorf("queue latency --json: %+v", qs)
+	}
 }
 
 func testTicketingCommands(t *testing.T, base string) {
