@@ -18,6 +18,10 @@ import (
 // (internal/console/assets/core.js).
 const ConsolePollInterval = time.Second
 
+// consoleSeatMaps is how many seat maps the ticketing page reads each
+// refresh (SEAT_MAPS_PAGE in internal/console/assets/ticketing.js).
+const consoleSeatMaps = 10
+
 // ConsoleReport is what the console's polling cost a spike: the same
 // spike against a fresh server while every console page polls it.
 type ConsoleReport struct {
@@ -114,7 +118,7 @@ func (p *consolePoller) ticketing(ctx context.Context) {
 	if !p.read(ctx, "/v2/events/"+ev, nil, &def) {
 		return
 	}
-	for _, a := range def.Areas {
+	for _, a := range def.Areas[:min(len(def.Areas), consoleSeatMaps)] {
 		p.read(ctx, "/v2/events/"+ev+"/areas/"+url.PathEscape(a.AreaID)+"/seats", nil, nil)
 	}
 }

@@ -4,6 +4,9 @@ import { api, h, table, card, fmtNum, replace, button, Pager, param } from './co
 
 // EVENTS_PAGE is how many events the list shows at a time.
 const EVENTS_PAGE = 20;
+// SEAT_MAPS_PAGE is how many areas' seat maps are read and drawn each
+// refresh: an event may have 1,000 areas, and each map is one request.
+const SEAT_MAPS_PAGE = 10;
 
 // SEAT_PX is one seat's square on a seat map canvas, gap included.
 const SEAT_PX = 4;
@@ -17,6 +20,10 @@ export default {
     const view = h('div', { id: 'event' });
     const list = h('div', { id: 'events' });
     const pager = new Pager();
+    let areaFrom = 0;
+    const areaPrev = h('button', { onclick: () => { areaFrom = Math.max(0, areaFrom - SEAT_MAPS_PAGE); } }, '‹ areas');
+    const areaNext = h('button', { onclick: () => { areaFrom += SEAT_MAPS_PAGE; } }, 'areas ›');
+    eventInput.addEventListener('change', () => { areaFrom = 0; });
     const lookUp = async () => {
       const id = resInput.value.trim();
       if (!id) return replace(resView);
@@ -49,6 +56,10 @@ export default {
         if (e.status === 404) { replace(view, h('p', { class: 'error' }, 'No event ' + id)); return; }
         throw e;
       }
+      if (areaFrom >= ev.areas.length) areaFrom = 0;
+      areaPrev.disabled = areaFrom === 0;
+      areaNext.disabled = areaFrom + SEAT_MAPS_PAGE >= ev.areas.length;
+      const maps = await seatMaps(id, ev.areas.slice(areaFrom, areaFrom + SEAT_MAPS_PAGE));
       const now = performance.now();
       const sold = ev.areas.reduce((a, x) => a + x.reservedSeats, 0);
       const total = sold + ev.availableSeats;
@@ -64,7 +75,8 @@ export default {
           { k: 'reservedSeats', label: 'sold', num: true }, { k: 'availableSeats', label: 'free', num: true },
           { k: 'bar', label: 'sold', fmt: a => soldBar(a) }], ev.areas, { id: 'areas' }),
         h('h2', {}, 'Seat maps'),
-        await seatMaps(id, ev.areas));
+        ev.areas.length > SEAT_MAPS_PAGE ? h('div', { class: 'controls' }, areaPrev, areaNext) : null,
+        maps);
     };
   },
 };
