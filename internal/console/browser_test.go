@@ -181,6 +181,24 @@ func TestConsoleInChromium(t *testing.T) {
 			return false
 		})
 		b.until(ctx, "the Resume button", `document.querySelector('#queues-table button[data-action="Resume"][data-queue="mail"]')`)
+		// The cancelled job can be retried from the page (it waits: the queue is paused).
+		b.until(ctx, "the Retry button", `document.querySelector('#jobs-table button[data-action="Retry"][data-job="`+job+`"]')`)
+		b.click(ctx, `#jobs-table button[data-action="Retry"][data-job="`+job+`"]`)
+		waitAPI(t, "the job retried", func() bool {
+			call(t, "POST", base+"/jq.JobService/GetJobStatus", adminToken, map[string]any{"jobId": job}, http.StatusOK, &st)
+			return st.Job.Status == "PENDING"
+		})
+		b.click(ctx, `#workers-table button[data-action="Drain"][data-worker="w1"]`)
+		var ws struct{ Workers []struct{ WorkerID, Status string } }
+		waitAPI(t, "the worker draining", func() bool {
+			call(t, "POST", base+"/jq.AdminService/ListWorkers", adminToken, map[string]any{}, http.StatusOK, &ws)
+			for _, w := range ws.Workers {
+				if w.WorkerID == "w1" {
+					return w.Status == "DRAINING"
+				}
+			}
+			return true // drained and gone
+		})
 	}
 	t.Log("step: sequencer")
 	{
