@@ -189,7 +189,9 @@ func TestConsoleInChromium(t *testing.T) {
 			return st.Job.Status == "PENDING"
 		})
 		b.click(ctx, `#workers-table button[data-action="Drain"][data-worker="w1"]`)
-		var ws struct{ Workers []struct{ WorkerID, Status string } }
+		var ws struct {
+			Workers []struct{ WorkerID, Status string }
+		}
 		waitAPI(t, "the worker draining", func() bool {
 			call(t, "POST", base+"/jq.AdminService/ListWorkers", adminToken, map[string]any{}, http.StatusOK, &ws)
 			for _, w := range ws.Workers {
