@@ -18,6 +18,7 @@ import (
 // seeded is what seed made, for the checks.
 type seeded struct {
 	event, area string
+	reservation string
 	orderID     string
 	jobIDs      []string
 }
@@ -30,8 +31,10 @@ func seed(t *testing.T, base string) seeded {
 		"areas": []map[string]any{{"areaId": "A", "price": 10, "rowCount": 20, "colCount": 40}, {"areaId": "B", "price": 20, "rowCount": 5, "colCount": 10}}},
 		http.StatusOK, nil)
 	for i := range 5 {
+		var r struct{ ReservationID string }
 		call(t, "POST", base+"/v2/reservations", adminToken, map[string]any{"userId": fmt.Sprint("u", i), "eventId": s.event,
-			"areaId": "B", "numOfSeats": 2, "type": "RANDOM"}, http.StatusCreated, nil)
+			"areaId": "B", "numOfSeats": 2, "type": "RANDOM"}, http.StatusCreated, &r)
+		s.reservation = r.ReservationID
 	}
 
 	var cust struct{ CustomerID string }
@@ -123,6 +126,9 @@ func TestConsoleInChromium(t *testing.T) {
 			spike(t, base, s, wave, spikeWave)
 			b.until(ctx, fmt.Sprintf("area A's seat map after wave %d", wave), fmt.Sprintf(sold+` === %d`, wave*spikeWave))
 		}
+		b.typeInto(ctx, "#reservation-id", s.reservation)
+		b.click(ctx, `#page-ticketing form button[type="submit"]`)
+		b.until(ctx, "the reservation looked up", `document.getElementById('reservation').textContent.includes('RESERVED')`)
 		b.screenshot(ctx, "ticketing")
 	}
 	t.Log("step: commerce dead letter replayed")
