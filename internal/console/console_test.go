@@ -34,6 +34,15 @@ func TestConsoleServedSafely(t *testing.T) {
 	if strings.Contains(body, "<script>") || strings.Contains(body, " style=") || strings.Contains(body, " onclick=") {
 		t.Errorf("the page has inline script or style:\n%s", body)
 	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	r, err := noRedirect.Get(base + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusMovedPermanently || r.Header.Get("Location") != "/ui/" {
+		t.Errorf("GET /ui with tokens on: %d to %q, want 301 to /ui/", r.StatusCode, r.Header.Get("Location"))
+	}
 	js, _ := get(t, base+"/ui/app.js", "")
 	if ct := js.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/javascript") {
 		t.Errorf("app.js served as %q", ct)
