@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/auth"
@@ -37,11 +36,6 @@ func (s *Server) mountConsole(m *api.Metrics) {
 	}
 	s.declare("GET "+console.Path, auth.Route{Need: auth.Need{Open: true}})
 	s.mux.Handle("GET "+console.Path, console.Handler())
-	// The mux's own redirect of /ui to /ui/ matches no pattern, which
-	// the gate would answer 401 with tokens on.
-	bare := strings.TrimSuffix(console.Path, "/")
-	s.declare("GET "+bare, auth.Route{Need: auth.Need{Open: true}})
-	s.mux.Handle("GET "+bare, http.RedirectHandler(console.Path, http.StatusMovedPermanently))
 }
 
 func (s *Server) whoAmI(w http.ResponseWriter, r *http.Request) int {
