@@ -108,7 +108,6 @@ func testJobsLatency(t *testing.T, base string) {
 	ok(t, base, nil, "job", "submit", "mail", "one")
 	ok(t, base, nil, "job", "submit", "mail", "two")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	workers := jqpbconnect.NewWorkerServiceClient(h2c(), base, connect.WithGRPC())
 	if _, err := workers.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{WorkerId: "w", Concurrency: 1, Queues: []string{"mail"}})); err != nil {
 		t.Fatal(err)
@@ -117,7 +116,8 @@ func testJobsLatency(t *testing.T, base string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stream.Close()
+	// Cancelled first: Close waits for the end of a stream the server keeps open.
+	defer func() { cancel(); stream.Close() }()
 	if !stream.Receive() {
 		t.Fatalf("no assignment: %v", stream.Err())
 	}
@@ -178,8 +178,8 @@ func testCommerceCommands(t *testing.T, base string) {
 	}
 	call(t, "POST", base+"/api/admin/fault?enabled=true", "", "", 200)
 	stuck, dropped := order(), order()
-	call(t, "POST", base+"/api/admin/fault?enabled=false", "", "", 200)
-
+	// The reservations reach the product's partition after the orders
+	// are durable: the fault stays on until both are parked.
 	var entries []opsDLQEntry
 	for deadline := time.Now().Add(30 * time.Second); len(entries) < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		jsonLine(t, base, &entries, "dlq", "list")
@@ -187,13 +187,14 @@ func testCommerceCommands(t *testing.T, base string) {
 	if len(entries) != 2 {
 		t.Fatalf("dlq list --json: %+v, want the two parked reservations", entries)
 	}
+	call(t, "POST", base+"/api/admin/fault?enabled=false", "", "", 200)
 	out := ok(t, base, nil, "dlq", "list")
 	for _, e := range entries {
 		if !hasRow(out, e.ID, "PARKED", e.EventType, e.OrderID) {
 			t.Errorf("dlq list: no row for %s:\n%s", e.ID, out)
 		}
 	}
-	contains(t, "dlq count", ok(t, base, nil, "dlq", "count"), "Parked now:       2", "Fault injection:  no")
+	contains(t, "dlq count", ok(t, base, nil, "dlq", "count"), "Parked now:       2", "Fault injection:  no", "Parked ever:      2")
 	byOrder := map[string]string{entries[0].OrderID: entries[0].ID, entries[1].OrderID: entries[1].ID}
 	contains(t, "saga show (stuck)", ok(t, base, nil, "saga", "show", stuck), "Dead letters:  1", "ORDER_CREATED")
 	out = ok(t, base, nil, "dlq", "replay", byOrder[stuck])
