@@ -81,7 +81,7 @@ async function refreshDLQ(el) {
       { k: 'actions', label: '', fmt: e => [
         button('commerce', 'admin', 'Replay', async () => { await api.post(`/api/admin/dlq/${enc(e.id)}/replay`); await again(); }),
         button('commerce', 'admin', 'Discard', async () => { await api.del(`/api/admin/dlq/${enc(e.id)}`); await again(); })] }],
-    entries, { id: 'dlq-table' }) : h('p', { class: 'muted', id: 'dlq-empty' }, 'Nothing parked.'));
+    entries.map(e => ({ ...e, __key: e.id })), { id: 'dlq-table' }) : h('p', { class: 'muted', id: 'dlq-empty' }, 'Nothing parked.'));
 }
 
 async function orderDetail(id) {
