@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"net/http"
