@@ -35,7 +35,7 @@ export default {
       replace(workers, workerTable(ws.workers || []));
       replace(jobs, table([{ k: 'jobId', label: 'job', fmt: j => h('a', { href: '#jobs', 'data-job': j.jobId,
         onclick: (ev) => { ev.preventDefault(); selected = j.jobId; } }, j.jobId) },
-      { k: 'status', label: 'state' }, { k: 'priority', num: true }, { k: 'attempts', num: true, fmt: j => `${j.retryCount || 0} / ${j.maxRetries || 0}` },
+      { k: 'status', label: 'state' }, { k: 'priority', num: true, fmt: j => j.priority || 0 }, { k: 'attempts', num: true, fmt: j => `${j.retryCount || 0} / ${j.maxRetries || 0}` },
       { k: 'workerId', label: 'worker' }, { k: 'createdAt', label: 'submitted', fmt: j => fmtTime(j.createdAt) },
       { k: 'actions', label: '', fmt: j => jobActions(j) }], (page.jobs || []).map(j => ({ ...j, status: j.status || 'PENDING' })),
       { id: 'jobs-table' }));
