@@ -31,9 +31,12 @@ staticcheck:
 # run and stops it afterwards; set SURGE_KAFKA_BROKERS to use another one.
 # The tracing tests export to a real Jaeger: jaeger.sh install builds it
 # from the Go module proxy into ~/.cache/surge the first time (minutes),
-# here rather than inside a test binary's timeout.
+# here rather than inside a test binary's timeout. The console's browser
+# tests (internal/console) run Debian's chromium, which
+# scripts/chromium.sh installs with apt-get, here for the same reason.
 test: fmt-check vet staticcheck
 	scripts/jaeger.sh install >/dev/null
+	scripts/chromium.sh install >/dev/null
 	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
 	# Every workload's API tests again, through a cluster node that serves
 	# no partition: each request, reply and note crosses between nodes.

@@ -113,6 +113,7 @@ func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f.BoolVar(&o.Baseline, "baseline", true, "also run the spike against a server that does nothing")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
+	f.BoolVar(&o.ConsolePoll, "console-poll", false, "also run each flow's spike against a second fresh server while every page of the web console (/ui/) polls it once a second, and report the server's CPU per reservation with and without it")
 	chartFlags(f, &o.Options, "flow")
 }
 

@@ -256,6 +256,7 @@ func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
 	f.IntVar(&s.cfg.MaxStreams, "max-streams", 128, s.env.help("max-streams", "SURGE_MAX_STREAMS", "concurrent HTTP/2 streams per connection; a client sends more over more connections"))
 	f.BoolVar(&s.cfg.Pprof, "pprof", false, "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	s.env.vars["pprof"] = "SURGE_PPROF"
+	f.BoolVar(&s.cfg.UI, "ui", true, s.env.help("ui", "SURGE_UI", "serve the operator's web console at /ui/ (docs/CONSOLE.md); --ui=false turns it off"))
 	f.DurationVar(&s.cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 }
 

@@ -60,7 +60,10 @@ type FlowReport struct {
 	P99Multiple *float64       `json:"p99MultipleOfBaseline,omitempty"`
 	Restart     *RestartReport `json:"restart,omitempty"`
 	// Cluster is the same spike against a cluster (--cluster N).
-	Cluster  *ClusterReport `json:"cluster,omitempty"`
+	Cluster *ClusterReport `json:"cluster,omitempty"`
+	// Console is the same spike while the console polls every page
+	// (--console-poll).
+	Console  *ConsoleReport `json:"console,omitempty"`
 	Goals    []Goal         `json:"goals"`
 	Problems []string       `json:"problems"`
 }
@@ -197,6 +200,9 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	}
 	if f.Cluster != nil {
 		writeCluster(out, f.Cluster)
+	}
+	if f.Console != nil {
+		writeConsole(out, f.Server, f.Console)
 	}
 	writeSamples(out, runs)
 	fmt.Fprintln(out)

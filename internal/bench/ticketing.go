@@ -55,6 +55,11 @@ type TicketingOptions struct {
 	// read back every id the crowd was given (crowd_crash.go).
 	KillAfter          time.Duration
 	KillAfterDecisions int64
+	// ConsolePoll also runs each flow's spike against a second fresh
+	// server while every page of the operator's console polls it
+	// (console.go), and reports the server's CPU per reservation with
+	// the console against without it.
+	ConsolePoll bool
 
 	Options
 }
@@ -200,6 +205,15 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		} else if fr.Restart.StopError != "" {
 			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %s", flow, fr.Restart.StopError))
 		}
+	}
+
+	if r.o.ConsolePoll {
+		cr, err := r.consoleSpike(ctx, flow, run)
+		if err != nil {
+			return fr, fmt.Errorf("%s with the console: %w", flow, err)
+		}
+		fr.Console = cr
+		fr.Problems = append(fr.Problems, spikeProblems(flow+" with the console", &cr.RunReport)...)
 	}
 
 	if r.o.Cluster > 0 && !r.warmed {

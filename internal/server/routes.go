@@ -21,6 +21,7 @@ func (s *Server) mount(ctx context.Context, parts []module.Parts) error {
 	all := api.NewMetrics(s.reg)
 	m := s.serverMetrics(all)
 	s.mountHealth(m)
+	s.mountConsole(m)
 	s.mountOverview(m)
 	host := module.Host{Context: ctx, Engine: s.eng, Mux: s.mux, Registry: s.reg,
 		Healthy: s.healthy, GRPCOptions: grpcHandlerOptions}

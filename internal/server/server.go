@@ -69,6 +69,9 @@ type Config struct {
 	MaxWaiters int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
+	// UI serves the operator's web console at /ui/ (--ui, on by default
+	// for `surge serve`; off in a Config that does not say).
+	UI bool
 	// MemoryLimit is the Go runtime's soft memory limit in bytes: 0 means
 	// DefaultMemoryLimit, negative means none. GOMEMLIMIT, if set, wins.
 	MemoryLimit int64
