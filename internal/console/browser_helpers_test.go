@@ -311,10 +311,31 @@ func eval[T any](b *browser, ctx context.Context, js string) T {
 }
 
 // click clicks the element the CSS selector names.
+//
+// The click is dispatched on the element found in the same JavaScript
+// turn, not at mouse coordinates: the pages redraw every second, and a
+// table above the target growing between finding the button and the
+// mouse press moved the press onto another element (seen on a busy
+// machine: a Drain click that never reached its button).
 func (b *browser) click(ctx context.Context, sel string) {
 	b.t.Helper()
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
-		b.t.Fatalf("clicking %s: %v", sel, err)
+	q, err := json.Marshal(sel)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	js := `(() => { const e = document.querySelector(` + string(q) + `); if (!e) return false; e.scrollIntoView({block: 'center'}); e.click(); return true; })()`
+	for deadline := time.Now().Add(waitFor); ; {
+		clicked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+		if err != nil {
+			b.t.Fatalf("clicking %s: %v", sel, err)
+		}
+		if clicked {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("clicking %s: no such element after %s", sel, waitFor)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

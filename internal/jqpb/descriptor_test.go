@@ -116,7 +116,7 @@ var extensionFields = map[string]string{
 	"SubmitJobRequest":  "idempotency_key=100 string, not_before=101 Timestamp",
 	"StreamJobsRequest": "accepts_cancel=100 bool, held=101 HeldJobs",
 	"HeartbeatRequest":  "held=100 HeldJobs",
-	"JobAssignment":     "cancel=100 bool, ttl_seconds=101 int32",
+	"JobAssignment":     "cancel=100 bool, ttl_seconds=101 int32, traceparent=102 string, tracestate=103 string",
 }
 
 var extensionMessages = map[string]string{
