@@ -97,6 +97,11 @@ type connTracker struct {
 	new  connList
 
 	refusing atomic.Int64
+	// coalesce serves small reads from one socket read (readbuf.go);
+	// false reads as net/http alone does (Limits.StandardReads).
+	coalesce bool
+	// socketReads counts reads from client sockets, for the metrics.
+	socketReads atomic.Uint64
 	// tlsConfig is the listener's TLS configuration (Server.ServeTLS);
 	// nil in clear. Connections are tracked under TLS, as TCP ones.
 	tlsConfig *tls.Config
@@ -132,6 +137,8 @@ type trackedConn struct {
 	// accept, or the end of its TLS handshake.
 	freshFrom atomic.Int64
 	tlsPhase  atomic.Int32
+	// rb coalesces small reads; nil reads the socket directly.
+	rb *readBuf
 }
 
 // A TLS connection's phases: its handshake is bounded like a request's
@@ -195,12 +202,12 @@ func (c *trackedConn) Close() error {
 // in, reads are the plain connection's.
 func (c *trackedConn) Read(p []byte) (int, error) {
 	if !c.waiting.Load() {
-		return c.Conn.Read(p)
+		return c.readSocket(p)
 	}
-	n, err := c.Conn.Read(p)
+	n, err := c.readSocket(p)
 	if n == 0 && isTimeout(err) && hasUnread(c.Conn) {
 		c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
-		n, err = c.Conn.Read(p)
+		n, err = c.readSocket(p)
 	}
 	if n > 0 {
 		c.waiting.Store(false)
@@ -218,6 +225,18 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+func (c *trackedConn) readSocket(p []byte) (int, error) {
+	if c.rb == nil {
+		c.t.socketReads.Add(1)
+		return c.Conn.Read(p)
+	}
+	return c.rb.read(c.Conn, p)
+}
+
+// hasUnread reports whether the client's bytes wait, read into the
+// coalescing buffer or still in the socket.
+func (c *trackedConn) hasUnread() bool { return c.rb.buffered() || hasUnread(c.Conn) }
 
 // SetReadDeadline gives a new connection, until its first byte, the idle
 // timeout rather than the header timeout net/http sets at accept: an HTTP
@@ -318,6 +337,9 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 // connection is busy.
 func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
+	if t.coalesce {
+		c.rb = newReadBuf(nc, &t.socketReads)
+	}
 	c.waiting.Store(true)
 	c.fresh.Store(true)
 	c.freshFrom.Store(c.since.UnixNano())
@@ -348,13 +370,13 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 // puts it back when it is next idle) rather than be closed on its request.
 func (t *connTracker) victimLocked(now time.Time) *trackedConn {
 	for c := t.idle.head; c != nil; c = t.idle.head {
-		if !hasUnread(c.Conn) {
+		if !c.hasUnread() {
 			return c
 		}
 		c.unlink()
 	}
 	for c := t.new.head; c != nil && now.Sub(c.since) >= t.grace; c = t.new.head {
-		if !hasUnread(c.Conn) {
+		if !c.hasUnread() {
 			return c
 		}
 		c.unlink()
@@ -387,7 +409,7 @@ func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
 	var victims []*trackedConn
 	for c := t.new.head; c != nil && now.Sub(c.since) >= grace; c = t.new.head {
 		c.unlink()
-		if hasUnread(c.Conn) {
+		if c.hasUnread() {
 			continue // not silent: its request is here
 		}
 		c.closed = true

@@ -410,6 +410,10 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 			Name: "surge_http_connections_refused_total",
 			Help: "Connections answered 503 and closed because every connection was busy at the cap.",
 		}, func() float64 { return float64(t.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http_socket_reads_total",
+			Help: "Reads from client sockets (system calls); divided by surge_http_requests_total, what a request costs in reads. Small reads are served from one socket read of all the client sent.",
+		}, func() float64 { return float64(t.socketReads.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_requests_inflight",
 			Help: "Requests being handled now (exempt paths not counted).",
