@@ -139,6 +139,9 @@ type trackedConn struct {
 	tlsPhase  atomic.Int32
 	// rb coalesces small reads; nil reads the socket directly.
 	rb *readBuf
+	// h2 is set once the client's first bytes are the h2c preface: its
+	// flushes yield first (writeyield.go).
+	h2 atomic.Bool
 }
 
 // A TLS connection's phases: its handshake is bounded like a request's
@@ -212,6 +215,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.waiting.Store(false)
 		if c.fresh.Swap(false) {
+			c.noteFirstBytes(p[:n])
 			// net/http set the header timeout at accept; it runs from
 			// here, as it does for a kept-alive connection's next request.
 			d := time.Now().Add(c.t.headerTimeout)
