@@ -97,11 +97,12 @@ type connTracker struct {
 	new  connList
 
 	refusing atomic.Int64
-	// coalesce serves small reads from one socket read (readbuf.go);
-	// false reads as net/http alone does (Limits.StandardReads).
+	// coalesce serves small reads from one socket read (readbuf.go) and
+	// has h2c flushes yield first (writeyield.go); false reads and writes
+	// as net/http alone does (Limits.StandardConns).
 	coalesce bool
-	// socketReads counts reads from client sockets, for the metrics.
-	socketReads atomic.Uint64
+	// Reads from and writes to client sockets, for the metrics.
+	socketReads, socketWrites atomic.Uint64
 	// tlsConfig is the listener's TLS configuration (Server.ServeTLS);
 	// nil in clear. Connections are tracked under TLS, as TCP ones.
 	tlsConfig *tls.Config

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -157,7 +158,7 @@ func TestH2CRequestsReadTogether(t *testing.T) {
 			io.Copy(io.Discard, r.Body)
 			w.Write([]byte("ok"))
 		})
-		_, addr := startServer(t, h, Limits{StandardReads: standard}, reg)
+		_, addr := startServer(t, h, Limits{StandardConns: standard}, reg)
 		c := dial(t, addr)
 		io.WriteString(c, h2Preface)
 		writeFrame(t, c, frameSettings, 0, 0, nil)
@@ -201,4 +202,57 @@ func frame(typ, flags byte, stream uint32, payload []byte) []byte {
 	f := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags,
 		byte(stream >> 24), byte(stream >> 16), byte(stream >> 8), byte(stream)}
 	return append(f, payload...)
+}
+
+// TestH2CRepliesWrittenTogether: replies of handlers that finish together
+// (as a log batch's do) on one h2c connection go out in a few socket
+// writes, not one or two per reply; the answers are all there. The
+// standard stack's figure is logged beside it. One processor stands for a
+// server whose processors are all busy, as under load: with one idle, the
+// yield returns at once and nothing waits to be coalesced.
+func TestH2CRepliesWrittenTogether(t *testing.T) {
+	const streams = 32
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	perReply := map[bool]float64{}
+	for _, standard := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		release := make(chan struct{})
+		entered := make(chan struct{}, streams)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release
+			Write(w, http.StatusOK, true, []byte(`{"ok":true}`))
+		})
+		_, addr := startServer(t, h, Limits{StandardConns: standard}, reg)
+		c := dial(t, addr)
+		io.WriteString(c, h2Preface)
+		writeFrame(t, c, frameSettings, 0, 0, nil)
+		for {
+			typ, flags, _, _ := readFrame(t, c)
+			if typ == frameSettings && flags&flagAck == 0 {
+				break
+			}
+		}
+		writeFrame(t, c, frameSettings, flagAck, 0, nil)
+		get := []byte{0x82, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
+		for i := range streams {
+			writeFrame(t, c, frameHeaders, flagEndStream|flagEndHeaders, uint32(2*i+1), get)
+		}
+		for range streams {
+			<-entered
+		}
+		time.Sleep(50 * time.Millisecond) // the SETTINGS ack's write is done
+		before := metric(t, reg, "surge_http_socket_writes_total")
+		close(release)
+		for answered := 0; answered < streams; {
+			if typ, flags, _, _ := readFrame(t, c); typ == frameData && flags&flagEndStream != 0 {
+				answered++
+			}
+		}
+		perReply[standard] = (metric(t, reg, "surge_http_socket_writes_total") - before) / streams
+	}
+	t.Logf("socket writes per h2c reply: %.2f coalesced, %.2f standard", perReply[false], perReply[true])
+	if perReply[false] > 0.25 {
+		t.Errorf("coalesced writes: %.2f socket writes per reply of %d handlers released together, want at most 0.25", perReply[false], streams)
+	}
 }

@@ -1,8 +1,8 @@
 package api
 
 import (
-	"bytes"
 	"runtime"
+	"strings"
 )
 
 // Coalesced writes on h2c connections.
@@ -19,13 +19,14 @@ import (
 // carries all of them. With nothing else runnable the yield returns at
 // once, so a lone reply is not delayed.
 
-// h2Preface begins every h2c connection (prior knowledge).
-var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+// h2cPreface begins every h2c connection (prior knowledge); its first
+// bytes tell it from an HTTP/1.1 request, whose method has no space.
+const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// noteFirstBytes marks the connection h2c if its first bytes are the
-// HTTP/2 preface.
+// noteFirstBytes marks the connection h2c if its first bytes (at least 4)
+// are the HTTP/2 preface's.
 func (c *trackedConn) noteFirstBytes(p []byte) {
-	if c.t.coalesce && bytes.HasPrefix(p, h2Preface[:min(len(p), len(h2Preface))]) && len(p) >= 4 {
+	if c.t.coalesce && len(p) >= 4 && strings.HasPrefix(h2cPreface, string(p[:min(len(p), len(h2cPreface))])) {
 		c.h2.Store(true)
 	}
 }
@@ -35,5 +36,6 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	if c.h2.Load() {
 		runtime.Gosched()
 	}
+	c.t.socketWrites.Add(1)
 	return c.Conn.Write(p)
 }
