@@ -101,6 +101,8 @@ type connTracker struct {
 	// has h2c flushes yield first (writeyield.go); false reads and writes
 	// as net/http alone does (Limits.StandardConns).
 	coalesce bool
+	// yields has h2c flushes yield first (writeyield.go).
+	yields *yielder
 	// Reads from and writes to client sockets, for the metrics.
 	socketReads, socketWrites atomic.Uint64
 	// tlsConfig is the listener's TLS configuration (Server.ServeTLS);
@@ -115,7 +117,7 @@ type connTracker struct {
 }
 
 func newConnTracker(max int, idle, header time.Duration) *connTracker {
-	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header}
+	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header, yields: newYielder()}
 }
 
 // trackedConn is a connection the tracker counts; closing it frees its slot.

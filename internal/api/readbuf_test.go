@@ -256,3 +256,39 @@ func TestH2CRepliesWrittenTogether(t *testing.T) {
 		t.Errorf("coalesced writes: %.2f socket writes per reply of %d handlers released together, want at most 0.25", perReply[false], streams)
 	}
 }
+
+// TestLongYieldPausesYielding: a yield that waited long (a long run
+// queue, as while a crowd's streams arrive) turns yielding off for
+// yieldPause, after which it is tried again.
+func TestLongYieldPausesYielding(t *testing.T) {
+	y := newYielder()
+	var clock int64
+	y.now = func() int64 { return clock }
+	y.yield()
+	if y.offUntil.Load() != 0 {
+		t.Fatal("a quick yield turned yielding off")
+	}
+	// The clock moves by more than maxYield during the next yield only.
+	calls := 0
+	y.now = func() int64 {
+		calls++
+		if calls == 2 {
+			clock += int64(2 * maxYield)
+		}
+		return clock
+	}
+	y.yield()
+	if off := y.offUntil.Load(); off != clock+int64(yieldPause) {
+		t.Fatalf("after a yield of %v yielding is off until %d, want %d", 2*maxYield, off, clock+int64(yieldPause))
+	}
+	before := calls
+	y.yield()
+	if calls != before+1 {
+		t.Error("a flush yielded while yielding was off")
+	}
+	clock += int64(yieldPause)
+	y.yield()
+	if calls != before+3 {
+		t.Error("yielding did not resume after the pause")
+	}
+}
