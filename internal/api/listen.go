@@ -235,6 +235,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return s.err
 	}
+	if s.conns.coalesce {
+		stop := make(chan struct{})
+		defer close(stop)
+		go s.conns.yields.sample(stop)
+	}
 	return s.srv.Serve(&limitListener{Listener: ln, t: s.conns})
 }
 

@@ -257,38 +257,46 @@ func TestH2CRepliesWrittenTogether(t *testing.T) {
 	}
 }
 
-// TestLongYieldPausesYielding: a yield that waited long (a long run
-// queue, as while a crowd's streams arrive) turns yielding off for
-// yieldPause, after which it is tried again.
-func TestLongYieldPausesYielding(t *testing.T) {
+// TestYieldOnlyWithShortRunQueue: a flush yields while few goroutines
+// are runnable and not while many are (a crowd's streams arriving), and
+// the sampler sees the run queue.
+func TestYieldOnlyWithShortRunQueue(t *testing.T) {
 	y := newYielder()
-	var clock int64
-	y.now = func() int64 { return clock }
+	yields := 0
+	y.gosched = func() { yields++ }
 	y.yield()
-	if y.offUntil.Load() != 0 {
-		t.Fatal("a quick yield turned yielding off")
+	y.runnable.Store(yieldRunnableMax + 1)
+	y.yield()
+	y.runnable.Store(yieldRunnableMax)
+	y.yield()
+	if yields != 2 {
+		t.Fatalf("%d yields, want 2: one with an empty run queue, none past yieldRunnableMax, one at it", yields)
 	}
-	// The clock moves by more than maxYield during the next yield only.
-	calls := 0
-	y.now = func() int64 {
-		calls++
-		if calls == 2 {
-			clock += int64(2 * maxYield)
+
+	// Goroutines kept runnable on one processor show in the sample.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	stop := make(chan struct{})
+	defer close(stop)
+	const spinners = 64
+	for range spinners {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	y.runnable.Store(0)
+	go y.sample(stop)
+	deadline := time.Now().Add(hang)
+	for y.runnable.Load() < spinners/2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sampler saw %d runnable goroutines with %d spinning on one processor", y.runnable.Load(), spinners)
 		}
-		return clock
-	}
-	y.yield()
-	if off := y.offUntil.Load(); off != clock+int64(yieldPause) {
-		t.Fatalf("after a yield of %v yielding is off until %d, want %d", 2*maxYield, off, clock+int64(yieldPause))
-	}
-	before := calls
-	y.yield()
-	if calls != before+1 {
-		t.Error("a flush yielded while yielding was off")
-	}
-	clock += int64(yieldPause)
-	y.yield()
-	if calls != before+3 {
-		t.Error("yielding did not resume after the pause")
+		time.Sleep(runQueueSample)
 	}
 }
