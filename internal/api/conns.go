@@ -97,6 +97,14 @@ type connTracker struct {
 	new  connList
 
 	refusing atomic.Int64
+	// coalesce serves small reads from one socket read (readbuf.go) and
+	// has h2c flushes yield first (writeyield.go); false reads and writes
+	// as net/http alone does (Limits.StandardConns).
+	coalesce bool
+	// yields has h2c flushes yield first (writeyield.go).
+	yields *yielder
+	// Reads from and writes to client sockets, for the metrics.
+	socketReads, socketWrites atomic.Uint64
 	// tlsConfig is the listener's TLS configuration (Server.ServeTLS);
 	// nil in clear. Connections are tracked under TLS, as TCP ones.
 	tlsConfig *tls.Config
@@ -109,7 +117,7 @@ type connTracker struct {
 }
 
 func newConnTracker(max int, idle, header time.Duration) *connTracker {
-	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header}
+	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header, yields: newYielder()}
 }
 
 // trackedConn is a connection the tracker counts; closing it frees its slot.
@@ -132,6 +140,11 @@ type trackedConn struct {
 	// accept, or the end of its TLS handshake.
 	freshFrom atomic.Int64
 	tlsPhase  atomic.Int32
+	// rb coalesces small reads; nil reads the socket directly.
+	rb *readBuf
+	// h2 is set once the client's first bytes are the h2c preface: its
+	// flushes yield first (writeyield.go).
+	h2 atomic.Bool
 }
 
 // A TLS connection's phases: its handshake is bounded like a request's
@@ -195,16 +208,17 @@ func (c *trackedConn) Close() error {
 // in, reads are the plain connection's.
 func (c *trackedConn) Read(p []byte) (int, error) {
 	if !c.waiting.Load() {
-		return c.Conn.Read(p)
+		return c.readSocket(p)
 	}
-	n, err := c.Conn.Read(p)
+	n, err := c.readSocket(p)
 	if n == 0 && isTimeout(err) && hasUnread(c.Conn) {
 		c.Conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
-		n, err = c.Conn.Read(p)
+		n, err = c.readSocket(p)
 	}
 	if n > 0 {
 		c.waiting.Store(false)
 		if c.fresh.Swap(false) {
+			c.noteFirstBytes(p[:n])
 			// net/http set the header timeout at accept; it runs from
 			// here, as it does for a kept-alive connection's next request.
 			d := time.Now().Add(c.t.headerTimeout)
@@ -218,6 +232,18 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+func (c *trackedConn) readSocket(p []byte) (int, error) {
+	if c.rb == nil {
+		c.t.socketReads.Add(1)
+		return c.Conn.Read(p)
+	}
+	return c.rb.read(c.Conn, p)
+}
+
+// hasUnread reports whether the client's bytes wait, read into the
+// coalescing buffer or still in the socket.
+func (c *trackedConn) hasUnread() bool { return c.rb.buffered() || hasUnread(c.Conn) }
 
 // SetReadDeadline gives a new connection, until its first byte, the idle
 // timeout rather than the header timeout net/http sets at accept: an HTTP
@@ -318,6 +344,9 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 // connection is busy.
 func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
+	if t.coalesce {
+		c.rb = newReadBuf(nc, &t.socketReads)
+	}
 	c.waiting.Store(true)
 	c.fresh.Store(true)
 	c.freshFrom.Store(c.since.UnixNano())
@@ -348,13 +377,13 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 // puts it back when it is next idle) rather than be closed on its request.
 func (t *connTracker) victimLocked(now time.Time) *trackedConn {
 	for c := t.idle.head; c != nil; c = t.idle.head {
-		if !hasUnread(c.Conn) {
+		if !c.hasUnread() {
 			return c
 		}
 		c.unlink()
 	}
 	for c := t.new.head; c != nil && now.Sub(c.since) >= t.grace; c = t.new.head {
-		if !hasUnread(c.Conn) {
+		if !c.hasUnread() {
 			return c
 		}
 		c.unlink()
@@ -387,7 +416,7 @@ func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
 	var victims []*trackedConn
 	for c := t.new.head; c != nil && now.Sub(c.since) >= grace; c = t.new.head {
 		c.unlink()
-		if hasUnread(c.Conn) {
+		if c.hasUnread() {
 			continue // not silent: its request is here
 		}
 		c.closed = true

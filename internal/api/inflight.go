@@ -414,6 +414,14 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 			Name: "surge_http_connections_refused_total",
 			Help: "Connections answered 503 and closed because every connection was busy at the cap.",
 		}, func() float64 { return float64(t.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http_socket_reads_total",
+			Help: "Read calls on client sockets (one that waited for data counts once, though it made two system calls); divided by surge_http_requests_total, what a request costs in reads. Small reads are served from one socket read of all the client sent.",
+		}, func() float64 { return float64(t.socketReads.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http_socket_writes_total",
+			Help: "Write calls on client sockets; divided by surge_http_requests_total, what a reply costs in writes. On h2c the replies of handlers that finish together share writes.",
+		}, func() float64 { return float64(t.socketWrites.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surge_http_requests_inflight",
 			Help: "Requests being handled now (exempt paths not counted).",

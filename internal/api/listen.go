@@ -85,6 +85,13 @@ type Limits struct {
 	// checker, the metrics scraper and a profiler still get through an
 	// overload. A path ending in "/" exempts every path under it.
 	Exempt []string
+	// StandardConns reads and writes client connections as net/http
+	// alone does: every read from the socket (not small reads served from
+	// one socket read, readbuf.go) and every h2c flush at once (not after
+	// a yield that lets a batch's replies join it, writeyield.go). Only
+	// `surge bench`'s do-nothing server sets it: it stands for the
+	// standard Go stack, which Surge's cost is measured against.
+	StandardConns bool
 	// Gate, if set, wraps the admission: it sees every request before
 	// the request takes an in-flight slot or waits for one, so what it
 	// refuses (authentication) costs no slot.
@@ -176,6 +183,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	}
 	s.bodies = NewBodyBudget(lim.BodyMemory)
 	s.conns = newConnTracker(lim.MaxConns, lim.IdleTimeout, lim.ReadHeaderTimeout)
+	s.conns.coalesce = !lim.StandardConns
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt, lim.MaxWait, lim.WaitingRoom)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
 	if reg != nil {
@@ -226,6 +234,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.err != nil {
 		ln.Close()
 		return s.err
+	}
+	if s.conns.coalesce {
+		stop := make(chan struct{})
+		defer close(stop)
+		go s.conns.yields.sample(stop)
 	}
 	return s.srv.Serve(&limitListener{Listener: ln, t: s.conns})
 }

@@ -26,9 +26,21 @@ func PutBuf(b *[]byte) {
 var (
 	hdrJSON = []string{"application/json"}
 	hdrText = []string{"text/plain; charset=utf-8"}
+	// An empty body's length is set, shared: net/http adds none to a HEAD
+	// answer that wrote nothing.
+	hdrZero = []string{"0"}
 )
 
-// Write sends body with the given status and content type.
+// implicitLengthMax is the largest body whose Content-Length Write leaves
+// to net/http: a handler that returns having written at most this much
+// (its HTTP/1.1 buffer before it turns to chunking is 2 KiB, its HTTP/2
+// one 4 KiB) gets the header from the server, the same value at no
+// allocation, where setting it costs two per reply.
+const implicitLengthMax = 2 << 10
+
+// Write sends body with the given status and content type. It must be the
+// handler's last write: a small body's Content-Length is the server's to
+// add when the handler returns.
 func Write(w http.ResponseWriter, status int, json bool, body []byte) {
 	h := w.Header()
 	if json {
@@ -36,7 +48,12 @@ func Write(w http.ResponseWriter, status int, json bool, body []byte) {
 	} else {
 		h["Content-Type"] = hdrText
 	}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	switch {
+	case len(body) == 0:
+		h["Content-Length"] = hdrZero
+	case len(body) > implicitLengthMax:
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
 	w.WriteHeader(status)
 	w.Write(body)
 }
@@ -152,11 +169,29 @@ func IsJSONType(v string) bool {
 
 const hexDigits = "0123456789abcdef"
 
+// plainJSON marks the bytes a JSON string holds as they are: printable
+// ASCII but for the quote and the backslash.
+var plainJSON = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // AppendString appends s as a JSON string literal.
 func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
+	i := 0
+	for i < len(s) && plainJSON[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		// The common case (ids, names): one copy.
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -121,5 +122,58 @@ func TestCheckBodyDoesNotAllocate(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("CheckBody allocates %v times per call", n)
+	}
+}
+
+// TestWriteDeclaresLength: every reply Write sends carries its
+// Content-Length over HTTP/1.1 and h2c (HEAD too), whether Write set it
+// (large bodies) or left it to the server (small ones).
+func TestWriteDeclaresLength(t *testing.T) {
+	sizes := []int{0, 3, implicitLengthMax, implicitLengthMax + 1, 5000, 70 << 10}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		Write(w, http.StatusOK, true, []byte(strings.Repeat("x", n)))
+	})
+	_, addr := startServer(t, h, Limits{}, nil)
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+	}{{"HTTP/1.1", &http.Client{}}, {"h2c", h2cClient()}} {
+		for _, n := range sizes {
+			for _, method := range []string{http.MethodGet, http.MethodHead} {
+				req, _ := http.NewRequest(method, "http://"+addr+"/?n="+strconv.Itoa(n), nil)
+				resp, err := c.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.ContentLength != int64(n) || resp.Header.Get("Content-Length") != strconv.Itoa(n) || len(resp.TransferEncoding) != 0 {
+					t.Errorf("%s %s of %d bytes: Content-Length %q (%d), Transfer-Encoding %v", c.name, method, n,
+						resp.Header.Get("Content-Length"), resp.ContentLength, resp.TransferEncoding)
+				}
+				if method == http.MethodGet && len(body) != n {
+					t.Errorf("%s GET: %d bytes of body, want %d", c.name, len(body), n)
+				}
+			}
+		}
+	}
+}
+
+// TestAppendStringRoundTrips: what AppendString writes decodes to the
+// string given (invalid UTF-8 to U+FFFD, as encoding/json does), through
+// the plain fast path and the escaping one alike.
+func TestAppendStringRoundTrips(t *testing.T) {
+	for _, s := range []string{"", "user123", "event-00000000-0000-4000-8000-000000000000",
+		`quote " here`, `back\slash`, "tab\tnew\nline\r", "\x00\x01\x1f", "é€😀", "bad \xff utf-8", "<&>", "end\""} {
+		enc := AppendString([]byte("x"), s)
+		var got string
+		if err := json.Unmarshal(enc[1:], &got); err != nil {
+			t.Fatalf("%q: %s is not a JSON string: %v", s, enc[1:], err)
+		}
+		want := strings.ToValidUTF8(s, "\uFFFD")
+		if got != want {
+			t.Errorf("%q: decodes to %q, want %q", s, got, want)
+		}
 	}
 }

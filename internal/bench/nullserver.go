@@ -52,13 +52,15 @@ func NullHandler() http.Handler {
 }
 
 // ServeNull runs the null handler on addr with the listener every Surge
-// workload uses, until ctx is done, then shuts down gracefully.
+// workload uses, until ctx is done, then shuts down gracefully. It reads
+// its connections as net/http alone does (Limits.StandardConns): it is
+// the standard Go stack's cost that Surge's is compared with.
 func ServeNull(ctx context.Context, addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	return serveUntil(ctx, api.NewServer(addr, NullHandler(), api.Limits{}, nil), ln)
+	return serveUntil(ctx, api.NewServer(addr, NullHandler(), api.Limits{StandardConns: true}, nil), ln)
 }
 
 func serveUntil(ctx context.Context, srv *api.Server, ln net.Listener) error {

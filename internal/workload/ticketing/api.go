@@ -312,11 +312,15 @@ func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
 	if rr.Outcome != OK {
 		return api.Error(w, http.StatusInternalServerError, "reservation not recorded: "+rr.Msg)
 	}
+	b := api.GetBuf()
 	if rr.Res.State == StateFailed {
-		a.failed.put(rr.Res.ID, appendReservation(nil, &rr.Res), rr.PurgeAt)
+		// Rendered in the pooled buffer, kept at its exact size: one
+		// allocation where growing from nil took four.
+		*b = appendReservation(*b, &rr.Res)
+		a.failed.put(rr.Res.ID, bytes.Clone(*b), rr.PurgeAt)
 	}
-	var idb [36]byte
-	api.Write(w, http.StatusOK, false, formatID(idb[:0], rr.Res.ID))
+	api.Write(w, http.StatusOK, false, formatID((*b)[:0], rr.Res.ID))
+	api.PutBuf(b)
 	return http.StatusOK
 }
 
