@@ -3,6 +3,8 @@ package jaegertest_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +73,20 @@ func TestSagaAcrossNodesInJaeger(t *testing.T) {
 			}
 		}
 	})
+	// The calls that carried the sagas between the nodes made no span:
+	// Jaeger, which has the sagas' spans now, knows no such operation.
+	for _, n := range nodes {
+		var ops struct{ Data []string }
+		decode(t, send(t, "GET", j.Query+"/api/services/"+url.PathEscape(n.Service)+"/operations", "", "", 200), &ops)
+		if slices.Contains(ops.Data, callRoute) {
+			t.Errorf("%s's operations %v include the node-to-node route %s", n.Service, ops.Data, callRoute)
+		}
+	}
 }
+
+// callRoute is the route of the calls between cluster nodes
+// (cluster.CallPath).
+const callRoute = "/internal/cluster/v1/call"
 
 // splitSaga orders sagaProducts new products (the last with lastStock in
 // stock, the others with plenty) on nodes[0] with a traceparent until the
@@ -106,7 +121,7 @@ func splitSaga(t *testing.T, j *jaegertest.Jaeger, nodes []jaegertest.Server, cu
 			if s.ParentID != parent.spanID && !hasParent(tr, s) {
 				t.Errorf("%s (%s, of %s): parent %s is not in the trace; trace %s", s.Name, s.SpanID, s.Service, s.ParentID, tr)
 			}
-			if s.Attr("url.path") == "/internal/cluster/v1/call" {
+			if s.Attr("url.path") == callRoute {
 				t.Errorf("a span of the node-to-node route in the saga's trace: %s (%s)", s.Name, s.SpanID)
 			}
 		}
