@@ -131,8 +131,11 @@ func New(baseURL string, opts ...Option) *Client {
 		copts = append(copts, connect.WithInterceptors(bearer("Bearer "+o.token)))
 	}
 	copts = append(copts, o.connect...)
+	// The caller's span goes with calls about jobs; the worker's calls
+	// carry each job's own trace (traced, in worker.go).
+	jopts := append([]connect.ClientOption{connect.WithInterceptors(propagateTrace())}, copts...)
 	return &Client{
-		jobs:    jqpbconnect.NewJobServiceClient(o.httpClient, baseURL, copts...),
+		jobs:    jqpbconnect.NewJobServiceClient(o.httpClient, baseURL, jopts...),
 		workers: jqpbconnect.NewWorkerServiceClient(o.httpClient, baseURL, copts...),
 	}
 }

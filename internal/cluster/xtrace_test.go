@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surge-run/surge/internal/cluster"
 	"github.com/surge-run/surge/internal/kafkatest"
 	"github.com/surge-run/surge/internal/server"
 	"github.com/surge-run/surge/internal/tracing"
@@ -90,9 +91,31 @@ func TestSagaTraceAcrossTwoNodes(t *testing.T) {
 		if !crossed {
 			t.Errorf("no step on node b is the child of a step on node a")
 		}
+		noCallSpans(t, expA, expB)
 		return
 	}
 	t.Fatal("no order in 30 was split between the nodes")
+}
+
+// noCallSpans: the calls between the nodes (which carried this saga's
+// forwarded order and messages) made no server span: their work is in
+// the trace of the request that caused it, and a span of their own would
+// be the root of a trace of nothing.
+func noCallSpans(t *testing.T, exps ...*tracetest.InMemoryExporter) {
+	t.Helper()
+	var got []string
+	for _, e := range exps {
+		for _, s := range e.GetSpans() {
+			for _, a := range s.Attributes {
+				if a.Key == "url.path" && a.Value.AsString() == cluster.CallPath {
+					got = append(got, fmt.Sprintf("%q (trace %s, parent %s)", s.Name, s.SpanContext.TraceID(), s.Parent.SpanID()))
+				}
+			}
+		}
+	}
+	if len(got) > 0 {
+		t.Errorf("%d spans of the node-to-node route %s, e.g. %s", len(got), cluster.CallPath, got[0])
+	}
 }
 
 // waitSaga waits (up to 30 s) for trace id's commits (one per product)

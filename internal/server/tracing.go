@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/surge-run/surge/internal/cluster"
 	"github.com/surge-run/surge/internal/tracing"
 )
 
@@ -41,10 +42,11 @@ func (s *Server) startTracing(ctx context.Context) error {
 }
 
 // handler is what the listener serves: the routes, in a server span each
-// when tracing is on.
+// when tracing is on, but the calls between cluster nodes, whose work
+// is traced in the trace of the edge request that caused it.
 func (s *Server) handler() http.Handler {
 	if s.tracer == nil {
 		return s.mux
 	}
-	return s.tracer.Handler(s.mux)
+	return s.tracer.Handler(s.mux, cluster.CallPath)
 }

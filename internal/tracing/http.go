@@ -3,6 +3,7 @@ package tracing
 import (
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,8 +29,19 @@ const traceparentHeader = "Traceparent"
 // A request whose trace is not sampled (99 % of them at 1 %) goes on
 // untouched: no header, no wrapper, no new context, so that sampling
 // little costs little. Its traceresponse would name a trace nobody kept.
-func (t *Tracing) Handler(next http.Handler) http.Handler {
+//
+// Requests to the untraced paths (exact paths: the node-to-node route)
+// go on untouched too: their work is traced already, in the trace of
+// the request that caused it, by the contexts the call carries in its
+// body; a span of their own would be the root of a trace of nothing,
+// at the sampling ratio, and would make forwarded requests that carry
+// no context look traced.
+func (t *Tracing) Handler(next http.Handler, untraced ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(untraced, r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		if t.edgeRatio < 1 && rand.Float64() >= t.edgeRatio && len(r.Header[traceparentHeader]) == 0 {
 			next.ServeHTTP(w, r)
 			return

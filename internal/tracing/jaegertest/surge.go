@@ -101,6 +101,38 @@ func (j *Jaeger) Serve(t testing.TB, p Protocol, args ...string) Server {
 	return srv
 }
 
+// Worker runs `surge worker --server srv.URL --id <its service name>
+// args...` until t ends, exporting the spans of its job runs to j over p,
+// and returns its service name (also its worker id, so a test can tell
+// its spans and its jobs apart). It returns at once: the worker connects
+// when it can.
+func (j *Jaeger) Worker(t testing.TB, p Protocol, srv Server, args ...string) string {
+	t.Helper()
+	bin := surgeBinary(t)
+	service := ServiceName(t)
+	dir := t.TempDir()
+	logf, err := os.Create(filepath.Join(dir, "worker.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"worker", "--server", srv.URL, "--id", service, "--state-dir", dir}, args...)...)
+	cmd.Env = append(os.Environ(), j.Env(p, service)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s (surge worker %v) log:\n%s", service, args, tail(b))
+		}
+	})
+	return service
+}
+
 var serviceChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
 // ServiceName returns a service name no other server of this run, nor of

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -89,6 +90,7 @@ func (a *API) newSession() string {
 func (a *API) reclaim(ctx context.Context, s *stream, out assignments, declared bool, held []string) error {
 	per := a.byPartition(held)
 	got := make([][]*Job, a.parts)
+	traces := make([]map[string]engine.TraceContext, a.parts)
 	// Not cancelled with the stream: a Reclaim applied but unanswered
 	// would leave jobs under this session with no one to send them to.
 	bg := context.WithoutCancel(ctx)
@@ -97,12 +99,17 @@ func (a *API) reclaim(ctx context.Context, s *stream, out assignments, declared 
 		if err != nil {
 			return api.GRPCEngineError(err)
 		}
-		got[p] = r.Jobs
+		got[p], traces[p] = r.Jobs, r.Traces
 		return outcomeErr(r)
 	})
 	var jobs []*Job
-	for _, js := range got {
+	var traced map[string]engine.TraceContext
+	for p, js := range got {
 		jobs = append(jobs, js...)
+		if len(traces[p]) > 0 && traced == nil {
+			traced = map[string]engine.TraceContext{}
+		}
+		maps.Copy(traced, traces[p])
 	}
 	adopted := a.hub.adopt(s, jobs)
 	if declared {
@@ -120,7 +127,7 @@ func (a *API) reclaim(ctx context.Context, s *stream, out assignments, declared 
 	case !adopted:
 		err = a.hub.ended(s)
 	case err == nil:
-		n, err = sendJobs(ctx, out, jobs, nil)
+		n, err = sendJobs(ctx, out, jobs, traced)
 	}
 	if n < len(jobs) {
 		a.unsent(ctx, s, jobs[n:])

@@ -150,6 +150,8 @@ func (m *Machine) reclaim(c *Reclaim, now int64, fx *engine.Effects) *Result {
 			j.RetryCount++
 			m.record(j, j.Status, j.Status, c.Worker, ReasonReoffered, now)
 			m.cover(j, c.Session, now, c.LeaseNs, fx)
+			// Offered again: a dispatch of its trace, as a lease is.
+			res.Traces = m.traceDispatch(res.Traces, j.ID, fx)
 		}
 		res.Jobs = append(res.Jobs, copyJob(j))
 	}
