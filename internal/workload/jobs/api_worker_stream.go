@@ -64,7 +64,7 @@ func (a *API) streamJobs(ctx context.Context, m *jqpb.StreamJobsRequest, out ass
 	if err != nil {
 		return err
 	}
-	defer a.hub.close(s)
+	defer a.closeStream(ctx, s)
 	// Headers now: a gRPC client's call returns only once they arrive,
 	// and a worker may wait long for its first job.
 	if err := out.Send(nil); err != nil {
@@ -358,6 +358,9 @@ func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error
 			if err := guarded(ctx, func() error { return out.Send(&jqpb.JobAssignment{JobId: id, Cancel: true}) }); err != nil {
 				return err
 			}
+		}
+		if stop, err := a.pushPending(ctx, s, out); stop {
+			return err
 		}
 		shed, stop, err := a.leaseRound(ctx, bg, s, out, next, free)
 		if stop {

@@ -35,6 +35,7 @@ const (
 	tagExtend
 	tagReclaim
 	tagUnsent
+	tagReportLease // Report that leases the worker's next job in the same entry
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -104,11 +105,21 @@ type (
 		Worker, Session string
 		JobIDs          []string
 	}
+	// Report ends Worker's lease of JobID with its result. With Next > 0
+	// it also leases up to Next ready jobs of the job's queue to the
+	// stream Session for LeaseNs, if that stream holds the job: one log
+	// entry and one fsync where a report and the stream's next lease took
+	// two (tagReportLease; a plain report keeps tagReport's bytes).
 	Report struct {
 		JobID, Worker string
 		Success       bool
 		Result        []byte
 		Error         string
+		Session       string
+		Next          int32
+		LeaseNs       int64
+		// leasing: coded with tagReportLease (decoded from one, or Next > 0).
+		leasing bool
 	}
 	Cancel struct{ JobID string }
 	Retry  struct{ JobID string }
@@ -163,6 +174,12 @@ func (x *Report) code(c *wire.Coder) {
 	c.Bool(&x.Success)
 	c.Bytes(&x.Result)
 	c.Str(&x.Error)
+	if !x.leases() {
+		return
+	}
+	c.Str(&x.Session)
+	c.I32(&x.Next)
+	c.I64(&x.LeaseNs)
 }
 func (x *SubmitBatch) code(c *wire.Coder) {
 	n := c.Count(len(x.Jobs), 9) // an empty Submit takes 9 bytes
@@ -221,7 +238,15 @@ func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
 }
 func (x *Ack) AppendBinary(b []byte) ([]byte, error)          { return encode(b, tagAck, x) }
 func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagHeartbeat, x) }
-func (x *Report) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagReport, x) }
+func (x *Report) AppendBinary(b []byte) ([]byte, error) {
+	if x.leases() {
+		return encode(b, tagReportLease, x)
+	}
+	return encode(b, tagReport, x)
+}
+
+// leases tells whether the report is coded with its next lease.
+func (x *Report) leases() bool { return x.leasing || x.Next > 0 }
 func (x *Cancel) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagCancel, x) }
 func (x *Retry) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagRetry, x) }
 func (x *LeaseExpired) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagLeaseExpired, x) }
@@ -281,6 +306,8 @@ func newCommand(tag byte) coded {
 		return &Reclaim{}
 	case tagUnsent:
 		return &Unsent{}
+	case tagReportLease:
+		return &Report{leasing: true}
 	}
 	return nil
 }

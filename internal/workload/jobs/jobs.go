@@ -342,6 +342,8 @@ type Result struct {
 	Queue   *Queue
 	Jobs    []*Job
 	Each    []*Result
+	// Next: the jobs a Report with Next > 0 leased to its stream.
+	Next []*Job
 	// Traces: a lease's traced jobs' dispatch contexts (trace.go).
 	Traces map[string]engine.TraceContext
 }

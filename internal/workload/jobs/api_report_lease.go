@@ -1,0 +1,123 @@
+package jobs
+
+import (
+	"context"
+
+	"github.com/surge-run/surge/internal/engine"
+)
+
+// A report of a job its worker's stream pushed carries that stream's next
+// lease (Report.Next): the job that takes the freed slot is leased in the
+// report's own log entry and reaches the stream once that entry is
+// durable, where a report and then the stream's own lease took two
+// fsyncs and a wake-up in between (most of a busy stream's dispatch
+// time). Only a stream that takes jobs from one queue does so, so that
+// a stream over several queues keeps taking them in turn; its slots are
+// still counted exactly: the slot is reserved until the report returns.
+
+// reportNext is how many jobs a report takes for its stream: the one
+// whose slot it frees.
+const reportNext = 1
+
+// reserveNext reserves the slot of jobID, which workerID reports, for the
+// stream that will take the next job; nil if no stream can (none open,
+// several queues, draining, or the job is not one it was pushed).
+func (h *Hub) reserveNext(workerID, jobID string) *stream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.workers[workerID]
+	if w == nil || h.owner[jobID] != w {
+		return nil
+	}
+	s := w.stream
+	// free() still counts jobID's slot as busy: >= 0 means that slot,
+	// once reported, is one the worker may fill.
+	if s == nil || s.end != nil || len(s.queues) != 1 || w.free() < 0 || w.draining {
+		return nil
+	}
+	w.reserved++
+	return s
+}
+
+// reported settles a report under the hub's lock: the reported job's slot
+// is free, the reservation (if s) ends, and the jobs the report leased go
+// to s to push, in one step so that the stream never sees the slot both
+// free and unreserved before its next job is counted. It returns the
+// jobs nobody will push (s ended meanwhile), to give back.
+func (h *Hub) reported(workerID, jobID string, freed bool, s *stream, r *Result) (orphans []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if freed {
+		if w := h.owner[jobID]; w != nil && w.id == workerID {
+			h.untrackLocked(jobID)
+		}
+		if w := h.workers[workerID]; w != nil {
+			w.lastSeen = h.now()
+		}
+	}
+	if s == nil {
+		return nil
+	}
+	s.w.reserved--
+	var next []*Job
+	if r != nil {
+		next = r.Next
+	}
+	if len(next) == 0 {
+		s.poke() // the reserved slot is free again
+		return nil
+	}
+	if s.end != nil || s.w.stream != s {
+		return next
+	}
+	now := h.now().UnixNano()
+	for _, j := range next {
+		s.w.inflight[j.ID] = now
+		h.owner[j.ID] = s.w
+	}
+	s.pending = append(s.pending, next...)
+	for id, tc := range r.Traces {
+		if s.pendingTraces == nil {
+			s.pendingTraces = map[string]engine.TraceContext{}
+		}
+		s.pendingTraces[id] = tc
+	}
+	s.poke()
+	return nil
+}
+
+// takePending hands the stream the jobs reports leased for it.
+func (h *Hub) takePending(s *stream) ([]*Job, map[string]engine.TraceContext) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	jobs, traces := s.pending, s.pendingTraces
+	s.pending, s.pendingTraces = nil, nil
+	return jobs, traces
+}
+
+// closeStream unregisters the stream and gives back what reports leased
+// for it that it did not push.
+func (a *API) closeStream(ctx context.Context, s *stream) {
+	a.hub.close(s)
+	if left, _ := a.hub.takePending(s); len(left) > 0 {
+		a.unsent(ctx, s, left)
+	}
+}
+
+// pushPending sends the jobs reports leased for the stream; stop: the
+// stream ends, returning err, and what it did not send goes back.
+func (a *API) pushPending(ctx context.Context, s *stream, out assignments) (stop bool, err error) {
+	jobs, traces := a.hub.takePending(s)
+	if len(jobs) == 0 {
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		a.unsent(ctx, s, jobs)
+		return true, ctx.Err()
+	}
+	if n, err := sendJobs(ctx, out, jobs, traces); err != nil {
+		a.unsent(ctx, s, jobs[n:])
+		return true, err
+	}
+	return false, nil
+}
