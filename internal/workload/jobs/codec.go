@@ -236,8 +236,8 @@ func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
 	}
 	return encode(b, tagLeaseSession, x)
 }
-func (x *Ack) AppendBinary(b []byte) ([]byte, error)          { return encode(b, tagAck, x) }
-func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagHeartbeat, x) }
+func (x *Ack) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagAck, x) }
+func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagHeartbeat, x) }
 func (x *Report) AppendBinary(b []byte) ([]byte, error) {
 	if x.leases() {
 		return encode(b, tagReportLease, x)
@@ -246,7 +246,7 @@ func (x *Report) AppendBinary(b []byte) ([]byte, error) {
 }
 
 // leases tells whether the report is coded with its next lease.
-func (x *Report) leases() bool { return x.leasing || x.Next > 0 }
+func (x *Report) leases() bool                                { return x.leasing || x.Next > 0 }
 func (x *Cancel) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagCancel, x) }
 func (x *Retry) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagRetry, x) }
 func (x *LeaseExpired) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagLeaseExpired, x) }
