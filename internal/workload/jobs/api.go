@@ -313,7 +313,7 @@ func (a *API) SubmitJob(ctx context.Context, req *connect.Request[jqpb.SubmitJob
 	if s.JobID, err = a.newJobID(s.Queue); err != nil {
 		return nil, err
 	}
-	r, err := a.do(ctx, QueueKey(s.Queue), &s)
+	r, err := a.submitOne(ctx, &s)
 	if err != nil {
 		return nil, err
 	}

@@ -12,12 +12,15 @@ import (
 // durable, where a report and then the stream's own lease took two
 // fsyncs and a wake-up in between (most of a busy stream's dispatch
 // time). Only a stream that takes jobs from one queue does so, so that
-// a stream over several queues keeps taking them in turn; its slots are
-// still counted exactly: the slot is reserved until the report returns.
+// a stream over several queues keeps taking them in turn. Likewise a
+// submit while a stream of its queue waits with a free slot leases that
+// stream its next job in the submit's entry (SubmitLease). The slot is
+// reserved from before the command until it returns, so a worker never
+// gets more than its concurrency.
 
-// reportNext is how many jobs a report takes for its stream: the one
-// whose slot it frees.
-const reportNext = 1
+// nextJobs is how many jobs a report or submit leases for a stream: the
+// one slot it frees or fills.
+const nextJobs = 1
 
 // reserveNext reserves the slot of jobID, which workerID reports, for the
 // stream that will take the next job; nil if no stream can (none open,
@@ -58,6 +61,40 @@ func (h *Hub) reported(workerID, jobID string, freed bool, s *stream, r *Result)
 	if s == nil {
 		return nil
 	}
+	return h.deliverLocked(s, r)
+}
+
+// reserveFor reserves a free slot of a stream that takes jobs from queue,
+// for the job a submit will lease to it; nil if no stream has one. The
+// streams take turns as for QueueReady notes.
+func (h *Hub) reserveFor(queue string) *stream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ss := h.byQueue[queue]
+	if len(ss) == 0 {
+		return nil
+	}
+	start := h.next[queue] % len(ss)
+	for i := range ss {
+		s := ss[(start+i)%len(ss)]
+		if s.end == nil && s.w.stream == s && s.w.free() > 0 {
+			s.w.reserved++
+			h.next[queue] = start + i + 1
+			return s
+		}
+	}
+	return nil
+}
+
+// delivered ends s's reservation and hands it what the command leased;
+// it returns the jobs nobody will push, to give back.
+func (h *Hub) delivered(s *stream, r *Result) (orphans []*Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deliverLocked(s, r)
+}
+
+func (h *Hub) deliverLocked(s *stream, r *Result) (orphans []*Job) {
 	s.w.reserved--
 	var next []*Job
 	if r != nil {
@@ -120,4 +157,24 @@ func (a *API) pushPending(ctx context.Context, s *stream, out assignments) (stop
 		return true, err
 	}
 	return false, nil
+}
+
+// submitOne submits a job; if a stream of its queue waits with a free
+// slot, the same log entry leases it its next job (SubmitLease).
+func (a *API) submitOne(ctx context.Context, s *Submit) (*Result, error) {
+	st := a.hub.reserveFor(s.Queue)
+	if st == nil {
+		return a.do(ctx, QueueKey(s.Queue), s)
+	}
+	cmd := &SubmitLease{Submit: *s, Worker: st.w.id, Session: st.session, Next: nextJobs, LeaseNs: a.leaseNs}
+	// Not cancelled with the call: what a submit applied but unanswered
+	// leased would reach nobody until its lease ran out.
+	r, err := a.do(context.WithoutCancel(ctx), QueueKey(s.Queue), cmd)
+	if r != nil && len(r.Next) > 0 {
+		a.metrics.leased(s.Queue, r.Next)
+	}
+	if orphans := a.hub.delivered(st, r); len(orphans) > 0 {
+		a.unsent(ctx, st, orphans)
+	}
+	return r, err
 }

@@ -213,7 +213,7 @@ func (a *API) ReportResult(ctx context.Context, req *connect.Request[jqpb.Report
 	s := a.hub.reserveNext(m.WorkerId, m.JobId)
 	dctx := ctx
 	if s != nil {
-		cmd.Session, cmd.Next, cmd.LeaseNs = s.session, reportNext, a.leaseNs
+		cmd.Session, cmd.Next, cmd.LeaseNs = s.session, nextJobs, a.leaseNs
 		// Not cancelled with the call: jobs leased by a report applied
 		// but unanswered would reach nobody until their leases ran out.
 		dctx = context.WithoutCancel(ctx)

@@ -36,6 +36,7 @@ const (
 	tagReclaim
 	tagUnsent
 	tagReportLease // Report that leases the worker's next job in the same entry
+	tagSubmitLease
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -128,6 +129,16 @@ type (
 	Release struct{ Worker, JobID string }
 	// SubmitBatch submits jobs of one queue in one command.
 	SubmitBatch struct{ Jobs []Submit }
+	// SubmitLease submits a job and then leases up to Next ready jobs of
+	// its queue, by priority, to Worker's stream Session for LeaseNs: a
+	// stream waiting with a free slot gets its job once this one entry is
+	// durable, where the submit and then the stream's lease took two.
+	SubmitLease struct {
+		Submit
+		Worker, Session string
+		Next            int32
+		LeaseNs         int64
+	}
 )
 
 // Timer commands; Apply refuses them from anywhere but a timer.
@@ -191,6 +202,12 @@ func (x *SubmitBatch) code(c *wire.Coder) {
 	}
 }
 func (x *Release) code(c *wire.Coder) { c.Str(&x.Worker, &x.JobID) }
+func (x *SubmitLease) code(c *wire.Coder) {
+	x.Submit.code(c)
+	c.Str(&x.Worker, &x.Session)
+	c.I32(&x.Next)
+	c.I64(&x.LeaseNs)
+}
 func (x *Extend) code(c *wire.Coder) {
 	c.Str(&x.Worker, &x.Session)
 	c.I64(&x.LeaseNs)
@@ -256,6 +273,7 @@ func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b,
 func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
 func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
 func (x *Release) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagRelease, x) }
+func (x *SubmitLease) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitLease, x) }
 func (x *Extend) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagExtend, x) }
 func (x *Reclaim) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagReclaim, x) }
 func (x *Unsent) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagUnsent, x) }
@@ -308,6 +326,8 @@ func newCommand(tag byte) coded {
 		return &Unsent{}
 	case tagReportLease:
 		return &Report{leasing: true}
+	case tagSubmitLease:
+		return &SubmitLease{}
 	}
 	return nil
 }

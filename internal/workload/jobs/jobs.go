@@ -395,6 +395,8 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx *engine.Effects) *Resu
 		return m.submit(c, now, fx)
 	case *SubmitBatch:
 		return m.submitBatch(c, now, fx)
+	case *SubmitLease:
+		return m.submitLease(c, now, fx)
 	case *Lease:
 		return m.lease(c, now, fx)
 	case *Ack:

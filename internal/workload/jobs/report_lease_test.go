@@ -85,3 +85,38 @@ func TestReportLeaseCodec(t *testing.T) {
 		t.Fatal("re-encoded bytes differ")
 	}
 }
+
+// A submit with a lease takes the queue's highest-priority ready job for
+// the waiting stream (not necessarily the job just submitted), and notes
+// the queue ready only while jobs are left for others.
+func TestSubmitLeasesByPriority(t *testing.T) {
+	m := NewMachine(Options{OwnsDefault: true})
+	const old, fresh = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+	applyCmd(t, m, 1, &Submit{JobID: old, Queue: DefaultQueue, Priority: 7})
+	fx := new(engine.Effects)
+	cmd := &SubmitLease{Submit: Submit{JobID: fresh, Queue: DefaultQueue, Priority: 2}, Worker: "w", Session: "s1", Next: 1, LeaseNs: 1e9}
+	b, _ := cmd.AppendBinary(nil)
+	dec, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := dec.AppendBinary(nil); !bytes.Equal(again, b) {
+		t.Fatal("SubmitLease does not re-encode to its bytes")
+	}
+	m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 2, Cmd: dec}, fx)
+	r := fx.Replied().(*Result)
+	if r.Outcome != Created || r.Jobs[0].ID != fresh || len(r.Next) != 1 || r.Next[0].ID != old {
+		t.Fatalf("outcome %v, jobs %+v, next %+v; want %s created and %s leased", r.Outcome, r.Jobs, r.Next, fresh, old)
+	}
+	if j := m.jobs[old]; j.Status != Assigned || j.Session != "s1" {
+		t.Fatalf("leased: %+v", j)
+	}
+	if n := fx.Notes(); len(n) != 1 || n[0] != (QueueReady{Queue: DefaultQueue, Ready: 1}) {
+		t.Fatalf("notes %v, want the one job left ready", n)
+	}
+	fx.Reset()
+	m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 3, Cmd: &SubmitLease{Submit: Submit{JobID: "00000000-0000-4000-8000-000000000003", Queue: DefaultQueue}, Worker: "w", Session: "s1", Next: 2, LeaseNs: 1e9}}, fx)
+	if r := fx.Replied().(*Result); len(r.Next) != 2 || len(fx.Notes()) != 0 {
+		t.Fatalf("next %+v, notes %v; want both ready jobs leased and no note", r.Next, fx.Notes())
+	}
+}

@@ -215,3 +215,21 @@ func (m *Machine) endLease(j *Job, fx *engine.Effects) {
 	fx.CancelTimer("lease/" + j.ID)
 	j.LeaseUntil, j.Session = 0, ""
 }
+
+// submitLease submits, then leases for the stream that waits; the queue
+// is noted ready only if jobs are left for other streams.
+func (m *Machine) submitLease(c *SubmitLease, now int64, fx *engine.Effects) *Result {
+	m.inBatch = true
+	res := m.submit(&c.Submit, now, fx)
+	m.inBatch = false
+	if res.Outcome != Created {
+		return res
+	}
+	q := m.queues[c.Queue]
+	next := m.lease(&Lease{Queue: c.Queue, Worker: c.Worker, Max: c.Next, LeaseNs: c.LeaseNs, Session: c.Session}, now, fx)
+	if next.Outcome == OK {
+		res.Next, res.Traces = next.Jobs, next.Traces
+	}
+	m.notifyReady(q, fx)
+	return res
+}
