@@ -35,7 +35,7 @@ func (h *Hub) reserveNext(workerID, jobID string) *stream {
 	s := w.stream
 	// free() still counts jobID's slot as busy: >= 0 means that slot,
 	// once reported, is one the worker may fill.
-	if s == nil || s.end != nil || len(s.queues) != 1 || w.free() < 0 || w.draining {
+	if s == nil || !s.settled || s.end != nil || len(s.queues) != 1 || w.free() < 0 || w.draining {
 		return nil
 	}
 	w.reserved++
@@ -77,7 +77,7 @@ func (h *Hub) reserveFor(queue string) *stream {
 	start := h.next[queue] % len(ss)
 	for i := range ss {
 		s := ss[(start+i)%len(ss)]
-		if s.end == nil && s.w.stream == s && s.w.free() > 0 {
+		if s.settled && s.end == nil && s.w.stream == s && s.w.free() > 0 {
 			s.w.reserved++
 			h.next[queue] = start + i + 1
 			return s
@@ -119,7 +119,10 @@ func (h *Hub) deliverLocked(s *stream, r *Result) (orphans []*Job) {
 		}
 		s.pendingTraces[id] = tc
 	}
-	s.poke()
+	select {
+	case s.handoff <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

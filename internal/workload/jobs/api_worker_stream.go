@@ -147,7 +147,8 @@ func (h *Hub) open(id string, queues []string, acceptsCancel bool, session strin
 		old.poke()
 		h.unlinkLocked(old)
 	}
-	s := &stream{w: w, session: session, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1)}
+	s := &stream{w: w, session: session, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1),
+		handoff: make(chan struct{}, 1)}
 	w.stream, w.lastSeen = s, h.now()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], s)
@@ -177,6 +178,7 @@ func (h *Hub) adopt(s *stream, jobs []*Job) bool {
 		w.inflight[j.ID] = now
 		h.owner[j.ID] = w
 	}
+	s.settled = true
 	return true
 }
 
@@ -346,6 +348,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error
 	// Leases are not cancelled with the stream: a lease applied but
 	// unanswered could not be given back.
 	bg := context.WithoutCancel(ctx)
+	look := true // the opening: look for work at once
 	for next := 0; ; next++ {
 		cancels, free, end := a.hub.step(s)
 		if end != nil {
@@ -362,11 +365,16 @@ func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error
 		if stop, err := a.pushPending(ctx, s, out); stop {
 			return err
 		}
-		shed, stop, err := a.leaseRound(ctx, bg, s, out, next, free)
-		if stop {
-			return err
+		var shed bool
+		if look {
+			var stop bool
+			var err error
+			if shed, stop, err = a.leaseRound(ctx, bg, s, out, next, free); stop {
+				return err
+			}
 		}
-		if err := a.awaitWork(ctx, s, shed); err != nil {
+		var err error
+		if look, err = a.awaitWork(ctx, s, shed); err != nil {
 			return err
 		}
 	}
@@ -429,19 +437,23 @@ func (a *API) pushLeased(ctx context.Context, s *stream, out assignments, jobs [
 }
 
 // awaitWork sleeps until a note or a report wakes the stream, or, after a
-// shed lease, for at most streamRetryPause.
-func (a *API) awaitWork(ctx context.Context, s *stream, shed bool) error {
+// shed lease, for at most streamRetryPause. look is false when only jobs
+// a report or submit leased for the stream woke it: they are to push,
+// and nothing says the queues hold more (a Lease would find nothing).
+func (a *API) awaitWork(ctx context.Context, s *stream, shed bool) (look bool, err error) {
 	var pause <-chan time.Time // nil: no pause, only a wake-up
 	if shed {
 		pause = time.After(streamRetryPause)
 	}
 	select {
 	case <-s.wake:
+	case <-s.handoff:
+		return false, nil
 	case <-pause:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-a.done:
-		return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+		return false, errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
 	}
-	return nil
+	return true, nil
 }

@@ -106,7 +106,11 @@ type stream struct {
 	queues        []string
 	acceptsCancel bool
 	wake          chan struct{} // cap 1: work (or an end) may be waiting
-	cancels       []string
+	handoff       chan struct{} // cap 1: jobs leased for the stream wait in pending
+	// settled: its Reclaim is done and its slots counted (adopt); only
+	// then may reports and submits lease for it.
+	settled bool
+	cancels []string
 	// end, once set, says how the stream ends: errDrained (a clean end)
 	// or a connect error.
 	end error
