@@ -326,7 +326,7 @@ func (a *API) SubmitJobs(ctx context.Context, req *connect.Request[jqpb.SubmitJo
 	if err != nil {
 		return nil, err
 	}
-	r, err := a.do(ctx, QueueKey(b.Jobs[0].Queue), b)
+	r, err := a.submitMany(ctx, b)
 	if err != nil {
 		return nil, err
 	}

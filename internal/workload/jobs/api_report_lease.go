@@ -13,13 +13,14 @@ import (
 // fsyncs and a wake-up in between (most of a busy stream's dispatch
 // time). Only a stream that takes jobs from one queue does so, so that
 // a stream over several queues keeps taking them in turn. Likewise a
-// submit while a stream of its queue waits with a free slot leases that
-// stream its next job in the submit's entry (SubmitLease). The slot is
-// reserved from before the command until it returns, so a worker never
-// gets more than its concurrency.
+// submit while a stream of its queue waits with free slots leases that
+// stream its next job in the submit's entry (SubmitLease; a SubmitJobs
+// batch as many as the stream has free slots, SubmitBatchLease). The
+// slots are reserved from before the command until it returns, so a
+// worker never gets more than its concurrency.
 
-// nextJobs is how many jobs a report or submit leases for a stream: the
-// one slot it frees or fills.
+// nextJobs is how many jobs a report or a single submit leases for a
+// stream: the one slot it frees or fills.
 const nextJobs = 1
 
 // reserveNext reserves the slot of jobID, which workerID reports, for the
@@ -61,47 +62,48 @@ func (h *Hub) reported(workerID, jobID string, freed bool, s *stream, r *Result)
 	if s == nil {
 		return nil
 	}
-	return h.deliverLocked(s, r)
+	return h.deliverLocked(s, nextJobs, r)
 }
 
-// reserveFor reserves a free slot of a stream that takes jobs from queue,
-// for the job a submit will lease to it; nil if no stream has one. The
-// streams take turns as for QueueReady notes.
-func (h *Hub) reserveFor(queue string) *stream {
+// reserveFor reserves up to want free slots of a stream that takes jobs
+// from queue, for the jobs a submit will lease to it; nil if no stream
+// has one. The streams take turns as for QueueReady notes.
+func (h *Hub) reserveFor(queue string, want int) (*stream, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ss := h.byQueue[queue]
 	if len(ss) == 0 {
-		return nil
+		return nil, 0
 	}
 	start := h.next[queue] % len(ss)
 	for i := range ss {
 		s := ss[(start+i)%len(ss)]
-		if s.settled && s.end == nil && s.w.stream == s && s.w.free() > 0 {
-			s.w.reserved++
+		if f := s.w.free(); s.settled && s.end == nil && s.w.stream == s && f > 0 {
+			k := min(f, want, MaxLeaseBatch)
+			s.w.reserved += k
 			h.next[queue] = start + i + 1
-			return s
+			return s, k
 		}
 	}
-	return nil
+	return nil, 0
 }
 
-// delivered ends s's reservation and hands it what the command leased;
-// it returns the jobs nobody will push, to give back.
-func (h *Hub) delivered(s *stream, r *Result) (orphans []*Job) {
+// delivered ends s's reservation of k slots and hands it what the command
+// leased; it returns the jobs nobody will push, to give back.
+func (h *Hub) delivered(s *stream, k int, r *Result) (orphans []*Job) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.deliverLocked(s, r)
+	return h.deliverLocked(s, k, r)
 }
 
-func (h *Hub) deliverLocked(s *stream, r *Result) (orphans []*Job) {
-	s.w.reserved--
+func (h *Hub) deliverLocked(s *stream, k int, r *Result) (orphans []*Job) {
+	s.w.reserved -= k
 	var next []*Job
 	if r != nil {
 		next = r.Next
 	}
 	if len(next) == 0 {
-		s.poke() // the reserved slot is free again
+		s.poke() // the reserved slots are free again
 		return nil
 	}
 	if s.end != nil || s.w.stream != s {
@@ -165,18 +167,32 @@ func (a *API) pushPending(ctx context.Context, s *stream, out assignments) (stop
 // submitOne submits a job; if a stream of its queue waits with a free
 // slot, the same log entry leases it its next job (SubmitLease).
 func (a *API) submitOne(ctx context.Context, s *Submit) (*Result, error) {
-	st := a.hub.reserveFor(s.Queue)
+	st, k := a.hub.reserveFor(s.Queue, nextJobs)
 	if st == nil {
 		return a.do(ctx, QueueKey(s.Queue), s)
 	}
-	cmd := &SubmitLease{Submit: *s, Worker: st.w.id, Session: st.session, Next: nextJobs, LeaseNs: a.leaseNs}
+	return a.submitLeasing(ctx, s.Queue, st, k, &SubmitLease{Submit: *s, Worker: st.w.id, Session: st.session, Next: int32(k), LeaseNs: a.leaseNs})
+}
+
+// submitMany is submitOne for a SubmitJobs batch: a waiting stream may
+// take as many of the queue's jobs as it has free slots, up to the batch.
+func (a *API) submitMany(ctx context.Context, b *SubmitBatch) (*Result, error) {
+	q := b.Jobs[0].Queue
+	st, k := a.hub.reserveFor(q, len(b.Jobs))
+	if st == nil {
+		return a.do(ctx, QueueKey(q), b)
+	}
+	return a.submitLeasing(ctx, q, st, k, &SubmitBatchLease{SubmitBatch: *b, Worker: st.w.id, Session: st.session, Next: int32(k), LeaseNs: a.leaseNs})
+}
+
+func (a *API) submitLeasing(ctx context.Context, queue string, st *stream, k int, cmd engine.Command) (*Result, error) {
 	// Not cancelled with the call: what a submit applied but unanswered
 	// leased would reach nobody until its lease ran out.
-	r, err := a.do(context.WithoutCancel(ctx), QueueKey(s.Queue), cmd)
+	r, err := a.do(context.WithoutCancel(ctx), QueueKey(queue), cmd)
 	if r != nil && len(r.Next) > 0 {
-		a.metrics.leased(s.Queue, r.Next)
+		a.metrics.leased(queue, r.Next)
 	}
-	if orphans := a.hub.delivered(st, r); len(orphans) > 0 {
+	if orphans := a.hub.delivered(st, k, r); len(orphans) > 0 {
 		a.unsent(ctx, st, orphans)
 	}
 	return r, err

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/surge-run/surge/internal/jqpb"
 )
 
@@ -52,4 +54,36 @@ func TestAPIReportLeasesNextWithinConcurrency(t *testing.T) {
 			t.Fatalf("job %s: %v", id, j.Status)
 		}
 	}
+}
+
+// A SubmitJobs batch while a worker waits gives it as many jobs as it
+// has free slots, no more, by priority; reports bring the rest.
+func TestAPISubmitJobsLeasesWithinConcurrency(t *testing.T) {
+	c := newAPI(t, time.Hour)
+	w := c.worker(t, "w1", 3, false)
+	// The stream settles (Reclaim) before it leases for itself; a first
+	// job pushed shows it has.
+	first := c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default"})
+	if a := w.next(t); a.JobId != first {
+		t.Fatalf("got %v", a)
+	}
+	var reqs []*jqpb.SubmitJobRequest
+	for _, p := range []int32{1, 8, 3, 6, 2} {
+		reqs = append(reqs, &jqpb.SubmitJobRequest{QueueName: "default", Priority: p})
+	}
+	if _, err := c.jobs.SubmitJobs(ctxT(t), connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: reqs})); err != nil {
+		t.Fatal(err)
+	}
+	got := []int32{w.next(t).Priority, w.next(t).Priority}
+	w.none(t, 200*time.Millisecond)
+	if got[0] != 8 || got[1] != 6 {
+		t.Fatalf("pushed priorities %v, want [8 6]", got)
+	}
+	if err := c.report(t, "w1", first, true); err != nil {
+		t.Fatal(err)
+	}
+	if a := w.next(t); a.Priority != 3 {
+		t.Fatalf("after a report: priority %d, want 3", a.Priority)
+	}
+	w.none(t, 100*time.Millisecond)
 }

@@ -37,6 +37,7 @@ const (
 	tagUnsent
 	tagReportLease // Report that leases the worker's next job in the same entry
 	tagSubmitLease
+	tagSubmitBatchLease
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -139,6 +140,13 @@ type (
 		Next            int32
 		LeaseNs         int64
 	}
+	// SubmitBatchLease is SubmitBatch, then the same lease as SubmitLease.
+	SubmitBatchLease struct {
+		SubmitBatch
+		Worker, Session string
+		Next            int32
+		LeaseNs         int64
+	}
 )
 
 // Timer commands; Apply refuses them from anywhere but a timer.
@@ -202,6 +210,12 @@ func (x *SubmitBatch) code(c *wire.Coder) {
 	}
 }
 func (x *Release) code(c *wire.Coder) { c.Str(&x.Worker, &x.JobID) }
+func (x *SubmitBatchLease) code(c *wire.Coder) {
+	x.SubmitBatch.code(c)
+	c.Str(&x.Worker, &x.Session)
+	c.I32(&x.Next)
+	c.I64(&x.LeaseNs)
+}
 func (x *SubmitLease) code(c *wire.Coder) {
 	x.Submit.code(c)
 	c.Str(&x.Worker, &x.Session)
@@ -274,9 +288,12 @@ func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b,
 func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
 func (x *Release) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagRelease, x) }
 func (x *SubmitLease) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitLease, x) }
-func (x *Extend) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagExtend, x) }
-func (x *Reclaim) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagReclaim, x) }
-func (x *Unsent) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagUnsent, x) }
+func (x *SubmitBatchLease) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagSubmitBatchLease, x)
+}
+func (x *Extend) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagExtend, x) }
+func (x *Reclaim) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagReclaim, x) }
+func (x *Unsent) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagUnsent, x) }
 
 func newCommand(tag byte) coded {
 	switch tag {
@@ -328,6 +345,8 @@ func newCommand(tag byte) coded {
 		return &Report{leasing: true}
 	case tagSubmitLease:
 		return &SubmitLease{}
+	case tagSubmitBatchLease:
+		return &SubmitBatchLease{}
 	}
 	return nil
 }

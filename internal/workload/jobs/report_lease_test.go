@@ -120,3 +120,31 @@ func TestSubmitLeasesByPriority(t *testing.T) {
 		t.Fatalf("next %+v, notes %v; want both ready jobs leased and no note", r.Next, fx.Notes())
 	}
 }
+
+// A batch with a lease takes up to Next of the queue's ready jobs for the
+// stream and notes the rest.
+func TestSubmitBatchLeases(t *testing.T) {
+	m := NewMachine(Options{OwnsDefault: true})
+	cmd := &SubmitBatchLease{SubmitBatch: SubmitBatch{Jobs: []Submit{
+		{JobID: "00000000-0000-4000-8000-000000000001", Queue: DefaultQueue, Priority: 1},
+		{JobID: "00000000-0000-4000-8000-000000000002", Queue: DefaultQueue, Priority: 9},
+		{JobID: "00000000-0000-4000-8000-000000000003", Queue: DefaultQueue, Priority: 5},
+	}}, Worker: "w", Session: "s1", Next: 2, LeaseNs: 1e9}
+	b, _ := cmd.AppendBinary(nil)
+	dec, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := dec.AppendBinary(nil); !bytes.Equal(again, b) {
+		t.Fatal("SubmitBatchLease does not re-encode to its bytes")
+	}
+	fx := new(engine.Effects)
+	m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: dec}, fx)
+	r := fx.Replied().(*Result)
+	if r.Outcome != Created || len(r.Each) != 3 || len(r.Next) != 2 || r.Next[0].Priority != 9 || r.Next[1].Priority != 5 {
+		t.Fatalf("outcome %v, %d results, next %+v; want the priority 9 and 5 jobs leased", r.Outcome, len(r.Each), r.Next)
+	}
+	if n := fx.Notes(); len(n) != 1 || n[0] != (QueueReady{Queue: DefaultQueue, Ready: 1}) {
+		t.Fatalf("notes %v, want the one job left ready", n)
+	}
+}
