@@ -330,6 +330,7 @@ server.`,
 	f.IntVar(&o.MaxInflight, "max-inflight", 1000, "e2e phase: submit calls in flight at once; one due beyond it is counted as not sent")
 	f.IntVarP(&o.Workers, "workers", "w", 4, "worker streams")
 	f.IntVar(&o.WorkerConc, "worker-concurrency", 64, "jobs each worker holds at once (RegisterWorker concurrency)")
+	f.BoolVar(&o.GRPC, "grpc", false, "submit and e2e phases: speak grpc-go to each server's --grpc-addr (picked by the bench) instead of connect-go over h2c to its --addr")
 	f.BoolVar(&o.Ack, "ack", false, "workers acknowledge each job (AckJob) before reporting it")
 	f.DurationVar(&o.Drain, "drain", 10*time.Second, "e2e phase: how long to wait after the load for submitted jobs to be executed")
 	f.BoolVar(&o.Baseline, "baseline", true, "also run each phase against a server that does nothing")
@@ -419,7 +420,7 @@ func benchNullServerCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on")
-	cmd.Flags().StringVar(&grpcAddr, "grpc-addr", "", "also serve a do-nothing jq JobService with grpc-go on this address (the jobs bench's unary baseline)")
+	cmd.Flags().StringVar(&grpcAddr, "grpc-addr", "", "also serve a do-nothing jq JobService and WorkerService with grpc-go on this address (the jobs bench's baseline over grpc-go)")
 	return cmd
 }
 

@@ -320,7 +320,7 @@ func TestJobsPhaseTimelines(t *testing.T) {
 		base := startNullInProcess(t)
 		o := testJobsOptions()
 		o.SampleInterval = 50 * time.Millisecond
-		run, err := newJobsRun(o, phase).measure(context.Background(), phase, base, func() (float64, error) { return 0, nil })
+		run, err := newJobsRun(o, phase).measure(context.Background(), phase, connectDialer(base), func() (float64, error) { return 0, nil })
 		if err != nil {
 			t.Fatalf("%s: %v", phase, err)
 		}

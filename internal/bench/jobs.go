@@ -18,7 +18,6 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/surge-run/surge/internal/jqpb"
-	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 )
 
 // Phases of `surge bench jobs --phase`.
@@ -50,6 +49,9 @@ type JobsOptions struct {
 	Drain       time.Duration // e2e phase: how long to wait for submitted jobs to finish
 	Baseline    bool
 	Total       int // unary phase: SubmitJob calls in all (ghz --total)
+	// GRPC: the submit and e2e phases speak grpc-go to the servers'
+	// --grpc-addr instead of connect-go over h2c to --addr.
+	GRPC bool
 
 	Options
 }
@@ -83,6 +85,9 @@ func (o JobsOptions) validate() error {
 		return errors.New("--drain must not be negative")
 	case o.Phase == JobsPhaseUnary && o.Total < 1:
 		return fmt.Errorf("--total %d: the unary phase makes at least one call", o.Total)
+	}
+	if o.GRPC && o.Target != "" {
+		return errors.New("--grpc starts its own servers (on a --grpc-addr it picks); it cannot be used with --target")
 	}
 	if o.Target != "" && !strings.HasPrefix(o.Target, "http://") {
 		return fmt.Errorf("--target %q: want http://host:port (h2c)", o.Target)
@@ -242,11 +247,11 @@ func payloadTime(p []byte) (int64, bool) {
 // StreamJobs and reports success for every job as soon as it arrives (on
 // up to its concurrency of goroutines), acknowledging it first with --ack.
 // ready is closed once every worker has registered.
-func (r *jobsRun) workers(ctx context.Context, baseURL string, ready chan<- error) *sync.WaitGroup {
+func (r *jobsRun) workers(ctx context.Context, dial jobsDialer, ready chan<- error) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	regs := make(chan error, r.o.Workers)
 	for w := range r.o.Workers {
-		wg.Go(func() { r.worker(ctx, baseURL, w, regs) })
+		wg.Go(func() { r.worker(ctx, dial, w, regs) })
 	}
 	go func() {
 		var first error
@@ -260,23 +265,25 @@ func (r *jobsRun) workers(ctx context.Context, baseURL string, ready chan<- erro
 	return &wg
 }
 
-func (r *jobsRun) worker(ctx context.Context, baseURL string, idx int, registered chan<- error) {
-	hc := newH2CClient()
-	defer hc.CloseIdleConnections()
-	c := jqpbconnect.NewWorkerServiceClient(hc, baseURL, grpcOpts...)
-	reg, err := c.RegisterWorker(ctx, connect.NewRequest(&jqpb.RegisterWorkerRequest{
-		Hostname: "surge-bench", Concurrency: int32(r.o.WorkerConc), Queues: []string{jobsQueue}}))
+func (r *jobsRun) worker(ctx context.Context, dial jobsDialer, idx int, registered chan<- error) {
+	c, err := dial(ctx)
+	if err != nil {
+		registered <- err
+		return
+	}
+	defer c.close()
+	id, err := c.register(ctx, &jqpb.RegisterWorkerRequest{
+		Hostname: "surge-bench", Concurrency: int32(r.o.WorkerConc), Queues: []string{jobsQueue}})
 	if err != nil {
 		registered <- fmt.Errorf("RegisterWorker: %w", err)
 		return
 	}
 	registered <- nil
-	id := reg.Msg.WorkerId
 	defer func() {
 		// The server gives back at once whatever this worker still holds.
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, _ = c.Deregister(dctx, connect.NewRequest(&jqpb.DeregisterRequest{WorkerId: id}))
+		c.deregister(dctx, id)
 	}()
 	jobs := make(chan *jqpb.JobAssignment, r.o.WorkerConc)
 	var hwg sync.WaitGroup
@@ -286,14 +293,7 @@ func (r *jobsRun) worker(ctx context.Context, baseURL string, idx int, registere
 	defer hwg.Wait()
 	defer close(jobs)
 	for ctx.Err() == nil {
-		stream, err := c.StreamJobs(ctx, connect.NewRequest(&jqpb.StreamJobsRequest{WorkerId: id}))
-		if err == nil {
-			for stream.Receive() {
-				jobs <- stream.Msg()
-			}
-			err = stream.Err()
-			_ = stream.Close()
-		}
+		err := c.stream(ctx, id, func(a *jqpb.JobAssignment) { jobs <- a })
 		if ctx.Err() != nil {
 			return
 		}
@@ -310,7 +310,7 @@ func (r *jobsRun) worker(ctx context.Context, baseURL string, idx int, registere
 	}
 }
 
-func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient, workerID string, idx int, jobs <-chan *jqpb.JobAssignment) {
+func (r *jobsRun) handle(ctx context.Context, c jobsWorkerAPI, workerID string, idx int, jobs <-chan *jqpb.JobAssignment) {
 	rep := &jqpb.ReportResultRequest{WorkerId: workerID, Success: true}
 	ack := &jqpb.AckJobRequest{WorkerId: workerID}
 	for a := range jobs {
@@ -321,7 +321,7 @@ func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient,
 		r.started.Add(1)
 		if r.o.Ack {
 			ack.JobId = a.JobId
-			if _, err := c.AckJob(ctx, connect.NewRequest(ack)); err != nil && ctx.Err() == nil {
+			if err := c.ack(ctx, ack); err != nil && ctx.Err() == nil {
 				r.workerErrs.add(err)
 				r.sample("AckJob", err)
 			}
@@ -348,10 +348,10 @@ func (r *jobsRun) handle(ctx context.Context, c jqpbconnect.WorkerServiceClient,
 // says it is overloaded (RESOURCE_EXHAUSTED) or not ready (UNAVAILABLE), as
 // the protocol asks of a worker: a dropped report would leave the job
 // leased until its lease expired.
-func (r *jobsRun) report1(ctx context.Context, c jqpbconnect.WorkerServiceClient, rep *jqpb.ReportResultRequest) error {
+func (r *jobsRun) report1(ctx context.Context, c jobsWorkerAPI, rep *jqpb.ReportResultRequest) error {
 	pause := 5 * time.Millisecond
 	for try := 0; ; try++ {
-		_, err := c.ReportResult(ctx, connect.NewRequest(rep))
+		err := c.report(ctx, rep)
 		code := connect.CodeOf(err)
 		if err == nil || try == 20 || (code != connect.CodeResourceExhausted && code != connect.CodeUnavailable) {
 			return err
@@ -368,38 +368,32 @@ func (r *jobsRun) report1(ctx context.Context, c jqpbconnect.WorkerServiceClient
 
 // submitClients are the JobService clients the callers or the generator
 // spread their calls over: one per --connections, each connection opened
-// (by a health check) before the measured window.
-func (o JobsOptions) submitClients(ctx context.Context, baseURL string) ([]jqpbconnect.JobServiceClient, func(), error) {
-	var hcs []*http.Client
-	var cs []jqpbconnect.JobServiceClient
+// before the measured window.
+func (o JobsOptions) submitClients(ctx context.Context, dial jobsDialer) ([]jobsSubmitter, func(), error) {
+	var cs []jobsClient
 	closeAll := func() {
-		for _, hc := range hcs {
-			hc.CloseIdleConnections()
+		for _, c := range cs {
+			c.close()
 		}
 	}
 	for range o.Connections {
-		hc := newH2CClient()
-		hcs = append(hcs, hc)
-		cs = append(cs, jqpbconnect.NewJobServiceClient(hc, baseURL, grpcOpts...))
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/v1/health_check", nil)
+		c, err := dial(ctx)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("open a connection: %w", err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		cs = append(cs, c)
 	}
-	return cs, closeAll, nil
+	out := make([]jobsSubmitter, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out, closeAll, nil
 }
 
 // closedLoop is the peer's ghz run: Concurrency callers, each sending
 // SubmitJob after SubmitJob until d has passed.
-func (r *jobsRun) closedLoop(ctx context.Context, cs []jqpbconnect.JobServiceClient, d time.Duration) time.Duration {
+func (r *jobsRun) closedLoop(ctx context.Context, cs []jobsSubmitter, d time.Duration) time.Duration {
 	start := time.Now()
 	end := start.Add(d)
 	var wg sync.WaitGroup
@@ -413,7 +407,7 @@ func (r *jobsRun) closedLoop(ctx context.Context, cs []jqpbconnect.JobServiceCli
 					return
 				}
 				r.inflight.Add(1)
-				_, err := c.SubmitJob(ctx, connect.NewRequest(msg))
+				err := c.submit(ctx, msg)
 				r.inflight.Add(-1)
 				if err != nil {
 					if ctx.Err() != nil {
@@ -439,7 +433,7 @@ func (r *jobsRun) closedLoop(ctx context.Context, cs []jqpbconnect.JobServiceCli
 // take the due calls; a call due while all of them are busy is not sent.
 // Each sender reuses its request and payload buffer, so the generator
 // allocates little beyond what connect does per call.
-func (r *jobsRun) openLoop(ctx context.Context, cs []jqpbconnect.JobServiceClient, d time.Duration) time.Duration {
+func (r *jobsRun) openLoop(ctx context.Context, cs []jobsSubmitter, d time.Duration) time.Duration {
 	due := make(chan time.Duration, r.o.MaxInflight)
 	var wg sync.WaitGroup
 	for s := range r.o.MaxInflight {
@@ -459,7 +453,7 @@ func (r *jobsRun) openLoop(ctx context.Context, cs []jqpbconnect.JobServiceClien
 	return elapsed
 }
 
-func (r *jobsRun) sender(ctx context.Context, c jqpbconnect.JobServiceClient, idx int, due <-chan time.Duration) {
+func (r *jobsRun) sender(ctx context.Context, c jobsSubmitter, idx int, due <-chan time.Duration) {
 	reqs := make([]*jqpb.SubmitJobRequest, r.o.Batch)
 	bufs := make([][]byte, r.o.Batch)
 	for k := range reqs {
@@ -477,9 +471,9 @@ func (r *jobsRun) sender(ctx context.Context, c jqpbconnect.JobServiceClient, id
 		r.inflight.Add(1)
 		var err error
 		if r.o.Batch == 1 {
-			_, err = c.SubmitJob(ctx, connect.NewRequest(reqs[0]))
+			err = c.submit(ctx, reqs[0])
 		} else {
-			_, err = c.SubmitJobs(ctx, connect.NewRequest(batch))
+			err = c.submitBatch(ctx, batch)
 		}
 		r.inflight.Add(-1)
 		if err != nil {
@@ -518,7 +512,7 @@ func (r *jobsRun) resourceExhausted() int64 {
 // measure runs one phase against baseURL: the workers, then the callers
 // (submit) or the generator (e2e), then for e2e the wait for the submitted
 // jobs to finish; cpu reads the server's CPU seconds.
-func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func() (float64, error)) (*JobsRunReport, error) {
+func (r *jobsRun) measure(ctx context.Context, phase string, dial jobsDialer, cpu func() (float64, error)) (*JobsRunReport, error) {
 	// Set before the workers start: they read it.
 	tl := newTimeline(r.o.SampleInterval, cpu)
 	if phase == JobsPhaseSubmit {
@@ -531,14 +525,14 @@ func (r *jobsRun) measure(ctx context.Context, phase, baseURL string, cpu func()
 	var wg *sync.WaitGroup
 	if phase == JobsPhaseE2E || r.o.SubmitWork {
 		ready := make(chan error, 1)
-		wg = r.workers(wctx, baseURL, ready)
+		wg = r.workers(wctx, dial, ready)
 		if err := <-ready; err != nil {
 			stopWorkers()
 			wg.Wait()
 			return nil, err
 		}
 	}
-	cs, closeClients, err := r.o.submitClients(ctx, baseURL)
+	cs, closeClients, err := r.o.submitClients(ctx, dial)
 	if err != nil {
 		if wg != nil {
 			stopWorkers()
@@ -690,6 +684,7 @@ type JobsConfig struct {
 	Baseline          bool    `json:"baseline"`
 	Target            string  `json:"target,omitempty"`
 	Partitions        int     `json:"partitions,omitempty"`
+	GRPC              bool    `json:"grpcGo,omitempty"`
 	Total             int     `json:"total,omitempty"`
 }
 
@@ -773,7 +768,7 @@ func RunJobs(ctx context.Context, o JobsOptions) error {
 	rep := &JobsReport{Benchmark: "jobs", Peer: jobsPeer, Config: JobsConfig{
 		DurationSeconds: o.Duration.Seconds(), Concurrency: o.Concurrency, Connections: o.Connections, SubmitWork: o.SubmitWork,
 		Rate: o.Rate, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
-		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions}}
+		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions, GRPC: o.GRPC}}
 	if o.Phase == JobsPhaseUnary {
 		rep.Config.Total = o.Total
 	}
@@ -852,13 +847,26 @@ func (r *JobsRunReport) errors() int64 {
 
 func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) error {
 	label := p.Phase
+	var grpcArgs []string
+	var grpcAddr string
+	if o.GRPC {
+		var err error
+		if grpcAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		grpcArgs = []string{"--grpc-addr", grpcAddr}
+	}
 	if o.Baseline {
-		null, err := rig.startNull(ctx, label, "null-jobs-"+p.Phase)
+		null, err := rig.startNull(ctx, label, "null-jobs-"+p.Phase, grpcArgs...)
 		if err != nil {
 			return err
 		}
+		dial := connectDialer(null.baseURL())
+		if o.GRPC {
+			dial = grpcDialer(grpcAddr)
+		}
 		r := newJobsRun(o, label+" (do-nothing server)")
-		rep, err := r.measure(ctx, p.Phase, null.baseURL(), null.cpuSeconds)
+		rep, err := r.measure(ctx, p.Phase, dial, null.cpuSeconds)
 		if rep != nil {
 			rep.Server = "null"
 			rep.PeakRSSBytes = peakOf(null)
@@ -872,12 +880,16 @@ func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) er
 			return fmt.Errorf("do-nothing server: %w", err)
 		}
 	}
-	srv, err := rig.target(ctx, label, "surge-jobs-"+p.Phase, "data-"+p.Phase, "jobs-"+p.Phase)
+	srv, err := rig.target(ctx, label, "surge-jobs-"+p.Phase, "data-"+p.Phase, "jobs-"+p.Phase, grpcArgs...)
 	if err != nil {
 		return err
 	}
+	dial := connectDialer(srv.base)
+	if o.GRPC {
+		dial = grpcDialer(grpcAddr)
+	}
 	r := newJobsRun(o, label)
-	rep, err := r.measure(ctx, p.Phase, srv.base, srv.cpu(ctx))
+	rep, err := r.measure(ctx, p.Phase, dial, srv.cpu(ctx))
 	if rep != nil {
 		rep.Server = srv.name(o.Options)
 		rep.PeakRSSBytes = srv.peakRSS()

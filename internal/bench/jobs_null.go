@@ -109,7 +109,12 @@ func (n *nullJobs) worker(id string) (*nullWorker, error) {
 }
 
 func (n *nullJobs) StreamJobs(ctx context.Context, req *connect.Request[jqpb.StreamJobsRequest], stream *connect.ServerStream[jqpb.JobAssignment]) error {
-	w, err := n.worker(req.Msg.WorkerId)
+	return n.streamTo(ctx, req.Msg.WorkerId, stream.Send)
+}
+
+// streamTo hands the worker a job each time it has a free slot.
+func (n *nullJobs) streamTo(ctx context.Context, workerID string, send func(*jqpb.JobAssignment) error) error {
+	w, err := n.worker(workerID)
 	if err != nil {
 		return err
 	}
@@ -123,7 +128,7 @@ func (n *nullJobs) StreamJobs(ctx context.Context, req *connect.Request[jqpb.Str
 		case <-ctx.Done():
 			return nil
 		case a := <-n.jobs:
-			if err := stream.Send(a); err != nil {
+			if err := send(a); err != nil {
 				return err
 			}
 		}

@@ -58,7 +58,7 @@ func TestJobsPhasesAgainstTheNullServer(t *testing.T) {
 		if err := o.validate(); err != nil {
 			t.Fatal(err)
 		}
-		rep, err := newJobsRun(o, c.phase).measure(ctx, c.phase, base, noCPU)
+		rep, err := newJobsRun(o, c.phase).measure(ctx, c.phase, connectDialer(base), noCPU)
 		if err != nil {
 			t.Fatalf("%s: %v", c.phase, err)
 		}
@@ -244,5 +244,32 @@ func TestJobsReportJudgesAndPrints(t *testing.T) {
 	noTrackerNumbers(t, out.String())
 	if _, err := json.Marshal(rep); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With --grpc the phases run over grpc-go: against the do-nothing grpc-go
+// server's JobService and WorkerService, every submitted job reaches a
+// worker stream and is reported.
+func TestJobsE2EOverGRPCGo(t *testing.T) {
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeNullGRPC(ctx, addr) }()
+	t.Cleanup(func() { cancel(); <-done })
+	o := testJobsOptions()
+	o.Phase, o.GRPC, o.Ack = JobsPhaseE2E, true, true
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := newJobsRun(o, JobsPhaseE2E).measure(ctx, JobsPhaseE2E, grpcDialer(addr), func() (float64, error) { return 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.errors(); n > 0 || rep.Submitted == 0 || rep.Executed != rep.Submitted || rep.SubmitToStart.Count != rep.Executed {
+		t.Fatalf("%d errors (%v %v %v); submitted %d, executed %d, %d start latencies", n, rep.SubmitErrors, rep.WorkerErrorsByCode,
+			rep.ErrorSamples, rep.Submitted, rep.Executed, rep.SubmitToStart.Count)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -298,7 +299,9 @@ func ServeNullGRPC(ctx context.Context, addr string) error {
 		return err
 	}
 	s := grpc.NewServer()
-	jqpb.RegisterJobServiceServer(s, &nullGRPCJobs{n: newNullJobs()})
+	n := newNullJobs()
+	jqpb.RegisterJobServiceServer(s, &nullGRPCJobs{n: n})
+	jqpb.RegisterWorkerServiceServer(s, &nullGRPCWorkers{n: n})
 	go func() {
 		<-ctx.Done()
 		s.GracefulStop()
@@ -313,6 +316,67 @@ type nullGRPCJobs struct {
 	n *nullJobs
 }
 
+// With no worker registered (the unary phase) a submit only draws an id.
 func (g *nullGRPCJobs) SubmitJob(ctx context.Context, req *jqpb.SubmitJobRequest) (*jqpb.SubmitJobResponse, error) {
-	return &jqpb.SubmitJobResponse{JobId: g.n.newID()}, nil
+	id, err := g.n.submit(ctx, req)
+	if err != nil {
+		return nil, grpcStatus(err)
+	}
+	return &jqpb.SubmitJobResponse{JobId: id}, nil
+}
+
+func (g *nullGRPCJobs) SubmitJobs(ctx context.Context, req *jqpb.SubmitJobsRequest) (*jqpb.SubmitJobsResponse, error) {
+	r, err := g.n.SubmitJobs(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, grpcStatus(err)
+	}
+	return r.Msg, nil
+}
+
+// nullGRPCWorkers is the do-nothing WorkerService on grpc-go: the same
+// jobs as nullGRPCJobs, handed to worker streams as the connect one does
+// (the e2e phase's baseline with --grpc).
+type nullGRPCWorkers struct {
+	jqpb.UnimplementedWorkerServiceServer
+	n *nullJobs
+}
+
+// grpcStatus gives a connect error its grpc-go status.
+func grpcStatus(err error) error {
+	return status.Error(codes.Code(connect.CodeOf(err)), err.Error())
+}
+
+func (g *nullGRPCWorkers) RegisterWorker(ctx context.Context, req *jqpb.RegisterWorkerRequest) (*jqpb.RegisterWorkerResponse, error) {
+	r, err := g.n.RegisterWorker(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, grpcStatus(err)
+	}
+	return r.Msg, nil
+}
+
+func (g *nullGRPCWorkers) StreamJobs(req *jqpb.StreamJobsRequest, s grpc.ServerStreamingServer[jqpb.JobAssignment]) error {
+	if err := g.n.streamTo(s.Context(), req.WorkerId, s.Send); err != nil {
+		return grpcStatus(err)
+	}
+	return nil
+}
+
+func (g *nullGRPCWorkers) ReportResult(ctx context.Context, req *jqpb.ReportResultRequest) (*jqpb.ReportResultResponse, error) {
+	if _, err := g.n.ReportResult(ctx, connect.NewRequest(req)); err != nil {
+		return nil, grpcStatus(err)
+	}
+	return &jqpb.ReportResultResponse{}, nil
+}
+
+func (g *nullGRPCWorkers) AckJob(context.Context, *jqpb.AckJobRequest) (*jqpb.AckJobResponse, error) {
+	return &jqpb.AckJobResponse{}, nil
+}
+
+func (g *nullGRPCWorkers) Heartbeat(context.Context, *jqpb.HeartbeatRequest) (*jqpb.HeartbeatResponse, error) {
+	return &jqpb.HeartbeatResponse{}, nil
+}
+
+func (g *nullGRPCWorkers) Deregister(ctx context.Context, req *jqpb.DeregisterRequest) (*jqpb.DeregisterResponse, error) {
+	_, _ = g.n.Deregister(ctx, connect.NewRequest(req))
+	return &jqpb.DeregisterResponse{}, nil
 }

@@ -313,7 +313,7 @@ func (a *API) SubmitJob(ctx context.Context, req *connect.Request[jqpb.SubmitJob
 	if s.JobID, err = a.newJobID(s.Queue); err != nil {
 		return nil, err
 	}
-	r, err := a.do(ctx, QueueKey(s.Queue), &s)
+	r, err := a.submitOne(ctx, &s)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +326,7 @@ func (a *API) SubmitJobs(ctx context.Context, req *connect.Request[jqpb.SubmitJo
 	if err != nil {
 		return nil, err
 	}
-	r, err := a.do(ctx, QueueKey(b.Jobs[0].Queue), b)
+	r, err := a.submitMany(ctx, b)
 	if err != nil {
 		return nil, err
 	}

@@ -209,19 +209,24 @@ func (a *API) ReportResult(ctx context.Context, req *connect.Request[jqpb.Report
 	if len(m.Result) > MaxPayloadBytes {
 		return nil, errf(connect.CodeResourceExhausted, "result of %d bytes is over the limit of %d", len(m.Result), MaxPayloadBytes)
 	}
-	_, err := a.do(ctx, JobKey(m.JobId), &Report{JobID: m.JobId, Worker: m.WorkerId, Success: m.Success, Result: m.Result, Error: m.ErrorMessage})
+	cmd := &Report{JobID: m.JobId, Worker: m.WorkerId, Success: m.Success, Result: m.Result, Error: m.ErrorMessage}
+	s := a.hub.reserveNext(m.WorkerId, m.JobId)
+	dctx := ctx
+	if s != nil {
+		cmd.Session, cmd.Next, cmd.LeaseNs = s.session, nextJobs, a.leaseNs
+		// Not cancelled with the call: jobs leased by a report applied
+		// but unanswered would reach nobody until their leases ran out.
+		dctx = context.WithoutCancel(ctx)
+	}
+	r, err := a.do(dctx, JobKey(m.JobId), cmd)
 	var ce *connect.Error
-	if err == nil || errors.As(err, &ce) && (ce.Code() == connect.CodeFailedPrecondition || ce.Code() == connect.CodeNotFound) {
-		// Reported, or no longer this worker's: either way its slot is free.
-		h := a.hub
-		h.mu.Lock()
-		if w := h.owner[m.JobId]; w != nil && w.id == m.WorkerId {
-			h.untrackLocked(m.JobId)
-		}
-		if w := h.workers[m.WorkerId]; w != nil {
-			w.lastSeen = h.now()
-		}
-		h.mu.Unlock()
+	// Reported, or no longer this worker's: either way its slot is free.
+	freed := err == nil || errors.As(err, &ce) && (ce.Code() == connect.CodeFailedPrecondition || ce.Code() == connect.CodeNotFound)
+	if r != nil && len(r.Next) > 0 {
+		a.metrics.leased(r.Next[0].Queue, r.Next)
+	}
+	if orphans := a.hub.reported(m.WorkerId, m.JobId, freed, s, r); len(orphans) > 0 {
+		a.unsent(ctx, s, orphans)
 	}
 	if err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ func (a *API) streamJobs(ctx context.Context, m *jqpb.StreamJobsRequest, out ass
 	if err != nil {
 		return err
 	}
-	defer a.hub.close(s)
+	defer a.closeStream(ctx, s)
 	// Headers now: a gRPC client's call returns only once they arrive,
 	// and a worker may wait long for its first job.
 	if err := out.Send(nil); err != nil {
@@ -154,7 +154,8 @@ func (h *Hub) open(id string, queues []string, acceptsCancel bool, session strin
 		old.poke()
 		h.unlinkLocked(old)
 	}
-	s := &stream{w: w, session: session, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1)}
+	s := &stream{w: w, session: session, queues: queues, acceptsCancel: acceptsCancel, wake: make(chan struct{}, 1),
+		handoff: make(chan struct{}, 1)}
 	w.stream, w.lastSeen = s, h.now()
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], s)
@@ -184,6 +185,7 @@ func (h *Hub) adopt(s *stream, jobs []*Job) bool {
 		w.inflight[j.ID] = now
 		h.owner[j.ID] = w
 	}
+	s.settled = true
 	return true
 }
 
@@ -353,6 +355,7 @@ func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error
 	// Leases are not cancelled with the stream: a lease applied but
 	// unanswered could not be given back.
 	bg := context.WithoutCancel(ctx)
+	look := true // the opening: look for work at once
 	for next := 0; ; next++ {
 		cancels, free, end := a.hub.step(s)
 		if end != nil {
@@ -366,11 +369,19 @@ func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error
 				return err
 			}
 		}
-		shed, stop, err := a.leaseRound(ctx, bg, s, out, next, free)
-		if stop {
+		if stop, err := a.pushPending(ctx, s, out); stop {
 			return err
 		}
-		if err := a.awaitWork(ctx, s, shed); err != nil {
+		var shed bool
+		if look {
+			var stop bool
+			var err error
+			if shed, stop, err = a.leaseRound(ctx, bg, s, out, next, free); stop {
+				return err
+			}
+		}
+		var err error
+		if look, err = a.awaitWork(ctx, s, shed); err != nil {
 			return err
 		}
 	}
@@ -433,19 +444,23 @@ func (a *API) pushLeased(ctx context.Context, s *stream, out assignments, jobs [
 }
 
 // awaitWork sleeps until a note or a report wakes the stream, or, after a
-// shed lease, for at most streamRetryPause.
-func (a *API) awaitWork(ctx context.Context, s *stream, shed bool) error {
+// shed lease, for at most streamRetryPause. look is false when only jobs
+// a report or submit leased for the stream woke it: they are to push,
+// and nothing says the queues hold more (a Lease would find nothing).
+func (a *API) awaitWork(ctx context.Context, s *stream, shed bool) (look bool, err error) {
 	var pause <-chan time.Time // nil: no pause, only a wake-up
 	if shed {
 		pause = time.After(streamRetryPause)
 	}
 	select {
 	case <-s.wake:
+	case <-s.handoff:
+		return false, nil
 	case <-pause:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-a.done:
-		return errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
+		return false, errf(connect.CodeUnavailable, "the server is shutting down; reconnect")
 	}
-	return nil
+	return true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/jqpb"
 )
 
@@ -85,13 +86,16 @@ type worker struct {
 	// (UnixNano; 0 for jobs found held when a stream opened).
 	inflight map[string]int64
 	stream   *stream
+	// reserved: slots of jobs being reported whose report also leases
+	// the next job (api_report_lease.go).
+	reserved int
 }
 
 func (w *worker) free() int {
 	if w.draining {
 		return 0
 	}
-	return w.concurrency - len(w.inflight)
+	return w.concurrency - len(w.inflight) - w.reserved
 }
 
 // stream is one open StreamJobs call. Its session names it in the leases
@@ -102,10 +106,18 @@ type stream struct {
 	queues        []string
 	acceptsCancel bool
 	wake          chan struct{} // cap 1: work (or an end) may be waiting
-	cancels       []string
+	handoff       chan struct{} // cap 1: jobs leased for the stream wait in pending
+	// settled: its Reclaim is done and its slots counted (adopt); only
+	// then may reports and submits lease for it.
+	settled bool
+	cancels []string
 	// end, once set, says how the stream ends: errDrained (a clean end)
 	// or a connect error.
 	end error
+	// pending: jobs reports leased for the stream, counted in its
+	// worker's inflight, to push (api_report_lease.go).
+	pending       []*Job
+	pendingTraces map[string]engine.TraceContext
 }
 
 var errDrained = errors.New("drained")

@@ -35,6 +35,9 @@ const (
 	tagExtend
 	tagReclaim
 	tagUnsent
+	tagReportLease // Report that leases the worker's next job in the same entry
+	tagSubmitLease
+	tagSubmitBatchLease
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -104,11 +107,21 @@ type (
 		Worker, Session string
 		JobIDs          []string
 	}
+	// Report ends Worker's lease of JobID with its result. With Next > 0
+	// it also leases up to Next ready jobs of the job's queue to the
+	// stream Session for LeaseNs, if that stream holds the job: one log
+	// entry and one fsync where a report and the stream's next lease took
+	// two (tagReportLease; a plain report keeps tagReport's bytes).
 	Report struct {
 		JobID, Worker string
 		Success       bool
 		Result        []byte
 		Error         string
+		Session       string
+		Next          int32
+		LeaseNs       int64
+		// leasing: coded with tagReportLease (decoded from one, or Next > 0).
+		leasing bool
 	}
 	Cancel struct{ JobID string }
 	Retry  struct{ JobID string }
@@ -117,6 +130,23 @@ type (
 	Release struct{ Worker, JobID string }
 	// SubmitBatch submits jobs of one queue in one command.
 	SubmitBatch struct{ Jobs []Submit }
+	// SubmitLease submits a job and then leases up to Next ready jobs of
+	// its queue, by priority, to Worker's stream Session for LeaseNs: a
+	// stream waiting with a free slot gets its job once this one entry is
+	// durable, where the submit and then the stream's lease took two.
+	SubmitLease struct {
+		Submit
+		Worker, Session string
+		Next            int32
+		LeaseNs         int64
+	}
+	// SubmitBatchLease is SubmitBatch, then the same lease as SubmitLease.
+	SubmitBatchLease struct {
+		SubmitBatch
+		Worker, Session string
+		Next            int32
+		LeaseNs         int64
+	}
 )
 
 // Timer commands; Apply refuses them from anywhere but a timer.
@@ -163,6 +193,12 @@ func (x *Report) code(c *wire.Coder) {
 	c.Bool(&x.Success)
 	c.Bytes(&x.Result)
 	c.Str(&x.Error)
+	if !x.leases() {
+		return
+	}
+	c.Str(&x.Session)
+	c.I32(&x.Next)
+	c.I64(&x.LeaseNs)
 }
 func (x *SubmitBatch) code(c *wire.Coder) {
 	n := c.Count(len(x.Jobs), 9) // an empty Submit takes 9 bytes
@@ -174,6 +210,18 @@ func (x *SubmitBatch) code(c *wire.Coder) {
 	}
 }
 func (x *Release) code(c *wire.Coder) { c.Str(&x.Worker, &x.JobID) }
+func (x *SubmitBatchLease) code(c *wire.Coder) {
+	x.SubmitBatch.code(c)
+	c.Str(&x.Worker, &x.Session)
+	c.I32(&x.Next)
+	c.I64(&x.LeaseNs)
+}
+func (x *SubmitLease) code(c *wire.Coder) {
+	x.Submit.code(c)
+	c.Str(&x.Worker, &x.Session)
+	c.I32(&x.Next)
+	c.I64(&x.LeaseNs)
+}
 func (x *Extend) code(c *wire.Coder) {
 	c.Str(&x.Worker, &x.Session)
 	c.I64(&x.LeaseNs)
@@ -219,9 +267,17 @@ func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
 	}
 	return encode(b, tagLeaseSession, x)
 }
-func (x *Ack) AppendBinary(b []byte) ([]byte, error)          { return encode(b, tagAck, x) }
-func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagHeartbeat, x) }
-func (x *Report) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagReport, x) }
+func (x *Ack) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagAck, x) }
+func (x *Heartbeat) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagHeartbeat, x) }
+func (x *Report) AppendBinary(b []byte) ([]byte, error) {
+	if x.leases() {
+		return encode(b, tagReportLease, x)
+	}
+	return encode(b, tagReport, x)
+}
+
+// leases tells whether the report is coded with its next lease.
+func (x *Report) leases() bool                                { return x.leasing || x.Next > 0 }
 func (x *Cancel) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagCancel, x) }
 func (x *Retry) AppendBinary(b []byte) ([]byte, error)        { return encode(b, tagRetry, x) }
 func (x *LeaseExpired) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagLeaseExpired, x) }
@@ -231,9 +287,13 @@ func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b,
 func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
 func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
 func (x *Release) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagRelease, x) }
-func (x *Extend) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagExtend, x) }
-func (x *Reclaim) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagReclaim, x) }
-func (x *Unsent) AppendBinary(b []byte) ([]byte, error)       { return encode(b, tagUnsent, x) }
+func (x *SubmitLease) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitLease, x) }
+func (x *SubmitBatchLease) AppendBinary(b []byte) ([]byte, error) {
+	return encode(b, tagSubmitBatchLease, x)
+}
+func (x *Extend) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagExtend, x) }
+func (x *Reclaim) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagReclaim, x) }
+func (x *Unsent) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagUnsent, x) }
 
 func newCommand(tag byte) coded {
 	switch tag {
@@ -281,6 +341,12 @@ func newCommand(tag byte) coded {
 		return &Reclaim{}
 	case tagUnsent:
 		return &Unsent{}
+	case tagReportLease:
+		return &Report{leasing: true}
+	case tagSubmitLease:
+		return &SubmitLease{}
+	case tagSubmitBatchLease:
+		return &SubmitBatchLease{}
 	}
 	return nil
 }

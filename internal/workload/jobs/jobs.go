@@ -281,6 +281,9 @@ type Machine struct {
 	purgeQ retain.Queue[purgeEntry]
 	// inBatch holds back QueueReady notes while a SubmitBatch applies.
 	inBatch bool
+	// holdNotes holds back QueueReady notes while a submit that leases
+	// applies (submitLease): noted after its lease, if jobs are left.
+	holdNotes bool
 	// finished counts DONE and DEAD_LETTERED jobs (Limits.MaxFinished).
 	finished int
 	// trace and traces: see trace.go.
@@ -342,6 +345,8 @@ type Result struct {
 	Queue   *Queue
 	Jobs    []*Job
 	Each    []*Result
+	// Next: the jobs a Report with Next > 0 leased to its stream.
+	Next []*Job
 	// Traces: a lease's traced jobs' dispatch contexts (trace.go).
 	Traces map[string]engine.TraceContext
 }
@@ -393,6 +398,10 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx *engine.Effects) *Resu
 		return m.submit(c, now, fx)
 	case *SubmitBatch:
 		return m.submitBatch(c, now, fx)
+	case *SubmitLease:
+		return m.submitLease(c, now, fx)
+	case *SubmitBatchLease:
+		return m.submitBatchLease(c, now, fx)
 	case *Lease:
 		return m.lease(c, now, fx)
 	case *Ack:

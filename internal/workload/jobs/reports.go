@@ -195,6 +195,9 @@ func (m *Machine) report(c *Report, now int64, fx *engine.Effects) *Result {
 		q.Failures++
 	}
 	j.Result, j.Error = c.Result, c.Error
+	// The next lease needs the stream that holds the job: the session
+	// ends with the lease.
+	sameStream := c.Session != "" && j.Session == c.Session
 	m.endLease(j, fx)
 	switch {
 	case j.CancelAsked:
@@ -206,7 +209,14 @@ func (m *Machine) report(c *Report, now int64, fx *engine.Effects) *Result {
 		m.move(q, j, Failed, c.Worker, ReasonFailed, now)
 		m.afterFailure(q, j, now, fx)
 	}
-	return &Result{Outcome: OK, Jobs: []*Job{copyJob(j)}}
+	res = &Result{Outcome: OK, Jobs: []*Job{copyJob(j)}}
+	if c.Next > 0 && sameStream {
+		next := m.lease(&Lease{Queue: q.Name, Worker: c.Worker, Max: c.Next, LeaseNs: c.LeaseNs, Session: c.Session}, now, fx)
+		if next.Outcome == OK {
+			res.Next, res.Traces = next.Jobs, next.Traces
+		}
+	}
+	return res
 }
 
 // release gives a worker's leases back at once (one job, or all it holds

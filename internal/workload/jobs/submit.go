@@ -215,3 +215,37 @@ func (m *Machine) endLease(j *Job, fx *engine.Effects) {
 	fx.CancelTimer("lease/" + j.ID)
 	j.LeaseUntil, j.Session = 0, ""
 }
+
+// submitLease submits, then leases for the stream that waits; the queue
+// is noted ready only if jobs are left for other streams.
+func (m *Machine) submitLease(c *SubmitLease, now int64, fx *engine.Effects) *Result {
+	m.holdNotes = true
+	res := m.submit(&c.Submit, now, fx)
+	m.holdNotes = false
+	return m.leaseAfterSubmit(res, c.Queue, &Lease{Queue: c.Queue, Worker: c.Worker, Max: c.Next, LeaseNs: c.LeaseNs, Session: c.Session}, now, fx)
+}
+
+func (m *Machine) submitBatchLease(c *SubmitBatchLease, now int64, fx *engine.Effects) *Result {
+	m.holdNotes = true
+	res := m.submitBatch(&c.SubmitBatch, now, fx)
+	m.holdNotes = false
+	if len(c.Jobs) == 0 {
+		return res
+	}
+	q := c.Jobs[0].Queue
+	return m.leaseAfterSubmit(res, q, &Lease{Queue: q, Worker: c.Worker, Max: c.Next, LeaseNs: c.LeaseNs, Session: c.Session}, now, fx)
+}
+
+// leaseAfterSubmit leases for the waiting stream once the submit res
+// created jobs, and notes the queue ready if jobs are left for others.
+func (m *Machine) leaseAfterSubmit(res *Result, queue string, l *Lease, now int64, fx *engine.Effects) *Result {
+	if res.Outcome != Created {
+		return res
+	}
+	next := m.lease(l, now, fx)
+	if next.Outcome == OK {
+		res.Next, res.Traces = next.Jobs, next.Traces
+	}
+	m.notifyReady(m.queues[queue], fx)
+	return res
+}
