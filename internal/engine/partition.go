@@ -67,13 +67,17 @@ type partition struct {
 	// request's wait for the metrics.
 	slotNs atomic.Int64
 	delays delayHist
+	// batches counts batch sizes and apply times for the metrics.
+	batches batchHist
 
-	// Cluster mode (see cluster.go, ownership.go). ownMu serialises Acquire, Release
-	// and the snapshotter's bookkeeping; subMu is held (read) by
-	// submitters while they queue a request, so that Release can wait
-	// until none can enter; plog is the partition's log while served.
+	// subMu is held (read) by submitters while they queue a request, so
+	// that Close and (cluster mode) Release can wait until none can
+	// enter. Cluster mode (see cluster.go, ownership.go): ownMu
+	// serialises Acquire, Release and the snapshotter's bookkeeping; plog
+	// is the partition's log while served.
 	ownMu   sync.Mutex
 	subMu   sync.RWMutex
+	closed  bool // guarded by subMu: Close has shut this partition's gate
 	plog    cmdlog.PartitionLog
 	serving atomic.Bool
 	failed  atomic.Bool   // the log failed: nothing more may leave
