@@ -125,6 +125,9 @@ type Options struct {
 	shedMinQueue int
 	// batchBytes, for tests, is told the log bytes of every batch.
 	batchBytes func(n int)
+	// noInlineApply, for tests and benchmarks, leaves every batch to the
+	// processor (see inline.go).
+	noInlineApply bool
 }
 
 // Engine owns the partitions. Create with Open, stop with Close.
@@ -402,6 +405,9 @@ func (e *Engine) submitLocal(ctx context.Context, part int, wl uint8, cmd Comman
 		return nil, errMoved
 	}
 	r, err := e.enqueue(p, ctx, wl, cmd, q)
+	if err == nil {
+		p.serveOrKick()
+	}
 	p.subMu.RUnlock()
 	if err != nil {
 		return nil, err

@@ -19,8 +19,14 @@ type partition struct {
 	id       int
 	machines []Machine // indexed by workload id
 	inbox    chan *Request
-	mail     mailbox
-	free     chan *batch
+	// kick wakes the processor for requests in the inbox; runMu is held
+	// by whoever builds and commits a batch (the processor, or a
+	// submitter serving it inline, see inline.go), and guards wake.
+	kick  chan struct{}
+	runMu sync.Mutex
+	wake  *wakeups
+	mail  mailbox
+	free  chan *batch
 
 	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches
@@ -91,6 +97,7 @@ func newPartition(e *Engine, id int) *partition {
 		e:      e,
 		id:     id,
 		inbox:  make(chan *Request, e.opts.InboxLen),
+		kick:   make(chan struct{}, 1),
 		free:   make(chan *batch, maxInflightBatches),
 		outbox: make(map[uint64]*outMsg),
 		lastTo: make(map[int]uint64),

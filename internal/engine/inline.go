@@ -1,0 +1,81 @@
+package engine
+
+// Serving a batch on the submitter's goroutine.
+//
+// A processor that finds its inbox empty parks, and the next request
+// would have to wake it: on a lightly loaded partition (batches of one or
+// two commands, the common case once cores outnumber the busy partitions)
+// that is one goroutine wake-up per request, and with more cores each is
+// more likely a futex wake of an idle thread and a hand-off between cores.
+// So the processor does not wait on the inbox itself but on kick, and a
+// submitter that has queued its request and finds the partition idle
+// (runMu free, a batch free) builds and commits the batch itself, on its
+// own goroutine, exactly as the processor would: same fill, same commit,
+// same order (runMu serialises every batch of the partition). Its reply
+// is still released only when the batch is durable. Only if the partition
+// is busy does it kick the processor, which then takes the request with
+// its next batch; a kick to a processor that is not parked costs no
+// wake-up.
+//
+// Not in cluster mode (a partition's log and ownership change under the
+// processor) nor in the crash simulation (one goroutine does everything
+// there).
+
+// inlineApply says whether submitters may serve batches themselves.
+func (e *Engine) inlineApply() bool {
+	return !e.clusterMode() && !e.opts.inlineSnapshots && !e.opts.noInlineApply
+}
+
+// serveOrKick is called by a submitter once its request is in p's inbox,
+// with p.subMu held (read) so that Close waits for it.
+func (p *partition) serveOrKick() {
+	if !p.e.inlineApply() || !p.runMu.TryLock() {
+		p.kickProcessor()
+		return
+	}
+	var b *batch
+	select {
+	case b = <-p.free:
+	default:
+		// Every batch is in flight: the processor takes it once one is
+		// durable.
+		p.runMu.Unlock()
+		p.kickProcessor()
+		return
+	}
+	b.reset()
+	p.fill(b, nil)
+	p.commit(b)
+	// The processor's clocks were armed for the state before this batch:
+	// if it set an earlier timer or made a snapshot due, or left requests
+	// queued beyond its share, the processor must look again.
+	stale := p.wake.stale(p) || len(p.inbox) > 0
+	p.runMu.Unlock()
+	if stale {
+		p.kickProcessor()
+	}
+}
+
+// kickProcessor tells the processor there is work in its inbox. The
+// channel holds one kick, so kicks never block and never pile up.
+func (p *partition) kickProcessor() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stale says whether the partition's next timer or idle snapshot is not
+// what w is armed for (called with p.runMu held).
+func (w *wakeups) stale(p *partition) bool {
+	if w == nil {
+		return true
+	}
+	if at, ok := p.timers.next(); ok && at != w.timerAt {
+		return true
+	}
+	if at, ok := p.idleSnapshotAt(); ok && (at != w.snapAt || at <= p.e.now()) {
+		return true
+	}
+	return false
+}
