@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"fmt"
+	"runtime/debug"
+)
+
 // Serving a batch on the submitter's goroutine.
 //
 // A processor that finds its inbox empty parks, and the next request
@@ -43,6 +48,7 @@ func (p *partition) serveOrKick() {
 		p.kickProcessor()
 		return
 	}
+	defer crashOnPanic(p.id)
 	b.reset()
 	p.fill(b, nil)
 	p.commit(b)
@@ -78,4 +84,19 @@ func (w *wakeups) stale(p *partition) bool {
 		return true
 	}
 	return false
+}
+
+// crashOnPanic ends the process when a machine panics in a batch served
+// inline, as it does on the processor's goroutine: the partition's state
+// is half-applied and its locks held, so the panic must not be recovered
+// by the submitter's caller (net/http recovers handler panics) and leave
+// the partition hung.
+func crashOnPanic(part int) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	msg := fmt.Sprintf("engine: panic in partition %d (batch served by a submitter): %v\n%s", part, v, debug.Stack())
+	go func() { panic(msg) }()
+	select {}
 }

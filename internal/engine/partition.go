@@ -25,8 +25,11 @@ type partition struct {
 	kick  chan struct{}
 	runMu sync.Mutex
 	wake  *wakeups
-	mail  mailbox
-	free  chan *batch
+	// procServed counts the processor's batches that took client
+	// requests (the rest were served inline), for tests.
+	procServed atomic.Uint64
+	mail       mailbox
+	free       chan *batch
 
 	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches

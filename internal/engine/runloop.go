@@ -29,6 +29,9 @@ func (p *partition) run() {
 		}
 		p.runMu.Lock()
 		p.fill(b, nil)
+		if len(b.reqs) > 0 {
+			p.procServed.Add(1)
+		}
 		p.commit(b)
 		drained := len(p.inbox) == 0
 		p.runMu.Unlock()

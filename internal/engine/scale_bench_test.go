@@ -26,36 +26,52 @@ import (
 // (idle Ps woken and put back to sleep, cache lines shared between them).
 func BenchmarkSubmitParallel(b *testing.B) {
 	for _, parts := range []int{8, 32} {
-		b.Run("partitions="+strconv.Itoa(parts), func(b *testing.B) {
-			dir := b.TempDir()
-			e := openEngineWith(b, dir, func(o *engine.Options) {
-				o.Partitions = parts
-				o.Metrics = engine.NewMetrics(prometheus.NewRegistry())
-				lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts, NoSync: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				o.Log = lg
-			})
-			defer e.Close()
-			var next atomic.Uint64
-			b.SetParallelism(32)
-			cpu0 := cpuNs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := next.Add(1)
-					from := "k" + strconv.FormatUint(i%256, 10)
-					if _, err := e.Do(context.Background(), e.PartitionOf(from), 7, &transfer{From: from, To: from, N: 1}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(cpuNs()-cpu0)/float64(b.N), "cpu-ns/op")
-		})
+		for _, op := range []string{"transfer", "query"} {
+			for _, inline := range []bool{true, false} {
+				name := "partitions=" + strconv.Itoa(parts) + "/op=" + op + "/inline=" + strconv.FormatBool(inline)
+				b.Run(name, func(b *testing.B) { benchSubmit(b, parts, op == "query", inline) })
+			}
+		}
 	}
+}
+
+func benchSubmit(b *testing.B, parts int, query, inline bool) {
+	dir := b.TempDir()
+	e := openEngineWith(b, dir, func(o *engine.Options) {
+		o.Partitions = parts
+		if !inline {
+			engine.NoInlineApply(o)
+		}
+		o.Metrics = engine.NewMetrics(prometheus.NewRegistry())
+		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts, NoSync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		o.Log = lg
+	})
+	defer e.Close()
+	var next atomic.Uint64
+	b.SetParallelism(32)
+	cpu0 := cpuNs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			from := "k" + strconv.FormatUint(i%256, 10)
+			var err error
+			if query {
+				_, err = e.Query(context.Background(), e.PartitionOf(from), 7, getAccount{Key: from})
+			} else {
+				_, err = e.Do(context.Background(), e.PartitionOf(from), 7, &transfer{From: from, To: from, N: 1})
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(cpuNs()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 func cpuNs() int64 {
