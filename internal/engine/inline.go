@@ -18,9 +18,11 @@ import (
 // own goroutine, exactly as the processor would: same fill, same commit,
 // same order (runMu serialises every batch of the partition). Its reply
 // is still released only when the batch is durable. Only if the partition
-// is busy does it kick the processor, which then takes the request with
-// its next batch; a kick to a processor that is not parked costs no
-// wake-up.
+// is busy does it leave the request to whoever holds the partition:
+// every holder looks at the inbox after it unlocks (the processor before
+// it parks; a submitter kicks the processor if anything is left), so a
+// request queued while the partition was held is never stranded. A kick
+// to a processor that is not parked costs no wake-up.
 //
 // Not in cluster mode (a partition's log and ownership change under the
 // processor) nor in the crash simulation (one goroutine does everything
@@ -34,8 +36,14 @@ func (e *Engine) inlineApply() bool {
 // serveOrKick is called by a submitter once its request is in p's inbox,
 // with p.subMu held (read) so that Close waits for it.
 func (p *partition) serveOrKick() {
-	if !p.e.inlineApply() || !p.runMu.TryLock() {
+	if !p.e.inlineApply() {
 		p.kickProcessor()
+		return
+	}
+	if !p.runMu.TryLock() {
+		// Whoever holds it looks at the inbox after unlocking, and so
+		// sees this request: a kick now would only wake the processor
+		// to wait for the lock.
 		return
 	}
 	var b *batch
