@@ -14,8 +14,9 @@ import (
 // more likely a futex wake of an idle thread and a hand-off between cores.
 // So the processor does not wait on the inbox itself but on kick, and a
 // submitter that has queued its request and finds the partition idle
-// (runMu free, a batch free) builds and commits the batch itself, on its
-// own goroutine, exactly as the processor would: same fill, same commit,
+// (its processor parked, runMu free, no batch waiting for the log) builds
+// and commits the batch itself, on its own goroutine, exactly as the
+// processor would: same fill, same commit,
 // same order (runMu serialises every batch of the partition). Its reply
 // is still released only when the batch is durable. Only if the partition
 // is busy does it leave the request to whoever holds the partition:
@@ -36,7 +37,10 @@ func (e *Engine) inlineApply() bool {
 // serveOrKick is called by a submitter once its request is in p's inbox,
 // with p.subMu held (read) so that Close waits for it.
 func (p *partition) serveOrKick() {
-	if !p.e.inlineApply() {
+	if !p.e.inlineApply() || !p.parked.Load() {
+		// A processor at work looks at its inbox before it parks; the
+		// kick covers the request that races its parking, and costs no
+		// wake-up while it is not parked.
 		p.kickProcessor()
 		return
 	}
@@ -46,12 +50,21 @@ func (p *partition) serveOrKick() {
 		// to wait for the lock.
 		return
 	}
+	p.mu.Lock()
+	inflight := p.last != nil
+	p.mu.Unlock()
 	var b *batch
-	select {
-	case b = <-p.free:
-	default:
-		// Every batch is in flight: the processor takes it once one is
-		// durable.
+	if !inflight {
+		select {
+		case b = <-p.free:
+		default:
+		}
+	}
+	if b == nil {
+		// A batch is in flight, so this request waits for the log
+		// anyway: the processor's wake-up costs it nothing, and the
+		// requests that queue meanwhile share its batch, where serving
+		// each inline would make batches of one.
 		p.runMu.Unlock()
 		p.kickProcessor()
 		return

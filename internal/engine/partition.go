@@ -25,6 +25,9 @@ type partition struct {
 	kick  chan struct{}
 	runMu sync.Mutex
 	wake  *wakeups
+	// parked: the processor is waiting (or about to) for a kick, mail
+	// or a clock; only then do submitters serve batches themselves.
+	parked atomic.Bool
 	// procServed counts the processor's batches that took client
 	// requests (the rest were served inline), for tests.
 	procServed atomic.Uint64

@@ -24,9 +24,13 @@ func (p *partition) run() {
 		timerC, snapC := w.arm(p)
 		p.wake = w
 		p.runMu.Unlock()
+		// parked is set before the inbox is looked at, so a submitter
+		// that finds it unset has queued in time to be seen, or kicks.
+		p.parked.Store(true)
 		if !stopping && len(p.inbox) == 0 {
 			stopping = p.await(w, timerC, snapC)
 		}
+		p.parked.Store(false)
 		p.runMu.Lock()
 		p.fill(b, nil)
 		if len(b.reqs) > 0 {

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -43,7 +44,7 @@ func benchSubmit(b *testing.B, parts int, query, inline bool) {
 			engine.NoInlineApply(o)
 		}
 		o.Metrics = engine.NewMetrics(prometheus.NewRegistry())
-		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts, NoSync: true})
+		lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: parts, NoSync: benchNoSync})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -72,6 +73,12 @@ func benchSubmit(b *testing.B, parts int, query, inline bool) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(cpuNs()-cpu0)/float64(b.N), "cpu-ns/op")
+	var applied, batches uint64
+	for _, st := range e.Stats() {
+		applied += st.Applied
+		batches += st.Batches
+	}
+	b.ReportMetric(float64(applied)/float64(max(1, batches)), "inputs/batch")
 }
 
 func cpuNs() int64 {
@@ -81,3 +88,8 @@ func cpuNs() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// benchNoSync: BenchmarkSubmitParallel's WAL skips fsync unless
+// SURGE_BENCH_FSYNC is set (then batches wait for the disk, as in
+// service, and grow accordingly).
+var benchNoSync = os.Getenv("SURGE_BENCH_FSYNC") == ""
