@@ -1,7 +1,8 @@
 // Package engine runs workload state machines over a durable command log.
 //
 // Keys hash to partitions. One processor goroutine per partition owns that
-// partition's state: it drains its inbox in batches, applies each command to
+// partition's state (a submitter that finds it idle may build a batch in
+// its place, under the same lock: inline.go): it drains its inbox in batches, applies each command to
 // the workload's Machine, appends the batch to the shared log and releases
 // replies, cross-partition messages and acknowledgements only once the log
 // says the batch is durable. The log groups batches of all partitions into
