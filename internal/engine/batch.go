@@ -71,8 +71,8 @@ func (b *batch) reset() {
 func (b *batch) record(start int) { b.offsets = append(b.offsets, start) }
 
 func (p *partition) commit(b *batch) {
-	if mt := p.e.opts.Metrics; mt != nil && b.applyCount > 0 {
-		mt.observeBatch(b.applyCount, time.Now().UnixNano()-b.startedNano)
+	if p.e.opts.Metrics != nil && b.applyCount > 0 {
+		p.batches.observe(b.applyCount, time.Now().UnixNano()-b.startedNano)
 	}
 	if fn := p.e.opts.batchBytes; fn != nil {
 		fn(len(b.buf))

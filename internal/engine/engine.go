@@ -1,7 +1,8 @@
 // Package engine runs workload state machines over a durable command log.
 //
 // Keys hash to partitions. One processor goroutine per partition owns that
-// partition's state: it drains its inbox in batches, applies each command to
+// partition's state (a submitter that finds it idle may build a batch in
+// its place, under the same lock: inline.go): it drains its inbox in batches, applies each command to
 // the workload's Machine, appends the batch to the shared log and releases
 // replies, cross-partition messages and acknowledgements only once the log
 // says the batch is durable. The log groups batches of all partitions into
@@ -125,6 +126,9 @@ type Options struct {
 	shedMinQueue int
 	// batchBytes, for tests, is told the log bytes of every batch.
 	batchBytes func(n int)
+	// noInlineApply, for tests and benchmarks, leaves every batch to the
+	// processor (see inline.go).
+	noInlineApply bool
 }
 
 // Engine owns the partitions. Create with Open, stop with Close.
@@ -133,7 +137,7 @@ type Engine struct {
 	parts     []*partition
 	workloads map[uint8]Workload
 
-	mu     sync.RWMutex // writers: Close; readers: Submit
+	mu     sync.RWMutex // writers: Close; readers: isClosed, Acquire
 	closed bool
 	failed atomic.Bool
 	// doneEnd is the end of the newest batch whose done callback has
@@ -394,20 +398,18 @@ func (e *Engine) submitLocal(ctx context.Context, part int, wl uint8, cmd Comman
 		return nil, ErrFailed
 	}
 	p := e.parts[part]
-	// In cluster mode the request enters the inbox under subMu, so that
-	// Release knows when no request can enter any more.
-	cluster := e.clusterMode()
-	if cluster {
-		p.subMu.RLock()
-		if !p.serving.Load() || p.failed.Load() {
-			p.subMu.RUnlock()
-			return nil, errMoved
-		}
+	// The request enters the inbox under subMu, so that Close (and in
+	// cluster mode Release) knows when no request can enter any more.
+	p.subMu.RLock()
+	if e.clusterMode() && (!p.serving.Load() || p.failed.Load()) {
+		p.subMu.RUnlock()
+		return nil, errMoved
 	}
 	r, err := e.enqueue(p, ctx, wl, cmd, q)
-	if cluster {
-		p.subMu.RUnlock()
+	if err == nil {
+		p.serveOrKick()
 	}
+	p.subMu.RUnlock()
 	if err != nil {
 		return nil, err
 	}
@@ -431,6 +433,10 @@ func (e *Engine) await(ctx context.Context, r *Request) (any, error) {
 	return res, err
 }
 
+// enqueue puts a request in p's inbox. The caller holds p.subMu (read):
+// the gate Close shuts partition by partition. It is per partition, not
+// one lock of the engine's, because every request passes it: one shared
+// reader count would be a cache line all cores write on every request.
 func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Command, q any) (*Request, error) {
 	ahead := len(p.inbox)
 	if cmd != nil {
@@ -444,9 +450,7 @@ func (e *Engine) enqueue(p *partition, ctx context.Context, wl uint8, cmd Comman
 	r.enq = e.mono()
 	r.part = p.id
 	e.traceEnqueue(ctx, r)
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
+	if p.closed {
 		r.ctx, r.traced, r.tc = nil, false, TraceContext{}
 		e.reqPool.Put(r)
 		return nil, ErrClosed
@@ -473,6 +477,13 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	for _, p := range e.parts {
+		// Once taken, every submitter that got past the gate has its
+		// request in the inbox, and later ones see closed.
+		p.subMu.Lock()
+		p.closed = true
+		p.subMu.Unlock()
+	}
 	if e.clusterMode() {
 		return e.closeCluster()
 	}

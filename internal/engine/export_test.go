@@ -63,3 +63,11 @@ func TimerTraces(e *Engine, part int) int {
 	}
 	return v.(int)
 }
+
+// NoInlineApply leaves every batch to the partition's processor, as before
+// submitters could serve an idle partition themselves (inline.go).
+func NoInlineApply(o *Options) { o.noInlineApply = true }
+
+// ProcessorServed is how many batches with client requests partition
+// part's processor built (the rest were served by their submitters).
+func ProcessorServed(e *Engine, part int) uint64 { return e.parts[part].procServed.Load() }

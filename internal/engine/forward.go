@@ -353,6 +353,7 @@ func (e *Engine) enqueueBatch(ctx context.Context, part int, b []byte) ([]fwdIte
 		it.ctx = it.w.traced(ctx)
 		it.r, it.err = e.enqueue(p, it.ctx, wl, cmd, q)
 	}
+	p.kickProcessor()
 	return items, nil
 }
 

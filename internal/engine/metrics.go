@@ -9,10 +9,10 @@ import (
 // Metrics are the engine's Prometheus instruments. Observed once per batch,
 // never per command, so they stay off the hot path.
 type Metrics struct {
-	reg          prometheus.Registerer
-	BatchSize    prometheus.Histogram
-	ApplySeconds prometheus.Histogram
-	Snapshots    prometheus.Counter
+	reg prometheus.Registerer
+	// Batch sizes and apply times are counted per partition and exposed
+	// by a collector once the engine starts (batchstats.go).
+	Snapshots prometheus.Counter
 	// SnapshotForkSeconds is how long a partition stalls to capture its
 	// state for a snapshot; SnapshotEncodeSeconds is the encoding that
 	// follows on the snapshot writer.
@@ -50,16 +50,6 @@ var shedReasons = [...]string{"queue_delay", "inbox_full", "expired", "cancelled
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		reg: reg,
-		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "surge_engine_batch_commands",
-			Help:    "Commands applied per partition batch (one log append).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-		}),
-		ApplySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "surge_engine_apply_seconds",
-			Help:    "Time a partition spends applying and encoding one batch (excludes the fsync).",
-			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
-		}),
 		Snapshots: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "surge_engine_snapshots_total",
 			Help: "Partition snapshots written.",
@@ -106,13 +96,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	m.timersFired = newTimersFired()
 	reg.MustRegister(m.owned, m.forwarded, m.forwardBatch, m.forwardSeconds, m.timersFired)
-	reg.MustRegister(m.BatchSize, m.ApplySeconds, m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
+	reg.MustRegister(m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
 	return m
-}
-
-func (m *Metrics) observeBatch(n int, ns int64) {
-	m.BatchSize.Observe(float64(n))
-	m.ApplySeconds.Observe(float64(ns) / 1e9)
 }
 
 // delayCollector exposes the partitions' inbox-wait counts as one
@@ -146,6 +131,7 @@ func (c *delayCollector) Collect(ch chan<- prometheus.Metric) {
 // watch adds gauges that read the engine's queues at scrape time.
 func (m *Metrics) watch(e *Engine) {
 	m.watchHealth(e)
+	m.reg.MustRegister(newBatchCollector(e.parts))
 	m.reg.MustRegister(&delayCollector{
 		desc: prometheus.NewDesc("surge_engine_queue_delay_seconds",
 			"Time client requests waited in a partition's inbox before the processor took them (all partitions).", nil, nil),

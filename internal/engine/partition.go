@@ -19,8 +19,20 @@ type partition struct {
 	id       int
 	machines []Machine // indexed by workload id
 	inbox    chan *Request
-	mail     mailbox
-	free     chan *batch
+	// kick wakes the processor for requests in the inbox; runMu is held
+	// by whoever builds and commits a batch (the processor, or a
+	// submitter serving it inline, see inline.go), and guards wake.
+	kick  chan struct{}
+	runMu sync.Mutex
+	wake  *wakeups
+	// parked: the processor is waiting (or about to) for a kick, mail
+	// or a clock; only then do submitters serve batches themselves.
+	parked atomic.Bool
+	// procServed counts the processor's batches that took client
+	// requests (the rest were served inline), for tests.
+	procServed atomic.Uint64
+	mail       mailbox
+	free       chan *batch
 
 	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches
@@ -67,13 +79,17 @@ type partition struct {
 	// request's wait for the metrics.
 	slotNs atomic.Int64
 	delays delayHist
+	// batches counts batch sizes and apply times for the metrics.
+	batches batchHist
 
-	// Cluster mode (see cluster.go, ownership.go). ownMu serialises Acquire, Release
-	// and the snapshotter's bookkeeping; subMu is held (read) by
-	// submitters while they queue a request, so that Release can wait
-	// until none can enter; plog is the partition's log while served.
+	// subMu is held (read) by submitters while they queue a request, so
+	// that Close and (cluster mode) Release can wait until none can
+	// enter. Cluster mode (see cluster.go, ownership.go): ownMu
+	// serialises Acquire, Release and the snapshotter's bookkeeping; plog
+	// is the partition's log while served.
 	ownMu   sync.Mutex
 	subMu   sync.RWMutex
+	closed  bool // guarded by subMu: Close has shut this partition's gate
 	plog    cmdlog.PartitionLog
 	serving atomic.Bool
 	failed  atomic.Bool   // the log failed: nothing more may leave
@@ -87,6 +103,7 @@ func newPartition(e *Engine, id int) *partition {
 		e:      e,
 		id:     id,
 		inbox:  make(chan *Request, e.opts.InboxLen),
+		kick:   make(chan struct{}, 1),
 		free:   make(chan *batch, maxInflightBatches),
 		outbox: make(map[uint64]*outMsg),
 		lastTo: make(map[int]uint64),

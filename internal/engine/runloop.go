@@ -20,30 +20,55 @@ func (p *partition) run() {
 	for {
 		b := <-p.free
 		b.reset()
+		p.runMu.Lock()
 		timerC, snapC := w.arm(p)
-		var first *Request
-		if !stopping {
-			select {
-			case first = <-p.inbox:
-			case <-p.mail.signal:
-			case <-timerC:
-				w.timerAt = 0
-			case <-w.resend:
-				p.resend()
-			case <-snapC:
-				w.snapAt = 0
-				p.snapshotIdle()
-			case <-p.stopCh:
-				stopping = true
-			}
+		p.wake = w
+		p.runMu.Unlock()
+		// parked is set before the inbox is looked at, so a submitter
+		// that finds it unset has queued in time to be seen, or kicks.
+		p.parked.Store(true)
+		if !stopping && len(p.inbox) == 0 {
+			stopping = p.await(w, timerC, snapC)
 		}
-		p.fill(b, first)
+		p.parked.Store(false)
+		p.runMu.Lock()
+		p.fill(b, nil)
+		if len(b.reqs) > 0 {
+			p.procServed.Add(1)
+		}
 		p.commit(b)
-		if stopping && len(p.inbox) == 0 {
+		drained := len(p.inbox) == 0
+		p.runMu.Unlock()
+		if stopping && drained {
 			p.awaitInflight()
 			return
 		}
 	}
+}
+
+// await parks the processor until there is something to do: a kick (a
+// request in the inbox, see inline.go), mail, a clock, or stop (true).
+func (p *partition) await(w *wakeups, timerC, snapC <-chan time.Time) (stop bool) {
+	select {
+	case <-p.kick:
+	case <-p.mail.signal:
+	case <-timerC:
+		p.runMu.Lock()
+		w.timerAt = 0
+		p.runMu.Unlock()
+	case <-w.resend:
+		p.runMu.Lock()
+		p.resend()
+		p.runMu.Unlock()
+	case <-snapC:
+		p.runMu.Lock()
+		w.snapAt = 0
+		p.snapshotIdle()
+		p.runMu.Unlock()
+	case <-p.stopCh:
+		return true
+	}
+	return false
 }
 
 // wakeups are the processor's clocks besides its inbox and mailbox: the

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"fmt"
+	"runtime/debug"
+)
+
+// Serving a batch on the submitter's goroutine.
+//
+// A processor that finds its inbox empty parks, and the next request
+// would have to wake it: on a lightly loaded partition (batches of one or
+// two commands, the common case once cores outnumber the busy partitions)
+// that is one goroutine wake-up per request, and with more cores each is
+// more likely a futex wake of an idle thread and a hand-off between cores.
+// So the processor does not wait on the inbox itself but on kick, and a
+// submitter that has queued its request and finds the partition idle
+// (its processor parked, runMu free, no batch waiting for the log) builds
+// and commits the batch itself, on its own goroutine, exactly as the
+// processor would: same fill, same commit,
+// same order (runMu serialises every batch of the partition). Its reply
+// is still released only when the batch is durable. Only if the partition
+// is busy does it leave the request to whoever holds the partition:
+// every holder looks at the inbox after it unlocks (the processor before
+// it parks; a submitter kicks the processor if anything is left), so a
+// request queued while the partition was held is never stranded. A kick
+// to a processor that is not parked costs no wake-up.
+//
+// Not in cluster mode (a partition's log and ownership change under the
+// processor) nor in the crash simulation (one goroutine does everything
+// there).
+
+// inlineApply says whether submitters may serve batches themselves.
+func (e *Engine) inlineApply() bool {
+	return !e.clusterMode() && !e.opts.inlineSnapshots && !e.opts.noInlineApply
+}
+
+// serveOrKick is called by a submitter once its request is in p's inbox,
+// with p.subMu held (read) so that Close waits for it.
+func (p *partition) serveOrKick() {
+	if !p.e.inlineApply() || !p.parked.Load() {
+		// A processor at work looks at its inbox before it parks; the
+		// kick covers the request that races its parking, and costs no
+		// wake-up while it is not parked.
+		p.kickProcessor()
+		return
+	}
+	if !p.runMu.TryLock() {
+		// Whoever holds it looks at the inbox after unlocking, and so
+		// sees this request: a kick now would only wake the processor
+		// to wait for the lock.
+		return
+	}
+	p.mu.Lock()
+	inflight := p.last != nil
+	p.mu.Unlock()
+	var b *batch
+	if !inflight {
+		select {
+		case b = <-p.free:
+		default:
+		}
+	}
+	if b == nil {
+		// A batch is in flight, so this request waits for the log
+		// anyway: the processor's wake-up costs it nothing, and the
+		// requests that queue meanwhile share its batch, where serving
+		// each inline would make batches of one.
+		p.runMu.Unlock()
+		p.kickProcessor()
+		return
+	}
+	defer crashOnPanic(p.id)
+	b.reset()
+	p.fill(b, nil)
+	p.commit(b)
+	// The processor's clocks were armed for the state before this batch:
+	// if it set an earlier timer or made a snapshot due, or left requests
+	// queued beyond its share, the processor must look again.
+	stale := p.wake.stale(p) || len(p.inbox) > 0
+	p.runMu.Unlock()
+	if stale {
+		p.kickProcessor()
+	}
+}
+
+// kickProcessor tells the processor there is work in its inbox. The
+// channel holds one kick, so kicks never block and never pile up.
+func (p *partition) kickProcessor() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stale says whether the partition's next timer or idle snapshot is not
+// what w is armed for (called with p.runMu held).
+func (w *wakeups) stale(p *partition) bool {
+	if w == nil {
+		return true
+	}
+	if at, ok := p.timers.next(); ok && at != w.timerAt {
+		return true
+	}
+	if at, ok := p.idleSnapshotAt(); ok && (at != w.snapAt || at <= p.e.now()) {
+		return true
+	}
+	return false
+}
+
+// crashOnPanic ends the process when a machine panics in a batch served
+// inline, as it does on the processor's goroutine: the partition's state
+// is half-applied and its locks held, so the panic must not be recovered
+// by the submitter's caller (net/http recovers handler panics) and leave
+// the partition hung.
+func crashOnPanic(part int) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	msg := fmt.Sprintf("engine: panic in partition %d (batch served by a submitter): %v\n%s", part, v, debug.Stack())
+	go func() { panic(msg) }()
+	select {}
+}
