@@ -18,12 +18,10 @@ import (
 // and commits the batch itself, on its own goroutine, exactly as the
 // processor would: same fill, same commit,
 // same order (runMu serialises every batch of the partition). Its reply
-// is still released only when the batch is durable. Only if the partition
-// is busy does it leave the request to whoever holds the partition:
-// every holder looks at the inbox after it unlocks (the processor before
-// it parks; a submitter kicks the processor if anything is left), so a
-// request queued while the partition was held is never stranded. A kick
-// to a processor that is not parked costs no wake-up.
+// is still released only when the batch is durable. If the partition is
+// busy it kicks the processor, which serves the request after the
+// holder: a request queued while the partition was held is never
+// stranded. A kick to a processor that is not parked costs no wake-up.
 //
 // Not in cluster mode (a partition's log and ownership change under the
 // processor) nor in the crash simulation (one goroutine does everything
@@ -45,9 +43,13 @@ func (p *partition) serveOrKick() {
 		return
 	}
 	if !p.runMu.TryLock() {
-		// Whoever holds it looks at the inbox after unlocking, and so
-		// sees this request: a kick now would only wake the processor
-		// to wait for the lock.
+		// Another submitter is serving a batch. It looks at the inbox
+		// before it unlocks, but this request may have been queued
+		// after it looked and before it unlocked: without a kick it
+		// would wait, with the processor parked, for the next request
+		// or clock of the partition. The kick costs a wake-up only in
+		// this race, and the processor then waits for the lock.
+		p.kickProcessor()
 		return
 	}
 	p.mu.Lock()
