@@ -118,14 +118,22 @@ type pageFlags struct {
 func addPage(cmd *cobra.Command, what string, def, max int) *pageFlags {
 	p := &pageFlags{}
 	cmd.Flags().StringVar(&p.after, "after", "", "start after this "+what+" (the next page's cursor a previous list printed)")
-	cmd.Flags().IntVar(&p.limit, "limit", 0, "at most this many, 1 to "+strconv.Itoa(max)+"; 0: the server's default ("+strconv.Itoa(def)+")")
+	limitFlag(cmd, &p.limit, def, max)
 	return p
 }
 
-func (p *pageFlags) query() []string {
-	q := []string{"after", p.after}
-	if p.limit != 0 {
-		q = append(q, "limit", strconv.Itoa(p.limit))
+func (p *pageFlags) query() []string { return withLimit([]string{"after", p.after}, p.limit) }
+
+// limitFlag is a list's --limit, for lists with a cursor (addPage) and
+// without one.
+func limitFlag(cmd *cobra.Command, limit *int, def, max int) {
+	cmd.Flags().IntVar(limit, "limit", 0, "at most this many, 1 to "+strconv.Itoa(max)+"; 0: the server's default ("+strconv.Itoa(def)+")")
+}
+
+// withLimit adds limit to a query unless it is 0 (the server's default).
+func withLimit(q []string, limit int) []string {
+	if limit != 0 {
+		q = append(q, "limit", strconv.Itoa(limit))
 	}
 	return q
 }
@@ -188,13 +196,10 @@ func ctlSagaCmd(o *ctlOptions) *cobra.Command {
 	var status string
 	var limit int
 	list.Flags().StringVar(&status, "status", "", "only sagas in this status (STARTED, IN_PROGRESS, COMPLETED, COMPENSATING, COMPENSATED, FAILED, TIMED_OUT)")
-	list.Flags().IntVar(&limit, "limit", 0, "at most this many, 1 to 1000; 0: the server's default (100)")
+	limitFlag(list, &limit, 100, 1000)
 	w := addWatch(list)
 	list.RunE = func(cmd *cobra.Command, _ []string) error {
-		q := []string{"status", status}
-		if limit != 0 {
-			q = append(q, "limit", strconv.Itoa(limit))
-		}
+		q := withLimit([]string{"status", status}, limit)
 		return ctlView(cmd, o, w, getView[[]opsSaga]("/api/sagas", q...), printSagas)
 	}
 	show := leaf("show ID", "Show a saga as a timeline: each step, where it ran, compensation marked", 1, nil)
@@ -210,13 +215,10 @@ func ctlProductCmd(o *ctlOptions) *cobra.Command {
 	p := groupCmd("product", "List products with their stock and show one")
 	list := leaf("list", "List products with their stock", 0, nil)
 	var limit int
-	list.Flags().IntVar(&limit, "limit", 0, "at most this many, 1 to 1000; 0: the server's default (100)")
+	limitFlag(list, &limit, 100, 1000)
 	w := addWatch(list)
 	list.RunE = func(cmd *cobra.Command, _ []string) error {
-		q := []string{}
-		if limit != 0 {
-			q = append(q, "limit", strconv.Itoa(limit))
-		}
+		q := withLimit(nil, limit)
 		return ctlView(cmd, o, w, getView[[]opsProduct]("/api/products", q...), func(w io.Writer, ps *[]opsProduct) error { return printProducts(w, *ps) })
 	}
 	show := leaf("show ID", "Show a product and its stock", 1, func(cmd *cobra.Command, args []string) error {
@@ -232,13 +234,10 @@ func ctlDLQCmd(o *ctlOptions) *cobra.Command {
 	d := groupCmd("dlq", "List, show, replay and discard commerce's dead letters (needs commerce:admin)")
 	list := leaf("list", "List the oldest parked entries over all partitions", 0, nil)
 	var limit int
-	list.Flags().IntVar(&limit, "limit", 0, "at most this many, 1 to 1000; 0: the server's default (100)")
+	limitFlag(list, &limit, 100, 1000)
 	w := addWatch(list)
 	list.RunE = func(cmd *cobra.Command, _ []string) error {
-		q := []string{}
-		if limit != 0 {
-			q = append(q, "limit", strconv.Itoa(limit))
-		}
+		q := withLimit(nil, limit)
 		return ctlView(cmd, o, w, getView[[]opsDLQEntry]("/api/admin/dlq", q...), func(w io.Writer, es *[]opsDLQEntry) error { return printDLQ(w, *es) })
 	}
 	one := func(use, short, method, suffix string) *cobra.Command {
