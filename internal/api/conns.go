@@ -350,8 +350,9 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 		// buffer an idle h2 connection at the cap was sometimes never
 		// shed for a newcomer (TestTLSIdleH2ConnIsShed failed 2 runs in
 		// 80 with it, 0 in 80 without; the likely path: bytes left in
-		// this buffer make the connection look busy to the shedding,
-		// which then drops it from the idle list).
+		// this buffer made the connection look busy to the shedding,
+		// which then dropped it from the idle list; it no longer drops
+		// any, see victimLocked).
 		c.rb = newReadBuf(nc, &t.socketReads)
 	}
 	c.waiting.Store(true)
@@ -379,24 +380,32 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 }
 
 // victimLocked picks the connection to shed: the one idle longest, else the
-// oldest one that has sent nothing for newConnGrace. One whose request has
-// arrived, unread yet, is no longer idle: it leaves the lists (net/http
-// puts it back when it is next idle) rather than be closed on its request.
+// oldest one that has sent nothing for newConnGrace. One whose client's
+// bytes have arrived, unread yet, is passed over, not closed on them, and
+// stays where it is: an HTTP/1.1 request takes it out of the list when
+// the server reads it, but an HTTP/2 control frame (a PING, a
+// WINDOW_UPDATE) opens no stream, so the server would never report that
+// connection idle again, and dropped from the list it could never be
+// shed. At most maxVictimScan connections are looked at (one peek each).
 func (t *connTracker) victimLocked(now time.Time) *trackedConn {
-	for c := t.idle.head; c != nil; c = t.idle.head {
+	n := 0
+	for c := t.idle.head; c != nil && n < maxVictimScan; c, n = c.next, n+1 {
 		if !c.hasUnread() {
 			return c
 		}
-		c.unlink()
 	}
-	for c := t.new.head; c != nil && now.Sub(c.since) >= t.grace; c = t.new.head {
+	for c := t.new.head; c != nil && n < maxVictimScan && now.Sub(c.since) >= t.grace; c, n = c.next, n+1 {
 		if !c.hasUnread() {
 			return c
 		}
-		c.unlink()
 	}
 	return nil
 }
+
+// maxVictimScan bounds the connections one shedding peeks at, so that a
+// crowd of connections whose bytes sit unread cannot make every accept
+// at the cap a long walk of system calls.
+const maxVictimScan = 64
 
 // shedOne closes the longest-idle connection, if any, to free a
 // descriptor when accept ran out of them despite the cap (something else
