@@ -174,7 +174,7 @@ func (r *ticketingRun) traceCost(ctx context.Context, flow string) (*TraceCostRe
 		}
 	}
 	rep.summarise(settings)
-	problems = append(problems, rep.problems(flow, rc)...)
+	problems = append(problems, rep.problems(flow, rc.lastBad.Load())...)
 	return rep, problems, nil
 }
 
@@ -328,9 +328,11 @@ func median(xs []float64) float64 {
 // problems are what the receiver shows went wrong: spans from a server
 // with tracing off, none from a traced setting, exports it could not
 // decode.
-func (t *TraceCostReport) problems(flow string, rc *otlpReceiver) []string {
+func (t *TraceCostReport) problems(flow string, lastBad any) []string {
 	var p []string
+	var bad, exports int64
 	for _, ts := range t.Settings {
+		bad, exports = bad+ts.BadExports, exports+ts.ExportRequests
 		switch {
 		case ts.SampleRatio == nil && ts.SpansReceived > 0:
 			p = append(p, fmt.Sprintf("%s tracing off: the receiver got %s spans from servers that should export none", flow, grouped(ts.SpansReceived)))
@@ -338,8 +340,8 @@ func (t *TraceCostReport) problems(flow string, rc *otlpReceiver) []string {
 			p = append(p, fmt.Sprintf("%s tracing %s: the receiver got no span in %d round(s): nothing was exported, so its cost is not tracing's", flow, ts.Name, t.Rounds))
 		}
 	}
-	if bad := rc.bad.Load(); bad > 0 {
-		p = append(p, fmt.Sprintf("%s: the OTLP receiver could not decode %d of %d exports (last: %v)", flow, bad, rc.requests.Load(), rc.lastBad.Load()))
+	if bad > 0 {
+		p = append(p, fmt.Sprintf("%s: the OTLP receiver could not decode %d of %d exports (last: %v)", flow, bad, exports, lastBad))
 	}
 	return p
 }
@@ -354,7 +356,11 @@ func (t *TraceCostReport) goals() []Goal {
 	}
 	sampled, full := t.Settings[1], t.Settings[2]
 	note := func(ts *TraceCostSetting) string {
-		n := fmt.Sprintf("median of %d rounds' ratios; ratio of means %s", t.Rounds, ratioCell(ts.RatioOfMeans))
+		rounds := fmt.Sprintf("median of %d rounds' own ratios", t.Rounds)
+		if t.Rounds == 1 {
+			rounds = "1 round's own ratio"
+		}
+		n := fmt.Sprintf("%s %s; ratio of means %s", rounds, ratioCell(ts.MedianRoundRatio), ratioCell(ts.RatioOfMeans))
 		if ts == sampled && t.SampleRatio != goalTraceCostRatio {
 			n += fmt.Sprintf("; goal is stated at %s, this run traced %s", ratioName(goalTraceCostRatio), ts.Name)
 		}

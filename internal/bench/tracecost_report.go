@@ -15,8 +15,8 @@ func writeTraceCost(out io.Writer, t *TraceCostReport) {
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "server CPU per reservation\tmean\tmedian\tsd\tmin – max\tvs off: ratio of means\tmedian of rounds' ratios\tspans received\texports\t")
 	for _, ts := range t.Settings {
-		fmt.Fprintf(tw, "tracing %s\t%s\t%s\t%s\t%s – %s\t%s\t%s\t%s\t%s\t\n", ts.Name, usCell(ts.MeanUs), usCell(ts.MedianUs),
-			usCell(ts.SDUs), usCell(ts.MinUs), usCell(ts.MaxUs), offCell(ts, ts.RatioOfMeans), offCell(ts, ts.MedianRoundRatio),
+		fmt.Fprintf(tw, "tracing %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ts.Name, usCell(ts.MeanUs), usCell(ts.MedianUs),
+			usCell(ts.SDUs), rangeCell(ts.Spread), offCell(ts, ts.RatioOfMeans), offCell(ts, ts.MedianRoundRatio),
 			grouped(ts.SpansReceived), grouped(ts.ExportRequests))
 	}
 	tw.Flush()
@@ -39,6 +39,14 @@ func usCell(v *float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1f µs", *v)
+}
+
+// rangeCell is "min – max", or n/a.
+func rangeCell(s Spread) string {
+	if s.MinUs == nil || s.MaxUs == nil {
+		return "n/a"
+	}
+	return usCell(s.MinUs) + " – " + usCell(s.MaxUs)
 }
 
 // offCell is a ratio to off, with the change in %; "-" for off itself.
