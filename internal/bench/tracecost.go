@@ -168,6 +168,7 @@ func (r *ticketingRun) traceCost(ctx context.Context, flow string) (*TraceCostRe
 			run, probs, err := r.tracedSpike(ctx, flow, rc, settings[k], round)
 			problems = append(problems, probs...)
 			if err != nil {
+				rep.summarise(settings) // what ran, for the report
 				return rep, problems, err
 			}
 			rep.Runs = append(rep.Runs, run)
