@@ -200,6 +200,15 @@ func (r *ticketingRun) tracedSpike(ctx context.Context, flow string, rc *otlpRec
 		problems = append(problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %v", label, err))
 	}
 	got := rc.counts().since(before)
+	r.logf("%s: %s spans received", label, grouped(got.spans))
+	run := newTraceCostRun(round, s, spike, got)
+	if p := run.unexported(flow, s); p != "" {
+		problems = append(problems, label+": "+p)
+	}
+	return run, problems, nil
+}
+
+func newTraceCostRun(round int, s traceSetting, spike *RunReport, got otlpCounts) *TraceCostRun {
 	run := &TraceCostRun{Round: round + 1, Setting: s.name, Reservations: spike.Reservations, Errors: spike.Errors,
 		Seconds: spike.Seconds, P99Us: spike.P99Us, ServerCPUSeconds: spike.ServerCPUSeconds,
 		SpansReceived: got.spans, ExportRequests: got.requests, BadExports: got.bad}
@@ -207,13 +216,21 @@ func (r *ticketingRun) tracedSpike(ctx context.Context, flow string, rc *otlpRec
 		us *= 1e6
 		run.CPUPerReservationUs = &us
 	}
-	if s.ratio != traceOff && got.spans == 0 {
-		if expected := s.ratio * float64(spike.Reservations*flowRequests(flow)); expected >= traceCostMinExpected {
-			problems = append(problems, fmt.Sprintf("%s: the receiver got no span (about %.0f requests were sampled): nothing was exported", label, expected))
-		}
+	return run
+}
+
+// unexported says why a traced run that sent no span is wrong, or ""
+// when it sent some, was not traced, or sampled too few requests for no
+// trace to mean anything.
+func (run *TraceCostRun) unexported(flow string, s traceSetting) string {
+	if s.ratio == traceOff || run.SpansReceived > 0 {
+		return ""
 	}
-	r.logf("%s: %s spans received", label, grouped(got.spans))
-	return run, problems, nil
+	expected := s.ratio * float64(run.Reservations*flowRequests(flow))
+	if expected < traceCostMinExpected {
+		return ""
+	}
+	return fmt.Sprintf("the receiver got no span (about %.0f requests were sampled): nothing was exported", expected)
 }
 
 // flowRequests is how many HTTP requests one reservation of flow makes.

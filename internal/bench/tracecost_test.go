@@ -240,3 +240,28 @@ func TestTraceCostReportGolden(t *testing.T) {
 	g.judge(256)
 	checkGolden(t, "flow-trace-cost-unmeasured", func(w io.Writer) { writeFlow(w, cfg, g) })
 }
+
+// A traced run that sent no span is a problem once it sampled enough
+// requests for that to be more than luck; an untraced one never is.
+func TestTraceCostRunWithoutSpans(t *testing.T) {
+	on, off := traceSetting{"1 %", 0.01}, traceSetting{"off", traceOff}
+	for _, c := range []struct {
+		flow         string
+		reservations int64
+		spans        int64
+		s            traceSetting
+		want         string
+	}{
+		{FlowCompat, 40_000, 0, on, "about 800 requests were sampled"},
+		{FlowNative, 40_000, 0, on, "about 400 requests were sampled"},
+		{FlowNative, 40_000, 12, on, ""},
+		{FlowNative, 1000, 0, on, ""}, // about 10 sampled: none is luck
+		{FlowCompat, 40_000, 0, off, ""},
+	} {
+		run := &TraceCostRun{Reservations: c.reservations, SpansReceived: c.spans}
+		got := run.unexported(c.flow, c.s)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("%s %d reservations, %d spans, %s: %q, want %q", c.flow, c.reservations, c.spans, c.s.name, got, c.want)
+		}
+	}
+}
