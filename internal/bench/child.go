@@ -80,9 +80,10 @@ func childEnv() []string {
 	return withoutPrefix(os.Environ(), "SURGE_")
 }
 
-// withoutPrefix is env without the variables whose name starts with prefix.
+// withoutPrefix is env without the variables whose name starts with
+// prefix; never nil, which exec.Cmd would take for the whole environment.
 func withoutPrefix(env []string, prefix string) []string {
-	var out []string
+	out := []string{}
 	for _, kv := range env {
 		if !strings.HasPrefix(kv, prefix) {
 			out = append(out, kv)
