@@ -265,3 +265,11 @@ func TestTraceCostRunWithoutSpans(t *testing.T) {
 		}
 	}
 }
+
+// A caller whose every variable is filtered out gives the child an empty
+// environment, not nil, which exec.Cmd takes for the caller's whole one.
+func TestWithoutPrefixIsNeverNil(t *testing.T) {
+	if env := withoutPrefix([]string{"SURGE_KAFKA=x", "SURGE_OTEL=true"}, "SURGE_"); env == nil || len(env) != 0 {
+		t.Errorf("withoutPrefix = %#v, want an empty, non-nil environment", env)
+	}
+}
