@@ -47,6 +47,20 @@ partition's owner. The broker is --kafka-brokers ($SURGE_KAFKA_BROKERS) or one
 the bench starts with scripts/kafka.sh. CPU per reservation counts every node
 and the broker's java process (its share shown apart).
 
+With --trace-cost it measures what tracing costs the server, in the same run:
+for each flow, --trace-cost-rounds rounds (default 4), each running the spike
+once against a fresh server per setting: tracing off, on at
+--trace-cost-ratio (default 0.01) and on at 1, the order turned each round
+(off, ratio, 1; then 1, ratio, off; then ratio, 1, off; ...) so no setting
+always runs first. The traced servers get --otel, --trace-sample-ratio and
+OTEL_EXPORTER_OTLP_ENDPOINT naming an OTLP/HTTP receiver the bench starts
+on 127.0.0.1, which decodes and counts their spans; every server runs
+without the caller's OTEL_* variables. It reports each setting's server CPU
+per reservation (mean, median, sd, range over the rounds), its ratio to off
+(of the means, and the median of each round's own ratio, which the goal
+judges) and the spans received; spans while off, or none while on, fail
+the run.
+
 --charts DIR also writes SVG charts of each flow over the spike (throughput,
 latency p50/p99, server CPU per reservation, against the do-nothing server;
 one point per --sample-interval) and report.md showing them; --html FILE
@@ -90,6 +104,9 @@ func benchTicketingCmd() *cobra.Command {
 			if err := crowdDefaults(cmd, &o); err != nil {
 				return err
 			}
+			if err := checkTraceCostFlags(cmd, &o); err != nil {
+				return err
+			}
 			return runBench(cmd, &o.Exe, &o.Stdout, &o.Stderr, func(ctx context.Context) error { return bench.RunTicketing(ctx, o) })
 		},
 	}
@@ -97,6 +114,7 @@ func benchTicketingCmd() *cobra.Command {
 	ticketingServerFlags(cmd, &o)
 	ticketingClusterFlags(cmd, &o)
 	ticketingCrowdFlags(cmd, &o)
+	ticketingTraceCostFlags(cmd, &o)
 	return cmd
 }
 

@@ -44,8 +44,8 @@ func freeAddr() (string, error) {
 }
 
 // startChild runs exe with args (which must already contain addr), its
-// output appended to logPath.
-func startChild(name, exe string, args []string, addr, logPath string) (*child, error) {
+// output appended to logPath, in env (nil: childEnv()).
+func startChild(name, exe string, args []string, addr, logPath string, env []string) (*child, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -53,13 +53,9 @@ func startChild(name, exe string, args []string, addr, logPath string) (*child, 
 	defer logf.Close() // the child holds its own descriptor
 	fmt.Fprintf(logf, "--- %s: %s %s\n", time.Now().Format(time.RFC3339), exe, strings.Join(args, " "))
 	cmd := exec.Command(exe, args...)
-	// The bench says with flags what it measures; a SURGE_* variable of
-	// the caller's shell (SURGE_KAFKA would turn the embedded server into
-	// a cluster node) must not change the server under test.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SURGE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
+	cmd.Env = env
+	if env == nil {
+		cmd.Env = childEnv()
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the bench dies without cleaning up (SIGKILL), the kernel kills the
@@ -74,6 +70,26 @@ func startChild(name, exe string, args []string, addr, logPath string) (*child, 
 		close(c.exited)
 	}()
 	return c, nil
+}
+
+// childEnv is the caller's environment without its SURGE_* variables:
+// the bench says with flags what it measures; a SURGE_* variable of the
+// caller's shell (SURGE_KAFKA would turn the embedded server into a
+// cluster node) must not change the server under test.
+func childEnv() []string {
+	return withoutPrefix(os.Environ(), "SURGE_")
+}
+
+// withoutPrefix is env without the variables whose name starts with
+// prefix; never nil, which exec.Cmd would take for the whole environment.
+func withoutPrefix(env []string, prefix string) []string {
+	out := []string{}
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (c *child) baseURL() string {

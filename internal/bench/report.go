@@ -63,9 +63,12 @@ type FlowReport struct {
 	Cluster *ClusterReport `json:"cluster,omitempty"`
 	// Console is the same spike while the console polls every page
 	// (--console-poll).
-	Console  *ConsoleReport `json:"console,omitempty"`
-	Goals    []Goal         `json:"goals"`
-	Problems []string       `json:"problems"`
+	Console *ConsoleReport `json:"console,omitempty"`
+	// TraceCost is the spike with tracing off and on, in rounds
+	// (--trace-cost).
+	TraceCost *TraceCostReport `json:"traceCost,omitempty"`
+	Goals     []Goal           `json:"goals"`
+	Problems  []string         `json:"problems"`
 }
 
 // RunReport is one spike against one server.
@@ -159,6 +162,9 @@ func (f *FlowReport) judge(inflight int) {
 			goal("cluster p99", fmt.Sprintf("< %d ms", goalClusterP99Ms), "ms", &p99,
 				func(v float64) bool { return v < goalClusterP99Ms }, ""))
 	}
+	if t := f.TraceCost; t != nil {
+		f.Goals = append(f.Goals, t.goals()...)
+	}
 	if r := f.Restart; r != nil {
 		var v *float64
 		if r.Error == "" {
@@ -203,6 +209,9 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	}
 	if f.Console != nil {
 		writeConsole(out, f.Server, f.Console)
+	}
+	if f.TraceCost != nil {
+		writeTraceCost(out, f.TraceCost)
 	}
 	writeSamples(out, runs)
 	fmt.Fprintln(out)

@@ -78,11 +78,16 @@ func (r *Rig) logf(format string, args ...any) {
 }
 
 func (r *Rig) spawn(name string, args []string, addr string) (*child, error) {
+	return r.spawnEnv(name, args, addr, nil)
+}
+
+// spawnEnv is spawn in env (nil: childEnv()).
+func (r *Rig) spawnEnv(name string, args []string, addr string, env []string) (*child, error) {
 	exe := r.o.Exe
 	if r.o.ServeExe != "" && len(args) > 0 && args[0] == "serve" {
 		exe = r.o.ServeExe
 	}
-	c, err := startChild(name, exe, args, addr, filepath.Join(r.tmp, name+".log"))
+	c, err := startChild(name, exe, args, addr, filepath.Join(r.tmp, name+".log"), env)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -146,6 +151,11 @@ func (r *Rig) serveDir(tmpName, userName string) (string, error) {
 // (see serveDir), with --partitions and extra flags, and waits until it is
 // ready. It returns the args, to start it again on the same dir.
 func (r *Rig) startServe(ctx context.Context, label, name, tmpName, userName string, extra ...string) (*child, []string, error) {
+	return r.startServeEnv(ctx, label, name, tmpName, userName, nil, extra...)
+}
+
+// startServeEnv is startServe in env (nil: childEnv()).
+func (r *Rig) startServeEnv(ctx context.Context, label, name, tmpName, userName string, env []string, extra ...string) (*child, []string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, nil, err
@@ -164,7 +174,7 @@ func (r *Rig) startServe(ctx context.Context, label, name, tmpName, userName str
 		line = fmt.Sprintf("starting surge serve on %s (data dir %s; %s)", addr, dataDir, strings.Join(extra, " "))
 	}
 	r.logf("%s", prefixed(label, line))
-	c, err := r.spawn(name, args, addr)
+	c, err := r.spawnEnv(name, args, addr, env)
 	if err != nil {
 		return nil, nil, err
 	}

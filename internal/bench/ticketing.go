@@ -60,6 +60,13 @@ type TicketingOptions struct {
 	// (console.go), and reports the server's CPU per reservation with
 	// the console against without it.
 	ConsolePoll bool
+	// TraceCost also runs each flow's spike TraceCostRounds times against
+	// fresh servers with tracing off, on at TraceCostRatio and on at 1,
+	// the order turned each round (tracecost.go), and compares their CPU
+	// per reservation.
+	TraceCost       bool
+	TraceCostRatio  float64
+	TraceCostRounds int
 
 	Options
 }
@@ -72,6 +79,9 @@ var ErrFailed = errors.New("ticketing bench failed")
 // RunTicketing runs the spike for each requested flow, against the real
 // server and the do-nothing baseline, prints the report and writes the JSON.
 func RunTicketing(ctx context.Context, o TicketingOptions) error {
+	if err := o.checkTraceCost(); err != nil {
+		return err
+	}
 	if o.Crowd {
 		return RunCrowd(ctx, o)
 	}
@@ -214,6 +224,15 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		}
 		fr.Console = cr
 		fr.Problems = append(fr.Problems, spikeProblems(flow+" with the console", &cr.RunReport)...)
+	}
+
+	if r.o.TraceCost {
+		tc, problems, err := r.traceCost(ctx, flow)
+		fr.TraceCost = tc
+		fr.Problems = append(fr.Problems, problems...)
+		if err != nil {
+			return fr, fmt.Errorf("%s tracing's cost: %w", flow, err)
+		}
 	}
 
 	if r.o.Cluster > 0 && !r.warmed {
