@@ -182,13 +182,20 @@ func (s *Server) GRPCAddr() string {
 	return s.grpc.ln.Addr().String()
 }
 
-func (e *grpcEdge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+func (e *grpcEdge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if e.direct != nil {
 		if held, ok := e.direct.TryAdmit(info.FullMethod); ok {
 			return e.unaryDirect(ctx, req, info.FullMethod, h, held)
 		}
 	}
-	err = e.run(ctx, info.FullMethod, func(ctx context.Context) error {
+	return e.unaryChain(ctx, req, info.FullMethod, h)
+}
+
+// unaryChain runs a call through the chain (run). Apart from unary, so
+// that the variables its closure shares stay off the heap of calls
+// admitted directly.
+func (e *grpcEdge) unaryChain(ctx context.Context, req any, method string, h grpc.UnaryHandler) (resp any, err error) {
+	err = e.run(ctx, method, func(ctx context.Context) error {
 		resp, err = h(ctx, req)
 		return err
 	})
