@@ -35,8 +35,14 @@ type grpcAdmin struct {
 	a *API
 }
 
+// SubmitJob skips api.Unary: the handler sets no headers or trailers,
+// and the connect request and response were pure cost (API.submitJob).
 func (g grpcJobs) SubmitJob(ctx context.Context, r *jqpb.SubmitJobRequest) (*jqpb.SubmitJobResponse, error) {
-	return api.Unary(ctx, r, g.a.SubmitJob)
+	res, err := g.a.submitJob(ctx, r)
+	if err != nil {
+		return nil, api.GRPCError(ctx, err)
+	}
+	return res, nil
 }
 
 func (g grpcJobs) CancelJob(ctx context.Context, r *jqpb.CancelJobRequest) (*jqpb.CancelJobResponse, error) {

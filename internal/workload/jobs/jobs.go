@@ -289,6 +289,8 @@ type Machine struct {
 	// trace and traces: see trace.go.
 	trace  engine.TraceContext
 	traces map[string]engine.TraceContext
+	// snapshotHint: see SnapshotSizeHint.
+	snapshotHint int
 }
 
 type purgeEntry struct {

@@ -73,7 +73,24 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 		m.setTimer(fx, "ttl/"+j.ID, addSat(now, ttl), &TTLExpired{JobID: j.ID})
 	}
 	m.makePending(q, j, now, fx)
-	return &Result{Outcome: Created, Jobs: []*Job{copyJob(j)}}
+	return createdReply(j)
+}
+
+// created is a submit's reply in one allocation: every submit makes one,
+// and the result, its slice and the job's copy were three.
+type created struct {
+	res  Result
+	jobs [1]*Job
+	job  Job
+}
+
+// createdReply is the Created result of a new job j, holding a copy of it.
+func createdReply(j *Job) *Result {
+	c := &created{job: *j}
+	c.job.Events, c.job.heapIdx = nil, -1
+	c.jobs[0] = &c.job
+	c.res = Result{Outcome: Created, Jobs: c.jobs[:]}
+	return &c.res
 }
 
 // submitBatch applies each Submit as if alone: one bad job does not
