@@ -1,0 +1,254 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+	"net/textproto"
+)
+
+// The lean path's request parser. It recognises only requests it can
+// serve exactly as net/http would, and answers none itself: anything
+// else, malformed or merely unusual, is handed to net/http with its
+// bytes, and net/http's own checks and answers apply.
+
+// headStatus is what parseHead found.
+type headStatus int
+
+const (
+	headMore    headStatus = iota // the head has not all arrived
+	headLean                      // a request the lean path serves
+	headHandOff                   // for net/http
+)
+
+// h1Head is a parsed request head; target points into the read buffer.
+type h1Head struct {
+	method        string
+	target        []byte
+	host          string
+	contentLength int64
+	size          int // bytes of the head, its blank line included
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// leanMethods are the methods the lean path serves; HEAD (an answer
+// without its body), CONNECT, OPTIONS and TRACE go to net/http.
+var leanMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// handOffHeaders change how a request is read or answered (its
+// connection, its body's framing, an upgrade, a 100 Continue, Pragma's
+// rewrite into Cache-Control), so requests with them go to net/http.
+var handOffHeaders = map[string]bool{
+	"Connection": true, "Transfer-Encoding": true, "Expect": true, "Upgrade": true,
+	"Te": true, "Trailer": true, "Pragma": true, "Http2-Settings": true, "Proxy-Connection": true, "Keep-Alive": true,
+}
+
+// parseHead parses the head at the start of b into hd and hdr (cleared by
+// the caller). maxBody bounds the body the lean path takes.
+func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus {
+	end := bytes.Index(b, crlfcrlf)
+	scan := b
+	if end >= 0 {
+		scan = b[:end+4]
+	}
+	if !crlfOnly(scan) {
+		return headHandOff
+	}
+	if end < 0 {
+		return headMore
+	}
+	hd.size = end + 4
+	line, rest, _ := bytes.Cut(b[:end+2], []byte("\r\n"))
+	if !parseRequestLine(line, hd) {
+		return headHandOff
+	}
+	hd.host, hd.contentLength = "", -1
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		if !parseHeaderLine(line, hd, hdr) {
+			return headHandOff
+		}
+	}
+	if hd.host == "" || hd.contentLength > maxBody {
+		return headHandOff
+	}
+	return headLean
+}
+
+// crlfOnly: every line ends in CRLF (net/http also takes a bare LF or
+// CR, and those requests are its to judge). A CR at the very end may be
+// the start of a CRLF still on its way.
+func crlfOnly(b []byte) bool {
+	for i, c := range b {
+		switch c {
+		case '\n':
+			if i == 0 || b[i-1] != '\r' {
+				return false
+			}
+		case '\r':
+			if i+1 < len(b) && b[i+1] != '\n' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func parseRequestLine(line []byte, hd *h1Head) bool {
+	m, rest, ok := bytes.Cut(line, []byte(" "))
+	if !ok {
+		return false
+	}
+	hd.method = ""
+	for _, lm := range leanMethods {
+		if string(m) == lm {
+			hd.method = lm
+		}
+	}
+	target, proto, ok := bytes.Cut(rest, []byte(" "))
+	if !ok || hd.method == "" || string(proto) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' ||
+		bytes.Contains(target, []byte("//")) {
+		// "//" is for collapseSlashes, in front of net/http's routing.
+		return false
+	}
+	for _, c := range target {
+		if c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	hd.target = target
+	return true
+}
+
+func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
+	name, value, ok := bytes.Cut(line, []byte(":"))
+	if !ok || len(name) == 0 || len(name) > maxLeanHeaderName {
+		return false // also a line folded onto the previous one
+	}
+	for _, c := range name {
+		if !isTokenByte(c) {
+			return false
+		}
+	}
+	value = bytes.Trim(value, " \t")
+	for _, c := range value {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	key := canonicalKey(name)
+	switch {
+	case handOffHeaders[key]:
+		return false
+	case key == "Host":
+		if hd.host != "" || !plainHost(value) {
+			return false
+		}
+		hd.host = internValue(value)
+		return true // net/http keeps Host in Request.Host only
+	case key == "Content-Length":
+		n, ok := parseLength(value)
+		if hd.contentLength >= 0 || !ok {
+			return false
+		}
+		hd.contentLength = n
+	}
+	hdr[key] = append(hdr[key], internValue(value))
+	return true
+}
+
+// maxLeanHeaderName: longer names (none in practice) go to net/http, so
+// canonicalKey works on the stack.
+const maxLeanHeaderName = 64
+
+// isTokenByte: RFC 9110's tchar.
+func isTokenByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c < 0x80 && bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0
+}
+
+// plainHost: a host name or address and port, nothing net/http's
+// stricter checks could refuse.
+func plainHost(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	for _, c := range v {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// parseLength takes only a plain decimal length: no sign, no leading
+// zero, no list (net/http's own rules for the rest).
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 15 || (v[0] == '0' && len(v) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// commonKeys and commonValues are strings a request's header would
+// otherwise allocate every time.
+var commonKeys, commonValues = internTable(
+	"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Baggage", "Cache-Control",
+	"Content-Length", "Content-Type", "Cookie", "Host", "Idempotency-Key", "Origin", "Referer",
+	"Traceparent", "Tracestate", "User-Agent", "X-Forwarded-For", "X-Request-Id",
+)(
+	"application/json", "application/json; charset=utf-8", "*/*", "gzip", "Go-http-client/1.1", "0",
+)
+
+func internTable(keys ...string) func(values ...string) (map[string]string, map[string]string) {
+	return func(values ...string) (map[string]string, map[string]string) {
+		k, v := map[string]string{}, map[string]string{}
+		for _, s := range keys {
+			k[s] = s
+		}
+		for _, s := range values {
+			v[s] = s
+		}
+		return k, v
+	}
+}
+
+func canonicalKey(name []byte) string {
+	var buf [maxLeanHeaderName]byte
+	c := buf[:len(name)]
+	upper := true
+	for i, b := range name {
+		switch {
+		case upper && 'a' <= b && b <= 'z':
+			b -= 'a' - 'A'
+		case !upper && 'A' <= b && b <= 'Z':
+			b += 'a' - 'A'
+		}
+		c[i] = b
+		upper = b == '-'
+	}
+	if s, ok := commonKeys[string(c)]; ok {
+		return s
+	}
+	return textproto.CanonicalMIMEHeaderKey(string(name))
+}
+
+func internValue(v []byte) string {
+	if s, ok := commonValues[string(v)]; ok {
+		return s
+	}
+	return string(v)
+}

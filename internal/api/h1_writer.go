@@ -1,0 +1,265 @@
+package api
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// h1Writer is the lean path's http.ResponseWriter: it buffers the answer
+// and renders it as net/http's HTTP/1.1 server would (server.go,
+// chunkWriter.writeHeader), for one write. It is not an http.Flusher nor
+// an http.Hijacker, and http.ResponseController finds nothing to
+// control: routes that need those are not lean.
+type h1Writer struct {
+	c           *h1Conn
+	header      http.Header
+	status      int
+	wroteHeader bool
+	clen        int64 // the handler's Content-Length, or -1
+	body        []byte
+	info        []byte // 1xx answers, written first
+	// closeAfter: answer with Connection: close and close; tooLarge:
+	// the body was over a route's limit (http.MaxBytesReader).
+	closeAfter, tooLarge bool
+}
+
+// bufferBeforeChunking is net/http's: an answer of at most this many
+// bytes, whose length the handler did not set, gets a Content-Length;
+// a longer one is chunked.
+const bufferBeforeChunking = 2048
+
+func (w *h1Writer) reset() {
+	clear(w.header)
+	*w = h1Writer{c: w.c, header: w.header, clen: -1, body: w.body[:0], info: w.info[:0]}
+}
+
+func (w *h1Writer) Header() http.Header { return w.header }
+
+func (w *h1Writer) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if w.wroteHeader {
+		w.c.h.logf("http: superfluous response.WriteHeader call (lean HTTP/1.1 path)")
+		return
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		w.info = appendStatusLine(w.info, code)
+		w.header.WriteSubset(appender{&w.info}, map[string]bool{"Content-Length": true, "Transfer-Encoding": true})
+		w.info = append(w.info, "\r\n"...)
+		return
+	}
+	w.wroteHeader, w.status = true, code
+	if cl := w.header.Get("Content-Length"); cl != "" {
+		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
+			w.clen = v
+		} else {
+			w.c.h.logf("http: invalid Content-Length of %q", cl)
+			w.header.Del("Content-Length")
+		}
+	}
+}
+
+func (w *h1Writer) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !bodyAllowed(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.clen >= 0 && int64(len(w.body)+len(p)) > w.clen {
+		return 0, http.ErrContentLength
+	}
+	w.body = append(w.body, p...)
+	return len(p), nil
+}
+
+// WriteString lets io.WriteString skip a conversion, as net/http's does.
+func (w *h1Writer) WriteString(s string) (int, error) {
+	return w.Write([]byte(s))
+}
+
+// requestTooLarge is what net/http does when http.MaxBytesReader stops a
+// body: answer with Connection: close and close (BodyError calls it).
+func (w *h1Writer) requestTooLarge() {
+	w.closeAfter, w.tooLarge = true, true
+	if !w.wroteHeader {
+		w.header.Set("Connection", "close")
+	}
+}
+
+// render appends the whole answer to out.
+func (w *h1Writer) render(out []byte, shutting bool) []byte {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	h := w.header
+	te := h.Get("Transfer-Encoding")
+	hasTE := te != ""
+	var date, clen, ctype, conn, tenc string
+	allowed := bodyAllowed(w.status)
+	if !hasTE && allowed && !has(h, "Content-Length") && len(w.body) <= bufferBeforeChunking {
+		w.clen = int64(len(w.body))
+		clen = strconv.Itoa(len(w.body))
+	}
+	if h.Get("Connection") == "close" || shutting {
+		w.closeAfter = true
+	}
+	if w.c.body.closed && !w.c.body.eof {
+		w.closeAfter = true
+	}
+	if allowed {
+		if _, haveType := h["Content-Type"]; !haveType && h.Get("Content-Encoding") == "" && !hasTE && len(w.body) > 0 {
+			ctype = http.DetectContentType(w.body)
+		}
+	} else {
+		for _, k := range suppressedHeaders(w.status) {
+			delete(h, k)
+		}
+	}
+	if !has(h, "Date") {
+		date = time.Now().UTC().Format(http.TimeFormat)
+	}
+	hasCL := w.clen >= 0
+	if hasCL && hasTE && te != "identity" {
+		w.c.h.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.clen)
+		delete(h, "Content-Length")
+		hasCL = false
+	}
+	chunking := false
+	switch {
+	case !allowed || w.status == http.StatusNoContent, hasCL:
+		delete(h, "Transfer-Encoding")
+	case hasTE && te == "identity":
+		w.closeAfter = true
+		delete(h, "Transfer-Encoding")
+	default:
+		chunking, tenc = true, "chunked"
+		if te == "chunked" {
+			delete(h, "Transfer-Encoding")
+		}
+	}
+	if chunking {
+		delete(h, "Content-Length")
+	}
+	if w.closeAfter && !hasToken(h.Get("Connection"), "close") {
+		delete(h, "Connection")
+		conn = "close"
+	}
+	out = append(out, w.info...)
+	out = appendStatusLine(out, w.status)
+	h.Write(appender{&out})
+	for _, kv := range [...][2]string{{"Date", date}, {"Content-Length", clen}, {"Content-Type", ctype}, {"Connection", conn}, {"Transfer-Encoding", tenc}} {
+		if kv[1] != "" {
+			out = append(append(append(append(out, kv[0]...), ": "...), kv[1]...), "\r\n"...)
+		}
+	}
+	out = append(out, "\r\n"...)
+	if !chunking {
+		return append(out, w.body...)
+	}
+	if len(w.body) > 0 {
+		out = strconv.AppendInt(out, int64(len(w.body)), 16)
+		out = append(append(append(out, "\r\n"...), w.body...), "\r\n"...)
+	}
+	return append(out, "0\r\n\r\n"...)
+}
+
+// short: the handler declared a longer body than it wrote; net/http
+// then closes the connection after the answer.
+func (w *h1Writer) short() bool {
+	return w.clen >= 0 && int64(len(w.body)) != w.clen && bodyAllowed(w.status)
+}
+
+func appendStatusLine(b []byte, code int) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	if text := http.StatusText(code); text != "" {
+		return append(append(append(b, ' '), text...), "\r\n"...)
+	}
+	return append(b, " status code "+strconv.Itoa(code)+"\r\n"...)
+}
+
+func has(h http.Header, key string) bool {
+	_, ok := h[key]
+	return ok
+}
+
+// bodyAllowed is net/http's bodyAllowedForStatus.
+func bodyAllowed(status int) bool {
+	switch {
+	case status >= 100 && status <= 199, status == http.StatusNoContent, status == http.StatusNotModified:
+		return false
+	}
+	return true
+}
+
+// suppressedHeaders is net/http's: headers an answer without a body
+// does not carry.
+func suppressedHeaders(status int) []string {
+	switch {
+	case status == http.StatusNotModified:
+		return []string{"Content-Type", "Content-Length", "Transfer-Encoding"}
+	case !bodyAllowed(status):
+		return []string{"Content-Length", "Transfer-Encoding"}
+	}
+	return nil
+}
+
+func hasToken(v, token string) bool {
+	for f := range strings.SplitSeq(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(f), token) {
+			return true
+		}
+	}
+	return false
+}
+
+// appender is an io.Writer onto a byte slice, for http.Header.Write.
+type appender struct{ b *[]byte }
+
+func (a appender) Write(p []byte) (int, error) {
+	*a.b = append(*a.b, p...)
+	return len(p), nil
+}
+
+func (a appender) WriteString(s string) (int, error) {
+	*a.b = append(*a.b, s...)
+	return len(s), nil
+}
+
+var _ io.StringWriter = appender{}
+
+// h1Body is a request body the lean path read whole before the handler.
+type h1Body struct {
+	b           []byte
+	closed, eof bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.eof {
+		return 0, io.EOF
+	}
+	n := copy(p, b.b)
+	b.b = b.b[n:]
+	if len(b.b) == 0 {
+		b.eof = true
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (b *h1Body) Close() error {
+	b.closed = true
+	return nil
+}
