@@ -244,16 +244,11 @@ func (c *h1Conn) fits() bool {
 
 // routed builds the request and asks the routes whether it is lean.
 func (c *h1Conn) routed() headStatus {
-	u, err := url.ParseRequestURI(string(c.head.target))
-	if err != nil {
-		return headHandOff
-	}
 	c.req = http.Request{
-		Method: c.head.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: c.hdr, Host: c.head.host, RequestURI: u.RequestURI(), RemoteAddr: c.remoteAddr(),
+		Method: c.head.method, URL: c.head.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
 		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
 	}
-	c.req.RequestURI = string(c.head.target)
 	if !c.h.routes.serves(&c.req) {
 		return headHandOff
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/textproto"
+	"net/url"
 )
 
 // The lean path's request parser. It recognises only requests it can
@@ -24,6 +25,8 @@ const (
 type h1Head struct {
 	method        string
 	target        []byte
+	uri           string // target as a string: Request.RequestURI
+	url           *url.URL
 	host          string
 	contentLength int64
 	size          int // bytes of the head, its blank line included
@@ -72,6 +75,12 @@ func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus 
 	if hd.host == "" || hd.contentLength > maxBody {
 		return headHandOff
 	}
+	hd.uri = string(hd.target)
+	u, err := url.ParseRequestURI(hd.uri)
+	if err != nil {
+		return headHandOff
+	}
+	hd.url = u
 	return headLean
 }
 
