@@ -87,6 +87,8 @@ func (l *h1Listener) Accept() (net.Conn, error) {
 		return c, nil
 	case err := <-l.errs:
 		return nil, err
+	case <-l.h.done:
+		return nil, http.ErrServerClosed
 	}
 }
 
@@ -181,7 +183,12 @@ func (c *h1Conn) loop() (handedOff bool) {
 			return false // closed, timed out or shutting down
 		}
 		t.setState(c.tc, http.StateActive)
-		if !c.readBody(t0) || !c.serveOne() || c.h.shutting.Load() {
+		if !c.readBody(t0) {
+			// The body ended early or is slow: net/http's handler sees
+			// that, as it would.
+			return c.handOff()
+		}
+		if !c.serveOne() || c.h.shutting.Load() {
 			return false
 		}
 		t.setState(c.tc, http.StateIdle)
@@ -280,7 +287,7 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 			return false
 		}
 	}
-	c.body = h1Body{b: c.buf[c.r+c.head.size : end]}
+	c.body = h1Body{b: c.buf[c.r+c.head.size : end], eof: end == c.r+c.head.size}
 	if c.head.contentLength > 0 {
 		c.req.Body = &c.body
 	}

@@ -58,8 +58,9 @@ func (w *h1Writer) WriteHeader(code int) {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.clen = v
 		} else {
+			// net/http deletes it from the handler's map but not from the
+			// copy it sends, so the answer is chunked without it.
 			w.c.h.logf("http: invalid Content-Length of %q", cl)
-			w.header.Del("Content-Length")
 		}
 	}
 }
@@ -110,9 +111,6 @@ func (w *h1Writer) render(out []byte, shutting bool) []byte {
 		clen = strconv.Itoa(len(w.body))
 	}
 	if h.Get("Connection") == "close" || shutting {
-		w.closeAfter = true
-	}
-	if w.c.body.closed && !w.c.body.eof {
 		w.closeAfter = true
 	}
 	if allowed {
@@ -259,7 +257,8 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Close consumes the rest, as net/http's server body does.
 func (b *h1Body) Close() error {
-	b.closed = true
+	b.closed, b.eof, b.b = true, true, nil
 	return nil
 }
