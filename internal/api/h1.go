@@ -123,6 +123,7 @@ type h1Conn struct {
 	head   h1Head
 	req    http.Request
 	url    url.URL
+	vals   headerVals
 	hdr    http.Header
 	body   h1Body
 	rw     h1Writer
@@ -131,14 +132,16 @@ type h1Conn struct {
 
 func (h *h1Server) serve(tc *trackedConn) {
 	c := &h1Conn{h: h, tc: tc, buf: make([]byte, leanBufSize), hdr: http.Header{}}
+	c.head.url, c.head.vals = &c.url, &c.vals
 	c.rw = h1Writer{c: c, header: http.Header{}, clen: -1}
 	if !h.add(c) {
 		tc.Close()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ctx = context.WithValue(ctx, http.ServerContextKey, h.s.srv)
+	// Not cancellable, unlike net/http's: each request's context is, and
+	// a child of a cancellable parent would register with it, a map
+	// insertion per request.
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, h.s.srv)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
 	if cc := h.s.srv.ConnContext; cc != nil {
 		ctx = cc(ctx, tc)

@@ -53,6 +53,8 @@ func checkAgainstNetHTTP(t *testing.T, b []byte, hd *h1Head, hdr http.Header) {
 		!req.ProtoAtLeast(1, 1), cl != hd.contentLength, req.Close:
 		t.Fatalf("lean read %q as %s %s host %q length %d; net/http as %s %s host %q length %d close %v",
 			b[:hd.size], hd.method, hd.target, hd.host, hd.contentLength, req.Method, req.RequestURI, req.Host, req.ContentLength, req.Close)
+	case !reflect.DeepEqual(*req.URL, *hd.url):
+		t.Fatalf("lean read %q's target as %#v; net/http as %#v", b[:hd.size], *hd.url, *req.URL)
 	case !reflect.DeepEqual(want, hdr):
 		t.Fatalf("lean read %q's header as %v; net/http as %v", b[:hd.size], hdr, want)
 	}
@@ -86,6 +88,11 @@ var h1ParseSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: a\r\nX: caf\xc3\xa9 \t\r\n\r\n",
 	"DELETE /a;b HTTP/1.1\r\nHost: a_b\r\n\r\n",
+	"GET /a?b HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET /a? HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET /a?b?c#d HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET /a!b(c)*[d] HTTP/1.1\r\nHost: a\r\n\r\n",
+	"GET /a:b@c$d&e+f,g=h HTTP/1.1\r\nHost: a\r\n\r\n",
 }
 
 // TestParseHeadAgreesWithNetHTTP runs the seeds (and the fuzz corpus,

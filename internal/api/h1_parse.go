@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"strings"
 )
 
 // The lean path's request parser. It recognises only requests it can
@@ -25,8 +26,9 @@ const (
 type h1Head struct {
 	method        string
 	target        []byte
-	uri           string // target as a string: Request.RequestURI
-	url           *url.URL
+	uri           string   // target as a string: Request.RequestURI
+	url           *url.URL // filled in; the caller's
+	vals          *headerVals
 	host          string
 	contentLength int64
 	size          int // bytes of the head, its blank line included
@@ -49,6 +51,13 @@ var handOffHeaders = map[string]bool{
 // parseHead parses the head at the start of b into hd and hdr (cleared by
 // the caller). maxBody bounds the body the lean path takes.
 func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus {
+	if hd.url == nil {
+		hd.url = new(url.URL)
+	}
+	if hd.vals == nil {
+		hd.vals = new(headerVals)
+	}
+	hd.vals.reset()
 	end := bytes.Index(b, crlfcrlf)
 	scan := b
 	if end >= 0 {
@@ -76,11 +85,13 @@ func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus 
 		return headHandOff
 	}
 	hd.uri = string(hd.target)
-	u, err := url.ParseRequestURI(hd.uri)
-	if err != nil {
-		return headHandOff
+	if !parseTarget(hd.uri, hd.url) {
+		u, err := url.ParseRequestURI(hd.uri)
+		if err != nil {
+			return headHandOff
+		}
+		*hd.url = *u
 	}
-	hd.url = u
 	return headLean
 }
 
@@ -153,7 +164,7 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 		if hd.host != "" || !plainHost(value) {
 			return false
 		}
-		hd.host = internValue(value)
+		hd.host = hd.vals.intern(key, value)
 		return true // net/http keeps Host in Request.Host only
 	case key == "Content-Length":
 		n, ok := parseLength(value)
@@ -162,8 +173,86 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 		}
 		hd.contentLength = n
 	}
-	hdr[key] = append(hdr[key], internValue(value))
+	v := hd.vals.intern(key, value)
+	if vv, ok := hdr[key]; ok {
+		hdr[key] = append(vv, v)
+	} else {
+		hdr[key] = hd.vals.one(v)
+	}
 	return true
+}
+
+// headerVals is a connection's store for header values: one backing
+// array for the slices of single values, and the last value of each
+// header, which the next request usually repeats, so neither costs an
+// allocation per request.
+type headerVals struct {
+	slab []string
+	last map[string]string
+}
+
+// maxSlab bounds the values kept in the slab; more take a slice each.
+const maxSlab = 32
+
+func (hv *headerVals) reset() { hv.slab = hv.slab[:0] }
+
+// one returns []string{v} from the slab, its capacity cut so that an
+// append copies it.
+func (hv *headerVals) one(v string) []string {
+	if hv.slab == nil {
+		hv.slab = make([]string, 0, maxSlab)
+	}
+	if len(hv.slab) == cap(hv.slab) {
+		return []string{v}
+	}
+	hv.slab = append(hv.slab, v)
+	n := len(hv.slab)
+	return hv.slab[n-1 : n : n]
+}
+
+func (hv *headerVals) intern(key string, v []byte) string {
+	if s, ok := commonValues[string(v)]; ok {
+		return s
+	}
+	if s, ok := hv.last[key]; ok && s == string(v) {
+		return s
+	}
+	if hv.last == nil {
+		hv.last = map[string]string{}
+	}
+	if len(hv.last) >= maxSlab {
+		clear(hv.last) // a client that sends ever new headers
+	}
+	s := string(v)
+	hv.last[key] = s
+	return s
+}
+
+// parseTarget parses a plain origin-form target (a path of characters
+// url.URL keeps as they are, and a query) into u as url.ParseRequestURI
+// would, without allocating; false leaves it to url.ParseRequestURI.
+func parseTarget(t string, u *url.URL) bool {
+	path, query, hasQuery := strings.Cut(t, "?")
+	for i := 0; i < len(path); i++ {
+		if !plainPathByte(path[i]) {
+			return false
+		}
+	}
+	if strings.IndexByte(query, '#') >= 0 {
+		return false
+	}
+	*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	return true
+}
+
+// plainPathByte: a byte url.URL neither unescapes nor would escape in a
+// path, so Path is the target's path and RawPath stays empty.
+func plainPathByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~$&+,/:;=@", c) >= 0
 }
 
 // maxLeanHeaderName: longer names (none in practice) go to net/http, so
@@ -253,11 +342,4 @@ func canonicalKey(name []byte) string {
 		return s
 	}
 	return textproto.CanonicalMIMEHeaderKey(string(name))
-}
-
-func internValue(v []byte) string {
-	if s, ok := commonValues[string(v)]; ok {
-		return s
-	}
-	return string(v)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -123,7 +124,7 @@ func (w *h1Writer) render(out []byte, shutting bool) []byte {
 		}
 	}
 	if !has(h, "Date") {
-		date = time.Now().UTC().Format(http.TimeFormat)
+		date = httpDate(time.Now())
 	}
 	hasCL := w.clen >= 0
 	if hasCL && hasTE && te != "identity" {
@@ -261,4 +262,24 @@ func (b *h1Body) Read(p []byte) (int, error) {
 func (b *h1Body) Close() error {
 	b.closed, b.eof, b.b = true, true, nil
 	return nil
+}
+
+// dateCache is the Date header of the current second: net/http formats
+// it for every answer.
+var dateCache atomic.Pointer[struct {
+	sec  int64
+	text string
+}]
+
+func httpDate(now time.Time) string {
+	sec := now.Unix()
+	if d := dateCache.Load(); d != nil && d.sec == sec {
+		return d.text
+	}
+	d := &struct {
+		sec  int64
+		text string
+	}{sec, now.UTC().Format(http.TimeFormat)}
+	dateCache.Store(d)
+	return d.text
 }
