@@ -119,15 +119,18 @@ type h1Conn struct {
 	remote string
 	buf    []byte
 	r, w   int // unconsumed bytes: buf[r:w]
-	idle   atomic.Bool
-	head   h1Head
-	req    http.Request
-	url    url.URL
-	vals   headerVals
-	hdr    http.Header
-	body   h1Body
-	rw     h1Writer
-	out    []byte
+	// The read deadline the next read must have, the one set last,
+	// and the answer's write deadline.
+	readBy, readSet, writeBy time.Time
+	idle                     atomic.Bool
+	head                     h1Head
+	req                      http.Request
+	url                      url.URL
+	vals                     headerVals
+	hdr                      http.Header
+	body                     h1Body
+	rw                       h1Writer
+	out                      []byte
 }
 
 func (h *h1Server) serve(tc *trackedConn) {
@@ -178,7 +181,7 @@ func (c *h1Conn) loop() (handedOff bool) {
 	t := c.tc.t
 	for {
 		t0 := time.Now()
-		c.tc.SetReadDeadline(t0.Add(t.headerTimeout))
+		c.readBy = t0.Add(t.headerTimeout)
 		switch c.readHead() {
 		case headHandOff:
 			return c.handOff()
@@ -225,8 +228,7 @@ func (c *h1Conn) readHead() headStatus {
 			c.w = copy(c.buf, c.buf[c.r:c.w])
 			c.r = 0
 		}
-		n, err := c.tc.Read(c.buf[c.w:])
-		c.w += n
+		n, err := c.read()
 		if err != nil && n == 0 {
 			if c.r < c.w && !isTimeout(err) {
 				// A partial request and then the end: net/http's answer.
@@ -276,17 +278,11 @@ func (c *h1Conn) remoteAddr() string {
 // timeout from the head's start as net/http bounds it.
 func (c *h1Conn) readBody(t0 time.Time) bool {
 	lim := c.h.s.lim
-	if d := lim.ReadTimeout; d > 0 {
-		c.tc.SetReadDeadline(t0.Add(d))
-	}
-	if d := lim.WriteTimeout; d > 0 {
-		c.tc.SetWriteDeadline(time.Now().Add(d))
-	}
+	c.readBy = t0.Add(lim.ReadTimeout)
+	c.writeBy = time.Now().Add(lim.WriteTimeout)
 	end := c.r + c.head.size + int(max(c.head.contentLength, 0))
 	for c.w < end {
-		n, err := c.tc.Read(c.buf[c.w:])
-		c.w += n
-		if err != nil && n == 0 {
+		if n, err := c.read(); err != nil && n == 0 {
 			return false
 		}
 	}
@@ -321,6 +317,9 @@ func (c *h1Conn) serveOne() (keep bool) {
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
 	c.h.served.Add(1)
 	c.out = c.rw.render(c.out[:0], c.h.shutting.Load())
+	// The deadline net/http sets once the request is read, set only now
+	// that it matters: one timer update per request fewer.
+	c.tc.SetWriteDeadline(c.writeBy)
 	if _, err := c.tc.Write(c.out); err != nil {
 		return false
 	}
@@ -345,10 +344,23 @@ func (c *h1Conn) awaitNext() bool {
 	if c.h.shutting.Load() {
 		return false
 	}
-	c.tc.SetReadDeadline(time.Now().Add(c.h.s.lim.IdleTimeout))
-	n, err := c.tc.Read(c.buf)
-	c.w = n
+	c.readBy = time.Now().Add(c.h.s.lim.IdleTimeout)
+	n, err := c.read()
 	return n > 0 || err == nil
+}
+
+// read reads more of the request into the buffer within readBy, which
+// it sets only for a read that happens: a request whose bytes arrived
+// in one read (the common case) costs no timer update for its header
+// and body deadlines.
+func (c *h1Conn) read() (int, error) {
+	if c.readBy != c.readSet {
+		c.tc.SetReadDeadline(c.readBy)
+		c.readSet = c.readBy
+	}
+	n, err := c.tc.Read(c.buf[c.w:])
+	c.w += n
+	return n, err
 }
 
 // handOff gives the connection to net/http with the bytes read and not
@@ -361,6 +373,7 @@ func (c *h1Conn) handOff() bool {
 	c.tc.handedOff()
 	c.tc.SetReadDeadline(time.Time{})
 	c.tc.SetWriteDeadline(time.Time{})
+	c.readSet = time.Time{}
 	select {
 	case c.h.handoff <- c.tc:
 		c.h.handedOff.Add(1)
