@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"golang.org/x/net/http/httpguts"
@@ -109,5 +110,37 @@ func TestParseHeadAgreesWithNetHTTP(t *testing.T) {
 	}
 	if lean < 4 {
 		t.Fatalf("only %d seeds parsed as lean; the property is not exercised", lean)
+	}
+}
+
+// TestParseHeadReusesLinesRightly: a connection's memo of the previous
+// request's lines never leaks into the next one's header, whatever
+// changes between them (order, case, values, count).
+func TestParseHeadReusesLinesRightly(t *testing.T) {
+	heads := []string{
+		"GET /a HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-b: 2\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-b: 2\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: b\r\nX-A: 3\r\nX-B: 2\r\n\r\n",
+		"GET /a HTTP/1.1\r\nX-B: 2\r\nHost: b\r\nX-A: 3\r\nX-A: 4\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: b\r\nX-A:\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: b\r\nX-A: 5\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: b\r\nBad Name: 5\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: b\r\nX-A: 5\r\n\r\n",
+	}
+	var hd h1Head
+	hdr := http.Header{}
+	for _, h := range heads {
+		clear(hdr)
+		st := parseHead([]byte(h), &hd, hdr, leanBufSize)
+		if strings.Contains(h, "Bad Name") {
+			if st != headHandOff {
+				t.Fatalf("%q: status %v", h, st)
+			}
+			continue
+		}
+		if st != headLean {
+			t.Fatalf("%q: status %v", h, st)
+		}
+		checkAgainstNetHTTP(t, []byte(h), &hd, hdr)
 	}
 }

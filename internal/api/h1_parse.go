@@ -40,14 +40,6 @@ var crlfcrlf = []byte("\r\n\r\n")
 // without its body), CONNECT, OPTIONS and TRACE go to net/http.
 var leanMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
-// handOffHeaders change how a request is read or answered (its
-// connection, its body's framing, an upgrade, a 100 Continue, Pragma's
-// rewrite into Cache-Control), so requests with them go to net/http.
-var handOffHeaders = map[string]bool{
-	"Connection": true, "Transfer-Encoding": true, "Expect": true, "Upgrade": true,
-	"Te": true, "Trailer": true, "Pragma": true, "Http2-Settings": true, "Proxy-Connection": true, "Keep-Alive": true,
-}
-
 // parseHead parses the head at the start of b into hd and hdr (cleared by
 // the caller). maxBody bounds the body the lean path takes.
 func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus {
@@ -145,35 +137,37 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 	if !ok || len(name) == 0 || len(name) > maxLeanHeaderName {
 		return false // also a line folded onto the previous one
 	}
-	for _, c := range name {
-		if !isTokenByte(c) {
-			return false
-		}
-	}
 	value = bytes.Trim(value, " \t")
 	for _, c := range value {
 		if c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
-	key := canonicalKey(name)
-	switch {
-	case handOffHeaders[key]:
+	m := hd.vals.next()
+	key := m.keyOf(name)
+	if key == "" {
 		return false
-	case key == "Host":
+	}
+	switch key {
+	case "Connection", "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Pragma", "Http2-Settings", "Proxy-Connection", "Keep-Alive":
+		// They change how a request is read or answered (its connection,
+		// its body's framing, an upgrade, a 100 Continue, Pragma's
+		// rewrite into Cache-Control): net/http's to serve.
+		return false
+	case "Host":
 		if hd.host != "" || !plainHost(value) {
 			return false
 		}
-		hd.host = hd.vals.intern(key, value)
+		hd.host = m.valueOf(value)
 		return true // net/http keeps Host in Request.Host only
-	case key == "Content-Length":
+	case "Content-Length":
 		n, ok := parseLength(value)
 		if hd.contentLength >= 0 || !ok {
 			return false
 		}
 		hd.contentLength = n
 	}
-	v := hd.vals.intern(key, value)
+	v := m.valueOf(value)
 	if vv, ok := hdr[key]; ok {
 		hdr[key] = append(vv, v)
 	} else {
@@ -182,19 +176,35 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 	return true
 }
 
-// headerVals is a connection's store for header values: one backing
-// array for the slices of single values, and the last value of each
-// header, which the next request usually repeats, so neither costs an
-// allocation per request.
+// headerVals is a connection's store for header lines: one backing
+// array for the slices of single values, and the name, key and value of
+// the line at each position of the last request, which the next request
+// usually repeats (a client sends the same headers in the same order),
+// so that neither costs an allocation or a canonicalisation per request.
 type headerVals struct {
 	slab []string
-	last map[string]string
+	prev []lineMemo
+	pos  int
 }
 
-// maxSlab bounds the values kept in the slab; more take a slice each.
+type lineMemo struct{ name, key, value string }
+
+// maxSlab bounds the values kept in the slab and the lines remembered.
 const maxSlab = 32
 
-func (hv *headerVals) reset() { hv.slab = hv.slab[:0] }
+func (hv *headerVals) reset() { hv.slab, hv.pos = hv.slab[:0], 0 }
+
+// next is the memo of the next line's position.
+func (hv *headerVals) next() *lineMemo {
+	if hv.pos == maxSlab {
+		return &lineMemo{}
+	}
+	if hv.pos == len(hv.prev) {
+		hv.prev = append(hv.prev, lineMemo{})
+	}
+	hv.pos++
+	return &hv.prev[hv.pos-1]
+}
 
 // one returns []string{v} from the slab, its capacity cut so that an
 // append copies it.
@@ -210,22 +220,25 @@ func (hv *headerVals) one(v string) []string {
 	return hv.slab[n-1 : n : n]
 }
 
-func (hv *headerVals) intern(key string, v []byte) string {
-	if s, ok := commonValues[string(v)]; ok {
-		return s
+// keyOf is name's canonical key, "" if name is no token.
+func (m *lineMemo) keyOf(name []byte) string {
+	if m.key != "" && m.name == string(name) {
+		return m.key
 	}
-	if s, ok := hv.last[key]; ok && s == string(v) {
-		return s
+	for _, c := range name {
+		if !isTokenByte(c) {
+			return ""
+		}
 	}
-	if hv.last == nil {
-		hv.last = map[string]string{}
+	m.name, m.key, m.value = string(name), canonicalKey(name), ""
+	return m.key
+}
+
+func (m *lineMemo) valueOf(v []byte) string {
+	if m.value != string(v) {
+		m.value = string(v)
 	}
-	if len(hv.last) >= maxSlab {
-		clear(hv.last) // a client that sends ever new headers
-	}
-	s := string(v)
-	hv.last[key] = s
-	return s
+	return m.value
 }
 
 // parseTarget parses a plain origin-form target (a path of characters
@@ -301,26 +314,15 @@ func parseLength(v []byte) (int64, bool) {
 	return n, true
 }
 
-// commonKeys and commonValues are strings a request's header would
-// otherwise allocate every time.
-var commonKeys, commonValues = internTable(
-	"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Baggage", "Cache-Control",
-	"Content-Length", "Content-Type", "Cookie", "Host", "Idempotency-Key", "Origin", "Referer",
-	"Traceparent", "Tracestate", "User-Agent", "X-Forwarded-For", "X-Request-Id",
-)(
-	"application/json", "application/json; charset=utf-8", "*/*", "gzip", "Go-http-client/1.1", "0",
-)
+// commonKeys are keys a request's header would otherwise allocate on
+// each new connection.
+var commonKeys = map[string]string{}
 
-func internTable(keys ...string) func(values ...string) (map[string]string, map[string]string) {
-	return func(values ...string) (map[string]string, map[string]string) {
-		k, v := map[string]string{}, map[string]string{}
-		for _, s := range keys {
-			k[s] = s
-		}
-		for _, s := range values {
-			v[s] = s
-		}
-		return k, v
+func init() {
+	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Baggage", "Cache-Control",
+		"Content-Length", "Content-Type", "Cookie", "Host", "Idempotency-Key", "Origin", "Referer",
+		"Traceparent", "Tracestate", "User-Agent", "X-Forwarded-For", "X-Request-Id"} {
+		commonKeys[k] = k
 	}
 }
 
