@@ -316,7 +316,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 	}()
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
 	c.h.served.Add(1)
-	c.out = c.rw.render(c.out[:0], c.h.shutting.Load())
+	c.rw.render(c.h.shutting.Load())
 	// The deadline net/http sets once the request is read, set only now
 	// that it matters: one timer update per request fewer.
 	c.tc.SetWriteDeadline(c.writeBy)

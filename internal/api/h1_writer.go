@@ -97,8 +97,8 @@ func (w *h1Writer) requestTooLarge() {
 	}
 }
 
-// render appends the whole answer to out.
-func (w *h1Writer) render(out []byte, shutting bool) []byte {
+// render puts the whole answer in the connection's out buffer.
+func (w *h1Writer) render(shutting bool) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -152,23 +152,27 @@ func (w *h1Writer) render(out []byte, shutting bool) []byte {
 		delete(h, "Connection")
 		conn = "close"
 	}
-	out = append(out, w.info...)
-	out = appendStatusLine(out, w.status)
-	h.Write(appender{&out})
+	// Into the connection's buffer through a pointer to it: a local
+	// slice whose address an interface holds would move to the heap.
+	out := &w.c.out
+	*out = append((*out)[:0], w.info...)
+	*out = appendStatusLine(*out, w.status)
+	h.Write(appender{out})
 	for _, kv := range [...][2]string{{"Date", date}, {"Content-Length", clen}, {"Content-Type", ctype}, {"Connection", conn}, {"Transfer-Encoding", tenc}} {
 		if kv[1] != "" {
-			out = append(append(append(append(out, kv[0]...), ": "...), kv[1]...), "\r\n"...)
+			*out = append(append(append(append(*out, kv[0]...), ": "...), kv[1]...), "\r\n"...)
 		}
 	}
-	out = append(out, "\r\n"...)
+	*out = append(*out, "\r\n"...)
 	if !chunking {
-		return append(out, w.body...)
+		*out = append(*out, w.body...)
+		return
 	}
 	if len(w.body) > 0 {
-		out = strconv.AppendInt(out, int64(len(w.body)), 16)
-		out = append(append(append(out, "\r\n"...), w.body...), "\r\n"...)
+		*out = strconv.AppendInt(*out, int64(len(w.body)), 16)
+		*out = append(append(append(*out, "\r\n"...), w.body...), "\r\n"...)
 	}
-	return append(out, "0\r\n\r\n"...)
+	*out = append(*out, "0\r\n\r\n"...)
 }
 
 // short: the handler declared a longer body than it wrote; net/http
