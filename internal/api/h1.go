@@ -151,6 +151,12 @@ func (h *h1Server) serve(tc *trackedConn) {
 	}
 	c.ctx = ctx
 	tc.t.setState(tc, http.StateNew)
+	if tc.rb == nil {
+		// A connection whose bytes cannot be put back (not a socket):
+		// net/http's from the start.
+		c.handOff()
+		return
+	}
 	if c.loop() {
 		return // handed off: net/http closes it
 	}
