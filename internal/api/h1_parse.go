@@ -260,26 +260,35 @@ func parseTarget(t string, u *url.URL) bool {
 
 // plainPathByte: a byte url.URL neither unescapes nor would escape in a
 // path, so Path is the target's path and RawPath stays empty.
-func plainPathByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("-._~$&+,/:;=@", c) >= 0
-}
+func plainPathByte(c byte) bool { return byteClass[c]&classPath != 0 }
 
 // maxLeanHeaderName: longer names (none in practice) go to net/http, so
 // canonicalKey works on the stack.
 const maxLeanHeaderName = 64
 
 // isTokenByte: RFC 9110's tchar.
-func isTokenByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
+func isTokenByte(c byte) bool { return byteClass[c]&classToken != 0 }
+
+// byteClass sorts bytes for the parser's scans, a table lookup per byte.
+var byteClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		if '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' {
+			t[c] |= classToken | classPath
+		}
 	}
-	return c < 0x80 && bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0
-}
+	for _, c := range []byte("!#$%&'*+-.^_`|~") {
+		t[c] |= classToken
+	}
+	for _, c := range []byte("-._~$&+,/:;=@") {
+		t[c] |= classPath
+	}
+	return t
+}()
+
+const (
+	classToken = 1 << iota
+	classPath  // plainPathByte
+)
 
 // plainHost: a host name or address and port, nothing net/http's
 // stricter checks could refuse.
