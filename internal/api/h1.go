@@ -203,8 +203,11 @@ func (c *h1Conn) loop() (handedOff bool) {
 		if !c.serveOne() || c.h.shutting.Load() {
 			return false
 		}
+		if c.r < c.w {
+			continue // the next request is already here: never idle, never shed
+		}
 		t.setState(c.tc, http.StateIdle)
-		if c.r == c.w && !c.awaitNext() {
+		if !c.awaitNext() {
 			return false
 		}
 	}
