@@ -42,6 +42,9 @@ const (
 	rstAvoidanceDelay = 500 * time.Millisecond
 	// leanShutdownPoll is how often Shutdown looks for connections done.
 	leanShutdownPoll = 10 * time.Millisecond
+	// panicStackBytes is how much of a panicking handler's stack is
+	// logged, net/http's amount.
+	panicStackBytes = 64 << 10
 )
 
 // h1Server is a Server's lean path.
@@ -318,7 +321,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 			}
 			// As net/http answers a handler's panic: logged, and the
 			// connection closed without an answer.
-			buf := make([]byte, 64<<10)
+			buf := make([]byte, panicStackBytes)
 			buf = buf[:runtime.Stack(buf, false)]
 			c.h.logf("http: panic serving %v: %v\n%s", c.remoteAddr(), v, buf)
 		}

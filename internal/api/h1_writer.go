@@ -97,74 +97,44 @@ func (w *h1Writer) requestTooLarge() {
 	}
 }
 
+// extraHeader is what net/http adds to a handler's header, in the
+// order it writes them after the handler's sorted ones.
+type extraHeader struct {
+	date        string
+	clen        int // -1: none
+	ctype, conn string
+	chunked     bool
+}
+
 // render puts the whole answer in the connection's out buffer.
 func (w *h1Writer) render(shutting bool) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	h := w.header
-	te := h.Get("Transfer-Encoding")
-	hasTE := te != ""
-	var date, clen, ctype, conn, tenc string
-	allowed := bodyAllowed(w.status)
-	if !hasTE && allowed && !has(h, "Content-Length") && len(w.body) <= bufferBeforeChunking {
-		w.clen = int64(len(w.body))
-		clen = strconv.Itoa(len(w.body))
-	}
-	if h.Get("Connection") == "close" || shutting {
-		w.closeAfter = true
-	}
-	if allowed {
-		if _, haveType := h["Content-Type"]; !haveType && h.Get("Content-Encoding") == "" && !hasTE && len(w.body) > 0 {
-			ctype = http.DetectContentType(w.body)
-		}
-	} else {
-		for _, k := range suppressedHeaders(w.status) {
-			delete(h, k)
-		}
-	}
-	if !has(h, "Date") {
-		date = httpDate(time.Now())
-	}
-	hasCL := w.clen >= 0
-	if hasCL && hasTE && te != "identity" {
-		w.c.h.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.clen)
-		delete(h, "Content-Length")
-		hasCL = false
-	}
-	chunking := false
-	switch {
-	case !allowed || w.status == http.StatusNoContent, hasCL:
-		delete(h, "Transfer-Encoding")
-	case hasTE && te == "identity":
-		w.closeAfter = true
-		delete(h, "Transfer-Encoding")
-	default:
-		chunking, tenc = true, "chunked"
-		if te == "chunked" {
-			delete(h, "Transfer-Encoding")
-		}
-	}
-	if chunking {
-		delete(h, "Content-Length")
-	}
-	if w.closeAfter && !hasToken(h.Get("Connection"), "close") {
-		delete(h, "Connection")
-		conn = "close"
-	}
+	x := w.finalHeader(shutting)
 	// Into the connection's buffer through a pointer to it: a local
 	// slice whose address an interface holds would move to the heap.
 	out := &w.c.out
 	*out = append((*out)[:0], w.info...)
 	*out = appendStatusLine(*out, w.status)
-	h.Write(appender{out})
-	for _, kv := range [...][2]string{{"Date", date}, {"Content-Length", clen}, {"Content-Type", ctype}, {"Connection", conn}, {"Transfer-Encoding", tenc}} {
-		if kv[1] != "" {
-			*out = append(append(append(append(*out, kv[0]...), ": "...), kv[1]...), "\r\n"...)
-		}
+	w.header.Write(appender{out})
+	if x.date != "" {
+		*out = append(append(append(*out, "Date: "...), x.date...), "\r\n"...)
+	}
+	if x.clen >= 0 {
+		*out = append(strconv.AppendInt(append(*out, "Content-Length: "...), int64(x.clen), 10), "\r\n"...)
+	}
+	if x.ctype != "" {
+		*out = append(append(append(*out, "Content-Type: "...), x.ctype...), "\r\n"...)
+	}
+	if x.conn != "" {
+		*out = append(append(append(*out, "Connection: "...), x.conn...), "\r\n"...)
+	}
+	if x.chunked {
+		*out = append(*out, "Transfer-Encoding: chunked\r\n"...)
 	}
 	*out = append(*out, "\r\n"...)
-	if !chunking {
+	if !x.chunked {
 		*out = append(*out, w.body...)
 		return
 	}
@@ -173,6 +143,71 @@ func (w *h1Writer) render(shutting bool) {
 		*out = append(append(append(*out, "\r\n"...), w.body...), "\r\n"...)
 	}
 	*out = append(*out, "0\r\n\r\n"...)
+}
+
+// finalHeader settles the header as net/http's chunkWriter.writeHeader
+// does once the handler is done: what it adds, and what it removes from
+// the handler's.
+func (w *h1Writer) finalHeader(shutting bool) extraHeader {
+	h := w.header
+	x := extraHeader{clen: -1}
+	hasTE := h.Get("Transfer-Encoding") != ""
+	allowed := bodyAllowed(w.status)
+	if !hasTE && allowed && !has(h, "Content-Length") && len(w.body) <= bufferBeforeChunking {
+		w.clen = int64(len(w.body))
+		x.clen = len(w.body)
+	}
+	if h.Get("Connection") == "close" || shutting {
+		w.closeAfter = true
+	}
+	if allowed {
+		if _, haveType := h["Content-Type"]; !haveType && h.Get("Content-Encoding") == "" && !hasTE && len(w.body) > 0 {
+			x.ctype = http.DetectContentType(w.body)
+		}
+	} else {
+		for _, k := range suppressedHeaders(w.status) {
+			delete(h, k)
+		}
+	}
+	if !has(h, "Date") {
+		x.date = httpDate(time.Now())
+	}
+	x.chunked = w.framing(allowed)
+	if x.chunked {
+		x.clen = -1
+	}
+	if w.closeAfter && !hasToken(h.Get("Connection"), "close") {
+		delete(h, "Connection")
+		x.conn = "close"
+	}
+	return x
+}
+
+// framing decides between Content-Length and chunking, as net/http
+// does, and reports chunking.
+func (w *h1Writer) framing(allowed bool) bool {
+	h := w.header
+	te := h.Get("Transfer-Encoding")
+	hasCL := w.clen >= 0
+	if hasCL && te != "" && te != "identity" {
+		w.c.h.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.clen)
+		delete(h, "Content-Length")
+		hasCL = false
+	}
+	switch {
+	case !allowed || w.status == http.StatusNoContent, hasCL:
+		delete(h, "Transfer-Encoding")
+		return false
+	case te == "identity":
+		w.closeAfter = true
+		delete(h, "Transfer-Encoding")
+		return false
+	}
+	if te == "chunked" {
+		delete(h, "Transfer-Encoding")
+	}
+	delete(h, "Content-Length")
+	return true
 }
 
 // short: the handler declared a longer body than it wrote; net/http
