@@ -202,6 +202,7 @@ func newServeCmd() *cobra.Command {
 type serveFlags struct {
 	cfg                                           server.Config
 	memLimit, streamBuffer, bodyMemory, snapBytes string
+	http1Lean                                     bool
 	settings                                      func() module.Settings
 	env                                           *envVars
 	auth                                          *authFlags
@@ -215,6 +216,7 @@ func (s *serveFlags) config(cmd *cobra.Command) (cfg server.Config, err error) {
 		return cfg, err
 	}
 	cfg = s.cfg
+	cfg.HTTP1Standard = !s.http1Lean
 	cfg.Settings = s.settings()
 	if cfg.MemoryLimit, err = parseBytes(s.memLimit); err != nil {
 		return cfg, fmt.Errorf("--memory-limit (SURGE_MEMORY_LIMIT): %w", err)
@@ -257,6 +259,7 @@ func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
 	f.BoolVar(&s.cfg.Pprof, "pprof", false, "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	s.env.vars["pprof"] = "SURGE_PPROF"
 	f.BoolVar(&s.cfg.UI, "ui", true, s.env.help("ui", "SURGE_UI", "serve the operator's web console at /ui/ (docs/CONSOLE.md); --ui=false turns it off"))
+	f.BoolVar(&s.http1Lean, "http1-lean", true, s.env.help("http1-lean", "SURGE_HTTP1_LEAN", "serve cleartext HTTP/1.1 requests to the plain ticketing routes with Surge's own connection loop (same handlers and limits, less CPU per request; anything else goes to net/http); --http1-lean=false serves every request through net/http"))
 	f.DurationVar(&s.cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 }
 

@@ -6,6 +6,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -92,6 +93,12 @@ type Limits struct {
 	// `surge bench`'s do-nothing server sets it: it stands for the
 	// standard Go stack, which Surge's cost is measured against.
 	StandardConns bool
+	// Lean, if set, are the routes the lean HTTP/1.1 path serves
+	// (h1.go): cleartext HTTP/1.1 requests to them are parsed and
+	// answered by the listener's own loop, every other request by
+	// net/http. Nil serves every request through net/http
+	// (--http1-lean=false).
+	Lean *LeanRoutes
 	// Gate, if set, wraps the admission: it sees every request before
 	// the request takes an in-flight slot or waits for one, so what it
 	// refuses (authentication) costs no slot.
@@ -169,6 +176,7 @@ type Server struct {
 	inflight *inflightLimiter
 	streams  *Streams
 	bodies   *BodyBudget
+	h1       *h1Server // nil without Limits.Lean
 }
 
 // NewServer returns a Server for h on addr. If the limits do not resolve,
@@ -186,9 +194,15 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	s.conns.coalesce = !lim.StandardConns
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt, lim.MaxWait, lim.WaitingRoom)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
+	if lim.Lean != nil && !lim.StandardConns {
+		s.h1 = newH1Server(s, lim.Lean)
+	}
 	if reg != nil {
 		registerMetrics(reg, s.conns, s.inflight, s.bodies)
 		s.streams.register(reg)
+		if s.h1 != nil {
+			s.h1.register(reg)
+		}
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -240,7 +254,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		defer close(stop)
 		go s.conns.yields.sample(stop)
 	}
-	return s.srv.Serve(&limitListener{Listener: ln, t: s.conns})
+	var l net.Listener = &limitListener{Listener: ln, t: s.conns}
+	if s.h1 != nil {
+		l = &h1Listener{Listener: l, h: s.h1, errs: make(chan error)}
+	}
+	return s.srv.Serve(l)
 }
 
 // Shutdown stops accepting, closes idle connections and those that have
@@ -269,13 +287,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 	}()
-	return s.srv.Shutdown(ctx)
+	if s.h1 == nil {
+		return s.srv.Shutdown(ctx)
+	}
+	lean := make(chan error, 1)
+	go func() { lean <- s.h1.shutdown(ctx) }()
+	return errors.Join(s.srv.Shutdown(ctx), <-lean)
 }
 
 // Close closes the listener and every connection at once.
 func (s *Server) Close() error {
 	if s.srv == nil {
 		return nil
+	}
+	if s.h1 != nil {
+		s.h1.close()
 	}
 	return s.srv.Close()
 }

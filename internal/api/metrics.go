@@ -21,6 +21,8 @@ type Metrics struct {
 	panics   *prometheus.CounterVec
 	// onRoute sees every route registered (WithRouteHook).
 	onRoute func(pattern string)
+	// lean are the routes marked by HandleLean.
+	lean *LeanRoutes
 }
 
 // NewMetrics registers the HTTP metrics on reg.
@@ -39,6 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "surge_http_panics_total",
 			Help: "Handler panics caught and answered 500, by route (a bug: the log has the first stack per route).",
 		}, []string{"route"}),
+		lean: &LeanRoutes{},
 	}
 	reg.MustRegister(m.requests, m.latency, m.panics)
 	return m

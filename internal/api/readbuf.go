@@ -137,7 +137,9 @@ func (b *readBuf) take(p []byte) int {
 
 func (b *readBuf) release() {
 	if b.buf != nil {
-		coalescePool.Put(b.buf)
+		if len(*b.buf) == coalesceBufSize { // not one of putBack's
+			coalescePool.Put(b.buf)
+		}
 		b.buf = nil
 	}
 	b.r, b.w = 0, 0

@@ -91,6 +91,9 @@ func Error(w http.ResponseWriter, status int, msg string) int {
 func BodyError(w http.ResponseWriter, err error) int {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
+		if lw, ok := serverWriter(w).(*h1Writer); ok {
+			lw.requestTooLarge() // net/http's writer learns it from http.MaxBytesReader
+		}
 		return Error(w, http.StatusRequestEntityTooLarge, "request body is larger than "+strconv.FormatInt(tooBig.Limit, 10)+" bytes")
 	}
 	return Error(w, http.StatusBadRequest, "reading request body: "+err.Error())

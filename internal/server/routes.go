@@ -19,6 +19,7 @@ func (s *Server) mount(ctx context.Context, parts []module.Parts) error {
 	s.mux = http.NewServeMux()
 	s.routes = auth.NewRoutes()
 	all := api.NewMetrics(s.reg)
+	s.lean = all.Lean()
 	m := s.serverMetrics(all)
 	s.mountHealth(m)
 	s.mountConsole(m)
@@ -83,8 +84,8 @@ func (s *Server) mountHealth(m *api.Metrics) {
 		return http.StatusOK
 	}
 	s.declareHealth()
-	m.Handle(s.mux, "GET /healthz", health)
-	m.Handle(s.mux, "GET /v1/health_check", health)
+	m.HandleLean(s.mux, "GET /healthz", health)
+	m.HandleLean(s.mux, "GET /v1/health_check", health)
 	// The Spring Boot actuator's probes, which the commerce peer's tooling uses.
 	actuatorHealth := func(w http.ResponseWriter, r *http.Request) int {
 		if !s.healthy() {

@@ -69,6 +69,10 @@ type Config struct {
 	MaxWaiters int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
+	// HTTP1Standard serves every cleartext HTTP/1.1 request through
+	// net/http (--http1-lean=false); by default the routes marked lean
+	// are served by the listener's own loop (api.Limits.Lean).
+	HTTP1Standard bool
 	// UI serves the operator's web console at /ui/ (--ui, on by default
 	// for `surge serve`; off in a Config that does not say).
 	UI bool
@@ -124,7 +128,8 @@ type Server struct {
 	// served is what each module's Serve handed back, in module order.
 	served   []module.Served
 	mux      *http.ServeMux
-	routes   *auth.Routes // every route's scope
+	lean     *api.LeanRoutes // the routes marked for the lean HTTP/1.1 path
+	routes   *auth.Routes    // every route's scope
 	ln       net.Listener
 	srv      *api.Server
 	grpc     *grpcEdge         // nil unless GRPCAddr is set
@@ -365,7 +370,11 @@ func (s *Server) Start() (err error) {
 		}
 		s.undo = append(s.undo, func() { s.ln.Close() })
 	}
-	s.srv = api.NewServer(s.cfg.Addr, s.handler(), s.limits, s.reg)
+	lim := s.limits
+	if !s.cfg.HTTP1Standard {
+		lim.Lean = s.lean
+	}
+	s.srv = api.NewServer(s.cfg.Addr, s.handler(), lim, s.reg)
 	if err := s.startGRPC(); err != nil {
 		return err
 	}

@@ -47,13 +47,13 @@ func (a *API) SetRetention(d time.Duration) *API {
 
 // Register adds the routes to mux.
 func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
-	m.Handle(mux, "POST /v1/event", a.createEvent)
-	m.Handle(mux, "POST /v1/event/{id}/reservation", a.compatReserve)
-	m.Handle(mux, "GET /v1/reservation/{id}", a.compatGet)
-	m.Handle(mux, "POST /v2/reservations", a.nativeReserve)
-	m.Handle(mux, "GET /v2/reservations/{id}", a.nativeGet)
-	m.Handle(mux, "DELETE /v2/reservations/{id}", a.nativeCancel)
-	m.Handle(mux, "GET /v2/events/{id}", a.getEvent)
+	m.HandleLean(mux, "POST /v1/event", a.createEvent)
+	m.HandleLean(mux, "POST /v1/event/{id}/reservation", a.compatReserve)
+	m.HandleLean(mux, "GET /v1/reservation/{id}", a.compatGet)
+	m.HandleLean(mux, "POST /v2/reservations", a.nativeReserve)
+	m.HandleLean(mux, "GET /v2/reservations/{id}", a.nativeGet)
+	m.HandleLean(mux, "DELETE /v2/reservations/{id}", a.nativeCancel)
+	m.HandleLean(mux, "GET /v2/events/{id}", a.getEvent)
 	a.registerOps(mux, m)
 	m.HandleFallback(mux)
 }

@@ -1,0 +1,476 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The lean HTTP/1.1 path.
+//
+// net/http's HTTP/1.1 server spends, per request, more than Surge's
+// hot routes do: a goroutine that reads one byte ahead to notice a
+// client gone away, a new header map and Request, a cancellable context,
+// several deadline updates, and a buffered, possibly chunked writer. On
+// cleartext connections the listener therefore serves requests itself,
+// in a loop per connection: it parses each head, reads its body whole,
+// and runs the SAME handler (collapseSlashes, the gate, admission, the
+// mux, metrics, the route) with a per-connection Request, header map and
+// writer reused from request to request, the answer written in one
+// write. It serves only what it supports exactly (parseHead) on routes
+// marked lean (LeanRoutes); at the first other request it hands the
+// connection, with every byte it has read and not answered, to net/http,
+// which serves the rest of it as it always does. TLS and h2c connections
+// go to net/http at once.
+const (
+	// leanBufSize holds a request's head and body: a request that does
+	// not fit goes to net/http, whose limits (MaxHeaderBytes, the
+	// route's body limit) then answer it.
+	leanBufSize = 8 << 10
+	// rstAvoidanceDelay is net/http's: how long a connection closed after
+	// a body over its limit waits, its write side shut, before it closes,
+	// so the client reads the answer rather than a reset.
+	rstAvoidanceDelay = 500 * time.Millisecond
+	// leanShutdownPoll is how often Shutdown looks for connections done.
+	leanShutdownPoll = 10 * time.Millisecond
+	// panicStackBytes is how much of a panicking handler's stack is
+	// logged, net/http's amount.
+	panicStackBytes = 64 << 10
+)
+
+// h1Server is a Server's lean path.
+type h1Server struct {
+	s       *Server
+	routes  *LeanRoutes
+	handoff chan net.Conn // to net/http's Accept
+	done    chan struct{} // closed at Shutdown or Close
+	stop    sync.Once
+
+	shutting atomic.Bool
+	mu       sync.Mutex
+	conns    map[*h1Conn]struct{}
+
+	// Counters, for tests and the metrics: requests served, connections
+	// handed to net/http.
+	served, handedOff atomic.Uint64
+}
+
+func newH1Server(s *Server, routes *LeanRoutes) *h1Server {
+	return &h1Server{s: s, routes: routes, handoff: make(chan net.Conn), done: make(chan struct{}), conns: map[*h1Conn]struct{}{}}
+}
+
+func (h *h1Server) logf(format string, args ...any) {
+	if l := h.s.srv.ErrorLog; l != nil {
+		l.Printf(format, args...)
+	}
+}
+
+// h1Listener gives net/http the connections the lean path hands off,
+// and the accept errors, on which net/http backs off or stops.
+type h1Listener struct {
+	net.Listener // limitListener
+	h            *h1Server
+	errs         chan error
+	start        sync.Once
+}
+
+func (l *h1Listener) Accept() (net.Conn, error) {
+	l.start.Do(func() { go l.acceptLoop() })
+	select {
+	case c := <-l.h.handoff:
+		return c, nil
+	case err := <-l.errs:
+		return nil, err
+	case <-l.h.done:
+		return nil, http.ErrServerClosed
+	}
+}
+
+func (l *h1Listener) acceptLoop() {
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			select {
+			case l.errs <- err: // net/http's next Accept waits its back-off
+			case <-l.h.done:
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		go l.h.serve(nc.(*trackedConn))
+	}
+}
+
+// h1Conn is one connection on the lean path, with what it reuses from
+// request to request.
+type h1Conn struct {
+	h      *h1Server
+	tc     *trackedConn
+	ctx    context.Context // the connection's, as net/http's ConnContext makes it
+	remote string
+	buf    []byte
+	r, w   int // unconsumed bytes: buf[r:w]
+	// The read deadline the next read must have, the one set last,
+	// and the answer's write deadline.
+	readBy, readSet, writeBy time.Time
+	idle                     atomic.Bool
+	head                     h1Head
+	req                      http.Request
+	url                      url.URL
+	vals                     headerVals
+	hdr                      http.Header
+	body                     h1Body
+	rw                       h1Writer
+	out                      []byte
+}
+
+func (h *h1Server) serve(tc *trackedConn) {
+	c := &h1Conn{h: h, tc: tc, buf: make([]byte, leanBufSize), hdr: http.Header{}}
+	c.head.url, c.head.vals = &c.url, &c.vals
+	c.rw = h1Writer{c: c, header: http.Header{}, clen: -1}
+	if !h.add(c) {
+		tc.Close()
+		return
+	}
+	// Not cancellable, unlike net/http's: each request's context is, and
+	// a child of a cancellable parent would register with it, a map
+	// insertion per request.
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, h.s.srv)
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
+	if cc := h.s.srv.ConnContext; cc != nil {
+		ctx = cc(ctx, tc)
+	}
+	c.ctx = ctx
+	tc.t.setState(tc, http.StateNew)
+	if tc.rb == nil {
+		// A connection whose bytes cannot be put back (not a socket):
+		// net/http's from the start.
+		c.handOff()
+		return
+	}
+	if c.loop() {
+		return // handed off: net/http closes it
+	}
+	h.remove(c)
+	tc.t.setState(tc, http.StateClosed)
+	tc.Close()
+}
+
+func (h *h1Server) add(c *h1Conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shutting.Load() {
+		return false
+	}
+	h.conns[c] = struct{}{}
+	return true
+}
+
+func (h *h1Server) remove(c *h1Conn) {
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+}
+
+// loop serves the connection's requests; it returns true if it handed
+// the connection to net/http.
+func (c *h1Conn) loop() (handedOff bool) {
+	t := c.tc.t
+	for {
+		t0 := time.Now()
+		c.readBy = t0.Add(t.headerTimeout)
+		switch c.readHead() {
+		case headHandOff:
+			return c.handOff()
+		case headMore:
+			return false // closed, timed out or shutting down
+		}
+		t.setState(c.tc, http.StateActive)
+		if !c.readBody(t0) {
+			// The body ended early or is slow: net/http's handler sees
+			// that, as it would.
+			return c.handOff()
+		}
+		if !c.serveOne() || c.h.shutting.Load() {
+			return false
+		}
+		if c.r < c.w {
+			continue // the next request is already here: never idle, never shed
+		}
+		t.setState(c.tc, http.StateIdle)
+		if !c.awaitNext() {
+			return false
+		}
+	}
+}
+
+// readHead reads until buf[r:] starts with a whole head, and says
+// whether the lean path serves it.
+func (c *h1Conn) readHead() headStatus {
+	for {
+		if c.h.shutting.Load() {
+			return headMore
+		}
+		clear(c.hdr)
+		st := parseHead(c.buf[c.r:c.w], &c.head, c.hdr, leanBufSize)
+		switch {
+		case st == headLean && !c.fits():
+			return headHandOff
+		case st == headLean:
+			return c.routed()
+		case st == headHandOff:
+			return st
+		}
+		if c.w == len(c.buf) {
+			if c.r == 0 {
+				return headHandOff // too long for us: net/http's MaxHeaderBytes
+			}
+			c.w = copy(c.buf, c.buf[c.r:c.w])
+			c.r = 0
+		}
+		n, err := c.read()
+		if err != nil && n == 0 {
+			if c.r < c.w && !isTimeout(err) {
+				// A partial request and then the end: net/http's answer.
+				return headHandOff
+			}
+			return headMore
+		}
+	}
+}
+
+// fits: the head and its body fit in the buffer (moved to its start).
+func (c *h1Conn) fits() bool {
+	need := int64(c.head.size) + max(c.head.contentLength, 0)
+	if need > int64(len(c.buf)) {
+		return false
+	}
+	if int64(c.r)+need > int64(len(c.buf)) {
+		at := cap(c.buf[c.r:]) - cap(c.head.target) // the target's offset in the head
+		c.w = copy(c.buf, c.buf[c.r:c.w])
+		c.r = 0
+		c.head.target = c.buf[at : at+len(c.head.target)]
+	}
+	return true
+}
+
+// routed builds the request and asks the routes whether it is lean.
+func (c *h1Conn) routed() headStatus {
+	c.req = http.Request{
+		Method: c.head.method, URL: c.head.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
+		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
+	}
+	if !c.h.routes.serves(&c.req) {
+		return headHandOff
+	}
+	return headLean
+}
+
+func (c *h1Conn) remoteAddr() string {
+	if c.remote == "" {
+		c.remote = c.tc.RemoteAddr().String()
+	}
+	return c.remote
+}
+
+// readBody reads the request's body into the buffer, within the read
+// timeout from the head's start as net/http bounds it.
+func (c *h1Conn) readBody(t0 time.Time) bool {
+	lim := c.h.s.lim
+	c.readBy = t0.Add(lim.ReadTimeout)
+	c.writeBy = time.Now().Add(lim.WriteTimeout)
+	end := c.r + c.head.size + int(max(c.head.contentLength, 0))
+	for c.w < end {
+		if n, err := c.read(); err != nil && n == 0 {
+			return false
+		}
+	}
+	c.body = h1Body{b: c.buf[c.r+c.head.size : end], eof: end == c.r+c.head.size}
+	if c.head.contentLength > 0 {
+		c.req.Body = &c.body
+	}
+	c.r = end
+	return true
+}
+
+// serveOne runs the handler on the request read and writes its answer;
+// it returns whether the connection stays open.
+func (c *h1Conn) serveOne() (keep bool) {
+	c.rw.reset()
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	r := c.req.WithContext(ctx)
+	defer func() {
+		if v := recover(); v != nil {
+			keep = false
+			if v == http.ErrAbortHandler {
+				return
+			}
+			// As net/http answers a handler's panic: logged, and the
+			// connection closed without an answer.
+			buf := make([]byte, panicStackBytes)
+			buf = buf[:runtime.Stack(buf, false)]
+			c.h.logf("http: panic serving %v: %v\n%s", c.remoteAddr(), v, buf)
+		}
+	}()
+	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
+	c.h.served.Add(1)
+	c.rw.render(c.h.shutting.Load())
+	// The deadline net/http sets once the request is read, set only now
+	// that it matters: one timer update per request fewer.
+	c.tc.SetWriteDeadline(c.writeBy)
+	if _, err := c.tc.Write(c.out); err != nil {
+		return false
+	}
+	if cap(c.out) > leanBufSize*8 {
+		c.out = nil // a rare large answer's buffer is not kept
+	}
+	if c.rw.tooLarge {
+		// net/http's closeWriteAndWait: the client's unread body would
+		// otherwise turn the close into a reset that loses the answer.
+		c.tc.CloseWrite()
+		time.Sleep(rstAvoidanceDelay)
+	}
+	return !c.rw.closeAfter && !c.rw.short()
+}
+
+// awaitNext waits up to the idle timeout for the next request's first
+// bytes.
+func (c *h1Conn) awaitNext() bool {
+	c.r, c.w = 0, 0
+	c.idle.Store(true)
+	defer c.idle.Store(false)
+	if c.h.shutting.Load() {
+		return false
+	}
+	c.readBy = time.Now().Add(c.h.s.lim.IdleTimeout)
+	n, err := c.read()
+	return n > 0 || err == nil
+}
+
+// read reads more of the request into the buffer within readBy, which
+// it sets only for a read that happens: a request whose bytes arrived
+// in one read (the common case) costs no timer update for its header
+// and body deadlines.
+func (c *h1Conn) read() (int, error) {
+	if c.readBy != c.readSet {
+		c.tc.SetReadDeadline(c.readBy)
+		c.readSet = c.readBy
+	}
+	n, err := c.tc.Read(c.buf[c.w:])
+	c.w += n
+	return n, err
+}
+
+// handOff gives the connection to net/http with the bytes read and not
+// served, which it reads first.
+func (c *h1Conn) handOff() bool {
+	c.h.remove(c)
+	if c.r < c.w {
+		c.tc.putBack(c.buf[c.r:c.w])
+	}
+	c.tc.handedOff()
+	c.tc.SetReadDeadline(time.Time{})
+	c.tc.SetWriteDeadline(time.Time{})
+	c.readSet = time.Time{}
+	select {
+	case c.h.handoff <- c.tc:
+		c.h.handedOff.Add(1)
+	case <-c.h.done:
+		c.tc.Close()
+	}
+	return true
+}
+
+// shutdown keeps the lean connections from taking new requests, closes
+// the idle ones, and waits for the others until ctx is done.
+func (h *h1Server) shutdown(ctx context.Context) error {
+	h.shutting.Store(true)
+	h.stop.Do(func() { close(h.done) })
+	tick := time.NewTicker(leanShutdownPoll)
+	defer tick.Stop()
+	for {
+		h.mu.Lock()
+		n := len(h.conns)
+		for c := range h.conns {
+			if c.idle.Load() {
+				c.tc.Close()
+			}
+		}
+		h.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// close closes every lean connection at once.
+func (h *h1Server) close() {
+	h.shutting.Store(true)
+	h.stop.Do(func() { close(h.done) })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.conns {
+		c.tc.Close()
+	}
+}
+
+var _ io.Reader = (*h1Body)(nil)
+
+// putBack makes p the next bytes the connection's reads return (the
+// lean path's buffered bytes, for net/http), ahead of any still in the
+// coalescing buffer; the tracker counts them as unread, so the
+// connection is not shed on them.
+func (c *trackedConn) putBack(p []byte) {
+	b := c.rb
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	nb := make([]byte, 0, len(p)+b.w-b.r)
+	nb = append(nb, p...)
+	if b.buf != nil {
+		nb = append(nb, (*b.buf)[b.r:b.w]...)
+	}
+	b.release()
+	b.buf, b.r, b.w = &nb, 0, len(nb)
+	b.held.Store(int64(len(nb)))
+}
+
+// handedOff restarts the connection's time as new: net/http starts it
+// in StateNew, and a connection the lean path served for longer than
+// newConnGrace must not look silent for that.
+func (c *trackedConn) handedOff() {
+	c.t.mu.Lock()
+	c.since = time.Now()
+	c.t.mu.Unlock()
+}
+
+func (h *h1Server) register(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http1_lean_requests_total",
+			Help: "HTTP/1.1 requests served by the lean path (--http1-lean) rather than net/http.",
+		}, func() float64 { return float64(h.served.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http1_lean_handoffs_total",
+			Help: "Cleartext connections the lean path handed to net/http (h2c, or a request it does not serve: another route, an unusual header, a large body); net/http serves the rest of each.",
+		}, func() float64 { return float64(h.handedOff.Load()) }),
+	)
+}

@@ -1,0 +1,254 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// leanAll serves h on one route marked lean, so every plain HTTP/1.1
+// request takes the lean path.
+func leanAll(h http.Handler) (http.Handler, *LeanRoutes) {
+	mux := http.NewServeMux()
+	m := NewMetrics(prometheus.NewRegistry())
+	m.HandleLean(mux, "/", func(w http.ResponseWriter, r *http.Request) int {
+		h.ServeHTTP(w, r)
+		return http.StatusOK
+	})
+	return mux, m.Lean()
+}
+
+func startLean(t *testing.T, h http.Handler, lim Limits) (*Server, string) {
+	t.Helper()
+	mux, lean := leanAll(h)
+	lim.Lean = lean
+	return startServer(t, mux, lim, nil)
+}
+
+// served checks that the lean path, not net/http, served n requests.
+func leanServed(t *testing.T, s *Server, n uint64) {
+	t.Helper()
+	if got := s.h1.served.Load(); got != n {
+		t.Fatalf("the lean path served %d requests, want %d (handed off: %d)", got, n, s.h1.handedOff.Load())
+	}
+}
+
+// TestLeanH1IdleTimeout: a kept-alive connection the lean path serves is
+// closed after --idle-timeout without a request, and counts as idle for
+// the tracker meanwhile.
+func TestLeanH1IdleTimeout(t *testing.T) {
+	s, addr := startLean(t, okHandler(), Limits{IdleTimeout: 200 * time.Millisecond})
+	c := dial(t, addr)
+	if r, _, err := c.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %v", err)
+	}
+	leanServed(t, s, 1)
+	if !c.closedByServer() {
+		t.Error("the idle connection was kept past the idle timeout")
+	}
+}
+
+// TestLeanH1HeaderTimeout: a head trickled on a kept-alive connection
+// is cut at the header timeout, as net/http cuts it.
+func TestLeanH1HeaderTimeout(t *testing.T) {
+	s, addr := startLean(t, okHandler(), Limits{ReadHeaderTimeout: 200 * time.Millisecond})
+	c := dial(t, addr)
+	if r, _, err := c.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %v", err)
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: surge\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !c.closedByServer() {
+		t.Error("a head that never ends held the connection past the header timeout")
+	}
+	leanServed(t, s, 1)
+}
+
+// TestLeanH1IdleConnIsShedAtCap: at --max-conns the connection the lean
+// path left idle longest is shed for a newcomer, and one with a request
+// in flight is not.
+func TestLeanH1IdleConnIsShedAtCap(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok\n")
+	})
+	s, addr := startLean(t, h, Limits{MaxConns: 2})
+	idle := dial(t, addr)
+	if r, _, err := idle.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("first connection: %v", err)
+	}
+	waitIdle(t, s, 1)
+	busy := dial(t, addr)
+	if err := busy.send("/slow"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	if r, _, err := dial(t, addr).get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("new connection at the cap: %v", err)
+	}
+	if !idle.closedByServer() {
+		t.Error("the idle connection was not shed")
+	}
+	close(release)
+	if r, _, err := busy.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Errorf("the busy connection: %v", err)
+	}
+	leanServed(t, s, 3)
+}
+
+// TestLeanH1Shutdown: a graceful shutdown closes lean connections that
+// are idle at once and waits for a lean request in flight, which is
+// answered with Connection: close.
+func TestLeanH1Shutdown(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok\n")
+	})
+	s, addr := startLean(t, h, Limits{})
+	idle := dial(t, addr)
+	if r, _, err := idle.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("first connection: %v", err)
+	}
+	busy := dial(t, addr)
+	if err := busy.send("/slow"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	if !idle.closedByServer() {
+		t.Error("the idle lean connection was not closed by the shutdown")
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a request in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	r, body, err := busy.answer()
+	if err != nil || r.StatusCode != http.StatusOK || body != "ok\n" || !r.Close {
+		t.Errorf("the request in flight at shutdown: %v %v %q (close %v)", err, r, body, r != nil && r.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	leanServed(t, s, 2)
+}
+
+// TestLeanH1LeavesH2CToNetHTTP: h2c on the same port is served by
+// net/http as before.
+func TestLeanH1LeavesH2CToNetHTTP(t *testing.T) {
+	s, addr := startLean(t, okHandler(), Limits{})
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: hang}
+	defer client.CloseIdleConnections()
+	r, err := client.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.ProtoMajor != 2 || string(b) != "ok\n" {
+		t.Fatalf("h2c answer %s %q", r.Proto, b)
+	}
+	leanServed(t, s, 0)
+	if s.h1.handedOff.Load() != 1 {
+		t.Errorf("%d connections handed to net/http, want the h2c one", s.h1.handedOff.Load())
+	}
+}
+
+// TestLeanH1ContextEndsWithTheRequest: the request's context is done
+// once the answer is written (net/http's rule; the body budget and
+// other AfterFunc users rely on it), and carries the server's values.
+func TestLeanH1ContextEndsWithTheRequest(t *testing.T) {
+	ctxs := make(chan context.Context, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(http.ServerContextKey) == nil || StreamsOf(r.Context()) == nil {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		ctxs <- r.Context()
+		io.WriteString(w, "ok\n")
+	})
+	s, addr := startLean(t, h, Limits{})
+	r, body, err := dial(t, addr).get("/")
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("%v %v %q: the context lacks the server's values", err, r, body)
+	}
+	select {
+	case <-(<-ctxs).Done():
+	case <-time.After(hang):
+		t.Fatal("the request's context is not done after its answer")
+	}
+	leanServed(t, s, 1)
+}
+
+// TestLeanH1OffByDefault: without Limits.Lean every request goes to
+// net/http (--http1-lean=false).
+func TestLeanH1OffByDefault(t *testing.T) {
+	mux, _ := leanAll(okHandler())
+	s, addr := startServer(t, mux, Limits{}, nil)
+	if r, _, err := dial(t, addr).get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatal(err)
+	}
+	if s.h1 != nil {
+		t.Fatal("a lean path without Limits.Lean")
+	}
+}
+
+// TestLeanH1RequestsAtTheTimeoutAreNeverReset is
+// TestRequestsAtTheTimeoutAreNeverReset on the lean path: a request that
+// arrives as the idle or header timeout runs out is answered or cleanly
+// closed, never reset.
+func TestLeanH1RequestsAtTheTimeoutAreNeverReset(t *testing.T) {
+	const (
+		clients = 300
+		timeout = 300 * time.Millisecond
+		spread  = 12 * time.Millisecond
+	)
+	s, addr := startLean(t, postHandler(), Limits{IdleTimeout: timeout, ReadHeaderTimeout: timeout})
+	var (
+		mu       sync.Mutex
+		outcomes [raceOther + 1]int
+		samples  []string
+		wg       sync.WaitGroup
+	)
+	for i := range clients {
+		wg.Go(func() {
+			wait := timeout - spread/2 + time.Duration(i/2)*spread/(clients/2)
+			o, err := postAtTimeout(addr, i%2 == 1, wait)
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes[o]++
+			if o >= raceReset && len(samples) < 5 {
+				samples = append(samples, fmt.Sprintf("kept=%v wait=%v: %v", i%2 == 1, wait, err))
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("answered %d, closed cleanly %d, reset %d, other %d",
+		outcomes[raceAnswered], outcomes[raceClosed], outcomes[raceReset], outcomes[raceOther])
+	if outcomes[raceReset] > 0 || outcomes[raceOther] > 0 {
+		t.Errorf("%d requests were reset and %d failed otherwise, e.g. %v", outcomes[raceReset], outcomes[raceOther], samples)
+	}
+	if s.h1.served.Load() == 0 {
+		t.Error("the lean path served none of them")
+	}
+}

@@ -1,0 +1,356 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+)
+
+// The lean path's request parser. It recognises only requests it can
+// serve exactly as net/http would, and answers none itself: anything
+// else, malformed or merely unusual, is handed to net/http with its
+// bytes, and net/http's own checks and answers apply.
+
+// headStatus is what parseHead found.
+type headStatus int
+
+const (
+	headMore    headStatus = iota // the head has not all arrived
+	headLean                      // a request the lean path serves
+	headHandOff                   // for net/http
+)
+
+// h1Head is a parsed request head; target points into the read buffer.
+type h1Head struct {
+	method        string
+	target        []byte
+	uri           string   // target as a string: Request.RequestURI
+	url           *url.URL // filled in; the caller's
+	vals          *headerVals
+	host          string
+	contentLength int64
+	size          int // bytes of the head, its blank line included
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// leanMethods are the methods the lean path serves; HEAD (an answer
+// without its body), CONNECT, OPTIONS and TRACE go to net/http.
+var leanMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// parseHead parses the head at the start of b into hd and hdr (cleared by
+// the caller). maxBody bounds the body the lean path takes.
+func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus {
+	if hd.url == nil {
+		hd.url = new(url.URL)
+	}
+	if hd.vals == nil {
+		hd.vals = new(headerVals)
+	}
+	hd.vals.reset()
+	end := bytes.Index(b, crlfcrlf)
+	scan := b
+	if end >= 0 {
+		scan = b[:end+4]
+	}
+	if !crlfOnly(scan) {
+		return headHandOff
+	}
+	if end < 0 {
+		return headMore
+	}
+	hd.size = end + 4
+	line, rest, _ := bytes.Cut(b[:end+2], []byte("\r\n"))
+	if !parseRequestLine(line, hd) {
+		return headHandOff
+	}
+	hd.host, hd.contentLength = "", -1
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		if !parseHeaderLine(line, hd, hdr) {
+			return headHandOff
+		}
+	}
+	if hd.host == "" || hd.contentLength > maxBody {
+		return headHandOff
+	}
+	hd.uri = string(hd.target)
+	if !parseTarget(hd.uri, hd.url) {
+		u, err := url.ParseRequestURI(hd.uri)
+		if err != nil {
+			return headHandOff
+		}
+		*hd.url = *u
+	}
+	return headLean
+}
+
+// crlfOnly: every line ends in CRLF (net/http also takes a bare LF or
+// CR, and those requests are its to judge). A CR at the very end may be
+// the start of a CRLF still on its way.
+func crlfOnly(b []byte) bool {
+	for i, c := range b {
+		switch c {
+		case '\n':
+			if i == 0 || b[i-1] != '\r' {
+				return false
+			}
+		case '\r':
+			if i+1 < len(b) && b[i+1] != '\n' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func parseRequestLine(line []byte, hd *h1Head) bool {
+	m, rest, ok := bytes.Cut(line, []byte(" "))
+	if !ok {
+		return false
+	}
+	hd.method = ""
+	for _, lm := range leanMethods {
+		if string(m) == lm {
+			hd.method = lm
+		}
+	}
+	target, proto, ok := bytes.Cut(rest, []byte(" "))
+	if !ok || hd.method == "" || string(proto) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' ||
+		bytes.Contains(target, []byte("//")) {
+		// "//" is for collapseSlashes, in front of net/http's routing.
+		return false
+	}
+	for _, c := range target {
+		if c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	hd.target = target
+	return true
+}
+
+func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
+	name, value, ok := bytes.Cut(line, []byte(":"))
+	if !ok || len(name) == 0 || len(name) > maxLeanHeaderName {
+		return false // also a line folded onto the previous one
+	}
+	value = bytes.Trim(value, " \t")
+	for _, c := range value {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	m := hd.vals.next()
+	key := m.keyOf(name)
+	if key == "" {
+		return false
+	}
+	switch key {
+	case "Connection", "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Pragma", "Http2-Settings", "Proxy-Connection", "Keep-Alive":
+		// They change how a request is read or answered (its connection,
+		// its body's framing, an upgrade, a 100 Continue, Pragma's
+		// rewrite into Cache-Control): net/http's to serve.
+		return false
+	case "Host":
+		if hd.host != "" || !plainHost(value) {
+			return false
+		}
+		hd.host = m.valueOf(value)
+		return true // net/http keeps Host in Request.Host only
+	case "Content-Length":
+		n, ok := parseLength(value)
+		if hd.contentLength >= 0 || !ok {
+			return false
+		}
+		hd.contentLength = n
+	}
+	v := m.valueOf(value)
+	if vv, ok := hdr[key]; ok {
+		hdr[key] = append(vv, v)
+	} else {
+		hdr[key] = hd.vals.one(v)
+	}
+	return true
+}
+
+// headerVals is a connection's store for header lines: one backing
+// array for the slices of single values, and the name, key and value of
+// the line at each position of the last request, which the next request
+// usually repeats (a client sends the same headers in the same order),
+// so that neither costs an allocation or a canonicalisation per request.
+type headerVals struct {
+	slab []string
+	prev []lineMemo
+	pos  int
+}
+
+type lineMemo struct{ name, key, value string }
+
+// maxSlab bounds the values kept in the slab and the lines remembered.
+const maxSlab = 32
+
+func (hv *headerVals) reset() { hv.slab, hv.pos = hv.slab[:0], 0 }
+
+// next is the memo of the next line's position.
+func (hv *headerVals) next() *lineMemo {
+	if hv.pos == maxSlab {
+		return &lineMemo{}
+	}
+	if hv.pos == len(hv.prev) {
+		hv.prev = append(hv.prev, lineMemo{})
+	}
+	hv.pos++
+	return &hv.prev[hv.pos-1]
+}
+
+// one returns []string{v} from the slab, its capacity cut so that an
+// append copies it.
+func (hv *headerVals) one(v string) []string {
+	if hv.slab == nil {
+		hv.slab = make([]string, 0, maxSlab)
+	}
+	if len(hv.slab) == cap(hv.slab) {
+		return []string{v}
+	}
+	hv.slab = append(hv.slab, v)
+	n := len(hv.slab)
+	return hv.slab[n-1 : n : n]
+}
+
+// keyOf is name's canonical key, "" if name is no token.
+func (m *lineMemo) keyOf(name []byte) string {
+	if m.key != "" && m.name == string(name) {
+		return m.key
+	}
+	for _, c := range name {
+		if !isTokenByte(c) {
+			return ""
+		}
+	}
+	m.name, m.key, m.value = string(name), canonicalKey(name), ""
+	return m.key
+}
+
+func (m *lineMemo) valueOf(v []byte) string {
+	if m.value != string(v) {
+		m.value = string(v)
+	}
+	return m.value
+}
+
+// parseTarget parses a plain origin-form target (a path of characters
+// url.URL keeps as they are, and a query) into u as url.ParseRequestURI
+// would, without allocating; false leaves it to url.ParseRequestURI.
+func parseTarget(t string, u *url.URL) bool {
+	path, query, hasQuery := strings.Cut(t, "?")
+	for i := 0; i < len(path); i++ {
+		if !plainPathByte(path[i]) {
+			return false
+		}
+	}
+	if strings.IndexByte(query, '#') >= 0 {
+		return false
+	}
+	*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	return true
+}
+
+// plainPathByte: a byte url.URL neither unescapes nor would escape in a
+// path, so Path is the target's path and RawPath stays empty.
+func plainPathByte(c byte) bool { return byteClass[c]&classPath != 0 }
+
+// maxLeanHeaderName: longer names (none in practice) go to net/http, so
+// canonicalKey works on the stack.
+const maxLeanHeaderName = 64
+
+// isTokenByte: RFC 9110's tchar.
+func isTokenByte(c byte) bool { return byteClass[c]&classToken != 0 }
+
+// byteClass sorts bytes for the parser's scans, a table lookup per byte.
+var byteClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		if '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' {
+			t[c] |= classToken | classPath
+		}
+	}
+	for _, c := range []byte("!#$%&'*+-.^_`|~") {
+		t[c] |= classToken
+	}
+	for _, c := range []byte("-._~$&+,/:;=@") {
+		t[c] |= classPath
+	}
+	return t
+}()
+
+const (
+	classToken = 1 << iota
+	classPath  // plainPathByte
+)
+
+// plainHost: a host name or address and port, nothing net/http's
+// stricter checks could refuse.
+func plainHost(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	for _, c := range v {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// parseLength takes only a plain decimal length: no sign, no leading
+// zero, no list (net/http's own rules for the rest).
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 15 || (v[0] == '0' && len(v) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// commonKeys are keys a request's header would otherwise allocate on
+// each new connection.
+var commonKeys = map[string]string{}
+
+func init() {
+	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Baggage", "Cache-Control",
+		"Content-Length", "Content-Type", "Cookie", "Host", "Idempotency-Key", "Origin", "Referer",
+		"Traceparent", "Tracestate", "User-Agent", "X-Forwarded-For", "X-Request-Id"} {
+		commonKeys[k] = k
+	}
+}
+
+func canonicalKey(name []byte) string {
+	var buf [maxLeanHeaderName]byte
+	c := buf[:len(name)]
+	upper := true
+	for i, b := range name {
+		switch {
+		case upper && 'a' <= b && b <= 'z':
+			b -= 'a' - 'A'
+		case !upper && 'A' <= b && b <= 'Z':
+			b += 'a' - 'A'
+		}
+		c[i] = b
+		upper = b == '-'
+	}
+	if s, ok := commonKeys[string(c)]; ok {
+		return s
+	}
+	return textproto.CanonicalMIMEHeaderKey(string(name))
+}
