@@ -132,6 +132,28 @@ func writeJobsCostRows(row func(string, func(*JobsRunReport) string), e2e bool) 
 		}
 		return s
 	})
+	writeHostRows(row)
+}
+
+// writeHostRows say whether the host stalled the run (stalls.go).
+func writeHostRows(row func(string, func(*JobsRunReport) string)) {
+	row(fmt.Sprintf("host stalls (bench's %v tick > %v late)", stallTick, stallThreshold), func(r *JobsRunReport) string {
+		s := r.HostStalls
+		if s == nil {
+			return "-"
+		}
+		if s.Count == 0 {
+			return "0"
+		}
+		return fmt.Sprintf("%s, max %s, %s in all", grouped(s.Count), micros(s.MaxUs), micros(s.TotalUs))
+	})
+	row(fmt.Sprintf("server fsyncs > %.1f / > %.1f ms", fsyncSlowSeconds*1e3, fsyncStallSeconds*1e3), func(r *JobsRunReport) string {
+		f := r.ServerFsyncs
+		if f == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s of %s (%.2f s in all)", grouped(f.Slow), grouped(f.Stalled), grouped(f.Count), f.Seconds)
+	})
 }
 
 // writeJobsErrors prints each run's errors by code and its samples.
