@@ -72,6 +72,9 @@ func writeJobsTable(out io.Writer, phase string, runs []*JobsRunReport) {
 		row("  submit→done (report returned)", func(r *JobsRunReport) string { return latencyCell(r.SubmitToDone) })
 	}
 	writeJobsCostRows(row, e2e)
+	if slices.ContainsFunc(runs, func(r *JobsRunReport) bool { return r.HostStalls != nil }) {
+		writeHostRows(row)
+	}
 	_ = tw.Flush()
 }
 
@@ -132,10 +135,10 @@ func writeJobsCostRows(row func(string, func(*JobsRunReport) string), e2e bool) 
 		}
 		return s
 	})
-	writeHostRows(row)
 }
 
-// writeHostRows say whether the host stalled the run (stalls.go).
+// writeHostRows say whether the host stalled the run (stalls.go); runs
+// read back from reports older than the meters have none.
 func writeHostRows(row func(string, func(*JobsRunReport) string)) {
 	row(fmt.Sprintf("host stalls (bench's %v tick > %v late)", stallTick, stallThreshold), func(r *JobsRunReport) string {
 		s := r.HostStalls
