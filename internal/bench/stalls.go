@@ -13,8 +13,9 @@ import (
 // end to end over the plain jq protocol"). The e2e phase measures both
 // beside its latencies, so a report says whose its tail is.
 const (
-	// stallTick is how often the stall meter asks to wake.
-	stallTick = time.Millisecond
+	// stallTick is how often the stall meter asks to wake: sleeping 1 ms
+	// at a time cost an idle process 4 % of a core, 5 ms a fifth of that.
+	stallTick = 5 * time.Millisecond
 	// stallThreshold: a wake-up later than this is a stall of the host.
 	stallThreshold = 20 * time.Millisecond
 	// fsyncSlowSeconds and fsyncStallSeconds are bucket bounds of the
