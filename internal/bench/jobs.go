@@ -548,6 +548,7 @@ func (r *jobsRun) measure(ctx context.Context, phase string, dial jobsDialer, cp
 
 	m := meterCPU(cpu)
 	host := startHostMeters(ctx, r.serverBase)
+	tl.host = host.stalls.take
 	stop := r.progress(r.o.Duration)
 	tl.begin()
 	var elapsed time.Duration

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,7 +45,13 @@ type stallMeter struct {
 	wait func(time.Duration)
 	stop context.CancelFunc
 	done chan StallReport
+	// since is the stall time counted since the last take.
+	since atomic.Int64
 }
+
+// take is the stall time (µs) counted since its last call: a timeline's
+// point (Timeline.host).
+func (m *stallMeter) take() int64 { return m.since.Swap(0) }
 
 func newStallMeter() *stallMeter {
 	base := time.Now()
@@ -73,6 +80,7 @@ func (m *stallMeter) run(ctx context.Context) StallReport {
 		if late := now - prev - stallTick; late > stallThreshold {
 			r.Count++
 			r.TotalUs += late.Microseconds()
+			m.since.Add(late.Microseconds())
 			r.MaxUs = max(r.MaxUs, late.Microseconds())
 		}
 		prev = now

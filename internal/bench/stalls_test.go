@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -30,6 +31,43 @@ func TestStallMeterCountsLateWakeUps(t *testing.T) {
 	want := StallReport{Count: 2, MaxUs: 150_000, TotalUs: 180_000}
 	if got != want {
 		t.Fatalf("stalls: got %+v, want %+v (only the 150 ms and 30 ms wake-ups are over %v)", got, want, stallThreshold)
+	}
+	if us := m.take(); us != 180_000 {
+		t.Fatalf("stall time since the start: %d µs, want 180000", us)
+	}
+	if us := m.take(); us != 0 {
+		t.Fatalf("stall time since the last take: %d µs, want 0", us)
+	}
+}
+
+// A timeline given the meter puts each point's stall time in it, and
+// merged points keep the sum: a stalled interval shows as the host's.
+func TestTimelinePointsCarryHostStalls(t *testing.T) {
+	stalls := []int64{0, 120_000, 0, 30_000}
+	var calls atomic.Int64
+	tl := newTimeline(minSampleInterval, nil)
+	tl.host = func() int64 { return stalls[(calls.Add(1)-1)%int64(len(stalls))] }
+	tl.begin()
+	for calls.Load() < 6 {
+		time.Sleep(minSampleInterval)
+	}
+	pts := tl.end()
+	var sum, want int64
+	for _, p := range pts {
+		if p.HostStallUs == nil {
+			t.Fatalf("point %+v has no host stall time", p)
+		}
+		sum += *p.HostStallUs
+	}
+	for k := range calls.Load() {
+		want += stalls[k%int64(len(stalls))]
+	}
+	if sum != want {
+		t.Fatalf("host stall time over the points: %d µs, want %d", sum, want)
+	}
+	a, b := int64(5), int64(7)
+	if m := mergePoints(TimelinePoint{HostStallUs: &a}, TimelinePoint{HostStallUs: &b}); m.HostStallUs == nil || *m.HostStallUs != 12 {
+		t.Fatalf("merged: %+v", m)
 	}
 }
 
