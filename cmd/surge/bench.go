@@ -320,7 +320,10 @@ with --ack); a generator submits --rate jobs/s in open loop (SubmitJobs of
 --batch jobs if > 1) for --duration, then waits up to --drain for the rest.
 It reports the true submit→start (submit call start to the job reaching a
 worker) and submit→done (to ReportResult returning) percentiles, jobs executed
-per second, server CPU per job and peak resident memory.
+per second, server CPU per job and peak resident memory. Both phases also say
+whether the host stalled the run: how often a goroutine of the bench sleeping
+5 ms woke more than 20 ms late, and how many of the server's WAL fsyncs took
+over 25.6 ms and over 102.4 ms (from its /metrics).
 
 unary (only when asked for): the peer's measurement as ghz makes it, with a
 grpc-go client: --concurrency callers over --connections connections make

@@ -194,6 +194,10 @@ type jobsRun struct {
 	submitErrs, workerErrs       codeCounts
 	errCount                     atomic.Int64
 
+	// serverBase is the server's base URL, to read its fsyncs from
+	// /metrics; empty for a server that logs nothing.
+	serverBase string
+
 	submitLat, startLat, doneLat *shardedHist
 	// tlSubmit and tlDone are the timeline (timeline.go) of the phase
 	// that counts submits or executed jobs; the other one is nil.
@@ -543,6 +547,8 @@ func (r *jobsRun) measure(ctx context.Context, phase string, dial jobsDialer, cp
 	defer closeClients()
 
 	m := meterCPU(cpu)
+	host := startHostMeters(ctx, r.serverBase)
+	tl.host = host.stalls.take
 	stop := r.progress(r.o.Duration)
 	tl.begin()
 	var elapsed time.Duration
@@ -562,6 +568,7 @@ func (r *jobsRun) measure(ctx context.Context, phase string, dial jobsDialer, cp
 	points := tl.end()
 	stop()
 	rep := r.report(phase, elapsed, drained)
+	host.end(ctx, rep)
 	rep.Timeline = points
 	rep.GeneratorCPU = m.generator()
 	if c, ok := m.usedOrWarn(r.o.Stderr, r.label); ok {
@@ -617,6 +624,10 @@ type JobsRunReport struct {
 	JobsPerCPUs  *float64 `json:"jobsPerServerCpuSecond,omitempty"`
 	GeneratorCPU float64  `json:"generatorCpuSeconds"`
 	PeakRSSBytes *int64   `json:"serverPeakRssBytes,omitempty"`
+	// HostStalls and ServerFsyncs say whether the host stalled the run
+	// (stalls.go): the bench's own late wake-ups, the server's slow fsyncs.
+	HostStalls   *StallReport `json:"hostStalls,omitempty"`
+	ServerFsyncs *FsyncReport `json:"serverFsyncs,omitempty"`
 	// Timeline is the phase per interval (timeline.go): submits (submit
 	// phase; their call's latency) or executed jobs (e2e; submit to done).
 	Timeline []TimelinePoint `json:"timeline,omitempty"`
@@ -889,6 +900,7 @@ func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) er
 		dial = grpcDialer(grpcAddr)
 	}
 	r := newJobsRun(o, label)
+	r.serverBase = srv.base
 	rep, err := r.measure(ctx, p.Phase, dial, srv.cpu(ctx))
 	if rep != nil {
 		rep.Server = srv.name(o.Options)

@@ -72,6 +72,9 @@ func writeJobsTable(out io.Writer, phase string, runs []*JobsRunReport) {
 		row("  submit→done (report returned)", func(r *JobsRunReport) string { return latencyCell(r.SubmitToDone) })
 	}
 	writeJobsCostRows(row, e2e)
+	if slices.ContainsFunc(runs, func(r *JobsRunReport) bool { return r.HostStalls != nil }) {
+		writeHostRows(row)
+	}
 	_ = tw.Flush()
 }
 
@@ -131,6 +134,28 @@ func writeJobsCostRows(row func(string, func(*JobsRunReport) string), e2e bool) 
 			s += ", send lag p99 " + micros(r.SendLagP99Us)
 		}
 		return s
+	})
+}
+
+// writeHostRows say whether the host stalled the run (stalls.go); runs
+// read back from reports older than the meters have none.
+func writeHostRows(row func(string, func(*JobsRunReport) string)) {
+	row(fmt.Sprintf("host stalls (bench's %v tick > %v late)", stallTick, stallThreshold), func(r *JobsRunReport) string {
+		s := r.HostStalls
+		if s == nil {
+			return "-"
+		}
+		if s.Count == 0 {
+			return "0"
+		}
+		return fmt.Sprintf("%s, max %s, %s in all", grouped(s.Count), micros(s.MaxUs), micros(s.TotalUs))
+	})
+	row(fmt.Sprintf("server fsyncs > %.1f / > %.1f ms", fsyncSlowSeconds*1e3, fsyncStallSeconds*1e3), func(r *JobsRunReport) string {
+		f := r.ServerFsyncs
+		if f == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s of %s (%.2f s in all)", grouped(f.Slow), grouped(f.Stalled), grouped(f.Count), f.Seconds)
 	})
 }
 

@@ -126,6 +126,12 @@ func TestJobsReportGolden(t *testing.T) {
 		writeJobsPhase(w, rep, sub)
 		writeJobsPhase(w, rep, e2e)
 	})
+	// A run the host stalled, beside the do-nothing server (no log, no fsyncs).
+	e2eSrv.HostStalls = &StallReport{Count: 35, MaxUs: 117_560, TotalUs: 1_511_000}
+	e2eSrv.ServerFsyncs = &FsyncReport{Count: 4980, Slow: 31, Stalled: 3, Seconds: 10.61}
+	e2e.Baseline = &JobsRunReport{Server: "null", Phase: JobsPhaseE2E, Seconds: 10, TargetRate: 10_000, Submitted: 100_000, Executed: 100_000,
+		ExecutedRate: 10_000, SubmitCall: lat(400), SubmitToStart: lat(800), SubmitToDone: lat(900), HostStalls: &StallReport{}}
+	checkGolden(t, "jobs-host", func(w io.Writer) { writeJobsPhase(w, rep, e2e) })
 }
 
 func TestCrowdReportGolden(t *testing.T) {

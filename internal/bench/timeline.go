@@ -38,6 +38,9 @@ type TimelinePoint struct {
 	MaxUs    int64   `json:"maxUs"`
 	// ServerCPUSeconds is nil when the server's CPU could not be read.
 	ServerCPUSeconds *float64 `json:"serverCpuSeconds,omitempty"`
+	// HostStallUs is how long the host kept the bench from running in
+	// the point (stalls.go); nil for benches that do not measure it.
+	HostStallUs *int64 `json:"hostStallUs,omitempty"`
 }
 
 // PerSecond is the point's throughput.
@@ -61,7 +64,10 @@ func (p TimelinePoint) CPUPerOpUs() (float64, bool) {
 // completed operation (from many goroutines), and a sampler closes a
 // point every interval.
 type Timeline struct {
-	cpu      func() (float64, error) // the server's CPU seconds; nil for none
+	cpu func() (float64, error) // the server's CPU seconds; nil for none
+	// host is the bench's stall time since its last call (stallMeter.take);
+	// nil for none.
+	host     func() int64
 	interval time.Duration
 
 	mu      sync.Mutex
@@ -194,6 +200,10 @@ func (t *Timeline) close(now time.Time) {
 		d := *cpu - *t.lastCPU
 		p.ServerCPUSeconds = &d
 	}
+	if t.host != nil {
+		us := t.host()
+		p.HostStallUs = &us
+	}
 	t.last, t.lastCPU = now, cpu
 	t.points = appendBounded(t.points, p, maxTimelinePoints)
 }
@@ -222,6 +232,10 @@ func mergePoints(a, b TimelinePoint) TimelinePoint {
 	if a.ServerCPUSeconds != nil && b.ServerCPUSeconds != nil {
 		s := *a.ServerCPUSeconds + *b.ServerCPUSeconds
 		m.ServerCPUSeconds = &s
+	}
+	if a.HostStallUs != nil && b.HostStallUs != nil {
+		us := *a.HostStallUs + *b.HostStallUs
+		m.HostStallUs = &us
 	}
 	return m
 }

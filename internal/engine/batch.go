@@ -37,6 +37,11 @@ type batch struct {
 	appendNano  int64       // when it was handed to the log, for opsStats
 	trace       *BatchTrace // nil unless a request in it is traced
 	steps       []StepTrace // traced messages, timers and declared steps
+	// held are idle batches this one holds while it waits for the log,
+	// one per inflightSlotBytes of its bytes beyond the first
+	// (holdSlots), so that the partition's batches in flight stay within
+	// inflightBatchBytes.
+	held []*batch
 }
 
 func (b *batch) reset() {
@@ -44,9 +49,11 @@ func (b *batch) reset() {
 	b.reqs = b.reqs[:0]
 	b.offsets = b.offsets[:0]
 	b.buf = b.buf[:0]
-	if cap(b.buf) > MaxBatchBytes {
-		// Grown by a command refused as too large (or by append's
-		// doubling): not worth keeping for every later batch.
+	if cap(b.buf) > inflightSlotBytes {
+		// A large batch (or one grown by a command refused as too
+		// large): not worth keeping for every later batch, and the
+		// partition's idle batches would otherwise keep
+		// maxInflightBatches of these.
 		b.buf = nil
 	}
 	clear(b.entries)
@@ -100,19 +107,19 @@ func (p *partition) commit(b *batch) {
 			}
 			releaseAll(b.reqs, err)
 		}
-		p.free <- b
+		p.giveBack(b)
 		return
 	}
 	if p.e.failed.Load() {
 		releaseAll(b.reqs, ErrFailed)
-		p.free <- b
+		p.giveBack(b)
 		return
 	}
 	if p.failed.Load() {
 		// Cluster mode: the log refused an earlier batch, so this state
 		// is discarded; the requests go to the partition's next owner.
 		releaseAll(b.reqs, errMoved)
-		p.free <- b
+		p.giveBack(b)
 		return
 	}
 	for i, start := range b.offsets {
@@ -129,6 +136,7 @@ func (p *partition) commit(b *batch) {
 		// once the batch is durable.
 		b.snap, b.snapSize = p.captureSnapshot(now)
 	}
+	p.holdSlots(b)
 	p.mu.Lock()
 	p.last = b
 	p.mu.Unlock()
@@ -206,6 +214,32 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 			}
 		}
 	}
+	p.giveBack(b)
+}
+
+// slotsFor is how many of the partition's batches a batch of n log bytes
+// counts as while it waits for the log.
+func slotsFor(n int) int {
+	return min(max(1, (n+inflightSlotBytes-1)/inflightSlotBytes), maxInflightBatches)
+}
+
+// holdSlots makes b, about to be appended, hold one idle batch per slot
+// it needs beyond its own, waiting for batches in flight to come back if
+// need be (they do not need the partition's lock to).
+func (p *partition) holdSlots(b *batch) {
+	for range slotsFor(len(b.buf)) - 1 {
+		b.held = append(b.held, <-p.free)
+	}
+}
+
+// giveBack returns b, and the batches it held, to the partition.
+func (p *partition) giveBack(b *batch) {
+	held := b.held
+	b.held = b.held[:0]
+	for _, h := range held {
+		p.free <- h
+	}
+	clear(held)
 	p.free <- b
 }
 

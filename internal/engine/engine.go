@@ -43,9 +43,19 @@ const (
 	// must be the end of a durable batch).
 	snapshotRetryDelay   = 50 * time.Millisecond
 	DefaultMaxQueueDelay = 250 * time.Millisecond
-	maxInflightBatches   = 4 // per partition, between apply and durable
-	snapshotQueueLen     = 64
-	maxPartitions        = 1 << 12
+	// maxInflightBatches bounds a partition's batches between apply and
+	// durable, and inflightBatchBytes their log bytes (batch.go,
+	// holdSlots): many small batches may wait for the log at once, as
+	// few large ones as the bytes allow. With 4 batches and no bound in
+	// bytes, a processor that had made 4 small batches during one fsync
+	// waited for one to come back, and the requests queued meanwhile
+	// missed the next group commit (docs/BENCHMARKS.md, "Whose the
+	// stalls are").
+	maxInflightBatches = 16
+	inflightBatchBytes = 4 * MaxBatchBytes
+	inflightSlotBytes  = inflightBatchBytes / maxInflightBatches
+	snapshotQueueLen   = 64
+	maxPartitions      = 1 << 12
 
 	// MaxBatchBytes bounds the log bytes of one batch (one append), so
 	// that with commands of up to cmdlog.MaxEntryBytes a partition's
