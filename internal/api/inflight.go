@@ -155,17 +155,21 @@ func (l *inflightLimiter) release() {
 	if l.queued.Load() == 0 {
 		return
 	}
+	var g granted
 	l.mu.Lock()
-	l.dispatchLocked()
+	l.grantLocked(&g)
 	l.mu.Unlock()
+	g.wake()
 }
 
 // wait queues r for a slot, or refuses it; it reports whether r got one.
 func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
+	var g granted
 	l.mu.Lock()
-	l.dispatchLocked()
+	l.grantLocked(&g)
 	if l.head == nil && l.tryTake() {
 		l.mu.Unlock()
+		g.wake()
 		return true
 	}
 	predicted := int64(l.count+1) * l.fastNs.Load()
@@ -173,6 +177,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 	case l.count >= l.roomMax:
 		n, back := l.count, l.ticketLocked()
 		l.mu.Unlock()
+		g.wake()
 		l.refuse(w, r, waitRefusedFull, back, "the server's waiting room is full ("+strconv.Itoa(n)+
 			" requests wait for one of its "+strconv.FormatInt(l.max, 10)+" in-flight slots, --waiting-room)")
 		return false
@@ -184,6 +189,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		// the wait that follows, and a refusal on a wrong prediction
 		// costs a client far more than a wait costs the server.
 		l.mu.Unlock()
+		g.wake()
 		l.refuse(w, r, waitRefusedPatience, predicted, "the server is handling its limit of "+strconv.FormatInt(l.max, 10)+
 			" requests at once and the predicted wait for a slot, "+seconds(predicted)+", is beyond its patience of "+
 			seconds(l.patienceNs)+" (--max-wait)")
@@ -191,8 +197,9 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 	}
 	wt := waiterPool.Get().(*waiter)
 	l.push(wt)
-	l.dispatchLocked()
+	l.grantLocked(&g)
 	l.mu.Unlock()
+	g.wake()
 	select {
 	case <-wt.ready:
 		l.outcomes[waitServed].Add(1)
@@ -270,13 +277,14 @@ func (l *inflightLimiter) recycle(wt *waiter) {
 	waiterPool.Put(wt)
 }
 
-// dispatchLocked hands free slots to the room in arrival order.
-func (l *inflightLimiter) dispatchLocked() {
+// grantLocked hands free slots to the room in arrival order, adding the
+// waiters to g, which wakes them once the lock is released.
+func (l *inflightLimiter) grantLocked(g *granted) {
 	for l.head != nil && l.tryTake() {
 		wt := l.head
 		l.unlink(wt)
 		wt.granted = true
-		wt.ready <- struct{}{}
+		g.add(wt)
 		l.noteGrant()
 	}
 }
