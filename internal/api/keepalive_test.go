@@ -94,37 +94,9 @@ func readAnswer(br *bufio.Reader) error {
 // answered; one that crosses the close may see the close, never a reset,
 // which loses the request unseen.
 func TestRequestsAtTheTimeoutAreNeverReset(t *testing.T) {
-	const (
-		clients = 300
-		timeout = 300 * time.Millisecond
-		spread  = 12 * time.Millisecond // waits from timeout-spread/2 on
-	)
 	reg := prometheus.NewRegistry()
-	_, addr := startServer(t, postHandler(), Limits{IdleTimeout: timeout, ReadHeaderTimeout: timeout}, reg)
-	var (
-		mu       sync.Mutex
-		outcomes [raceOther + 1]int
-		samples  []string
-		wg       sync.WaitGroup
-	)
-	for i := range clients {
-		wg.Go(func() {
-			wait := timeout - spread/2 + time.Duration(i/2)*spread/(clients/2)
-			o, err := postAtTimeout(addr, i%2 == 1, wait)
-			mu.Lock()
-			defer mu.Unlock()
-			outcomes[o]++
-			if o >= raceReset && len(samples) < 5 {
-				samples = append(samples, fmt.Sprintf("kept=%v wait=%v: %v", i%2 == 1, wait, err))
-			}
-		})
-	}
-	wg.Wait()
-	t.Logf("answered %d, closed cleanly %d, reset %d, other %d",
-		outcomes[raceAnswered], outcomes[raceClosed], outcomes[raceReset], outcomes[raceOther])
-	if outcomes[raceReset] > 0 || outcomes[raceOther] > 0 {
-		t.Errorf("%d requests were reset and %d failed otherwise, e.g. %v", outcomes[raceReset], outcomes[raceOther], samples)
-	}
+	_, addr := startServer(t, postHandler(), Limits{IdleTimeout: raceTimeout, ReadHeaderTimeout: raceTimeout}, reg)
+	requireNoResetAtTimeout(t, addr)
 	for _, name := range []string{"surge_http_connections_shed_total", "surge_http_connections_refused_total"} {
 		if v := metric(t, reg, name); v != 0 {
 			t.Errorf("%s = %v, want 0: no connection was over the cap", name, v)
@@ -246,5 +218,45 @@ func TestNewConnWaitsLikeAKeptAliveOne(t *testing.T) {
 	}
 	if !slow.closedByServer() {
 		t.Fatal("headers started and never finished: the connection is still open")
+	}
+}
+
+// Clients and timing of the timeout race: clients send their request at
+// waits spread by raceSpread around raceTimeout, half on kept-alive
+// connections, half on new ones.
+const (
+	raceClients = 300
+	raceTimeout = 300 * time.Millisecond
+	raceSpread  = 12 * time.Millisecond // waits from raceTimeout-raceSpread/2 on
+)
+
+// requireNoResetAtTimeout runs the timeout race against addr, whose
+// idle and header timeouts are raceTimeout, and fails t if any request
+// was reset or failed otherwise.
+func requireNoResetAtTimeout(t *testing.T, addr string) {
+	t.Helper()
+	var (
+		mu       sync.Mutex
+		outcomes [raceOther + 1]int
+		samples  []string
+		wg       sync.WaitGroup
+	)
+	for i := range raceClients {
+		wg.Go(func() {
+			wait := raceTimeout - raceSpread/2 + time.Duration(i/2)*raceSpread/(raceClients/2)
+			o, err := postAtTimeout(addr, i%2 == 1, wait)
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes[o]++
+			if o >= raceReset && len(samples) < 5 {
+				samples = append(samples, fmt.Sprintf("kept=%v wait=%v: %v", i%2 == 1, wait, err))
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("answered %d, closed cleanly %d, reset %d, other %d",
+		outcomes[raceAnswered], outcomes[raceClosed], outcomes[raceReset], outcomes[raceOther])
+	if outcomes[raceReset] > 0 || outcomes[raceOther] > 0 {
+		t.Errorf("%d requests were reset and %d failed otherwise, e.g. %v", outcomes[raceReset], outcomes[raceOther], samples)
 	}
 }
