@@ -258,6 +258,8 @@ func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
 	f.IntVar(&s.cfg.MaxStreams, "max-streams", 128, s.env.help("max-streams", "SURGE_MAX_STREAMS", "concurrent HTTP/2 streams per connection; a client sends more over more connections"))
 	f.BoolVar(&s.cfg.Pprof, "pprof", false, "serve /debug/pprof/ for profiling (SURGE_PPROF=1)")
 	s.env.vars["pprof"] = "SURGE_PPROF"
+	f.IntVar(&s.cfg.PprofMutexFraction, "pprof-mutex-fraction", 0, s.env.help("pprof-mutex-fraction", "SURGE_PPROF_MUTEX_FRACTION", "with --pprof: sample 1 in N contended locks for /debug/pprof/mutex (e.g. 100; 0: off). Costs a little on each contended lock while on"))
+	f.DurationVar(&s.cfg.PprofBlockRate, "pprof-block-rate", 0, s.env.help("pprof-block-rate", "SURGE_PPROF_BLOCK_RATE", "with --pprof: sample one event per this much time goroutines spend blocked (channels, selects, locks) for /debug/pprof/block (e.g. 10us; 0: off). Costs a little on each blocking event while on"))
 	f.BoolVar(&s.cfg.UI, "ui", true, s.env.help("ui", "SURGE_UI", "serve the operator's web console at /ui/ (docs/CONSOLE.md); --ui=false turns it off"))
 	f.BoolVar(&s.http1Lean, "http1-lean", true, s.env.help("http1-lean", "SURGE_HTTP1_LEAN", "serve cleartext HTTP/1.1 requests to the plain ticketing routes with Surge's own connection loop (same handlers and limits, less CPU per request; anything else goes to net/http); --http1-lean=false serves every request through net/http"))
 	f.DurationVar(&s.cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")

@@ -51,6 +51,7 @@ func (s *Server) mount(ctx context.Context, parts []module.Parts) error {
 	}
 	if s.cfg.Pprof {
 		s.declarePprof()
+		s.startContention()
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)

@@ -69,6 +69,12 @@ type Config struct {
 	MaxWaiters int
 	// Pprof serves net/http/pprof under /debug/pprof/ for profiling.
 	Pprof bool
+	// PprofMutexFraction samples 1 in N contended mutexes for
+	// /debug/pprof/mutex (0: off); needs Pprof.
+	PprofMutexFraction int
+	// PprofBlockRate samples one blocking event per this much time
+	// blocked for /debug/pprof/block (0: off); needs Pprof.
+	PprofBlockRate time.Duration
 	// HTTP1Standard serves every cleartext HTTP/1.1 request through
 	// net/http (--http1-lean=false); by default the routes marked lean
 	// are served by the listener's own loop (api.Limits.Lean).
@@ -224,6 +230,9 @@ func (s *Server) check() error {
 		return fmt.Errorf("--snapshot-every %d: must be a positive number of commands (or 0 for the default, %d)", cfg.SnapshotEvery, engine.DefaultSnapshotEvery)
 	}
 	if err := cfg.Tracing.Check(); err != nil {
+		return err
+	}
+	if err := checkContention(cfg); err != nil {
 		return err
 	}
 	if err := cfg.Auth.check(); err != nil {
