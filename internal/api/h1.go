@@ -199,8 +199,8 @@ func (c *h1Conn) loop() (handedOff bool) {
 		}
 		t.setState(c.tc, http.StateActive)
 		if !c.readBody(t0) {
-			// The body ended early or is slow: net/http's handler sees
-			// that, as it would.
+			// The body ended early: net/http's handler sees that, as
+			// it would.
 			return c.handOff()
 		}
 		if !c.serveOne() || c.h.shutting.Load() {
@@ -287,18 +287,28 @@ func (c *h1Conn) remoteAddr() string {
 }
 
 // readBody reads the request's body into the buffer, within the read
-// timeout from the head's start as net/http bounds it.
+// timeout from the head's start as net/http bounds it. A body cut by
+// that timeout is served here, the handler reading the bytes that came
+// and then the timeout, as net/http's would: handed off, it would get
+// a second read timeout of net/http's and could finish. It returns
+// false for a body that ended early, for net/http.
 func (c *h1Conn) readBody(t0 time.Time) bool {
 	lim := c.h.s.lim
 	c.readBy = t0.Add(lim.ReadTimeout)
 	c.writeBy = time.Now().Add(lim.WriteTimeout)
 	end := c.r + c.head.size + int(max(c.head.contentLength, 0))
+	var cut error
 	for c.w < end {
-		if n, err := c.read(); err != nil && n == 0 {
+		n, err := c.read()
+		if err == nil || n > 0 {
+			continue
+		}
+		if !isTimeout(err) {
 			return false
 		}
+		cut, end = err, c.w
 	}
-	c.body = h1Body{b: c.buf[c.r+c.head.size : end], eof: end == c.r+c.head.size}
+	c.body = h1Body{b: c.buf[c.r+c.head.size : end], eof: end == c.r+c.head.size, err: cut}
 	if c.head.contentLength > 0 {
 		c.req.Body = &c.body
 	}
@@ -328,6 +338,11 @@ func (c *h1Conn) serveOne() (keep bool) {
 	}()
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
 	c.h.served.Add(1)
+	if c.body.err != nil {
+		// net/http's finishRequest: the rest of a cut body is on the wire,
+		// not to be read as the next request.
+		c.rw.closeAfter = true
+	}
 	c.rw.render(c.h.shutting.Load())
 	// The deadline net/http sets once the request is read, set only now
 	// that it matters: one timer update per request fewer.

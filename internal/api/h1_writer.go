@@ -275,10 +275,12 @@ func (a appender) WriteString(s string) (int, error) {
 
 var _ io.StringWriter = appender{}
 
-// h1Body is a request body the lean path read whole before the handler.
+// h1Body is a request body the lean path read before the handler:
+// whole, or up to the read timeout, err.
 type h1Body struct {
 	b           []byte
 	closed, eof bool
+	err         error // what follows b: nil for io.EOF
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
@@ -286,15 +288,22 @@ func (b *h1Body) Read(p []byte) (int, error) {
 		return 0, http.ErrBodyReadAfterClose
 	}
 	if b.eof {
-		return 0, io.EOF
+		return 0, b.end()
 	}
 	n := copy(p, b.b)
 	b.b = b.b[n:]
 	if len(b.b) == 0 {
 		b.eof = true
-		return n, io.EOF
+		return n, b.end()
 	}
 	return n, nil
+}
+
+func (b *h1Body) end() error {
+	if b.err != nil {
+		return b.err
+	}
+	return io.EOF
 }
 
 // Close consumes the rest, as net/http's server body does.
