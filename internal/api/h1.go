@@ -126,14 +126,20 @@ type h1Conn struct {
 	// and the answer's write deadline.
 	readBy, readSet, writeBy time.Time
 	idle                     atomic.Bool
-	head                     h1Head
-	req                      http.Request
-	url                      url.URL
-	vals                     headerVals
-	hdr                      http.Header
-	body                     h1Body
-	rw                       h1Writer
-	out                      []byte
+	// The request's cancel while its handler runs, and its client
+	// watch (h1_watch.go).
+	cancel     context.CancelFunc
+	watching   bool
+	unwatching atomic.Bool
+	watched    chan struct{}
+	head       h1Head
+	req        http.Request
+	url        url.URL
+	vals       headerVals
+	hdr        http.Header
+	body       h1Body
+	rw         h1Writer
+	out        []byte
 }
 
 func (h *h1Server) serve(tc *trackedConn) {
@@ -152,6 +158,7 @@ func (h *h1Server) serve(tc *trackedConn) {
 	if cc := h.s.srv.ConnContext; cc != nil {
 		ctx = cc(ctx, tc)
 	}
+	ctx = context.WithValue(ctx, h1ConnKey{}, c)
 	c.ctx = ctx
 	tc.t.setState(tc, http.StateNew)
 	if tc.rb == nil {
@@ -323,7 +330,9 @@ func (c *h1Conn) serveOne() (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	r := c.req.WithContext(ctx)
+	c.cancel = cancel
 	defer func() {
+		c.unwatch()
 		if v := recover(); v != nil {
 			keep = false
 			if v == http.ErrAbortHandler {
@@ -337,6 +346,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 		}
 	}()
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
+	c.unwatch()
 	c.h.served.Add(1)
 	if c.body.err != nil {
 		// net/http's finishRequest: the rest of a cut body is on the wire,

@@ -80,3 +80,78 @@ func TestLeanH1BodyWithinReadTimeout(t *testing.T) {
 		t.Errorf("lean path answered %d %q (close %v); net/http %d %q", st, body, closes, wantStatus, wantBody)
 	}
 }
+
+// TestLeanH1WaiterWhoLeavesFreesItsPlace: a lean request waiting in
+// the waiting room whose client closes its connection leaves the room,
+// as net/http's would (TestWaiterWhoLeavesFreesItsPlace), rather than
+// keeping its place and being served for no one.
+func TestLeanH1WaiterWhoLeavesFreesItsPlace(t *testing.T) {
+	h := newOrderHandler()
+	s, addr := startLean(t, h, Limits{MaxInflight: 1})
+	first := dial(t, addr)
+	if err := first.send("/block?i=0"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	leaving := dial(t, addr)
+	if err := leaving.send("/block?i=1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the leaving waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	leaving.Close()
+	awaitCond(t, "the waiter whose client left to leave", func() bool { return s.inflight.queued.Load() == 0 })
+	h.release <- struct{}{}
+	if r, _, err := first.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the first request: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if strings.Join(h.order, ",") != "0" {
+		t.Fatalf("handled %v; want 0 (the request that left never handled)", h.order)
+	}
+	if n := s.inflight.n.Load(); n != 0 {
+		t.Fatalf("%d slots still taken after every request ended", n)
+	}
+}
+
+// TestLeanH1WatchedWaiterKeepsPipelinedRequests: the watch of a waiting
+// lean request reads the client's next requests ahead; they are served
+// after it, in order, none lost or doubled, and the connection stays
+// lean.
+func TestLeanH1WatchedWaiterKeepsPipelinedRequests(t *testing.T) {
+	h := newOrderHandler()
+	s, addr := startLean(t, h, Limits{MaxInflight: 1})
+	first := dial(t, addr)
+	if err := first.send("/block?i=0"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	c := dial(t, addr)
+	if err := c.send("/block?i=1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	for _, p := range []string{"/a", "/b"} {
+		if err := c.send(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the watch reads them, if it is to
+	h.release <- struct{}{}
+	if r, _, err := first.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the first request: %v", err)
+	}
+	h.release <- struct{}{}
+	for i := range 3 {
+		if r, body, err := c.answer(); err != nil || r.StatusCode != http.StatusOK || body != "ok\n" {
+			t.Fatalf("answer %d on the watched connection: %v %v %q", i, err, r, body)
+		}
+	}
+	if err := c.send("/c"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := c.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a request after them: %v", err)
+	}
+	leanServed(t, s, 5)
+}

@@ -200,6 +200,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 	l.grantLocked(&g)
 	l.mu.Unlock()
 	g.wake()
+	watchClient(r.Context())
 	select {
 	case <-wt.ready:
 		l.outcomes[waitServed].Add(1)
