@@ -155,3 +155,38 @@ func TestLeanH1WatchedWaiterKeepsPipelinedRequests(t *testing.T) {
 	}
 	leanServed(t, s, 5)
 }
+
+// TestLeanH1WatchOutlivesReadDeadlines: a lean request that waits in the
+// waiting room past the header and read timeouts (which bound reading
+// it, not serving it) is not taken for one whose client left.
+func TestLeanH1WatchOutlivesReadDeadlines(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	h := newOrderHandler()
+	s, addr := startLean(t, h, Limits{MaxInflight: 1, ReadHeaderTimeout: timeout, ReadTimeout: timeout})
+	first := dial(t, addr)
+	if err := first.send("/block?i=0"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	waiting := dial(t, addr)
+	if err := waiting.send("/block?i=1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	time.Sleep(3 * timeout)
+	if n := s.inflight.queued.Load(); n != 1 {
+		t.Fatalf("%d requests waiting past the read timeouts, want 1", n)
+	}
+	for range 2 {
+		select {
+		case h.release <- struct{}{}:
+		case <-time.After(hang):
+			t.Fatal("a request never reached the handler")
+		}
+	}
+	for i, c := range []*rawConn{first, waiting} {
+		if r, body, err := c.answer(); err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %v %v %q", i, err, r, body)
+		}
+	}
+}

@@ -41,6 +41,9 @@ func (c *h1Conn) watch() {
 	if c.watched == nil {
 		c.watched = make(chan struct{}, 1)
 	}
+	// The header and read timeouts bound reading the request, not
+	// serving it: a wait past them is no client gone.
+	c.tc.SetReadDeadline(time.Time{})
 	go c.readAhead(c.cancel)
 }
 
