@@ -190,3 +190,42 @@ func TestLeanH1WatchOutlivesReadDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// TestLeanH1WatchedRequestPanics: a handler that panics after a wait in
+// the waiting room ends its watch too: the route's recovery answers 500
+// and the connection serves its next request.
+func TestLeanH1WatchedRequestPanics(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/block":
+			entered <- struct{}{}
+			<-release
+		case "/panic":
+			panic("after the wait")
+		}
+		io.WriteString(w, "ok\n")
+	})
+	s, addr := startLean(t, h, Limits{MaxInflight: 1})
+	first := dial(t, addr)
+	if err := first.send("/block"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	panicking := dial(t, addr)
+	if err := panicking.send("/panic"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	close(release)
+	if r, _, err := first.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the first request: %v", err)
+	}
+	if r, _, err := panicking.answer(); err != nil || r.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("the panicking request: %v %v", err, r)
+	}
+	if r, _, err := panicking.get("/"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a request after the panic: %v", err)
+	}
+	leanServed(t, s, 3)
+}
