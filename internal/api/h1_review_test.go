@@ -88,16 +88,7 @@ func TestLeanH1BodyWithinReadTimeout(t *testing.T) {
 func TestLeanH1WaiterWhoLeavesFreesItsPlace(t *testing.T) {
 	h := newOrderHandler()
 	s, addr := startLean(t, h, Limits{MaxInflight: 1})
-	first := dial(t, addr)
-	if err := first.send("/block?i=0"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
-	leaving := dial(t, addr)
-	if err := leaving.send("/block?i=1"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the leaving waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	first, leaving := oneInOneWaiting(t, s, h, addr)
 	leaving.Close()
 	awaitCond(t, "the waiter whose client left to leave", func() bool { return s.inflight.queued.Load() == 0 })
 	h.release <- struct{}{}
@@ -121,16 +112,7 @@ func TestLeanH1WaiterWhoLeavesFreesItsPlace(t *testing.T) {
 func TestLeanH1WatchedWaiterKeepsPipelinedRequests(t *testing.T) {
 	h := newOrderHandler()
 	s, addr := startLean(t, h, Limits{MaxInflight: 1})
-	first := dial(t, addr)
-	if err := first.send("/block?i=0"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
-	c := dial(t, addr)
-	if err := c.send("/block?i=1"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	first, c := oneInOneWaiting(t, s, h, addr)
 	for _, p := range []string{"/a", "/b"} {
 		if err := c.send(p); err != nil {
 			t.Fatal(err)
@@ -163,16 +145,7 @@ func TestLeanH1WatchOutlivesReadDeadlines(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	h := newOrderHandler()
 	s, addr := startLean(t, h, Limits{MaxInflight: 1, ReadHeaderTimeout: timeout, ReadTimeout: timeout})
-	first := dial(t, addr)
-	if err := first.send("/block?i=0"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
-	waiting := dial(t, addr)
-	if err := waiting.send("/block?i=1"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	first, waiting := oneInOneWaiting(t, s, h, addr)
 	time.Sleep(3 * timeout)
 	if n := s.inflight.queued.Load(); n != 1 {
 		t.Fatalf("%d requests waiting past the read timeouts, want 1", n)
@@ -228,4 +201,22 @@ func TestLeanH1WatchedRequestPanics(t *testing.T) {
 		t.Fatalf("a request after the panic: %v", err)
 	}
 	leanServed(t, s, 3)
+}
+
+// oneInOneWaiting sends a request that h holds in its handler, then one
+// that waits in the room behind it (s admits one at a time), each on a
+// connection of its own, and returns the two connections.
+func oneInOneWaiting(t *testing.T, s *Server, h *orderHandler, addr string) (first, waiter *rawConn) {
+	t.Helper()
+	first = dial(t, addr)
+	if err := first.send("/block?i=0"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+	waiter = dial(t, addr)
+	if err := waiter.send("/block?i=1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	return first, waiter
 }
