@@ -127,16 +127,9 @@ type timeline struct {
 }
 
 func (a *API) sagaTimeline(w http.ResponseWriter, r *http.Request) int {
-	id, ok := pathID(r, "id")
-	if !ok {
-		return notFound(w, "saga", id)
-	}
-	s, err := query[*Saga](r.Context(), a, OrderKey(id), &GetSaga{ID: id})
-	if err != nil {
-		return engineError(w, err)
-	}
+	id, s, code := a.sagaOfPath(w, r)
 	if s == nil {
-		return notFound(w, "saga", id)
+		return code
 	}
 	o, err := query[*Order](r.Context(), a, OrderKey(id), &GetOrder{ID: id})
 	if err != nil {

@@ -480,18 +480,28 @@ func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) int {
 // --- sagas ---
 
 func (a *API) getSaga(w http.ResponseWriter, r *http.Request) int {
+	_, s, code := a.sagaOfPath(w, r)
+	if s == nil {
+		return code
+	}
+	return writeJSON(w, http.StatusOK, sagaOut(s))
+}
+
+// sagaOfPath reads the saga named by the path's {id}; without one it has
+// answered (404, or the engine's error) and returns that status.
+func (a *API) sagaOfPath(w http.ResponseWriter, r *http.Request) (id string, s *Saga, code int) {
 	id, ok := pathID(r, "id")
 	if !ok {
-		return notFound(w, "saga", id)
+		return id, nil, notFound(w, "saga", id)
 	}
 	s, err := query[*Saga](r.Context(), a, OrderKey(id), &GetSaga{ID: id})
 	if err != nil {
-		return engineError(w, err)
+		return id, nil, engineError(w, err)
 	}
 	if s == nil {
-		return notFound(w, "saga", id)
+		return id, nil, notFound(w, "saga", id)
 	}
-	return writeJSON(w, http.StatusOK, sagaOut(s))
+	return id, s, 0
 }
 
 var sagaStatuses = []string{SagaStarted, SagaInProgress, SagaCompleted, SagaCompensating, SagaCompensated, SagaFailed, SagaTimedOut}
