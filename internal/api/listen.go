@@ -99,6 +99,11 @@ type Limits struct {
 	// net/http. Nil serves every request through net/http
 	// (--http1-lean=false).
 	Lean *LeanRoutes
+	// LeanH2 serves cleartext HTTP/2 connections (h2c, prior knowledge)
+	// with the lean HTTP/2 server (h2*.go) instead of net/http's, every
+	// route on them. It takes effect only with the listener's own loop
+	// (Lean set, StandardConns false), which sees the connection preface.
+	LeanH2 bool
 	// Gate, if set, wraps the admission: it sees every request before
 	// the request takes an in-flight slot or waits for one, so what it
 	// refuses (authentication) costs no slot.
