@@ -25,7 +25,11 @@ func (g *granted) wake() {
 	for wt := g.head; wt != nil; {
 		next := wt.next
 		wt.next = nil
-		wt.ready <- struct{}{}
+		if wt.run != nil {
+			wt.run()
+		} else {
+			wt.ready <- struct{}{}
+		}
 		wt = next
 	}
 }

@@ -96,9 +96,13 @@ type inflightLimiter struct {
 	lastTicket int64
 }
 
-// waiter is one request in the room; pooled, so waiting allocates nothing.
+// waiter is one request in the room. A waiting goroutine's is pooled,
+// so waiting allocates nothing; a parked request's (park) has run
+// instead of ready, and is not pooled: its client-gone callback may
+// still read it after the slot went to run.
 type waiter struct {
 	ready      chan struct{} // receives once the slot is handed over
+	run        func()        // or: called, after the room's lock, with the slot
 	prev, next *waiter
 	granted    bool
 }
@@ -132,7 +136,16 @@ func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next htt
 		next.ServeHTTP(w, r)
 		return
 	}
-	if (l.queued.Load() != 0 || !l.tryTake()) && !l.wait(w, r) {
+	if l.queued.Load() == 0 && l.tryTake() {
+		defer l.release()
+		next.ServeHTTP(w, r)
+		return
+	}
+	if pw, ok := w.(parkingWriter); ok {
+		l.park(pw, r, next)
+		return
+	}
+	if !l.wait(w, r) {
 		return
 	}
 	defer l.release()
@@ -164,13 +177,43 @@ func (l *inflightLimiter) release() {
 
 // wait queues r for a slot, or refuses it; it reports whether r got one.
 func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
+	wt := waiterPool.Get().(*waiter)
+	switch l.enter(w, r, wt) {
+	case entered:
+		return true
+	case refused:
+		waiterPool.Put(wt)
+		return false
+	}
+	watchClient(r.Context())
+	select {
+	case <-wt.ready:
+		l.outcomes[waitServed].Add(1)
+		l.recycle(wt)
+		return true
+	case <-r.Context().Done():
+		l.leave(wt)
+		return false
+	}
+}
+
+// What enter did with a request that found every slot taken.
+const (
+	entered = iota // a slot was free after all: the request has it
+	refused        // answered: the room is full or the wait too long
+	queued         // wt is in the room
+)
+
+// enter gives r a slot, refuses it, or puts wt, prepared by the caller
+// (with a channel or a run func to be handed the slot), in the room.
+func (l *inflightLimiter) enter(w http.ResponseWriter, r *http.Request, wt *waiter) int {
 	var g granted
 	l.mu.Lock()
 	l.grantLocked(&g)
 	if l.head == nil && l.tryTake() {
 		l.mu.Unlock()
 		g.wake()
-		return true
+		return entered
 	}
 	predicted := int64(l.count+1) * l.fastNs.Load()
 	switch {
@@ -180,7 +223,7 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		g.wake()
 		l.refuse(w, r, waitRefusedFull, back, "the server's waiting room is full ("+strconv.Itoa(n)+
 			" requests wait for one of its "+strconv.FormatInt(l.max, 10)+" in-flight slots, --waiting-room)")
-		return false
+		return refused
 	case predicted > l.patienceNs && l.grants >= l.trustAfter:
 		// Judged only once the server has handed over a full room's
 		// worth of slots: while a crowd's streams arrive the release
@@ -193,23 +236,13 @@ func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
 		l.refuse(w, r, waitRefusedPatience, predicted, "the server is handling its limit of "+strconv.FormatInt(l.max, 10)+
 			" requests at once and the predicted wait for a slot, "+seconds(predicted)+", is beyond its patience of "+
 			seconds(l.patienceNs)+" (--max-wait)")
-		return false
+		return refused
 	}
-	wt := waiterPool.Get().(*waiter)
 	l.push(wt)
 	l.grantLocked(&g)
 	l.mu.Unlock()
 	g.wake()
-	watchClient(r.Context())
-	select {
-	case <-wt.ready:
-		l.outcomes[waitServed].Add(1)
-		l.recycle(wt)
-		return true
-	case <-r.Context().Done():
-		l.leave(wt)
-		return false
-	}
+	return queued
 }
 
 // ticketLocked gives a request turned away from a full room its place in

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// Parking: a request that waits for an in-flight slot without a goroutine.
+//
+// A request waiting in the room on net/http holds its handler's goroutine
+// (and net/http's stream buffers) the whole wait: ≈ 10 KB per waiter that
+// the collector scans on every cycle while a flash crowd waits. A server
+// whose streams can outlive their handler's goroutine (the lean HTTP/2
+// server's, on lean routes) gives the room a parkingWriter instead: the
+// handler's goroutine returns at once, and the request waits as its
+// stream's record and a waiter. When the room hands it a slot, the rest
+// of the handler chain runs on a goroutine of the writer's.
+
+// parkingWriter is a ResponseWriter whose request may wait without its
+// goroutine.
+type parkingWriter interface {
+	http.ResponseWriter
+	// park keeps the request's stream and context alive after its handler
+	// returns, answered by nothing yet. resume(run) then runs run on a new
+	// goroutine and ends the stream as a handler's return would;
+	// resume(nil) ends it unanswered (its client has gone). Exactly one
+	// resume follows each park.
+	park() (resume func(run func()))
+}
+
+// park queues r for a slot without holding the calling goroutine: the
+// writer's resume runs next once the room grants one.
+func (l *inflightLimiter) park(pw parkingWriter, r *http.Request, next http.Handler) {
+	wt := &waiter{}
+	resume := pw.park()
+	wt.run = func() {
+		resume(func() {
+			l.outcomes[waitServed].Add(1)
+			defer l.release()
+			next.ServeHTTP(pw, r)
+		})
+	}
+	switch l.enter(pw, r, wt) {
+	case entered:
+		resume(func() {
+			defer l.release()
+			next.ServeHTTP(pw, r)
+		})
+		return
+	case refused:
+		resume(func() {}) // answered by enter
+		return
+	}
+	// wt.run may have been called already (the room granted at once):
+	// then leaveParked finds it granted and does nothing.
+	context.AfterFunc(r.Context(), func() { l.leaveParked(wt, resume) })
+}
+
+// leaveParked takes a parked request whose client went away out of the
+// room. One that was granted a slot meanwhile is served (its handler sees
+// the cancelled context) and releases the slot itself.
+func (l *inflightLimiter) leaveParked(wt *waiter, resume func(func())) {
+	l.mu.Lock()
+	granted := wt.granted
+	if !granted {
+		l.unlink(wt)
+	}
+	l.mu.Unlock()
+	if granted {
+		return
+	}
+	l.outcomes[waitClientGone].Add(1)
+	resume(nil)
+}
