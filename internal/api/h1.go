@@ -200,6 +200,10 @@ func (c *h1Conn) loop() (handedOff bool) {
 		c.readBy = t0.Add(t.headerTimeout)
 		switch c.readHead() {
 		case headHandOff:
+			if h2 := c.h.s.h2; h2.takesOver(c) {
+				h2.serveFrom(c)
+				return true // closed by serveFrom
+			}
 			return c.handOff()
 		case headMore:
 			return false // closed, timed out or shutting down
