@@ -29,6 +29,9 @@ const hang = 10 * time.Second
 // startServer serves h within lim on a loopback port until the test ends.
 func startServer(t *testing.T, h http.Handler, lim Limits, reg prometheus.Registerer) (*Server, string) {
 	t.Helper()
+	if inLeanH2Mode(t) {
+		lim = leanH2(lim)
+	}
 	s := NewServer("127.0.0.1:0", h, lim, reg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
