@@ -463,3 +463,77 @@ func TestH2LeanRouteGetsWholeBody(t *testing.T) {
 }
 
 var _ = errors.New
+
+// TestH2PingSettingsAndWindow: a PING is acked with its data, PRIORITY
+// is accepted, and a SETTINGS that raises INITIAL_WINDOW_SIZE from 0
+// lets an open stream's answer out.
+func TestH2PingSettingsAndWindow(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "windowed") })
+		_, addr := startServer(t, h, Limits{}, nil)
+		c := dialH2(t, addr)
+		c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		c.fr.WritePriority(1, http2.PriorityParam{StreamDep: 0, Weight: 15})
+		c.open(t, 1, "GET", "/", true)
+		c.until(t, "the answer's HEADERS", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+		data := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
+		c.fr.WritePing(false, data)
+		f := c.until(t, "PING ack", func(f http2.Frame) bool {
+			if _, ok := f.(*http2.DataFrame); ok {
+				t.Fatal("DATA sent beyond a window of 0")
+			}
+			p, ok := f.(*http2.PingFrame)
+			return ok && p.IsAck()
+		})
+		if f.(*http2.PingFrame).Data != data {
+			t.Fatalf("PING ack carries %v, want %v", f.(*http2.PingFrame).Data, data)
+		}
+		c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
+		f = c.until(t, "DATA", func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok })
+		if d := f.(*http2.DataFrame); string(d.Data()) != "windowed" {
+			t.Fatalf("DATA %q", d.Data())
+		}
+	})
+}
+
+// TestH2IdleConnGetsGoAway: a connection without streams for the idle
+// timeout gets GOAWAY and is closed.
+func TestH2IdleConnGetsGoAway(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		_, addr := startServer(t, okHandler(), Limits{IdleTimeout: 200 * time.Millisecond}, nil)
+		c := dialH2(t, addr)
+		c.open(t, 1, "GET", "/", true)
+		c.until(t, "the answer", func(f http2.Frame) bool { return f.Header().Flags.Has(http2.FlagDataEndStream) && f.Header().Type == http2.FrameData })
+		f := c.until(t, "GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+		if g := f.(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
+			t.Fatalf("GOAWAY %v last stream %d, want NO_ERROR, 1", g.ErrCode, g.LastStreamID)
+		}
+		c.SetReadDeadline(time.Now().Add(hang))
+		for {
+			if _, err := c.fr.ReadFrame(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return
+				}
+				t.Fatalf("after GOAWAY: %v, want the server's close", err)
+			}
+		}
+	})
+}
+
+// TestH2BodyStreamsWithFlowControl: a handler that reads a body larger
+// than the stream window as it arrives gets all of it (WINDOW_UPDATEs
+// as it reads).
+func TestH2BodyStreamsWithFlowControl(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, err := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "%d %v", n, err)
+		})
+		_, addr := startServer(t, h, Limits{}, nil)
+		const size = 3<<20 + 7
+		a := h2Do(t, xh2Client(), "POST", "http://"+addr+"/", bytes.Repeat([]byte("z"), size), false)
+		if want := fmt.Sprintf("%d <nil>", size); string(a.body) != want {
+			t.Fatalf("%q, want %q", a.body, want)
+		}
+	})
+}
