@@ -503,7 +503,9 @@ func TestH2IdleConnGetsGoAway(t *testing.T) {
 		_, addr := startServer(t, okHandler(), Limits{IdleTimeout: 200 * time.Millisecond}, nil)
 		c := dialH2(t, addr)
 		c.open(t, 1, "GET", "/", true)
-		c.until(t, "the answer", func(f http2.Frame) bool { return f.Header().Flags.Has(http2.FlagDataEndStream) && f.Header().Type == http2.FrameData })
+		c.until(t, "the answer", func(f http2.Frame) bool {
+			return f.Header().Flags.Has(http2.FlagDataEndStream) && f.Header().Type == http2.FrameData
+		})
 		f := c.until(t, "GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
 		if g := f.(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
 			t.Fatalf("GOAWAY %v last stream %d, want NO_ERROR, 1", g.ErrCode, g.LastStreamID)
