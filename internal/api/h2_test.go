@@ -539,3 +539,25 @@ func TestH2BodyStreamsWithFlowControl(t *testing.T) {
 		}
 	})
 }
+
+// TestH2LeanWritesYieldOnce: the lean server's writer yields once per
+// flush and writes to the socket past the tracked connection's own
+// yield, which would make it twice. Sequential requests each flush once
+// (their answer), plus the connection's start (SETTINGS, acks): through
+// trackedConn.Write this test counted 42 yields for 20 requests, 21
+// without.
+func TestH2LeanWritesYieldOnce(t *testing.T) {
+	const requests, start = 20, 5
+	s, addr := startServer(t, okHandler(), leanH2(Limits{}), nil)
+	var yields atomic.Int64
+	s.conns.yields.gosched = func() { yields.Add(1) }
+	hc := xh2Client()
+	for range requests {
+		if a := h2Do(t, hc, "GET", "http://"+addr+"/", nil, false); string(a.body) != "ok\n" {
+			t.Fatalf("answer %v", a)
+		}
+	}
+	if y := yields.Load(); y == 0 || y > requests+start {
+		t.Fatalf("%d yields for %d requests, want at most one per answer (and a few at the start)", y, requests)
+	}
+}
