@@ -98,6 +98,9 @@ func (h *h2Server) takesOver(c *h1Conn) bool {
 func (h *h2Server) serveFrom(c *h1Conn) {
 	c.h.remove(c)
 	read := append([]byte(nil), c.buf[c.r:c.w]...)
+	// The HTTP/1.1 loop's buffers would live as long as the connection,
+	// its goroutine running this one.
+	c.buf, c.out, c.r, c.w = nil, nil, 0, 0
 	tc := c.tc
 	hc := newH2Conn(h, tc, read)
 	if !h.add(hc) {
