@@ -561,3 +561,20 @@ func TestH2LeanWritesYieldOnce(t *testing.T) {
 		t.Fatalf("%d yields for %d requests, want at most one per answer (and a few at the start)", y, requests)
 	}
 }
+
+// TestH2LeanPrefaceWithinHeaderTimeout: a client that starts the h2c
+// preface and stops is closed at the header timeout.
+func TestH2LeanPrefaceWithinHeaderTimeout(t *testing.T) {
+	s, addr := startServer(t, okHandler(), leanH2(Limits{ReadHeaderTimeout: 200 * time.Millisecond}), nil)
+	c := dial(t, addr)
+	if _, err := io.WriteString(c, h2cPreface[:20]); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(hang))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("waiting for the close: %v", err)
+	}
+	if s.h2.conned.Load() != 1 {
+		t.Fatal("the connection did not reach the lean HTTP/2 server")
+	}
+}

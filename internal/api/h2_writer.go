@@ -231,18 +231,17 @@ func (c *h2Conn) writeData(st *h2Stream, p []byte, end bool) error {
 			return c.werr
 		}
 		n := min(int64(len(p)), st.sendWin, c.sendWin, int64(c.peerMaxFrame))
-		full := len(c.pend.b) >= h2MaxPending
-		if full || n <= 0 && len(p) > 0 {
-			if full || c.sendWin <= 0 {
-				c.blocked = append(c.blocked, st)
-			}
+		if c.mustWaitLocked(n, len(p)) {
+			// What is queued may be what the client waits for.
 			c.mu.Unlock()
 			c.kick(true)
 			c.mu.Lock()
-			if st.closed || c.werr != nil || len(c.pend.b) < h2MaxPending && min(st.sendWin, c.sendWin) > 0 {
-				continue
+			if !st.closed && c.werr == nil && c.mustWaitLocked(min(st.sendWin, c.sendWin), len(p)) {
+				if len(c.pend.b) >= h2MaxPending || c.sendWin <= 0 {
+					c.blocked = append(c.blocked, st) // woken by the drain or the connection's window
+				}
+				st.waitLocked()
 			}
-			st.waitLocked()
 			continue
 		}
 		n = max(n, 0)
@@ -261,6 +260,13 @@ func (c *h2Conn) writeData(st *h2Stream, p []byte, end bool) error {
 	c.mu.Unlock()
 	c.kick(true)
 	return nil
+}
+
+// mustWaitLocked: DATA of n bytes (of want) cannot be queued now, for
+// the send windows or a full pending buffer. An empty frame (the end)
+// needs no window.
+func (c *h2Conn) mustWaitLocked(n int64, want int) bool {
+	return len(c.pend.b) >= h2MaxPending || n <= 0 && want > 0
 }
 
 // h2Writer is a stream's http.ResponseWriter, net/http's
