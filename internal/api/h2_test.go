@@ -578,3 +578,26 @@ func TestH2LeanPrefaceWithinHeaderTimeout(t *testing.T) {
 		t.Fatal("the connection did not reach the lean HTTP/2 server")
 	}
 }
+
+// TestH2HeaderListTooLarge: a header list over MaxHeaderBytes (and
+// HTTP/2's allowance) is answered 431, as net/http answers it.
+func TestH2HeaderListTooLarge(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		_, addr := startServer(t, okHandler(), Limits{}, nil)
+		c := dialH2(t, addr)
+		c.buf.Reset()
+		for _, kv := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "surge"}, {":path", "/"}} {
+			c.enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+		}
+		for i := range MaxHeaderBytes/4096 + 2 {
+			c.enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-big-%d", i), Value: strings.Repeat("b", 4096)})
+		}
+		if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.buf.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		f := c.until(t, "the answer", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+		if st := f.(*http2.MetaHeadersFrame).PseudoValue("status"); st != "431" {
+			t.Fatalf(":status %s, want 431", st)
+		}
+	})
+}
