@@ -601,3 +601,70 @@ func TestH2HeaderListTooLarge(t *testing.T) {
 		}
 	})
 }
+
+// TestH2RequestTrailers: a request's declared trailers reach the
+// handler once it has read the body.
+func TestH2RequestTrailers(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "%s %v %q", b, err, r.Trailer.Get("X-Check"))
+		})
+		_, addr := startServer(t, h, Limits{}, nil)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/", nil)
+		req.Trailer = http.Header{"X-Check": nil}
+		req.Body = io.NopCloser(&trailerSetter{r: strings.NewReader("body"), set: func() { req.Trailer.Set("X-Check", "sum") }})
+		resp, err := xh2Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != `body <nil> "sum"` {
+			t.Fatalf("answer %q", b)
+		}
+	})
+}
+
+// trailerSetter sets the request's trailer when its body ends.
+type trailerSetter struct {
+	r   io.Reader
+	set func()
+}
+
+func (s *trailerSetter) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err == io.EOF {
+		s.set()
+	}
+	return n, err
+}
+
+// TestH2LeanRecordResetBeforeDispatch: a lean route's stream reset by
+// the client before its body is complete never reaches the handler, and
+// the connection serves on.
+func TestH2LeanRecordResetBeforeDispatch(t *testing.T) {
+	var m Metrics
+	m.lean = &LeanRoutes{}
+	mux := http.NewServeMux()
+	m.lean.mark(mux, "POST /lean")
+	var ran atomic.Int64
+	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		io.WriteString(w, "served")
+	})
+	s, addr := startServer(t, mux, leanH2(Limits{Lean: m.lean}), nil)
+	c := dialH2(t, addr)
+	c.open(t, 1, "POST", "/lean", false)
+	c.fr.WriteData(1, false, []byte("part"))
+	c.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	c.open(t, 3, "POST", "/lean", false)
+	c.fr.WriteData(3, true, []byte("whole"))
+	f := c.until(t, "stream 3's answer", func(f http2.Frame) bool { d, ok := f.(*http2.DataFrame); return ok && d.StreamID == 3 })
+	if d := f.(*http2.DataFrame); string(d.Data()) != "served" {
+		t.Fatalf("DATA %q", d.Data())
+	}
+	if n := ran.Load(); n != 1 || s.h2.served.Load() != 1 {
+		t.Fatalf("the handler ran %d times (lean server: %d), want once: for stream 3", n, s.h2.served.Load())
+	}
+}
