@@ -25,7 +25,9 @@ type h2Conn struct {
 	remote string
 	fr     *http2.Framer // reads; serve's only
 	rd     *h2Reader
-	lim    *Limits
+	// scratch is where the reader builds a stream's Request (h2_stream.go).
+	scratch http.Request
+	lim     *Limits
 
 	mu sync.Mutex
 	// Writing (h2_writer.go).

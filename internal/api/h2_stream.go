@@ -178,7 +178,10 @@ func (c *h2Conn) newRequest(st *h2Stream, f *http2.MetaHeadersFrame) error {
 		}
 		uri = path
 	}
-	st.req = &http.Request{Method: method, URL: u, RemoteAddr: c.remote, Header: hdr, RequestURI: uri,
+	// Built in the connection's scratch Request, of which WithContext
+	// makes the stream's: one Request allocated, not two.
+	st.req = &c.scratch
+	*st.req = http.Request{Method: method, URL: u, RemoteAddr: c.remote, Header: hdr, RequestURI: uri,
 		Proto: "HTTP/2.0", ProtoMajor: 2, Host: authority, Body: http.NoBody, Trailer: trailer}
 	if !st.recvDone {
 		st.req.ContentLength = -1
@@ -191,7 +194,8 @@ func (c *h2Conn) newRequest(st *h2Stream, f *http2.MetaHeadersFrame) error {
 		st.declLen = st.req.ContentLength
 		st.req.Body = &h2Body{st: st}
 	}
-	st.req = st.req.WithContext(st.ctx)
+	st.req = c.scratch.WithContext(st.ctx)
+	c.scratch = http.Request{}
 	return nil
 }
 
