@@ -358,7 +358,7 @@ func (c *h2Conn) schedule(st *h2Stream, handler http.Handler) error {
 	st.rw = &h2Writer{st: st, handler: handler}
 	if c.handlers < c.lim.MaxStreams {
 		c.handlers++
-		go c.runHandler(st)
+		c.h.run(st)
 		return nil
 	}
 	if len(c.unstarted) > h2MaxEarlyResets*c.lim.MaxStreams {
@@ -383,7 +383,7 @@ func (c *h2Conn) handlerDone() {
 			break
 		}
 		c.handlers++
-		go c.runHandler(st)
+		c.h.run(st)
 		c.unstarted[i] = nil
 	}
 	c.unstarted = c.unstarted[i:]
@@ -392,7 +392,8 @@ func (c *h2Conn) handlerDone() {
 	}
 }
 
-// runHandler runs a dispatched stream's handler on its own goroutine.
+// runHandler runs a dispatched stream's handler, on a handler
+// goroutine (h2Server.run).
 func (c *h2Conn) runHandler(st *h2Stream) {
 	defer c.handlerDone()
 	rw := st.rw
