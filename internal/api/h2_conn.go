@@ -39,8 +39,9 @@ type h2Conn struct {
 	henc          *hpack.Encoder
 	hbuf          bytes.Buffer
 	queuedControl int
-	blocked       []*h2Stream // handlers waiting for the connection's window or the socket
-	ending        bool        // close the write side once pend is written
+	blocked       []*h2Stream   // handlers waiting for the connection's window or the socket
+	ending        bool          // close the write side once pend is written
+	wdone         chan struct{} // closed when the writer at work stops (awaitWrites)
 	// Streams and flow control.
 	streams      map[uint32]*h2Stream
 	maxClientID  uint32
@@ -131,6 +132,7 @@ func h2MaxHeaderListSize() uint32 { return MaxHeaderBytes + 10*32 }
 // serve runs the connection until it ends.
 func (c *h2Conn) serve() {
 	defer c.closeAll()
+	defer c.awaitWrites() // a GOAWAY or an answer still queued goes out first
 	c.mu.Lock()
 	c.fw.WriteSettings(
 		http2.Setting{ID: http2.SettingMaxFrameSize, Val: h2MaxReadFrameSize},
@@ -159,6 +161,14 @@ func (c *h2Conn) serve() {
 			err = c.process(f)
 		}
 		if err != nil && !c.onError(err) {
+			return
+		}
+		if c.failed() {
+			// The GOAWAY goes out, then a FIN, and the connection
+			// closes once the client has read them (h2GoAwayLinger);
+			// what it sends meanwhile is read and dropped, since a
+			// close with it unread would reset the connection.
+			io.Copy(io.Discard, c.rd)
 			return
 		}
 	}
@@ -201,6 +211,30 @@ func (c *h2Conn) onError(err error) bool {
 		return true
 	}
 	return false // the connection closed or failed
+}
+
+// failed reports whether the connection sent GOAWAY for an error.
+func (c *h2Conn) failed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inGoAway && c.goAwayCode != http2.ErrCodeNo
+}
+
+// awaitWrites waits until the frames queued are written (or the socket
+// failed, within the write timeout).
+func (c *h2Conn) awaitWrites() {
+	c.kick(true)
+	c.mu.Lock()
+	if !c.writing {
+		c.mu.Unlock()
+		return
+	}
+	if c.wdone == nil {
+		c.wdone = make(chan struct{})
+	}
+	done := c.wdone
+	c.mu.Unlock()
+	<-done
 }
 
 // fatal answers a connection error: GOAWAY with its code, then the

@@ -668,3 +668,21 @@ func TestH2LeanRecordResetBeforeDispatch(t *testing.T) {
 		t.Fatalf("the handler ran %d times (lean server: %d), want once: for stream 3", n, s.h2.served.Load())
 	}
 }
+
+// TestH2FrameTooLarge: a frame over our SETTINGS_MAX_FRAME_SIZE is a
+// connection error: GOAWAY FRAME_SIZE_ERROR reaches the client before
+// the close.
+func TestH2FrameTooLarge(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		_, addr := startServer(t, okHandler(), Limits{}, nil)
+		c := dialH2(t, addr)
+		size := 2 << 20 // the header only: the server must not wait for the payload
+		if _, err := c.Write([]byte{byte(size >> 16), byte(size >> 8), byte(size), 0x0, 0x0, 0, 0, 0, 1}); err != nil {
+			t.Fatal(err)
+		}
+		f := c.until(t, "GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+		if g := f.(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeFrameSize {
+			t.Fatalf("GOAWAY %v, want FRAME_SIZE_ERROR", g.ErrCode)
+		}
+	})
+}

@@ -49,6 +49,10 @@ func (c *h2Conn) writeLoop() {
 			c.pend.b = c.pend.b[:0]
 			c.writing, c.queuedControl = false, 0
 			c.wakeBlockedLocked()
+			if c.wdone != nil {
+				close(c.wdone)
+				c.wdone = nil
+			}
 			end := c.ending && c.linger == nil
 			if end {
 				c.linger = time.AfterFunc(h2GoAwayLinger, func() { c.tc.Close() })
