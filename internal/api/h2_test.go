@@ -686,3 +686,21 @@ func TestH2FrameTooLarge(t *testing.T) {
 		}
 	})
 }
+
+// TestH2PingFloodCut: a client that sends PINGs and never reads their
+// acks is cut once h2MaxQueuedControl of them wait for the socket.
+// (net/http's bound is the same, but reached only sometimes within the
+// test's deadline, so the test runs on the lean server only.)
+func TestH2PingFloodCut(t *testing.T) {
+	_, addr := startServer(t, okHandler(), leanH2(Limits{}), nil)
+	c := dialH2(t, addr)
+	c.Conn.(*net.TCPConn).SetReadBuffer(4096)
+	c.SetWriteDeadline(time.Now().Add(hang))
+	var err error
+	for i := 0; err == nil; i++ {
+		err = c.fr.WritePing(false, [8]byte{byte(i)})
+	}
+	if isTimeout(err) {
+		t.Fatal("the server still reads a client that never reads its acks")
+	}
+}
