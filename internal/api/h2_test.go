@@ -704,3 +704,29 @@ func TestH2PingFloodCut(t *testing.T) {
 		t.Fatal("the server still reads a client that never reads its acks")
 	}
 }
+
+// TestH2LeanSettingsAsNetHTTP: the lean server opens a connection with
+// the SETTINGS and connection WINDOW_UPDATE net/http's sends.
+func TestH2LeanSettingsAsNetHTTP(t *testing.T) {
+	opening := func(addr string) string {
+		c := dialH2(t, addr)
+		var got []string
+		c.until(t, "the connection's WINDOW_UPDATE", func(f http2.Frame) bool {
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				f.ForeachSetting(func(s http2.Setting) error { got = append(got, s.String()); return nil })
+			case *http2.WindowUpdateFrame:
+				got = append(got, fmt.Sprintf("WINDOW_UPDATE %d +%d", f.StreamID, f.Increment))
+				return true
+			}
+			return false
+		})
+		return strings.Join(got, ", ")
+	}
+	lim := Limits{MaxStreams: 77}
+	_, std := startServer(t, okHandler(), lim, nil)
+	_, lean := startServer(t, okHandler(), leanH2(lim), nil)
+	if a, b := opening(std), opening(lean); a != b {
+		t.Fatalf("net/http opens with %s\nlean opens with %s", a, b)
+	}
+}
