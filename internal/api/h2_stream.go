@@ -101,17 +101,20 @@ func (c *h2Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	if err := c.newRequest(st, f); err != nil {
 		return err
 	}
-	var handler http.Handler
-	switch {
-	case f.Truncated:
-		handler = http.HandlerFunc(h2HeaderListTooLong)
-	default:
-		if err := h2CheckRequestHeaders(st.req.Header); err != nil {
-			handler = h2BadRequest(err)
-		}
-	}
 	if c.lim.ReadTimeout > 0 && !st.recvDone {
 		st.readTimer = time.AfterFunc(c.lim.ReadTimeout, st.onReadTimeout)
+	}
+	return c.route(st, f.Truncated)
+}
+
+// route dispatches a new stream: an error answer of net/http's at once,
+// a lean route's once its body is complete, any other at once.
+func (c *h2Conn) route(st *h2Stream, truncated bool) error {
+	var handler http.Handler
+	if truncated {
+		handler = http.HandlerFunc(h2HeaderListTooLong)
+	} else if err := h2CheckRequestHeaders(st.req.Header); err != nil {
+		handler = h2BadRequest(err)
 	}
 	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize && c.h.s.h1.routes.serves(st.req) {
 		st.lean = true
@@ -151,22 +154,10 @@ func (c *h2Conn) newRequest(st *h2Stream, f *http2.MetaHeadersFrame) error {
 		!isConnect && (method == "" || path == "" || scheme != "https" && scheme != "http") {
 		return bad
 	}
-	hdr := make(http.Header, len(f.Fields)-len(f.PseudoFields()))
-	for _, hf := range f.RegularFields() {
-		k := http.CanonicalHeaderKey(hf.Name)
-		hdr[k] = append(hdr[k], hf.Value)
-	}
+	hdr, trailer := c.requestHeader(st, f)
 	if authority == "" {
 		authority = hdr.Get("Host")
 	}
-	if httpguts.HeaderValuesContainsToken(hdr["Expect"], "100-continue") {
-		delete(hdr, "Expect")
-		st.needsContinue = true
-	}
-	if cookies := hdr["Cookie"]; len(cookies) > 1 {
-		hdr["Cookie"] = []string{strings.Join(cookies, "; ")}
-	}
-	trailer := h2DeclaredTrailers(hdr)
 	if strings.IndexByte(authority, '@') != -1 && (scheme == "http" || scheme == "https") {
 		return bad
 	}
@@ -184,19 +175,44 @@ func (c *h2Conn) newRequest(st *h2Stream, f *http2.MetaHeadersFrame) error {
 	*st.req = http.Request{Method: method, URL: u, RemoteAddr: c.remote, Header: hdr, RequestURI: uri,
 		Proto: "HTTP/2.0", ProtoMajor: 2, Host: authority, Body: http.NoBody, Trailer: trailer}
 	if !st.recvDone {
-		st.req.ContentLength = -1
-		if vv, ok := hdr["Content-Length"]; ok {
-			st.req.ContentLength = 0
-			if cl, err := strconv.ParseUint(vv[0], 10, 63); err == nil {
-				st.req.ContentLength = int64(cl)
-			}
-		}
-		st.declLen = st.req.ContentLength
-		st.req.Body = &h2Body{st: st}
+		st.openBody()
 	}
 	st.req = c.scratch.WithContext(st.ctx)
 	c.scratch = http.Request{}
 	return nil
+}
+
+// requestHeader is the request's header map (net/http's: Expect:
+// 100-continue taken out, Cookie fields joined, declared trailers apart).
+func (c *h2Conn) requestHeader(st *h2Stream, f *http2.MetaHeadersFrame) (http.Header, http.Header) {
+	hdr := make(http.Header, len(f.Fields)-len(f.PseudoFields()))
+	for _, hf := range f.RegularFields() {
+		k := http.CanonicalHeaderKey(hf.Name)
+		hdr[k] = append(hdr[k], hf.Value)
+	}
+	if httpguts.HeaderValuesContainsToken(hdr["Expect"], "100-continue") {
+		delete(hdr, "Expect")
+		st.needsContinue = true
+	}
+	if cookies := hdr["Cookie"]; len(cookies) > 1 {
+		hdr["Cookie"] = []string{strings.Join(cookies, "; ")}
+	}
+	return hdr, h2DeclaredTrailers(hdr)
+}
+
+// openBody gives a request whose HEADERS did not end the stream its
+// body and declared length (-1: none; 0 for one that does not parse).
+func (st *h2Stream) openBody() {
+	r := st.req
+	r.ContentLength = -1
+	if vv, ok := r.Header["Content-Length"]; ok {
+		r.ContentLength = 0
+		if cl, err := strconv.ParseUint(vv[0], 10, 63); err == nil {
+			r.ContentLength = int64(cl)
+		}
+	}
+	st.declLen = r.ContentLength
+	r.Body = &h2Body{st: st}
 }
 
 func h2DeclaredTrailers(hdr http.Header) http.Header {
