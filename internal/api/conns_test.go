@@ -29,6 +29,9 @@ const hang = 10 * time.Second
 // startServer serves h within lim on a loopback port until the test ends.
 func startServer(t *testing.T, h http.Handler, lim Limits, reg prometheus.Registerer) (*Server, string) {
 	t.Helper()
+	if inLeanH2Mode(t) {
+		lim = leanH2(lim)
+	}
 	s := NewServer("127.0.0.1:0", h, lim, reg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -534,36 +537,38 @@ func TestBusyConnsRefuseNewOne(t *testing.T) {
 // counts as idle (HTTP/2 reports it through the ConnState hook) and is
 // shed at the cap like an HTTP/1.1 one.
 func TestIdleH2CConnIsShed(t *testing.T) {
-	s, addr := startServer(t, okHandler(), Limits{MaxConns: 2}, nil)
-	h2 := dial(t, addr)
-	if _, err := io.WriteString(h2, h2Preface); err != nil {
-		t.Fatal(err)
-	}
-	writeFrame(t, h2, frameSettings, 0, 0, nil)
-	get := []byte{0x82, 0x86, 0x84, 0x41, 0x05, 's', 'u', 'r', 'g', 'e'} // GET /
-	writeFrame(t, h2, frameHeaders, flagEndStream|flagEndHeaders, 1, get)
-	for {
-		if typ, flags, stream, _ := readFrame(t, h2); stream == 1 && flags&flagEndStream != 0 {
-			break
-		} else if typ == frameSettings && flags&flagAck == 0 {
-			writeFrame(t, h2, frameSettings, flagAck, 0, nil)
+	bothH2(t, func(t *testing.T) {
+		s, addr := startServer(t, okHandler(), Limits{MaxConns: 2}, nil)
+		h2 := dial(t, addr)
+		if _, err := io.WriteString(h2, h2Preface); err != nil {
+			t.Fatal(err)
 		}
-	}
-	waitIdle(t, s, 1)
-	h1 := dial(t, addr)
-	if r, _, err := h1.get("/"); err != nil || r.StatusCode != http.StatusOK {
-		t.Fatalf("HTTP/1.1 connection below the cap: %v", err)
-	}
-	waitIdle(t, s, 2)
-	if r, _, err := dial(t, addr).get("/"); err != nil || r.StatusCode != http.StatusOK {
-		t.Fatalf("new connection at the cap: %v", err)
-	}
-	if !h2.closedByServer() {
-		t.Error("the idle h2c connection, idle longest, was not shed")
-	}
-	if r, _, err := h1.get("/"); err != nil || r.StatusCode != http.StatusOK {
-		t.Errorf("the HTTP/1.1 connection, idle for less long, no longer serves: %v", err)
-	}
+		writeFrame(t, h2, frameSettings, 0, 0, nil)
+		get := []byte{0x82, 0x86, 0x84, 0x41, 0x05, 's', 'u', 'r', 'g', 'e'} // GET /
+		writeFrame(t, h2, frameHeaders, flagEndStream|flagEndHeaders, 1, get)
+		for {
+			if typ, flags, stream, _ := readFrame(t, h2); stream == 1 && flags&flagEndStream != 0 {
+				break
+			} else if typ == frameSettings && flags&flagAck == 0 {
+				writeFrame(t, h2, frameSettings, flagAck, 0, nil)
+			}
+		}
+		waitIdle(t, s, 1)
+		h1 := dial(t, addr)
+		if r, _, err := h1.get("/"); err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("HTTP/1.1 connection below the cap: %v", err)
+		}
+		waitIdle(t, s, 2)
+		if r, _, err := dial(t, addr).get("/"); err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("new connection at the cap: %v", err)
+		}
+		if !h2.closedByServer() {
+			t.Error("the idle h2c connection, idle longest, was not shed")
+		}
+		if r, _, err := h1.get("/"); err != nil || r.StatusCode != http.StatusOK {
+			t.Errorf("the HTTP/1.1 connection, idle for less long, no longer serves: %v", err)
+		}
+	})
 }
 
 // TestSilentConnsAreShedAfterGrace: a connection that sends nothing counts
@@ -717,16 +722,18 @@ func serverSettings(t *testing.T, addr string) map[uint16]uint32 {
 const settingsMaxConcurrentStreams = 0x3
 
 func TestH2CAdvertisesMaxStreams(t *testing.T) {
-	for _, tc := range []struct {
-		lim  Limits
-		want uint32
-	}{{Limits{}, DefaultMaxStreams}, {Limits{MaxStreams: 7}, 7}} {
-		_, addr := startServer(t, okHandler(), tc.lim, nil)
-		got, ok := serverSettings(t, addr)[settingsMaxConcurrentStreams]
-		if !ok || got != tc.want {
-			t.Errorf("limits %+v: SETTINGS_MAX_CONCURRENT_STREAMS %d (sent: %v), want %d", tc.lim, got, ok, tc.want)
+	bothH2(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			lim  Limits
+			want uint32
+		}{{Limits{}, DefaultMaxStreams}, {Limits{MaxStreams: 7}, 7}} {
+			_, addr := startServer(t, okHandler(), tc.lim, nil)
+			got, ok := serverSettings(t, addr)[settingsMaxConcurrentStreams]
+			if !ok || got != tc.want {
+				t.Errorf("limits %+v: SETTINGS_MAX_CONCURRENT_STREAMS %d (sent: %v), want %d", tc.lim, got, ok, tc.want)
+			}
 		}
-	}
+	})
 }
 
 // TestH2CStreamsPerConnBounded opens far more streams on one h2c
@@ -734,53 +741,55 @@ func TestH2CAdvertisesMaxStreams(t *testing.T) {
 // server's SETTINGS (as a hostile client would): the handler sees at most
 // --max-streams of them, and the rest are reset, not queued.
 func TestH2CStreamsPerConnBounded(t *testing.T) {
-	const maxStreams, streams = 4, 64
-	h := newBlockingHandler()
-	_, addr := startServer(t, h, Limits{MaxStreams: maxStreams}, nil)
-	c := dial(t, addr)
-	// Preface and empty SETTINGS; then the server's SETTINGS, which must
-	// be acknowledged or the server drops the connection.
-	if _, err := io.WriteString(c, h2Preface); err != nil {
-		t.Fatal(err)
-	}
-	writeFrame(t, c, frameSettings, 0, 0, nil)
-	for {
-		typ, flags, _, _ := readFrame(t, c)
-		if typ == frameSettings && flags&flagAck == 0 {
-			break
+	bothH2(t, func(t *testing.T) {
+		const maxStreams, streams = 4, 64
+		h := newBlockingHandler()
+		_, addr := startServer(t, h, Limits{MaxStreams: maxStreams}, nil)
+		c := dial(t, addr)
+		// Preface and empty SETTINGS; then the server's SETTINGS, which must
+		// be acknowledged or the server drops the connection.
+		if _, err := io.WriteString(c, h2Preface); err != nil {
+			t.Fatal(err)
 		}
-	}
-	writeFrame(t, c, frameSettings, flagAck, 0, nil)
-	// GET /block in HPACK: :method GET and :scheme http from the static
-	// table, :path and :authority as literals with static-table names.
-	get := []byte{0x82, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
-	for i := range streams {
-		writeFrame(t, c, frameHeaders, flagEndStream|flagEndHeaders, uint32(2*i+1), get)
-	}
-	h.waitEntered(t, maxStreams)
-	reset := 0
-	for reset < streams-maxStreams {
-		typ, _, stream, _ := readFrame(t, c)
-		switch typ {
-		case frameRSTStream:
-			reset++
-		case frameHeaders:
-			t.Fatalf("stream %d was answered while %d handlers hold their streams", stream, maxStreams)
-		case frameGoAway:
-			t.Fatal("the server closed the connection instead of resetting the excess streams")
+		writeFrame(t, c, frameSettings, 0, 0, nil)
+		for {
+			typ, flags, _, _ := readFrame(t, c)
+			if typ == frameSettings && flags&flagAck == 0 {
+				break
+			}
 		}
-	}
-	select {
-	case <-h.entered:
-		t.Fatalf("more than %d streams reached the handler", maxStreams)
-	default:
-	}
-	close(h.release)
-	for answered := 0; answered < maxStreams; {
-		if typ, _, _, _ := readFrame(t, c); typ == frameHeaders {
-			answered++
+		writeFrame(t, c, frameSettings, flagAck, 0, nil)
+		// GET /block in HPACK: :method GET and :scheme http from the static
+		// table, :path and :authority as literals with static-table names.
+		get := []byte{0x82, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
+		for i := range streams {
+			writeFrame(t, c, frameHeaders, flagEndStream|flagEndHeaders, uint32(2*i+1), get)
 		}
-	}
+		h.waitEntered(t, maxStreams)
+		reset := 0
+		for reset < streams-maxStreams {
+			typ, _, stream, _ := readFrame(t, c)
+			switch typ {
+			case frameRSTStream:
+				reset++
+			case frameHeaders:
+				t.Fatalf("stream %d was answered while %d handlers hold their streams", stream, maxStreams)
+			case frameGoAway:
+				t.Fatal("the server closed the connection instead of resetting the excess streams")
+			}
+		}
+		select {
+		case <-h.entered:
+			t.Fatalf("more than %d streams reached the handler", maxStreams)
+		default:
+		}
+		close(h.release)
+		for answered := 0; answered < maxStreams; {
+			if typ, _, _, _ := readFrame(t, c); typ == frameHeaders {
+				answered++
+			}
+		}
+	})
 }
 
 const (

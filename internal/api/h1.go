@@ -29,8 +29,9 @@ import (
 // write. It serves only what it supports exactly (parseHead) on routes
 // marked lean (LeanRoutes); at the first other request it hands the
 // connection, with every byte it has read and not answered, to net/http,
-// which serves the rest of it as it always does. TLS and h2c connections
-// go to net/http at once.
+// which serves the rest of it as it always does. TLS connections go to
+// net/http at once, h2c ones too unless the lean HTTP/2 server (h2.go)
+// takes them.
 const (
 	// leanBufSize holds a request's head and body: a request that does
 	// not fit goes to net/http, whose limits (MaxHeaderBytes, the
@@ -200,6 +201,10 @@ func (c *h1Conn) loop() (handedOff bool) {
 		c.readBy = t0.Add(t.headerTimeout)
 		switch c.readHead() {
 		case headHandOff:
+			if h2 := c.h.s.h2; h2.takesOver(c) {
+				h2.serveFrom(c)
+				return true // closed by serveFrom
+			}
 			return c.handOff()
 		case headMore:
 			return false // closed, timed out or shutting down

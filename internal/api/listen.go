@@ -182,6 +182,7 @@ type Server struct {
 	streams  *Streams
 	bodies   *BodyBudget
 	h1       *h1Server // nil without Limits.Lean
+	h2       *h2Server // nil without Limits.LeanH2 (and h1)
 }
 
 // NewServer returns a Server for h on addr. If the limits do not resolve,
@@ -201,12 +202,18 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
 	if lim.Lean != nil && !lim.StandardConns {
 		s.h1 = newH1Server(s, lim.Lean)
+		if lim.LeanH2 {
+			s.h2 = newH2Server(s)
+		}
 	}
 	if reg != nil {
 		registerMetrics(reg, s.conns, s.inflight, s.bodies)
 		s.streams.register(reg)
 		if s.h1 != nil {
 			s.h1.register(reg)
+		}
+		if s.h2 != nil {
+			s.h2.register(reg)
 		}
 	}
 	var p http.Protocols
@@ -295,9 +302,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.h1 == nil {
 		return s.srv.Shutdown(ctx)
 	}
-	lean := make(chan error, 1)
+	lean := make(chan error, 2)
 	go func() { lean <- s.h1.shutdown(ctx) }()
-	return errors.Join(s.srv.Shutdown(ctx), <-lean)
+	go func() { lean <- s.h2.shutdown(ctx) }()
+	return errors.Join(s.srv.Shutdown(ctx), <-lean, <-lean)
 }
 
 // Close closes the listener and every connection at once.
@@ -307,6 +315,9 @@ func (s *Server) Close() error {
 	}
 	if s.h1 != nil {
 		s.h1.close()
+	}
+	if s.h2 != nil {
+		s.h2.close()
 	}
 	return s.srv.Close()
 }

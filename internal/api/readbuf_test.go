@@ -150,50 +150,52 @@ func TestBufferedRequestIsNotIdle(t *testing.T) {
 // frames, where the standard stack reads each frame twice. It counts the
 // server's own metric, surge_http_socket_reads_total.
 func TestH2CRequestsReadTogether(t *testing.T) {
-	const streams = 32
-	perRequest := map[bool]float64{}
-	for _, standard := range []bool{false, true} {
-		reg := prometheus.NewRegistry()
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.Write([]byte("ok"))
-		})
-		_, addr := startServer(t, h, Limits{StandardConns: standard}, reg)
-		c := dial(t, addr)
-		io.WriteString(c, h2Preface)
-		writeFrame(t, c, frameSettings, 0, 0, nil)
-		for {
-			typ, flags, _, _ := readFrame(t, c)
-			if typ == frameSettings && flags&flagAck == 0 {
-				break
+	bothH2(t, func(t *testing.T) {
+		const streams = 32
+		perRequest := map[bool]float64{}
+		for _, standard := range []bool{false, true} {
+			reg := prometheus.NewRegistry()
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Write([]byte("ok"))
+			})
+			_, addr := startServer(t, h, Limits{StandardConns: standard}, reg)
+			c := dial(t, addr)
+			io.WriteString(c, h2Preface)
+			writeFrame(t, c, frameSettings, 0, 0, nil)
+			for {
+				typ, flags, _, _ := readFrame(t, c)
+				if typ == frameSettings && flags&flagAck == 0 {
+					break
+				}
 			}
-		}
-		writeFrame(t, c, frameSettings, flagAck, 0, nil)
-		before := metric(t, reg, "surge_http_socket_reads_total")
-		// POST /block in HPACK, then a 64-byte DATA frame ending the stream.
-		post := []byte{0x83, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
-		var all bytes.Buffer
-		for i := range streams {
-			all.Write(frame(frameHeaders, flagEndHeaders, uint32(2*i+1), post))
-			all.Write(frame(frameData, flagEndStream, uint32(2*i+1), bytes.Repeat([]byte{'x'}, 64)))
-		}
-		if _, err := c.Write(all.Bytes()); err != nil {
-			t.Fatal(err)
-		}
-		for answered := 0; answered < streams; {
-			if typ, flags, _, _ := readFrame(t, c); typ == frameData && flags&flagEndStream != 0 {
-				answered++
+			writeFrame(t, c, frameSettings, flagAck, 0, nil)
+			before := metric(t, reg, "surge_http_socket_reads_total")
+			// POST /block in HPACK, then a 64-byte DATA frame ending the stream.
+			post := []byte{0x83, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
+			var all bytes.Buffer
+			for i := range streams {
+				all.Write(frame(frameHeaders, flagEndHeaders, uint32(2*i+1), post))
+				all.Write(frame(frameData, flagEndStream, uint32(2*i+1), bytes.Repeat([]byte{'x'}, 64)))
 			}
+			if _, err := c.Write(all.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+			for answered := 0; answered < streams; {
+				if typ, flags, _, _ := readFrame(t, c); typ == frameData && flags&flagEndStream != 0 {
+					answered++
+				}
+			}
+			perRequest[standard] = (metric(t, reg, "surge_http_socket_reads_total") - before) / streams
 		}
-		perRequest[standard] = (metric(t, reg, "surge_http_socket_reads_total") - before) / streams
-	}
-	t.Logf("socket reads per h2c request: %.2f coalesced, %.2f standard", perRequest[false], perRequest[true])
-	if perRequest[true] < 4 {
-		t.Errorf("standard reads: %.2f socket reads per h2c request, want 4 (two per frame)", perRequest[true])
-	}
-	if perRequest[false] > 0.5 {
-		t.Errorf("coalesced reads: %.2f socket reads per h2c request sent together, want at most 0.5", perRequest[false])
-	}
+		t.Logf("socket reads per h2c request: %.2f coalesced, %.2f standard", perRequest[false], perRequest[true])
+		if perRequest[true] < 4 {
+			t.Errorf("standard reads: %.2f socket reads per h2c request, want 4 (two per frame)", perRequest[true])
+		}
+		if perRequest[false] > 0.5 {
+			t.Errorf("coalesced reads: %.2f socket reads per h2c request sent together, want at most 0.5", perRequest[false])
+		}
+	})
 }
 
 const frameData = 0x0
@@ -211,50 +213,52 @@ func frame(typ, flags byte, stream uint32, payload []byte) []byte {
 // server whose processors are all busy, as under load: with one idle, the
 // yield returns at once and nothing waits to be coalesced.
 func TestH2CRepliesWrittenTogether(t *testing.T) {
-	const streams = 32
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	perReply := map[bool]float64{}
-	for _, standard := range []bool{false, true} {
-		reg := prometheus.NewRegistry()
-		release := make(chan struct{})
-		entered := make(chan struct{}, streams)
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			entered <- struct{}{}
-			<-release
-			Write(w, http.StatusOK, true, []byte(`{"ok":true}`))
-		})
-		_, addr := startServer(t, h, Limits{StandardConns: standard}, reg)
-		c := dial(t, addr)
-		io.WriteString(c, h2Preface)
-		writeFrame(t, c, frameSettings, 0, 0, nil)
-		for {
-			typ, flags, _, _ := readFrame(t, c)
-			if typ == frameSettings && flags&flagAck == 0 {
-				break
+	bothH2(t, func(t *testing.T) {
+		const streams = 32
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		perReply := map[bool]float64{}
+		for _, standard := range []bool{false, true} {
+			reg := prometheus.NewRegistry()
+			release := make(chan struct{})
+			entered := make(chan struct{}, streams)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				entered <- struct{}{}
+				<-release
+				Write(w, http.StatusOK, true, []byte(`{"ok":true}`))
+			})
+			_, addr := startServer(t, h, Limits{StandardConns: standard}, reg)
+			c := dial(t, addr)
+			io.WriteString(c, h2Preface)
+			writeFrame(t, c, frameSettings, 0, 0, nil)
+			for {
+				typ, flags, _, _ := readFrame(t, c)
+				if typ == frameSettings && flags&flagAck == 0 {
+					break
+				}
 			}
-		}
-		writeFrame(t, c, frameSettings, flagAck, 0, nil)
-		get := []byte{0x82, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
-		for i := range streams {
-			writeFrame(t, c, frameHeaders, flagEndStream|flagEndHeaders, uint32(2*i+1), get)
-		}
-		for range streams {
-			<-entered
-		}
-		time.Sleep(50 * time.Millisecond) // the SETTINGS ack's write is done
-		before := metric(t, reg, "surge_http_socket_writes_total")
-		close(release)
-		for answered := 0; answered < streams; {
-			if typ, flags, _, _ := readFrame(t, c); typ == frameData && flags&flagEndStream != 0 {
-				answered++
+			writeFrame(t, c, frameSettings, flagAck, 0, nil)
+			get := []byte{0x82, 0x86, 0x04, 0x06, '/', 'b', 'l', 'o', 'c', 'k', 0x41, 0x05, 's', 'u', 'r', 'g', 'e'}
+			for i := range streams {
+				writeFrame(t, c, frameHeaders, flagEndStream|flagEndHeaders, uint32(2*i+1), get)
 			}
+			for range streams {
+				<-entered
+			}
+			time.Sleep(50 * time.Millisecond) // the SETTINGS ack's write is done
+			before := metric(t, reg, "surge_http_socket_writes_total")
+			close(release)
+			for answered := 0; answered < streams; {
+				if typ, flags, _, _ := readFrame(t, c); typ == frameData && flags&flagEndStream != 0 {
+					answered++
+				}
+			}
+			perReply[standard] = (metric(t, reg, "surge_http_socket_writes_total") - before) / streams
 		}
-		perReply[standard] = (metric(t, reg, "surge_http_socket_writes_total") - before) / streams
-	}
-	t.Logf("socket writes per h2c reply: %.2f coalesced, %.2f standard", perReply[false], perReply[true])
-	if perReply[false] > 0.25 {
-		t.Errorf("coalesced writes: %.2f socket writes per reply of %d handlers released together, want at most 0.25", perReply[false], streams)
-	}
+		t.Logf("socket writes per h2c reply: %.2f coalesced, %.2f standard", perReply[false], perReply[true])
+		if perReply[false] > 0.25 {
+			t.Errorf("coalesced writes: %.2f socket writes per reply of %d handlers released together, want at most 0.25", perReply[false], streams)
+		}
+	})
 }
 
 // TestYieldOnlyWithShortRunQueue: a flush yields while few goroutines

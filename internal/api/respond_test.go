@@ -129,35 +129,37 @@ func TestCheckBodyDoesNotAllocate(t *testing.T) {
 // Content-Length over HTTP/1.1 and h2c (HEAD too), whether Write set it
 // (large bodies) or left it to the server (small ones).
 func TestWriteDeclaresLength(t *testing.T) {
-	sizes := []int{0, 3, implicitLengthMax, implicitLengthMax + 1, 5000, 70 << 10}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
-		Write(w, http.StatusOK, true, []byte(strings.Repeat("x", n)))
-	})
-	_, addr := startServer(t, h, Limits{}, nil)
-	for _, c := range []struct {
-		name   string
-		client *http.Client
-	}{{"HTTP/1.1", &http.Client{}}, {"h2c", h2cClient()}} {
-		for _, n := range sizes {
-			for _, method := range []string{http.MethodGet, http.MethodHead} {
-				req, _ := http.NewRequest(method, "http://"+addr+"/?n="+strconv.Itoa(n), nil)
-				resp, err := c.client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.ContentLength != int64(n) || resp.Header.Get("Content-Length") != strconv.Itoa(n) || len(resp.TransferEncoding) != 0 {
-					t.Errorf("%s %s of %d bytes: Content-Length %q (%d), Transfer-Encoding %v", c.name, method, n,
-						resp.Header.Get("Content-Length"), resp.ContentLength, resp.TransferEncoding)
-				}
-				if method == http.MethodGet && len(body) != n {
-					t.Errorf("%s GET: %d bytes of body, want %d", c.name, len(body), n)
+	bothH2(t, func(t *testing.T) {
+		sizes := []int{0, 3, implicitLengthMax, implicitLengthMax + 1, 5000, 70 << 10}
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			Write(w, http.StatusOK, true, []byte(strings.Repeat("x", n)))
+		})
+		_, addr := startServer(t, h, Limits{}, nil)
+		for _, c := range []struct {
+			name   string
+			client *http.Client
+		}{{"HTTP/1.1", &http.Client{}}, {"h2c", h2cClient()}} {
+			for _, n := range sizes {
+				for _, method := range []string{http.MethodGet, http.MethodHead} {
+					req, _ := http.NewRequest(method, "http://"+addr+"/?n="+strconv.Itoa(n), nil)
+					resp, err := c.client.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.ContentLength != int64(n) || resp.Header.Get("Content-Length") != strconv.Itoa(n) || len(resp.TransferEncoding) != 0 {
+						t.Errorf("%s %s of %d bytes: Content-Length %q (%d), Transfer-Encoding %v", c.name, method, n,
+							resp.Header.Get("Content-Length"), resp.ContentLength, resp.TransferEncoding)
+					}
+					if method == http.MethodGet && len(body) != n {
+						t.Errorf("%s GET: %d bytes of body, want %d", c.name, len(body), n)
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestAppendStringRoundTrips: what AppendString writes decodes to the

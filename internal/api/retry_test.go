@@ -75,50 +75,52 @@ func h2cClient() *http.Client {
 // predicted wait (RetryInfo, pushback, Retry-After), not a JSON 503 that a
 // gRPC client reads as a bare UNAVAILABLE.
 func TestWaitingRoomRefusesRPCInItsProtocol(t *testing.T) {
-	h := newOrderHandler()
-	s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 1, MaxWait: time.Hour}, prometheus.NewRegistry())
-	s.inflight.fastNs.Store(int64(2 * time.Second))
-	s.inflight.grants = 1 << 20
-	base := "http://" + addr
-	out := make(chan blockResult, 2)
-	sendBlock(context.Background(), base, 0, out)
-	awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
-	sendBlock(context.Background(), base, 1, out)
-	awaitCond(t, "a waiter", func() bool { return s.inflight.queued.Load() == 1 })
-	// A full room gives each refusal its ticket: the room (1) is half
-	// drained after one release (2 s), the first ticket a release later
-	// (4 s), each next one a release after that.
-	for k, c := range []struct {
-		name string
-		opts []connect.ClientOption
-	}{{"gRPC", []connect.ClientOption{connect.WithGRPC()}}, {"gRPC-Web", []connect.ClientOption{connect.WithGRPCWeb()}}, {"Connect", nil}} {
-		cl := connect.NewClient[emptypb.Empty, emptypb.Empty](h2cClient(), base+"/test.Svc/Call", c.opts...)
-		_, err := cl.CallUnary(context.Background(), connect.NewRequest(&emptypb.Empty{}))
-		want := time.Duration(4+2*k) * time.Second
-		if connect.CodeOf(err) != connect.CodeUnavailable {
-			t.Fatalf("%s: %v; want unavailable", c.name, err)
+	bothH2(t, func(t *testing.T) {
+		h := newOrderHandler()
+		s, addr := startServer(t, h, Limits{MaxInflight: 1, WaitingRoom: 1, MaxWait: time.Hour}, prometheus.NewRegistry())
+		s.inflight.fastNs.Store(int64(2 * time.Second))
+		s.inflight.grants = 1 << 20
+		base := "http://" + addr
+		out := make(chan blockResult, 2)
+		sendBlock(context.Background(), base, 0, out)
+		awaitCond(t, "the first request in the handler", func() bool { return len(h.entered) == 1 })
+		sendBlock(context.Background(), base, 1, out)
+		awaitCond(t, "a waiter", func() bool { return s.inflight.queued.Load() == 1 })
+		// A full room gives each refusal its ticket: the room (1) is half
+		// drained after one release (2 s), the first ticket a release later
+		// (4 s), each next one a release after that.
+		for k, c := range []struct {
+			name string
+			opts []connect.ClientOption
+		}{{"gRPC", []connect.ClientOption{connect.WithGRPC()}}, {"gRPC-Web", []connect.ClientOption{connect.WithGRPCWeb()}}, {"Connect", nil}} {
+			cl := connect.NewClient[emptypb.Empty, emptypb.Empty](h2cClient(), base+"/test.Svc/Call", c.opts...)
+			_, err := cl.CallUnary(context.Background(), connect.NewRequest(&emptypb.Empty{}))
+			want := time.Duration(4+2*k) * time.Second
+			if connect.CodeOf(err) != connect.CodeUnavailable {
+				t.Fatalf("%s: %v; want unavailable", c.name, err)
+			}
+			// The ticket is counted from the refusal: the time since it was
+			// given only shortens it, by far less than a second.
+			got, ok := GRPCRetryDelay(err)
+			if !ok || got > want || got <= want-3*time.Second {
+				t.Errorf("%s: RetryInfo delay %v (present %v); want just under %v", c.name, got, ok, want)
+			}
+			var ce *connect.Error
+			errors.As(err, &ce)
+			if ms, _ := strconv.ParseInt(ce.Meta().Get(PushbackHeader), 10, 64); ms != got.Milliseconds() {
+				t.Errorf("%s: %s %d ms; want %d (the RetryInfo delay)", c.name, PushbackHeader, ms, got.Milliseconds())
+			}
+			if ra := ce.Meta().Get(RetryAfterHeader); ra != strconv.Itoa(RetryAfterSeconds(got)) {
+				t.Errorf("%s: Retry-After %q; want %d (the RetryInfo delay in whole seconds)", c.name, ra, RetryAfterSeconds(got))
+			}
 		}
-		// The ticket is counted from the refusal: the time since it was
-		// given only shortens it, by far less than a second.
-		got, ok := GRPCRetryDelay(err)
-		if !ok || got > want || got <= want-3*time.Second {
-			t.Errorf("%s: RetryInfo delay %v (present %v); want just under %v", c.name, got, ok, want)
+		for range 2 {
+			h.release <- struct{}{}
 		}
-		var ce *connect.Error
-		errors.As(err, &ce)
-		if ms, _ := strconv.ParseInt(ce.Meta().Get(PushbackHeader), 10, 64); ms != got.Milliseconds() {
-			t.Errorf("%s: %s %d ms; want %d (the RetryInfo delay)", c.name, PushbackHeader, ms, got.Milliseconds())
+		for range 2 {
+			if r := <-out; r.err != nil || r.status != http.StatusOK {
+				t.Fatalf("request %d: %v %d %q", r.i, r.err, r.status, r.body)
+			}
 		}
-		if ra := ce.Meta().Get(RetryAfterHeader); ra != strconv.Itoa(RetryAfterSeconds(got)) {
-			t.Errorf("%s: Retry-After %q; want %d (the RetryInfo delay in whole seconds)", c.name, ra, RetryAfterSeconds(got))
-		}
-	}
-	for range 2 {
-		h.release <- struct{}{}
-	}
-	for range 2 {
-		if r := <-out; r.err != nil || r.status != http.StatusOK {
-			t.Fatalf("request %d: %v %d %q", r.i, r.err, r.status, r.body)
-		}
-	}
+	})
 }

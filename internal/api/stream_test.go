@@ -25,45 +25,47 @@ func protoClient(h2c bool) *http.Client {
 // on both protocols; an ordinary handler that takes as long is cut, which
 // shows the timeouts are in force.
 func TestOpenStreamOutlivesServerTimeouts(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var st *Stream
-		if r.URL.Path == "/stream" {
-			st = OpenStream(w, r)
-			defer st.Close()
-		}
-		w.WriteHeader(http.StatusOK)
-		http.NewResponseController(w).Flush()
-		select {
-		case <-time.After(3 * timeout):
-		case <-r.Context().Done():
-			return
-		}
-		if st != nil {
-			_ = st.Write([]byte("late"))
-			return
-		}
-		w.Write([]byte("late"))
-	})
-	_, addr := startServer(t, h, Limits{ReadTimeout: timeout, WriteTimeout: timeout}, nil)
-	for _, h2c := range []bool{false, true} {
-		hc := protoClient(h2c)
-		get := func(path string) (string, error) {
-			resp, err := hc.Get("http://" + addr + path)
-			if err != nil {
-				return "", err
+	bothH2(t, func(t *testing.T) {
+		const timeout = 300 * time.Millisecond
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var st *Stream
+			if r.URL.Path == "/stream" {
+				st = OpenStream(w, r)
+				defer st.Close()
 			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			return string(b), err
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			select {
+			case <-time.After(3 * timeout):
+			case <-r.Context().Done():
+				return
+			}
+			if st != nil {
+				_ = st.Write([]byte("late"))
+				return
+			}
+			w.Write([]byte("late"))
+		})
+		_, addr := startServer(t, h, Limits{ReadTimeout: timeout, WriteTimeout: timeout}, nil)
+		for _, h2c := range []bool{false, true} {
+			hc := protoClient(h2c)
+			get := func(path string) (string, error) {
+				resp, err := hc.Get("http://" + addr + path)
+				if err != nil {
+					return "", err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return string(b), err
+			}
+			if body, err := get("/stream"); err != nil || body != "late" {
+				t.Fatalf("h2c %v: stream got %q, %v; want it to outlive the write timeout", h2c, body, err)
+			}
+			if body, err := get("/plain"); err == nil && body == "late" {
+				t.Fatalf("h2c %v: a plain handler outlived the write timeout: the test shows nothing", h2c)
+			}
 		}
-		if body, err := get("/stream"); err != nil || body != "late" {
-			t.Fatalf("h2c %v: stream got %q, %v; want it to outlive the write timeout", h2c, body, err)
-		}
-		if body, err := get("/plain"); err == nil && body == "late" {
-			t.Fatalf("h2c %v: a plain handler outlived the write timeout: the test shows nothing", h2c)
-		}
-	}
+	})
 }
 
 // The shared budget: pages wait for it up to the stall timeout, then end

@@ -1,0 +1,246 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The lean HTTP/2 server (--http2-lean).
+//
+// net/http's HTTP/2 server gives every stream, before any handler can
+// decide anything, a goroutine, a 4 KiB write buffer, a Request and a
+// cancellable context: some 10 KB, and a stack the collector scans every
+// cycle. In a flash crowd tens of thousands of streams wait in the
+// waiting room for an in-flight slot, and that cost is most of the
+// server's. So cleartext prior-knowledge connections (h2c) are served
+// here instead: a stream is a record (h2Stream) that holds its request
+// and, on a lean route, its whole body, until it is dispatched; only then
+// does a goroutine run the same handler chain net/http's would, with a
+// ResponseWriter that behaves, as the client can see it, like net/http's.
+// The frames are read and written with golang.org/x/net/http2's Framer
+// and hpack; the connection and stream machinery is our own, because
+// net/http's ties a stream to its handler goroutine from the start.
+const (
+	// h2HandlerChunk is net/http's per-stream write buffer: a handler's
+	// answer that ends within it, unflushed, gets a Content-Length.
+	h2HandlerChunk = 4 << 10
+	// h2RecvWindow is the flow-control window advertised per stream and
+	// per connection (net/http's MaxUploadBufferPerStream and
+	// ...PerConnection defaults): a client sends at most this much of
+	// the bodies on a connection before handlers read them.
+	h2RecvWindow = 1 << 20
+	// h2MaxReadFrameSize is the largest frame we accept (net/http's
+	// SETTINGS_MAX_FRAME_SIZE).
+	h2MaxReadFrameSize = 1 << 20
+	// h2HeaderTableSize is the HPACK table size, both ways (the
+	// protocol's default, net/http's).
+	h2HeaderTableSize = 4096
+	// h2InflowMinRefresh: unread-body credit is returned in
+	// WINDOW_UPDATEs of at least this many bytes (net/http's).
+	h2InflowMinRefresh = 4 << 10
+	// h2MaxQueuedControl bounds the control frames (PING and SETTINGS
+	// acks, resets) queued while the socket does not take them: a client
+	// that floods them without reading is cut (net/http's bound).
+	h2MaxQueuedControl = 10000
+	// h2MaxPending bounds the bytes a connection holds encoded and not
+	// yet written: a handler whose DATA would pass it waits for the
+	// socket, so a client that does not read pins no more than this.
+	h2MaxPending = 256 << 10
+	// h2GoAwayLinger is how long a connection that sent GOAWAY stays
+	// open for the client to read it before it is closed (net/http's
+	// goAwayTimeout): a close with the client's bytes unread would reset
+	// the connection and could lose the GOAWAY.
+	h2GoAwayLinger = time.Second
+	// h2MaxSettings bounds the settings in one SETTINGS frame
+	// (net/http's).
+	h2MaxSettings = 100
+	// h2MaxEarlyResets: a connection may have this many times
+	// MaxStreams streams waiting for a handler (their handlers started
+	// as others end, the client having reset streams whose handlers
+	// still run) before it is closed with ENHANCE_YOUR_CALM: net/http's
+	// bound on rapid reset.
+	h2MaxEarlyResets = 4
+	// h2WorkerIdle is how long a handler goroutine whose stream is done
+	// waits for another stream to run before it exits. A new goroutine
+	// per stream starts with a small stack and grows it through the
+	// handler chain and the engine (copystack was a fifth of the lean
+	// server's CPU profile); a kept one has grown it already.
+	h2WorkerIdle = time.Second
+)
+
+// h2PrefaceStart is what the lean HTTP/1.1 loop sees of the h2c preface
+// before it gives up on the head: the preface's first line and blank
+// line.
+var h2PrefaceStart = []byte(h2cPreface[:18])
+
+// h2Server is a Server's lean HTTP/2 server.
+type h2Server struct {
+	s        *Server
+	shutting atomic.Bool
+	mu       sync.Mutex
+	conns    map[*h2Conn]struct{}
+	// work hands a stream to an idle handler goroutine; done, closed at
+	// Shutdown or Close, ends the idle ones.
+	work chan *h2Stream
+	done chan struct{}
+	stop sync.Once
+	// Counters, for tests and the metrics.
+	served, conned atomic.Uint64
+}
+
+func newH2Server(s *Server) *h2Server {
+	return &h2Server{s: s, conns: map[*h2Conn]struct{}{}, work: make(chan *h2Stream), done: make(chan struct{})}
+}
+
+// run runs the stream's handler on an idle handler goroutine, or a new
+// one.
+func (h *h2Server) run(st *h2Stream) {
+	select {
+	case h.work <- st:
+	default:
+		go h.worker(st)
+	}
+}
+
+// worker runs streams' handlers until none comes for h2WorkerIdle.
+func (h *h2Server) worker(st *h2Stream) {
+	var idle *time.Timer
+	for {
+		st.c.runHandler(st)
+		if idle == nil {
+			idle = time.NewTimer(h2WorkerIdle)
+		} else {
+			idle.Reset(h2WorkerIdle)
+		}
+		select {
+		case st = <-h.work:
+		case <-idle.C:
+			return
+		case <-h.done:
+			idle.Stop()
+			return
+		}
+	}
+}
+
+// takesOver reports whether the lean HTTP/1.1 loop's connection, whose
+// first bytes it could not parse, is h2c for this server.
+func (h *h2Server) takesOver(c *h1Conn) bool {
+	return h != nil && c.tc.h2.Load() && bytes.HasPrefix(c.buf[c.r:c.w], h2PrefaceStart)
+}
+
+// serveFrom serves the h1 loop's connection as h2c, starting with the
+// bytes that loop read.
+func (h *h2Server) serveFrom(c *h1Conn) {
+	c.h.remove(c)
+	read := append([]byte(nil), c.buf[c.r:c.w]...)
+	// The HTTP/1.1 loop's buffers would live as long as the connection,
+	// its goroutine running this one.
+	c.buf, c.out, c.r, c.w = nil, nil, 0, 0
+	tc := c.tc
+	hc := newH2Conn(h, tc, read)
+	if !h.add(hc) {
+		tc.t.setState(tc, http.StateClosed)
+		tc.Close()
+		return
+	}
+	h.conned.Add(1)
+	hc.serve()
+	h.remove(hc)
+	tc.t.setState(tc, http.StateClosed)
+	tc.Close()
+}
+
+func (h *h2Server) add(c *h2Conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shutting.Load() {
+		return false
+	}
+	h.conns[c] = struct{}{}
+	return true
+}
+
+func (h *h2Server) remove(c *h2Conn) {
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+}
+
+func (h *h2Server) logf(format string, args ...any) {
+	if l := h.s.srv.ErrorLog; l != nil {
+		l.Printf(format, args...)
+	}
+}
+
+// baseContext is a connection's context, as net/http's ConnContext
+// makes it.
+func (h *h2Server) baseContext(tc *trackedConn) context.Context {
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, h.s.srv)
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
+	if cc := h.s.srv.ConnContext; cc != nil {
+		ctx = cc(ctx, tc)
+	}
+	return ctx
+}
+
+// shutdown sends every connection GOAWAY, lets their streams finish and
+// waits for them to close, until ctx is done.
+func (h *h2Server) shutdown(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	h.shutting.Store(true)
+	h.stop.Do(func() { close(h.done) })
+	tick := time.NewTicker(leanShutdownPoll)
+	defer tick.Stop()
+	for {
+		h.mu.Lock()
+		n := len(h.conns)
+		for c := range h.conns {
+			c.startGracefulShutdown()
+		}
+		h.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// close closes every connection at once.
+func (h *h2Server) close() {
+	if h == nil {
+		return
+	}
+	h.shutting.Store(true)
+	h.stop.Do(func() { close(h.done) })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.conns {
+		c.tc.Close()
+	}
+}
+
+func (h *h2Server) register(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http2_lean_streams_total",
+			Help: "HTTP/2 streams whose handler the lean HTTP/2 server (--http2-lean) ran.",
+		}, func() float64 { return float64(h.served.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "surge_http2_lean_connections_total",
+			Help: "h2c connections served by the lean HTTP/2 server rather than net/http.",
+		}, func() float64 { return float64(h.conned.Load()) }),
+	)
+}
