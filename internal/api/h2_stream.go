@@ -34,6 +34,7 @@ type h2Stream struct {
 	recvDone, sendDone, closed bool
 	closeErr                   error
 	dispatched, lean           bool
+	resumed                    bool // parked, and handed its slot: runHandler runs the room's run
 	sendWin                    int64
 	inflow                     h2Inflow
 	in                         []byte // body received, not yet read
@@ -411,10 +412,26 @@ func (c *h2Conn) handlerDone() {
 // runHandler runs a dispatched stream's handler, on a handler
 // goroutine (h2Server.run).
 func (c *h2Conn) runHandler(st *h2Stream) {
+	if st.resumed {
+		// A parked stream handed its slot: its handler already returned
+		// (and counted itself done); this runs the rest of its chain.
+		st.resumed = false
+		c.finishRun(st, st.rw.parking.run)
+		return
+	}
 	defer c.handlerDone()
+	c.finishRun(st, nil)
+}
+
+// finishRun runs the stream's handler, or run, the rest of a parked
+// stream's chain, and ends the stream unless the handler parked it.
+func (c *h2Conn) finishRun(st *h2Stream, run func()) {
 	rw := st.rw
-	didPanic := true
+	didPanic, parked := true, false
 	defer func() {
+		if parked {
+			return
+		}
 		st.cancel()
 		if r := st.req; r.MultipartForm != nil {
 			r.MultipartForm.RemoveAll()
@@ -434,8 +451,17 @@ func (c *h2Conn) runHandler(st *h2Stream) {
 			c.h.logf("http2: panic serving %v: %v\n%s", c.remote, e, buf)
 		}
 	}()
-	c.h.served.Add(1)
-	rw.handler.ServeHTTP(rw, st.req)
+	if run == nil {
+		c.h.served.Add(1)
+		rw.handler.ServeHTTP(rw, st.req)
+		if run, parked = rw.returnParked(); parked {
+			didPanic = false
+			return
+		}
+	}
+	if run != nil {
+		run()
+	}
 	didPanic = false
 }
 

@@ -288,6 +288,7 @@ type h2Writer struct {
 	buf               []byte
 	wrote, sentLen    int64
 	trailers          []string
+	parking           h2Parking
 }
 
 func (w *h2Writer) Header() http.Header {

@@ -142,8 +142,10 @@ func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	if pw, ok := w.(parkingWriter); ok {
-		l.park(pw, r, next)
-		return
+		if resume := pw.park(); resume != nil {
+			l.park(pw, resume, r, next)
+			return
+		}
 	}
 	if !l.wait(w, r) {
 		return

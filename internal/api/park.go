@@ -21,18 +21,19 @@ import (
 type parkingWriter interface {
 	http.ResponseWriter
 	// park keeps the request's stream and context alive after its handler
-	// returns, answered by nothing yet. resume(run) then runs run on a new
-	// goroutine and ends the stream as a handler's return would;
-	// resume(nil) ends it unanswered (its client has gone). Exactly one
-	// resume follows each park.
+	// returns, answered by nothing yet. resume(run) then runs run on
+	// another goroutine (or the handler's, if it has not returned yet) and
+	// ends the stream as a handler's return would; resume(nil) ends it
+	// unanswered (its client has gone). Exactly one resume follows each
+	// park. A nil resume: this request cannot be parked; it waits on its
+	// goroutine.
 	park() (resume func(run func()))
 }
 
-// park queues r for a slot without holding the calling goroutine: the
-// writer's resume runs next once the room grants one.
-func (l *inflightLimiter) park(pw parkingWriter, r *http.Request, next http.Handler) {
+// park queues r for a slot without holding the calling goroutine: resume,
+// from pw.park, runs next once the room grants one.
+func (l *inflightLimiter) park(pw parkingWriter, resume func(func()), r *http.Request, next http.Handler) {
 	wt := &waiter{}
-	resume := pw.park()
 	wt.run = func() {
 		resume(func() {
 			l.outcomes[waitServed].Add(1)
