@@ -117,12 +117,21 @@ func h2Echo(w http.ResponseWriter, r *http.Request) int {
 
 // h2Serve serves h2Routes within lim on a loopback port, with the lean
 // HTTP/2 server when lean (Limits.LeanH2; it needs the lean HTTP/1.1
-// routes, which h2Routes marks), until the test ends.
+// routes, which h2Routes marks), until the test ends; /stuck holds its
+// handlers until then.
 func h2Serve(tb testing.TB, lean bool, lim api.Limits) string {
+	tb.Helper()
+	stuck := make(chan struct{})
+	tb.Cleanup(func() { close(stuck) })
+	return h2ServeStuck(tb, lean, lim, stuck)
+}
+
+// h2ServeStuck is h2Serve with /stuck holding its handlers until stuck
+// closes.
+func h2ServeStuck(tb testing.TB, lean bool, lim api.Limits, stuck <-chan struct{}) string {
 	tb.Helper()
 	mux := http.NewServeMux()
 	m := api.NewMetrics(prometheus.NewRegistry())
-	stuck := make(chan struct{})
 	h2Routes(m, mux, stuck)
 	lim.Lean, lim.LeanH2 = m.Lean(), lean
 	s := api.NewServer("127.0.0.1:0", mux, lim, nil)
@@ -133,7 +142,6 @@ func h2Serve(tb testing.TB, lean bool, lim api.Limits) string {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	tb.Cleanup(func() {
-		close(stuck)
 		s.Close()
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 			tb.Errorf("Serve: %v", err)
