@@ -8,15 +8,18 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -901,5 +904,204 @@ func TestH2FramesDifferential(t *testing.T) {
 				t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
 			}
 		})
+	}
+}
+
+// Floods and slow clients: a client that sends and does not read, or
+// reads and does not send, must not hold the server's memory or a
+// connection beyond the limits. Each test asks both servers and requires
+// the lean one to end as net/http's does.
+
+// h2FloodFrames is how many frames a flood sends at most: far more than
+// net/http queues unanswered (10,000 control frames) plus what the
+// sockets' buffers hold, which h2SmallRcvBuf keeps small on the client's side.
+const h2FloodFrames = 200_000
+
+// h2SmallRcvBuf is the client's receive buffer in the flood and slow
+// reader tests, so that what the server writes piles up on its side.
+const h2SmallRcvBuf = 4096
+
+// h2DialSmall connects with a small receive buffer, set before the
+// handshake so that the window the client advertises stays small.
+func h2DialSmall(tb testing.TB, addr string) net.Conn {
+	tb.Helper()
+	d := net.Dialer{Timeout: h2Hang, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, h2SmallRcvBuf)
+		})
+		return cmp.Or(err, serr)
+	}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// h2Flood writes the preface, SETTINGS, then frame over and over without
+// reading, until the server stops taking them or h2FloodFrames were sent,
+// and a last PING; then it reads until that PING's ACK, which the server
+// writes after every answer to the flood, or the connection's end. It
+// reports whether the server closed the connection and how many frames
+// it answered.
+func h2Flood(t *testing.T, addr string, frame []byte) (closed bool, sent, answered int) {
+	conn := h2DialSmall(t, addr)
+	conn.SetDeadline(time.Now().Add(h2Hang))
+	if _, err := io.WriteString(conn, h2Preface+"\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		t.Fatal(err)
+	}
+	const batch = 1000
+	chunk := bytes.Repeat(frame, batch)
+	for sent < h2FloodFrames {
+		if _, err := conn.Write(chunk); err != nil {
+			break
+		}
+		sent += batch
+	}
+	last := [8]byte{'l', 'a', 's', 't'}
+	fr := http2.NewFramer(conn, conn)
+	fr.WritePing(false, last)
+	conn.SetDeadline(time.Now().Add(h2Hang))
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the server neither answered the PING after the flood nor closed (answered %d of %d)", answered, sent)
+			}
+			return true, sent, answered
+		}
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			if f.IsAck() && f.Data == last {
+				return false, sent, answered
+			}
+			answered += h2Count(f.IsAck())
+		case *http2.SettingsFrame:
+			answered += h2Count(f.IsAck())
+		}
+	}
+}
+
+func h2Count(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestH2PingAndSettingsFloods: a client that sends PINGs or SETTINGS, each
+// owing an ACK, and reads none, would make the server queue answers it
+// cannot write. The server must bound them: net/http closes the
+// connection once 10,000 control frames wait (PING), or answers a run of
+// SETTINGS with one ACK and keeps the connection (SETTINGS, against RFC
+// 9113 6.5.3's one ACK each). The lean server must answer fewer frames
+// than it was sent, and close the connection where net/http does.
+func TestH2PingAndSettingsFloods(t *testing.T) {
+	ping := []byte{0, 0, 8, byte(http2.FramePing), 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
+	settings := []byte{0, 0, 0, byte(http2.FrameSettings), 0, 0, 0, 0, 0}
+	for _, fl := range []struct {
+		name  string
+		frame []byte
+	}{{"PING", ping}, {"SETTINGS", settings}} {
+		t.Run(fl.name, func(t *testing.T) {
+			var closed [2]bool
+			for i, m := range h2Modes {
+				var sent, answered int
+				closed[i], sent, answered = h2Flood(t, h2Serve(t, m.lean, api.Limits{}), fl.frame)
+				t.Logf("%s server: sent %d %s frames, %d answered, closed %v", m.name, sent, fl.name, answered, closed[i])
+				if !closed[i] && answered >= sent {
+					t.Errorf("%s server answered all %d frames of a flood never read and kept the connection: nothing bounds its queue", m.name, sent)
+				}
+			}
+			if closed[0] && !closed[1] {
+				t.Errorf("net/http's server closes a connection that floods %s; the lean one keeps it", fl.name)
+			}
+		})
+	}
+}
+
+// h2SlowTimeout is the write and read timeout of the slow-client tests:
+// short, so they wait little; the tests assert what ends, not when.
+const h2SlowTimeout = 200 * time.Millisecond
+
+// h2SlowWait is how long the reader that never reads stays silent: many
+// write timeouts, so the server has given up on the answer by then.
+const h2SlowWait = 15 * h2SlowTimeout
+
+// h2BigAnswer is the answer the slow reader never reads: far more than
+// the sockets' buffers hold.
+const h2BigAnswer = 64 << 20
+
+// TestH2ReaderThatNeverReads: a client opens a large answer with a large
+// window and reads nothing. The write timeout must cut the answer: when
+// the client reads at last, the stream does not end with the answer
+// complete. (net/http resets the stream and keeps the connection, but its
+// writer stays blocked on the socket until the client reads; the lean
+// server may close the connection instead.)
+func TestH2ReaderThatNeverReads(t *testing.T) {
+	for _, m := range h2Modes {
+		addr := h2Serve(t, m.lean, api.Limits{WriteTimeout: h2SlowTimeout})
+		conn := h2DialSmall(t, addr)
+		c := newH2Client(t, conn)
+		c.conn = conn
+		if _, err := io.WriteString(conn, h2Preface); err != nil {
+			t.Fatal(err)
+		}
+		c.check(c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2Window}))
+		c.check(c.fr.WriteWindowUpdate(0, h2Window))
+		id := c.open("GET", fmt.Sprintf("/big?n=%d", h2BigAnswer), true)
+		time.Sleep(h2SlowWait)
+		c.events = make(chan h2Event, 64)
+		go c.read()
+		c.await(id)
+		got := c.obs.stream(id)
+		got.flush()
+		t.Logf("%s server: %v; connection closed: %v", m.name, got.items, c.closed)
+		if c.ended[id] && slices.Contains(got.items, "END_STREAM") && len(got.items) > 1 &&
+			strings.Contains(got.items[len(got.items)-2], fmt.Sprintf("(%d bytes)", h2BigAnswer)) {
+			t.Errorf("%s server: the answer a client never read was sent whole, past the write timeout", m.name)
+		}
+		if !c.ended[id] && !c.closed {
+			t.Errorf("%s server: the stream of the answer never read neither ended nor was cut", m.name)
+		}
+	}
+}
+
+// TestH2StreamsThatNeverEnd: a client opens as many streams as it may,
+// each a request whose body never ends. The read timeout must end every
+// one, and the connection must then serve a new request: streams that
+// hang do not hold their slots.
+func TestH2StreamsThatNeverEnd(t *testing.T) {
+	var obs [2]string
+	for i, m := range h2Modes {
+		addr := h2Serve(t, m.lean, api.Limits{MaxStreams: h2CorpusStreams, ReadTimeout: h2SlowTimeout})
+		c := h2Dial(t, addr)
+		var ids []uint32
+		for range h2CorpusStreams {
+			id := c.open("POST", "/", false)
+			c.data(id, false, "part of a body")
+			ids = append(ids, id)
+		}
+		c.await(ids...)
+		var out []string
+		for _, id := range ids {
+			out = append(out, fmt.Sprintf("stream %d ended by the server: %v", id, c.ended[id]))
+		}
+		if !c.closed {
+			id := c.open("GET", "/", true)
+			c.await(id)
+			out = append(out, fmt.Sprintf("then served: %q", c.obs.stream(id).items))
+		}
+		obs[i] = strings.Join(out, "\n") + "\nclosed: " + fmt.Sprint(c.closed)
+		t.Logf("%s server:\n%s", m.name, obs[i])
+	}
+	if !strings.Contains(obs[0], "then served") {
+		t.Errorf("net/http's server did not serve a new stream after the timed-out ones:\n%s", obs[0])
+	}
+	if obs[0] != obs[1] {
+		t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
 	}
 }
