@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -912,10 +913,33 @@ func TestH2FramesDifferential(t *testing.T) {
 // connection beyond the limits. Each test asks both servers and requires
 // the lean one to end as net/http's does.
 
-// h2FloodFrames is how many frames a flood sends at most: far more than
-// net/http queues unanswered (10,000 control frames) plus what the
-// sockets' buffers hold, which h2SmallRcvBuf keeps small on the client's side.
-const h2FloodFrames = 200_000
+// h2FloodFrames is how many frames a flood sends at most: twice what
+// the server's socket may buffer of their answers (Linux grows a send
+// buffer up to tcp_wmem's maximum, 4 MiB by default) plus what net/http
+// queues unanswered (10,000 control frames), so that the answers cannot
+// all leave however fast the server reads. h2SmallRcvBuf keeps the
+// client's side of the buffering small.
+func h2FloodFrames() int {
+	const frame, queued, defaultMax = 17, 10_000, 4 << 20
+	wmax := defaultMax
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			wmax = cmp.Or(atoiOr(f[2], 0), defaultMax)
+		}
+	}
+	return 2 * (wmax/frame + queued)
+}
+
+func atoiOr(s string, def int) int {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n
+	}
+	return def
+}
+
+// h2FloodHang bounds a whole flood, sent and answered: far longer than a
+// flood takes, even under the race detector on a busy machine.
+const h2FloodHang = 2 * time.Minute
 
 // h2SmallRcvBuf is the client's receive buffer in the flood and slow
 // reader tests, so that what the server writes piles up on its side.
@@ -948,13 +972,13 @@ func h2DialSmall(tb testing.TB, addr string) net.Conn {
 // it answered.
 func h2Flood(t *testing.T, addr string, frame []byte) (closed bool, sent, answered int) {
 	conn := h2DialSmall(t, addr)
-	conn.SetDeadline(time.Now().Add(h2Hang))
+	conn.SetDeadline(time.Now().Add(h2FloodHang))
 	if _, err := io.WriteString(conn, h2Preface+"\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
 		t.Fatal(err)
 	}
 	const batch = 1000
 	chunk := bytes.Repeat(frame, batch)
-	for sent < h2FloodFrames {
+	for n := h2FloodFrames(); sent < n; {
 		if _, err := conn.Write(chunk); err != nil {
 			break
 		}
@@ -963,7 +987,6 @@ func h2Flood(t *testing.T, addr string, frame []byte) (closed bool, sent, answer
 	last := [8]byte{'l', 'a', 's', 't'}
 	fr := http2.NewFramer(conn, conn)
 	fr.WritePing(false, last)
-	conn.SetDeadline(time.Now().Add(h2Hang))
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
