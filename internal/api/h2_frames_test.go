@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -52,7 +53,7 @@ var h2Modes = []h2Mode{{"net/http", false}, {"lean", true}}
 // h2Routes are handlers like the real ones (metered by api.Metrics, JSON
 // or text with a Content-Type set), with the behaviours a frame sequence
 // can meet: reading and echoing a body, flushing, trailers, waiting until
-// the client gives up, not giving up until stuck closes, and a large
+// the client gives up (with or without its answer's head sent), not giving up until stuck closes, and a large
 // answer.
 func h2Routes(m *api.Metrics, mux *http.ServeMux, stuck <-chan struct{}) {
 	m.HandleLean(mux, "/", func(w http.ResponseWriter, r *http.Request) int {
@@ -78,6 +79,13 @@ func h2Routes(m *api.Metrics, mux *http.ServeMux, stuck <-chan struct{}) {
 		return http.StatusOK
 	})
 	m.Handle(mux, "/sleep", func(w http.ResponseWriter, r *http.Request) int {
+		<-r.Context().Done()
+		return http.StatusOK
+	})
+	m.Handle(mux, "/hold", func(w http.ResponseWriter, r *http.Request) int {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
 		<-r.Context().Done()
 		return http.StatusOK
 	})
@@ -466,15 +474,26 @@ func (o *h2Obs) String() string {
 			fmt.Fprintf(&b, "stream %d: %s\n", id, it)
 		}
 	}
-	fmt.Fprintf(&b, "end: %s\n", cmpOr(o.end, "open"))
+	fmt.Fprintf(&b, "end: %s\n", cmp.Or(o.end, "open"))
 	return b.String()
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
+// unordered renders the streams without their ids, sorted: for sequences
+// whose requests race for an in-flight slot, where which stream wins is
+// the scheduler's choice but what each outcome looks like is not.
+func (o *h2Obs) unordered() string {
+	var b strings.Builder
+	for _, l := range o.conn {
+		fmt.Fprintf(&b, "conn: %s\n", l)
 	}
-	return s
+	var streams []string
+	for _, st := range o.streams {
+		st.flush()
+		streams = append(streams, "stream: "+strings.Join(st.items, "\n        "))
+	}
+	sort.Strings(streams)
+	fmt.Fprintf(&b, "%s\nend: %s\n", strings.Join(streams, "\n"), cmp.Or(o.end, "open"))
+	return b.String()
 }
 
 func (c *h2Client) check(err error) {
@@ -544,6 +563,14 @@ func (c *h2Client) await(ids ...uint32) {
 			}
 		}
 		return true
+	})
+}
+
+// awaitHeaders waits until the server has sent stream id's head.
+func (c *h2Client) awaitHeaders(id uint32) {
+	c.drain(func() bool {
+		st := c.obs.streams[id]
+		return st != nil && len(st.items) > 0
 	})
 }
 
@@ -1126,5 +1153,73 @@ func TestH2StreamsThatNeverEnd(t *testing.T) {
 	}
 	if obs[0] != obs[1] {
 		t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
+	}
+}
+
+// h2WaitLimits leave one in-flight slot and room for one request to wait
+// for it: the waiting room (Limits.MaxInflight, WaitingRoom) the lean
+// server must keep as net/http's handlers meet it.
+var h2WaitLimits = api.Limits{MaxStreams: h2CorpusStreams, MaxInflight: 1, WaitingRoom: 1}
+
+// h2RetryAfter matches the predicted wait a 503 names (its header, its
+// message, and so its length), which depends on the rates measured so far.
+var h2RetryAfter = regexp.MustCompile(`(?i)(retry-after: |retry after |content-length: )[0-9]+`)
+
+// h2WaitCorpus are sequences that meet the waiting room. In each, stream
+// 1 holds the only slot (/hold sends its head, then waits) before the
+// others are sent.
+var h2WaitCorpus = []h2Case{
+	{"a waiter is served when the slot frees", func(c *h2Client) {
+		hold := c.open("GET", "/hold", true)
+		c.awaitHeaders(hold)
+		c.open("GET", "/", true)
+		c.rst(hold, http2.ErrCodeCancel)
+	}, []string{`DATA "ok\n"`}},
+	{"a waiter the client cancels", func(c *h2Client) {
+		hold := c.open("GET", "/hold", true)
+		c.awaitHeaders(hold)
+		c.rst(c.open("GET", "/", true), http2.ErrCodeCancel)
+		c.rst(hold, http2.ErrCodeCancel)
+		c.open("GET", "/", true)
+	}, []string{`DATA "ok\n"`}},
+	{"the room full", func(c *h2Client) {
+		hold := c.open("GET", "/hold", true)
+		c.awaitHeaders(hold)
+		a, b := c.open("GET", "/", true), c.open("GET", "/", true)
+		c.drain(func() bool { return c.ended[a] || c.ended[b] })
+		c.rst(hold, http2.ErrCodeCancel)
+	}, []string{"HEADERS {:status: 503", "retry-after: N", `DATA "ok\n"`}},
+	{"GOAWAY from the client while a request waits", func(c *h2Client) {
+		hold := c.open("GET", "/hold", true)
+		c.awaitHeaders(hold)
+		c.open("GET", "/", true)
+		c.check(c.fr.WriteGoAway(0, http2.ErrCodeNo, nil))
+		c.rst(hold, http2.ErrCodeCancel)
+	}, []string{"GOAWAY last=3 NO_ERROR", `DATA "ok\n"`}},
+}
+
+// TestH2WaitingRoomDifferential sends h2WaitCorpus to both servers, each
+// with one in-flight slot, and requires the same observation, streams
+// compared without their ids.
+func TestH2WaitingRoomDifferential(t *testing.T) {
+	for _, cs := range h2WaitCorpus {
+		t.Run(cs.name, func(t *testing.T) {
+			var obs [2]string
+			for i, m := range h2Modes {
+				// A server each: a waiter left by one case must not
+				// hold the slot of the next.
+				c := h2Dial(t, h2Serve(t, m.lean, h2WaitLimits))
+				cs.run(c)
+				obs[i] = h2RetryAfter.ReplaceAllString(c.finish().unordered(), "${1}N")
+			}
+			for _, w := range cs.want {
+				if !strings.Contains(obs[0], w) {
+					t.Errorf("net/http's answer lacks %q: the case does not test what it is named for:\n%s", w, obs[0])
+				}
+			}
+			if obs[0] != obs[1] {
+				t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
+			}
+		})
 	}
 }
