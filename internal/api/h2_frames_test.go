@@ -497,15 +497,16 @@ func (o *h2Obs) unordered() string {
 	return b.String()
 }
 
+// check stops a recording (h2Recorder) at a write error. On a
+// connection the script goes on: a write fails once the server has
+// closed, and what it answered before is the observation.
 func (c *h2Client) check(err error) {
-	// A write may fail once the server has closed: what it answered
-	// before is the observation, so the script goes on.
 	if err != nil && c.conn == nil {
 		c.tb.Fatal(err)
 	}
 }
 
-// req is a request's header fields: the four pseudo-headers, then extra
+// h2Req is a request's header fields: the four pseudo-headers, then extra
 // name, value pairs.
 func h2Req(method, path string, extra ...string) []string {
 	return append([]string{":method", method, ":scheme", "http", ":authority", "surge", ":path", path}, extra...)
@@ -602,8 +603,8 @@ func (c *h2Client) finish() *h2Obs {
 	return &c.obs
 }
 
-// h2Responder is a minimal net/http client of the server over h2c, for
-// "does it still serve a fresh connection".
+// h2Get is one GET by net/http's client over h2c on a fresh connection,
+// for "does the server still serve".
 func h2Get(addr, path string) (int, string, error) {
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
