@@ -42,6 +42,9 @@ const h2Preface = http2.ClientPreface
 // large, so that no answer in these tests waits for a WINDOW_UPDATE.
 const h2Window = 1 << 30
 
+// h2DefaultWindow is HTTP/2's initial window, stream and connection.
+const h2DefaultWindow = 65535
+
 // h2Mode is one of the two servers every test compares.
 type h2Mode struct {
 	name string
@@ -173,6 +176,7 @@ type h2Event struct {
 	code       http2.ErrCode
 	lastStream uint32
 	settings   []http2.Setting
+	length     uint32
 	err        error
 }
 
@@ -195,11 +199,16 @@ type h2Client struct {
 	closed   bool
 	pings    map[[8]byte]bool
 	nextID   uint32
+	// The flow-control credit the client has given, counted when sent
+	// (so never more than the server has seen), which DATA must not pass.
+	initWindow, connWindow int64
+	streamWindow           map[uint32]int64
 }
 
 func newH2Client(tb testing.TB, w io.Writer) *h2Client {
 	c := &h2Client{tb: tb, maxFrame: 16384, opened: map[uint32]bool{}, ended: map[uint32]bool{},
-		pings: map[[8]byte]bool{}, nextID: 1}
+		pings: map[[8]byte]bool{}, nextID: 1,
+		initWindow: h2DefaultWindow, connWindow: h2DefaultWindow, streamWindow: map[uint32]int64{}}
 	c.fr = http2.NewFramer(w, nil)
 	c.fr.AllowIllegalWrites = true
 	c.enc = hpack.NewEncoder(&c.hbuf)
@@ -234,8 +243,8 @@ func h2Dial(tb testing.TB, addr string, settings ...http2.Setting) *h2Client {
 	if settings == nil {
 		settings = []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: h2Window}}
 	}
-	c.check(c.fr.WriteSettings(settings...))
-	c.check(c.fr.WriteWindowUpdate(0, h2Window))
+	c.settings(settings...)
+	c.windowUpdate(0, h2Window)
 	var gotSettings, gotAck bool
 	c.drain(func() bool {
 		for _, l := range c.obs.conn {
@@ -270,7 +279,7 @@ func (c *h2Client) read() {
 
 func h2EventOf(f http2.Frame) h2Event {
 	h := f.Header()
-	ev := h2Event{typ: h.Type, flags: h.Flags, stream: h.StreamID}
+	ev := h2Event{typ: h.Type, flags: h.Flags, stream: h.StreamID, length: h.Length}
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
 		ev.fields = append([]hpack.HeaderField(nil), f.Fields...)
@@ -387,6 +396,7 @@ func (c *h2Client) applyStream(ev h2Event) {
 		st.add("HEADERS " + h2Fields(ev.fields))
 	case http2.FrameData:
 		st.addData(ev.data)
+		c.spend(ev.stream, int64(ev.length))
 	case http2.FrameRSTStream:
 		st.add("RST_STREAM " + ev.code.String())
 		c.ended[ev.stream] = true
@@ -523,9 +533,75 @@ func (c *h2Client) block(fields ...string) []byte {
 
 // headers sends one HEADERS frame (END_HEADERS set) on stream id.
 func (c *h2Client) headers(id uint32, end bool, fields ...string) {
-	c.opened[id] = true
+	c.opening(id)
 	c.nextID = max(c.nextID, id+2)
 	c.check(c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.block(fields...), EndStream: end, EndHeaders: true}))
+}
+
+// opening notes a stream the client opens, with the window it starts with.
+func (c *h2Client) opening(id uint32) {
+	c.opened[id] = true
+	if _, ok := c.streamWindow[id]; !ok {
+		c.streamWindow[id] = c.initWindow
+	}
+}
+
+// settings sends SETTINGS; a new initial window moves every open
+// stream's window by the difference (RFC 9113 6.9.2).
+func (c *h2Client) settings(settings ...http2.Setting) {
+	c.check(c.fr.WriteSettings(settings...))
+	for _, st := range settings {
+		if st.ID != http2.SettingInitialWindowSize || st.Val > 1<<31-1 {
+			continue
+		}
+		delta := int64(st.Val) - c.initWindow
+		c.initWindow = int64(st.Val)
+		for id := range c.streamWindow {
+			c.streamWindow[id] += delta
+		}
+	}
+}
+
+// windowUpdate gives the server n more bytes of credit on stream id (0:
+// the connection).
+func (c *h2Client) windowUpdate(id, n uint32) {
+	c.check(c.fr.WriteWindowUpdate(id, n))
+	if id == 0 {
+		c.connWindow += int64(n)
+	} else if _, ok := c.streamWindow[id]; ok {
+		c.streamWindow[id] += int64(n)
+	}
+}
+
+const h2WindowPassed = "DATA beyond the flow-control window"
+
+// spend takes a DATA frame's n bytes from the credit, noting a server
+// that sends beyond it.
+func (c *h2Client) spend(id uint32, n int64) {
+	if w, ok := c.streamWindow[id]; ok && n > w || n > c.connWindow {
+		c.obs.conn = append(c.obs.conn, fmt.Sprintf("%s on stream %d", h2WindowPassed, id))
+	}
+	c.streamWindow[id] -= n
+	c.connWindow -= n
+}
+
+// awaitData waits until stream id has brought n bytes of DATA.
+func (c *h2Client) awaitData(id uint32, n int) {
+	c.drain(func() bool { return c.obs.stream(id).total >= n })
+}
+
+// awaitSettingsAcks waits until the server has acknowledged n SETTINGS.
+func (c *h2Client) awaitSettingsAcks(n int) {
+	c.drain(func() bool { return h2CountLines(c.obs.conn, "SETTINGS ACK") >= n })
+}
+
+func h2CountLines(lines []string, l string) (n int) {
+	for _, x := range lines {
+		if x == l {
+			n++
+		}
+	}
+	return n
 }
 
 // open starts a request on the next stream and returns its id.
@@ -643,7 +719,7 @@ type h2Case struct {
 // headersSplit sends a header block as HEADERS and CONTINUATION frames of
 // at most n bytes each.
 func (c *h2Client) headersSplit(id uint32, end bool, n int, fields ...string) {
-	c.opened[id] = true
+	c.opening(id)
 	c.nextID = max(c.nextID, id+2)
 	b := c.block(fields...)
 	first := b[:min(n, len(b))]
@@ -706,7 +782,7 @@ var h2Corpus = []h2Case{
 		c.check(c.fr.WriteDataPadded(id, true, []byte("padded"), make([]byte, 20)))
 	}, []string{`body=\"padded\"`}},
 	{"padded headers with priority", func(c *h2Client) {
-		c.opened[1] = true
+		c.opening(1)
 		c.nextID = 3
 		c.check(c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(h2Req("GET", "/echo")...),
 			EndStream: true, EndHeaders: true, PadLength: 7, Priority: http2.PriorityParam{Weight: 200}}))
@@ -868,6 +944,15 @@ var h2Corpus = []h2Case{
 		c.check(c.fr.WriteSettings(http2.Setting{ID: 0x99, Val: 7}))
 		c.open("GET", "/", true)
 	}, []string{"stream 1: END_STREAM"}},
+	{"a window of 16 bytes", func(c *h2Client) {
+		c.settings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 16})
+		c.awaitSettingsAcks(2)
+		id := c.open("GET", "/big?n=100", true)
+		c.awaitData(id, 16)
+		c.windowUpdate(id, 50)
+		c.awaitData(id, 66)
+		c.windowUpdate(id, 34)
+	}, []string{`stream 1: DATA "` + strings.Repeat("x", 100) + `"`, "stream 1: END_STREAM"}},
 	{"PING", func(c *h2Client) { c.ping("12345678") }, []string{"PING ACK (echo)"}},
 	{"PING of 7 bytes", func(c *h2Client) { c.raw(http2.FramePing, 0, 0, make([]byte, 7)) }, []string{"FRAME_SIZE_ERROR"}},
 	{"PING on a stream", func(c *h2Client) { c.raw(http2.FramePing, 0, 1, make([]byte, 8)) }, []string{"PROTOCOL_ERROR"}},
@@ -924,6 +1009,11 @@ func TestH2FramesDifferential(t *testing.T) {
 				c := h2Dial(t, addrs[m.lean])
 				cs.run(c)
 				obs[i] = c.finish().String()
+			}
+			for i, m := range h2Modes {
+				if strings.Contains(obs[i], h2WindowPassed) {
+					t.Errorf("%s server sent DATA beyond the client's flow-control window:\n%s", m.name, obs[i])
+				}
 			}
 			for _, w := range cs.want {
 				if !strings.Contains(obs[0], w) {
@@ -1102,8 +1192,8 @@ func TestH2ReaderThatNeverReads(t *testing.T) {
 		if _, err := io.WriteString(conn, h2Preface); err != nil {
 			t.Fatal(err)
 		}
-		c.check(c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2Window}))
-		c.check(c.fr.WriteWindowUpdate(0, h2Window))
+		c.settings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2Window})
+		c.windowUpdate(0, h2Window)
 		id := c.open("GET", fmt.Sprintf("/big?n=%d", h2BigAnswer), true)
 		time.Sleep(h2SlowWait)
 		c.events = make(chan h2Event, 64)
@@ -1212,6 +1302,11 @@ func TestH2WaitingRoomDifferential(t *testing.T) {
 				c := h2Dial(t, h2Serve(t, m.lean, h2WaitLimits))
 				cs.run(c)
 				obs[i] = h2RetryAfter.ReplaceAllString(c.finish().unordered(), "${1}N")
+			}
+			for i, m := range h2Modes {
+				if strings.Contains(obs[i], h2WindowPassed) {
+					t.Errorf("%s server sent DATA beyond the client's flow-control window:\n%s", m.name, obs[i])
+				}
 			}
 			for _, w := range cs.want {
 				if !strings.Contains(obs[0], w) {
