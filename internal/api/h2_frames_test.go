@@ -42,6 +42,10 @@ const h2Preface = http2.ClientPreface
 // large, so that no answer in these tests waits for a WINDOW_UPDATE.
 const h2Window = 1 << 30
 
+// h2ClientMaxFrame is HTTP/2's initial SETTINGS_MAX_FRAME_SIZE, which
+// the client keeps.
+const h2ClientMaxFrame = 16384
+
 // h2DefaultWindow is HTTP/2's initial window, stream and connection.
 const h2DefaultWindow = 65535
 
@@ -266,7 +270,9 @@ func (c *h2Client) read() {
 	fr := http2.NewFramer(nil, c.conn)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = 1 << 20
-	fr.SetMaxReadFrameSize(1 << 24)
+	// The client never raises SETTINGS_MAX_FRAME_SIZE: a larger frame
+	// from the server is its error, reported as a bad frame.
+	fr.SetMaxReadFrameSize(h2ClientMaxFrame)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
