@@ -34,8 +34,11 @@ staticcheck:
 # here rather than inside a test binary's timeout. The console's browser
 # tests (internal/console) run Debian's chromium, which
 # scripts/chromium.sh installs with apt-get, here for the same reason.
+# TestH2Spec (internal/api) runs the HTTP/2 conformance suite h2spec,
+# which scripts/h2spec.sh builds from the Go module proxy into bin/tools.
 test: fmt-check vet staticcheck
 	scripts/jaeger.sh install >/dev/null
+	GO=$(GO) scripts/h2spec.sh install >/dev/null
 	scripts/chromium.sh install >/dev/null
 	scripts/with-kafka.sh $(GO) test -race -count=1 -timeout 20m ./...
 	# Every workload's API tests again, through a cluster node that serves
