@@ -79,9 +79,11 @@ type Config struct {
 	// net/http (--http1-lean=false); by default the routes marked lean
 	// are served by the listener's own loop (api.Limits.Lean).
 	HTTP1Standard bool
-	// HTTP2Lean serves cleartext HTTP/2 connections with Surge's own
-	// HTTP/2 server rather than net/http's (--http2-lean).
-	HTTP2Lean bool
+	// HTTP2Standard serves cleartext HTTP/2 connections through
+	// net/http's HTTP/2 server (--http2-lean=false); by default Surge's
+	// own serves them (api.Limits.LeanH2), where a request waiting for an
+	// in-flight slot holds no goroutine.
+	HTTP2Standard bool
 	// UI serves the operator's web console at /ui/ (--ui, on by default
 	// for `surge serve`; off in a Config that does not say).
 	UI bool
@@ -385,7 +387,7 @@ func (s *Server) Start() (err error) {
 	lim := s.limits
 	if !s.cfg.HTTP1Standard {
 		lim.Lean = s.lean
-		lim.LeanH2 = s.cfg.HTTP2Lean
+		lim.LeanH2 = !s.cfg.HTTP2Standard
 	}
 	s.srv = api.NewServer(s.cfg.Addr, s.handler(), lim, s.reg)
 	if err := s.startGRPC(); err != nil {
