@@ -28,9 +28,9 @@ type h2Conn struct {
 	tls      *tls.Conn
 	tlsState *tls.ConnectionState
 	ctx      context.Context
-	remote string
-	fr     *http2.Framer // reads; serve's only
-	rd     *h2Reader
+	remote   string
+	fr       *http2.Framer // reads; serve's only
+	rd       *h2Reader
 	// scratch is where the reader builds a stream's Request (h2_stream.go).
 	scratch http.Request
 	lim     *Limits

@@ -6,7 +6,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,8 +32,14 @@ func startLeanTLS(t *testing.T, h http.Handler, lim Limits, ca *testcerts.CA, cl
 // the preface and SETTINGS through it.
 func dialH2TLS(t *testing.T, ca *testcerts.CA, addr string) *rawH2 {
 	t.Helper()
-	nc := dial(t, addr)
-	tc := tls.Client(nc.Conn, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	return dialH2TLSOver(t, ca, dial(t, addr).Conn, 0)
+}
+
+// dialH2TLSOver is dialH2TLS over nc, with TLS up to maxVersion (0: the
+// default).
+func dialH2TLSOver(t *testing.T, ca *testcerts.CA, nc net.Conn, maxVersion uint16) *rawH2 {
+	t.Helper()
+	tc := tls.Client(nc, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}, MaxVersion: maxVersion})
 	tc.SetDeadline(time.Now().Add(hang))
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
@@ -256,10 +264,42 @@ func TestH2LeanTLSResetCancelsHandler(t *testing.T) {
 	}
 }
 
+// recordingConn keeps every byte the client reads.
+type recordingConn struct {
+	net.Conn
+	mu   sync.Mutex
+	read []byte
+}
+
+func (c *recordingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	c.read = append(c.read, p[:n]...)
+	c.mu.Unlock()
+	return n, err
+}
+
+// lastRecordType is the content type of the last TLS record read (TLS
+// 1.2: an alert's is visible, 21).
+func (c *recordingConn) lastRecordType() byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var typ byte
+	for b := c.read; len(b) >= 5; {
+		n := 5 + (int(b[3])<<8 | int(b[4]))
+		if n > len(b) {
+			break
+		}
+		typ, b = b[0], b[n:]
+	}
+	return typ
+}
+
 // TestH2LeanTLSShutdownGoAway: Shutdown sends GOAWAY over TLS at once,
 // the running stream gets its whole answer, the server's side then ends
-// cleanly (close_notify: the client reads EOF, not a truncated record),
-// and Shutdown returns.
+// with a TLS close_notify (a client that, like OpenSSL's, takes a TCP
+// close without it for a truncation attack reads a clean end, as from
+// net/http's server) before the FIN, and Shutdown returns.
 func TestH2LeanTLSShutdownGoAway(t *testing.T) {
 	ca := testcerts.NewCA(t, "test")
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -269,7 +309,8 @@ func TestH2LeanTLSShutdownGoAway(t *testing.T) {
 		io.WriteString(w, "finished")
 	})
 	s, addr := startLeanTLS(t, h, Limits{}, ca, "")
-	c := dialH2TLS(t, ca, addr)
+	rec := &recordingConn{Conn: dial(t, addr).Conn}
+	c := dialH2TLSOver(t, ca, rec, tls.VersionTLS12)
 	c.open(t, 1, "GET", "/", true)
 	<-entered
 	done := make(chan error, 1)
@@ -284,10 +325,16 @@ func TestH2LeanTLSShutdownGoAway(t *testing.T) {
 	for {
 		if _, err := c.fr.ReadFrame(); err != nil {
 			if err != io.EOF {
-				t.Errorf("after the last stream: %v, want EOF (close_notify)", err)
+				t.Errorf("after the last stream: %v, want EOF", err)
 			}
 			break
 		}
+	}
+	if typ := rec.lastRecordType(); typ != 21 {
+		t.Errorf("the last TLS record has type %d, want 21 (the close_notify alert)", typ)
+	}
+	if s.h2.conned.Load() != 1 {
+		t.Error("the connection was not the lean server's")
 	}
 	c.Close()
 	select {
