@@ -20,20 +20,20 @@ import (
 // change the connection's state under mu, which also guards the frames
 // encoded and not yet written (h2_writer.go).
 type h2Conn struct {
-	h  *h2Server
-	tc *trackedConn // the socket: tracker states, deadlines, close
-	// tls, under TLS (ALPN "h2"), is the TLS connection over tc that
-	// frames are read from and written to, and tlsState its state, every
-	// request's TLS; both nil for h2c.
-	tls      *tls.Conn
-	tlsState *tls.ConnectionState
-	ctx      context.Context
-	remote   string
-	fr       *http2.Framer // reads; serve's only
-	rd       *h2Reader
+	h      *h2Server
+	tc     *trackedConn // the socket: tracker states, deadlines, close
+	ctx    context.Context
+	remote string
+	fr     *http2.Framer // reads; serve's only
+	rd     *h2Reader
 	// scratch is where the reader builds a stream's Request (h2_stream.go).
 	scratch http.Request
 	lim     *Limits
+	// tls, under TLS (ALPN "h2"), is the TLS connection over tc that
+	// frames are read from and written to (h2_tls.go), and tlsState its
+	// state, every request's TLS; both nil for h2c.
+	tls      *tls.Conn
+	tlsState *tls.ConnectionState
 
 	mu sync.Mutex
 	// Writing (h2_writer.go).
