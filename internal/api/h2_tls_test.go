@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -432,4 +433,100 @@ func TestH2LeanTLSWritesYieldOnce(t *testing.T) {
 	if s.h2.served.Load() != requests {
 		t.Fatalf("the lean server served %d streams", s.h2.served.Load())
 	}
+}
+
+// heldConn sends its first write (a ClientHello) and holds the later
+// ones until flush, so that the handshake's last flight and the first
+// request reach the server in one segment, as they may from any client:
+// the server's handshake then reads the request into the TLS
+// connection's buffer along with the Finished.
+type heldConn struct {
+	net.Conn
+	writes  int
+	held    []byte
+	flushed bool
+}
+
+func (c *heldConn) Write(p []byte) (int, error) {
+	c.writes++
+	if c.writes == 1 || c.flushed {
+		return c.Conn.Write(p)
+	}
+	c.held = append(c.held, p...)
+	return len(p), nil
+}
+
+// flush sends what was held; later writes go through.
+func (c *heldConn) flush() error {
+	c.flushed = true
+	_, err := c.Conn.Write(c.held)
+	return err
+}
+
+// An HTTP/2 connection whose preface came with the handshake's last
+// flight keeps being read after the header timeout: the tracker took its
+// first socket read after the handshake for the first request's and set
+// the header timeout as a read deadline nobody cleared, so the
+// connection died as soon as its client paused that long.
+func TestTLSH2PrefaceWithHandshakeNoHeaderDeadline(t *testing.T) {
+	bothH2(t, func(t *testing.T) {
+		ca := testcerts.NewCA(t, "test")
+		pair := ca.Server(t)
+		lim := Limits{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 3 * hang}
+		_, _, addr := startTLSServer(t, okHandler(), lim, TLSFiles{Cert: pair.CertFile, Key: pair.KeyFile}, nil)
+		held := &heldConn{Conn: dial(t, addr).Conn}
+		c := dialH2TLSOver(t, ca, held, 0)
+		if err := held.flush(); err != nil {
+			t.Fatal(err)
+		}
+		// The SETTINGS ack, the first socket read after the handshake.
+		c.until(t, "our SETTINGS acked", func(f http2.Frame) bool {
+			s, ok := f.(*http2.SettingsFrame)
+			return ok && s.IsAck()
+		})
+		time.Sleep(5 * lim.ReadHeaderTimeout)
+		for _, id := range []uint32{1, 3} {
+			c.open(t, id, "GET", "/", true)
+			f := c.until(t, fmt.Sprintf("stream %d's answer", id), func(f http2.Frame) bool {
+				d, ok := f.(*http2.DataFrame)
+				return ok && d.StreamEnded()
+			})
+			if f.Header().StreamID != id {
+				t.Fatalf("answer on stream %d", f.Header().StreamID)
+			}
+			time.Sleep(5 * lim.ReadHeaderTimeout)
+		}
+	})
+}
+
+// An HTTP/1.1 connection whose first request came with the handshake's
+// last flight goes idle once answered: net/http ends its background
+// read after each request with a deadline in the past, which the
+// tracker, taking the connection for one still waiting for its first
+// request (the request was read into the TLS buffer, not by a socket
+// read it could see), moved to the idle timeout. The connection then
+// stayed active that long: a graceful shutdown waited for it, and at
+// the cap it could not be shed.
+func TestTLSRequestWithHandshakeGoesIdle(t *testing.T) {
+	ca := testcerts.NewCA(t, "test")
+	pair := ca.Server(t)
+	lim := Limits{IdleTimeout: 3 * hang}
+	s, _, addr := startTLSServer(t, okHandler(), lim, TLSFiles{Cert: pair.CertFile, Key: pair.KeyFile}, nil)
+	held := &heldConn{Conn: dial(t, addr).Conn}
+	c := tls.Client(held, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	c.SetDeadline(time.Now().Add(hang))
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if err := held.flush(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitIdle(t, s, 1)
 }
