@@ -79,7 +79,7 @@ type Config struct {
 	// net/http (--http1-lean=false); by default the routes marked lean
 	// are served by the listener's own loop (api.Limits.Lean).
 	HTTP1Standard bool
-	// HTTP2Lean serves cleartext HTTP/2 connections with Surge's own
+	// HTTP2Lean serves HTTP/2 connections (h2c and over TLS) with Surge's own
 	// HTTP/2 server rather than net/http's (--http2-lean).
 	HTTP2Lean bool
 	// UI serves the operator's web console at /ui/ (--ui, on by default
