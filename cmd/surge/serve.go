@@ -264,7 +264,7 @@ func (s *serveFlags) connectionFlags(cmd *cobra.Command) {
 	f.DurationVar(&s.cfg.PprofBlockRate, "pprof-block-rate", 0, s.env.help("pprof-block-rate", "SURGE_PPROF_BLOCK_RATE", "with --pprof: sample one event per this much time goroutines spend blocked (channels, selects, locks) for /debug/pprof/block (e.g. 10us; 0: off). Costs a little on each blocking event while on"))
 	f.BoolVar(&s.cfg.UI, "ui", true, s.env.help("ui", "SURGE_UI", "serve the operator's web console at /ui/ (docs/CONSOLE.md); --ui=false turns it off"))
 	f.BoolVar(&s.http1Lean, "http1-lean", true, s.env.help("http1-lean", "SURGE_HTTP1_LEAN", "serve cleartext HTTP/1.1 requests to the plain ticketing routes with Surge's own connection loop (same handlers and limits, less CPU per request; anything else goes to net/http); --http1-lean=false serves every request through net/http"))
-	f.BoolVar(&s.http2Lean, "http2-lean", true, s.env.help("http2-lean", "SURGE_HTTP2_LEAN", "serve cleartext HTTP/2 (h2c) connections with Surge's own HTTP/2 server (every route, same handlers and limits; a request waiting for an in-flight slot holds no goroutine); needs --http1-lean; --http2-lean=false serves them through net/http"))
+	f.BoolVar(&s.http2Lean, "http2-lean", true, s.env.help("http2-lean", "SURGE_HTTP2_LEAN", "serve HTTP/2 connections (h2c, and h2 over TLS) with Surge's own HTTP/2 server (every route, same handlers and limits; a request waiting for an in-flight slot holds no goroutine); needs --http1-lean; --http2-lean=false serves them through net/http"))
 	f.DurationVar(&s.cfg.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long graceful shutdown waits for in-flight requests")
 }
 

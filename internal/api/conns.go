@@ -140,6 +140,12 @@ type trackedConn struct {
 	// accept, or the end of its TLS handshake.
 	freshFrom atomic.Int64
 	tlsPhase  atomic.Int32
+	// readDeadline: the server's last read deadline was not zero. A
+	// connection's first bytes arm the header timeout only then: under
+	// TLS they may have come with the handshake's last flight, read into
+	// the TLS buffer unseen here, and an HTTP/2 server, which clears its
+	// deadlines, would find the header timeout armed at the next read.
+	readDeadline atomic.Bool
 	// rb coalesces small reads; nil reads the socket directly.
 	rb *readBuf
 	// h2 is set once the client's first bytes are the h2c preface: its
@@ -222,7 +228,9 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 			// net/http set the header timeout at accept; it runs from
 			// here, as it does for a kept-alive connection's next request.
 			d := time.Now().Add(c.t.headerTimeout)
-			c.Conn.SetReadDeadline(d)
+			if c.readDeadline.Load() {
+				c.Conn.SetReadDeadline(d)
+			}
 			if c.t.tlsConfig != nil && c.tlsPhase.CompareAndSwap(tlsBeforeHello, tlsHandshaking) {
 				// The client's hello: the whole handshake, the server's
 				// writes too, must end within the header timeout.
@@ -259,11 +267,19 @@ func (c *trackedConn) SetReadDeadline(d time.Time) error {
 		c.waiting.Store(true)
 		c.fresh.Store(true)
 	}
+	c.readDeadline.Store(!d.IsZero())
 	return c.Conn.SetReadDeadline(c.freshDeadline(d))
 }
 
+// freshDeadline moves d to the idle timeout while the connection waits
+// for its first request. A deadline already past is an abort (net/http
+// ends its background read with one after every request), passed as
+// it is: under TLS a first request can come with the handshake's last
+// flight, read into the TLS buffer without a socket read that would end
+// the wait here, and the abort moved to the idle timeout held the
+// connection active that long.
 func (c *trackedConn) freshDeadline(d time.Time) time.Time {
-	if c.fresh.Load() && !d.IsZero() {
+	if c.fresh.Load() && !d.IsZero() && d.After(time.Now()) {
 		if idle := time.Unix(0, c.freshFrom.Load()).Add(c.t.idleTimeout); idle.After(d) {
 			return idle
 		}

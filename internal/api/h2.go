@@ -18,8 +18,9 @@ import (
 // cancellable context: some 10 KB, and a stack the collector scans every
 // cycle. In a flash crowd tens of thousands of streams wait in the
 // waiting room for an in-flight slot, and that cost is most of the
-// server's. So cleartext prior-knowledge connections (h2c) are served
-// here instead: a stream is a record (h2Stream) that holds its request
+// server's. So cleartext prior-knowledge connections (h2c) and, over
+// TLS, those that negotiate "h2" (h2_tls.go) are served here instead: a
+// stream is a record (h2Stream) that holds its request
 // and, on a lean route, its whole body, until it is dispatched; only then
 // does a goroutine run the same handler chain net/http's would, with a
 // ResponseWriter that behaves, as the client can see it, like net/http's.
@@ -240,7 +241,7 @@ func (h *h2Server) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(h.served.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "surge_http2_lean_connections_total",
-			Help: "h2c connections served by the lean HTTP/2 server rather than net/http.",
+			Help: "HTTP/2 connections (h2c, or TLS with ALPN h2) served by the lean HTTP/2 server rather than net/http.",
 		}, func() float64 { return float64(h.conned.Load()) }),
 	)
 }

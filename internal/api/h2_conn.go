@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"math"
@@ -14,13 +15,13 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// h2Conn is one h2c connection on the lean HTTP/2 server. One goroutine
-// (serve) reads and processes frames; handlers and timers change the
-// connection's state under mu, which also guards the frames encoded and
-// not yet written (h2_writer.go).
+// h2Conn is one connection on the lean HTTP/2 server, h2c or over TLS.
+// One goroutine (serve) reads and processes frames; handlers and timers
+// change the connection's state under mu, which also guards the frames
+// encoded and not yet written (h2_writer.go).
 type h2Conn struct {
 	h      *h2Server
-	tc     *trackedConn
+	tc     *trackedConn // the socket: tracker states, deadlines, close
 	ctx    context.Context
 	remote string
 	fr     *http2.Framer // reads; serve's only
@@ -28,6 +29,11 @@ type h2Conn struct {
 	// scratch is where the reader builds a stream's Request (h2_stream.go).
 	scratch http.Request
 	lim     *Limits
+	// tls, under TLS (ALPN "h2"), is the TLS connection over tc that
+	// frames are read from and written to (h2_tls.go), and tlsState its
+	// state, every request's TLS; both nil for h2c.
+	tls      *tls.Conn
+	tlsState *tls.ConnectionState
 
 	mu sync.Mutex
 	// Writing (h2_writer.go).
@@ -68,10 +74,10 @@ func (p *h2Pending) Write(b []byte) (int, error) {
 }
 
 // h2Reader gives the Framer the bytes the HTTP/1.1 loop read, then the
-// connection's.
+// connection's (src: the trackedConn, or the TLS connection over it).
 type h2Reader struct {
 	pre []byte
-	tc  *trackedConn
+	src io.Reader
 }
 
 func (r *h2Reader) Read(p []byte) (int, error) {
@@ -80,7 +86,7 @@ func (r *h2Reader) Read(p []byte) (int, error) {
 		r.pre = r.pre[n:]
 		return n, nil
 	}
-	return r.tc.Read(p)
+	return r.src.Read(p)
 }
 
 // h2Inflow is a receive window and the credit not yet returned
@@ -114,7 +120,7 @@ func newH2Conn(h *h2Server, tc *trackedConn, read []byte) *h2Conn {
 		inflow: h2Inflow{avail: 65535}}
 	c.ctx = h.baseContext(tc)
 	c.remote = tc.RemoteAddr().String()
-	c.rd = &h2Reader{pre: read, tc: tc}
+	c.rd = &h2Reader{pre: read, src: tc}
 	c.fr = http2.NewFramer(nil, c.rd)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(h2HeaderTableSize, nil)
 	c.fr.MaxHeaderListSize = h2MaxHeaderListSize()

@@ -174,7 +174,7 @@ func (c *h2Conn) newRequest(st *h2Stream, f *http2.MetaHeadersFrame) error {
 	// makes the stream's: one Request allocated, not two.
 	st.req = &c.scratch
 	*st.req = http.Request{Method: method, URL: u, RemoteAddr: c.remote, Header: hdr, RequestURI: uri,
-		Proto: "HTTP/2.0", ProtoMajor: 2, Host: authority, Body: http.NoBody, Trailer: trailer}
+		Proto: "HTTP/2.0", ProtoMajor: 2, Host: authority, Body: http.NoBody, Trailer: trailer, TLS: c.tlsState}
 	if !st.recvDone {
 		st.openBody()
 	}

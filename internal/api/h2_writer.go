@@ -61,7 +61,7 @@ func (c *h2Conn) writeLoop() {
 			if end {
 				// The GOAWAY is out: a FIN now, the close once the client
 				// has read it (it closes) or after the linger.
-				c.tc.CloseWrite()
+				c.closeWrite()
 			}
 			return
 		}
@@ -69,9 +69,7 @@ func (c *h2Conn) writeLoop() {
 		c.pend.b, c.spare = c.spare[:0], nil
 		c.wakeBlockedLocked()
 		c.mu.Unlock()
-		c.tc.Conn.SetWriteDeadline(time.Now().Add(c.lim.WriteTimeout))
-		c.tc.t.socketWrites.Add(1)
-		_, err := c.tc.Conn.Write(buf)
+		_, err := c.writeSocket(buf)
 		c.mu.Lock()
 		if cap(buf) <= h2MaxPending {
 			c.spare = buf[:0]

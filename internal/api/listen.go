@@ -100,9 +100,10 @@ type Limits struct {
 	// (--http1-lean=false).
 	Lean *LeanRoutes
 	// LeanH2 serves cleartext HTTP/2 connections (h2c, prior knowledge)
-	// with the lean HTTP/2 server (h2*.go) instead of net/http's, every
-	// route on them. It takes effect only with the listener's own loop
-	// (Lean set, StandardConns false), which sees the connection preface.
+	// and, under ServeTLS, those that negotiate "h2" (h2_tls.go) with the
+	// lean HTTP/2 server (h2*.go) instead of net/http's, every route on
+	// them. It takes effect only with the listener's own loop (Lean set,
+	// StandardConns false), which sees the connection preface.
 	LeanH2 bool
 	// Gate, if set, wraps the admission: it sees every request before
 	// the request takes an in-flight slot or waits for one, so what it

@@ -242,7 +242,12 @@ func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error {
 	s.conns.tlsConfig = cfg
 	s.srv.TLSConfig = cfg
 	s.srv.Protocols.SetHTTP2(true)
-	// ServeTLS adds the h2 server as TLSNextProto; the files are in cfg.
+	if s.h2 != nil {
+		// HTTP/2 over TLS goes to the lean server (h2_tls.go).
+		s.srv.TLSNextProto = s.h2.tlsNextProto()
+	}
+	// Otherwise ServeTLS adds net/http's h2 server as TLSNextProto; the
+	// files are in cfg.
 	return s.srv.ServeTLS(&limitListener{Listener: ln, t: s.conns}, "", "")
 }
 

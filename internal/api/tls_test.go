@@ -24,6 +24,9 @@ import (
 // the test ends.
 func startTLSServer(t *testing.T, h http.Handler, lim Limits, files TLSFiles, logger *slog.Logger) (*Server, *CertReloader, string) {
 	t.Helper()
+	if inLeanH2Mode(t) {
+		lim = leanH2(lim)
+	}
 	r, err := NewCertReloader(files, logger)
 	if err != nil {
 		t.Fatal(err)

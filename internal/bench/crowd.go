@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -58,6 +59,7 @@ type CrowdConfig struct {
 	PostTimeout time.Duration // each POST with its retries
 	GetTimeout  time.Duration // each GET with its retries
 	Transport   string        // CrowdTransportXNet (default), CrowdTransportNetHTTP or CrowdTransportHTTP1
+	TLS         *tls.Config   // the clients' for an https:// BaseURL (--ca-file); nil: http:// only
 	Label       string
 	Progress    io.Writer // a progress line every few seconds; nil for none
 	// Kill, if set, kills the server during the crowd and restarts it;
@@ -168,8 +170,8 @@ func newCrowd(cfg CrowdConfig) (*crowdRunner, error) {
 		return nil, err
 	}
 	base := strings.TrimRight(cfg.BaseURL, "/")
-	if !strings.HasPrefix(base, "http://") {
-		return nil, fmt.Errorf("target %q: want http://host:port", cfg.BaseURL)
+	if !strings.HasPrefix(base, "http://") && (cfg.TLS == nil || !strings.HasPrefix(base, "https://")) {
+		return nil, fmt.Errorf("target %q: want http://host:port (or https:// with the clients' TLS configuration)", cfg.BaseURL)
 	}
 	c := &crowdRunner{cfg: cfg, rules: cfg.rules, tally: newCrowdTally()}
 	if c.rules == (retryRules{}) {
@@ -189,7 +191,7 @@ func newCrowd(cfg CrowdConfig) (*crowdRunner, error) {
 		gr.postURL = base + "/v1/event/" + gr.eventID + "/reservation"
 		gr.getPrefix = base + "/v1/reservation/"
 		for range cfg.Clients {
-			gr.clients = append(gr.clients, newCrowdClient(&c.tally.dials, cfg.Transport))
+			gr.clients = append(gr.clients, newCrowdClient(&c.tally.dials, cfg.Transport, cfg.TLS))
 		}
 		c.groups = append(c.groups, gr)
 	}

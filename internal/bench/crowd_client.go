@@ -98,21 +98,31 @@ func (t *crowdTally) fail(kind, detail string) {
 // (net/http's own h2c Transport would not do: a burst past the limit
 // makes it dial once per waiting request, tens of thousands of
 // connections where the peer's client opens a few hundred.)
-func newCrowdClient(dials *atomic.Int64, transport string) *http.Client {
+//
+// With tlsCfg (an https:// server: `surge serve --tls-cert`) every
+// transport speaks TLS, HTTP/2 by ALPN for the HTTP/2 ones.
+func newCrowdClient(dials *atomic.Int64, transport string, tlsCfg *tls.Config) *http.Client {
 	d := &net.Dialer{KeepAlive: 30 * time.Second}
 	switch transport {
 	case CrowdTransportNetHTTP:
-		return newNetHTTPCrowdClient(d, dials)
+		return newNetHTTPCrowdClient(d, dials, tlsCfg)
 	case CrowdTransportHTTP1:
-		return newHTTP1CrowdClient(dials)
+		return newHTTP1CrowdClient(dials, tlsCfg)
 	}
 	tr := &http2.Transport{
 		AllowHTTP:          true,
 		DisableCompression: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
 			dials.Add(1)
+			if tlsCfg != nil {
+				return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, network, addr)
+			}
 			return d.DialContext(ctx, network, addr)
 		},
+	}
+	if tlsCfg != nil {
+		tr.TLSClientConfig = tlsCfg.Clone()
+		tr.TLSClientConfig.NextProtos = []string{"h2"}
 	}
 	return &http.Client{Transport: tr}
 }
@@ -120,7 +130,7 @@ func newCrowdClient(dials *atomic.Int64, transport string) *http.Client {
 // newNetHTTPCrowdClient is net/http's own h2c client, for comparison: a
 // client written with it instead of x/net/http2 meets the same server with
 // a storm of connections.
-func newNetHTTPCrowdClient(d *net.Dialer, dials *atomic.Int64) *http.Client {
+func newNetHTTPCrowdClient(d *net.Dialer, dials *atomic.Int64, tlsCfg *tls.Config) *http.Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			dials.Add(1)
@@ -130,6 +140,10 @@ func newNetHTTPCrowdClient(d *net.Dialer, dials *atomic.Int64) *http.Client {
 	}
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
+	if tlsCfg != nil {
+		p.SetHTTP2(true)
+		tr.TLSClientConfig = tlsCfg
+	}
 	tr.Protocols = &p
 	return &http.Client{Transport: tr}
 }
@@ -139,7 +153,7 @@ func newNetHTTPCrowdClient(d *net.Dialer, dials *atomic.Int64) *http.Client {
 // ForceAttemptHTTP2 only matters for TLS). It keeps GOMAXPROCS+1 idle
 // connections for 90 s and has no cap on open ones, so a crowd dials one
 // connection per request in flight and closes most of them again.
-func newHTTP1CrowdClient(dials *atomic.Int64) *http.Client {
+func newHTTP1CrowdClient(dials *atomic.Int64, tlsCfg *tls.Config) *http.Client {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -151,6 +165,7 @@ func newHTTP1CrowdClient(dials *atomic.Int64) *http.Client {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: 1 * time.Second,
+		TLSClientConfig:       tlsCfg,
 	}
 	return &http.Client{Transport: tr}
 }

@@ -294,6 +294,9 @@ func (r *ticketingRun) startCrowdServer(ctx context.Context) (*crowdProc, error)
 // crowd alone (event creation and health checks excluded).
 func (r *ticketingRun) crowd(ctx context.Context, base string, check bool, cpu func() (float64, error), kill *CrowdKill) (*CrowdRun, error) {
 	cfg := r.o.crowdConfig(base, check)
+	if strings.HasPrefix(base, "https://") {
+		cfg.TLS = clientTLS(connOf(ctx))
+	}
 	cfg.Kill = kill
 	cfg.Label = "crowd (surge)"
 	if !check {

@@ -79,7 +79,7 @@ type Config struct {
 	// net/http (--http1-lean=false); by default the routes marked lean
 	// are served by the listener's own loop (api.Limits.Lean).
 	HTTP1Standard bool
-	// HTTP2Standard serves cleartext HTTP/2 connections through
+	// HTTP2Standard serves HTTP/2 connections (h2c and over TLS) through
 	// net/http's HTTP/2 server (--http2-lean=false); by default Surge's
 	// own serves them (api.Limits.LeanH2), where a request waiting for an
 	// in-flight slot holds no goroutine.
