@@ -1065,16 +1065,27 @@ func TestH2FramesDifferential(t *testing.T) {
 // buffer up to tcp_wmem's maximum, 4 MiB by default) plus what net/http
 // queues unanswered (10,000 control frames), so that the answers cannot
 // all leave however fast the server reads. h2SmallRcvBuf keeps the
-// client's side of the buffering small.
-func h2FloodFrames() int {
-	const frame, queued, defaultMax = 17, 10_000, 4 << 20
+// client's side of the buffering small. answer is the size of the frame
+// that answers one of the flood's: a PING ack is 17 bytes, a SETTINGS ack
+// 9, so a SETTINGS flood sized for PINGs fitted its acks in the buffer.
+func h2FloodFrames(answer int) int {
+	const queued, defaultMax = 10_000, 4 << 20
 	wmax := defaultMax
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 3 {
 			wmax = cmp.Or(atoiOr(f[2], 0), defaultMax)
 		}
 	}
-	return 2 * (wmax/frame + queued)
+	return 2 * (wmax/answer + queued)
+}
+
+// h2AckSize is the size of the ack of frame, a PING or a SETTINGS: the
+// frame header and, for a PING, its 8 bytes echoed.
+func h2AckSize(frame []byte) int {
+	if http2.FrameType(frame[3]) == http2.FramePing {
+		return 17
+	}
+	return 9
 }
 
 func atoiOr(s string, def int) int {
@@ -1125,7 +1136,7 @@ func h2Flood(t *testing.T, addr string, frame []byte) (closed bool, sent, answer
 	}
 	const batch = 1000
 	chunk := bytes.Repeat(frame, batch)
-	for n := h2FloodFrames(); sent < n; {
+	for n := h2FloodFrames(h2AckSize(frame)); sent < n; {
 		if _, err := conn.Write(chunk); err != nil {
 			break
 		}
