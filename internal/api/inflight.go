@@ -25,12 +25,13 @@ const (
 	// everyone served within 8 s), and a refusal sends the client away
 	// for longer than the patience.
 	DefaultMaxWait = 20 * time.Second
-	// DefaultWaitingRoom bounds the requests waiting at once. A waiter
-	// adds 48 bytes here, but net/http has already given its h2 stream a
-	// handler goroutine (≈ 4 KB of stack), a 4 KB response write buffer
-	// and the stream, request and context (≈ 1.5 KB): ≈ 10 KB per waiter
-	// (heap and stack in use with 52,000 streams open), so 100,000
-	// waiters hold ≈ 1 GB: a whole 5 × 20,000 flash crowd.
+	// DefaultWaitingRoom bounds the requests waiting at once. On the
+	// lean HTTP/2 server a lean route's waiter is parked (park.go): its
+	// stream record, request and waiter, ≈ 1.1 KB and no goroutine
+	// (BenchmarkH2WaiterMemory), so 100,000 waiters hold ≈ 110 MB. On
+	// net/http's servers its stream also has a handler goroutine (≈ 4 KB
+	// of stack), a 4 KB response write buffer and net/http's stream,
+	// request and context: ≈ 10 KB per waiter, ≈ 1 GB for 100,000.
 	DefaultWaitingRoom = 100_000
 	// slotWindow is how long grants are counted before the time per slot
 	// is re-estimated: releases come in bursts (a log batch completes
