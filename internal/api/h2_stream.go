@@ -41,7 +41,6 @@ type h2Stream struct {
 	inErr                      error  // what Read returns once in is empty
 	declLen, gotLen            int64  // Content-Length (-1: none) and bytes received
 	bodyClosed, needsContinue  bool
-	trailer                    http.Header // the client's trailers, for req.Trailer
 	wake                       chan struct{}
 	readTimer, writeTimer      *time.Timer
 }

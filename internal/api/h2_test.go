@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 xh2Client is x/net/http2's Transport on purpose: the client the ticketing peer's crowd uses, other than net/http's (deprecated since x/net v0.5x, which OpenTelemetry's exporters need)
+
 package api
 
 import (

@@ -113,11 +113,11 @@ func (c *h2Conn) writeContinueLocked(st *h2Stream) {
 
 // h2Headers is a HEADERS frame to write (net/http's writeResHeaders).
 type h2Headers struct {
-	status                 int // 0 for trailers
-	h                      http.Header
-	trailers               []string // keys of h to send, as trailers
-	ctype, clen, date      string
-	endStream, allTrailers bool
+	status            int // 0 for trailers
+	h                 http.Header
+	trailers          []string // keys of h to send, as trailers
+	ctype, clen, date string
+	endStream         bool
 }
 
 // writeHeadersLocked encodes and queues a HEADERS frame (and its
