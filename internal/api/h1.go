@@ -56,9 +56,7 @@ type h1Server struct {
 	done    chan struct{} // closed at Shutdown or Close
 	stop    sync.Once
 
-	shutting atomic.Bool
-	mu       sync.Mutex
-	conns    map[*h1Conn]struct{}
+	leanConns[*h1Conn]
 
 	// Counters, for tests and the metrics: requests served, connections
 	// handed to net/http.
@@ -66,14 +64,10 @@ type h1Server struct {
 }
 
 func newH1Server(s *Server, routes *LeanRoutes) *h1Server {
-	return &h1Server{s: s, routes: routes, handoff: make(chan net.Conn), done: make(chan struct{}), conns: map[*h1Conn]struct{}{}}
+	return &h1Server{s: s, routes: routes, handoff: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (h *h1Server) logf(format string, args ...any) {
-	if l := h.s.srv.ErrorLog; l != nil {
-		l.Printf(format, args...)
-	}
-}
+func (h *h1Server) logf(format string, args ...any) { h.s.logf(format, args...) }
 
 // h1Listener gives net/http the connections the lean path hands off,
 // and the accept errors, on which net/http backs off or stops.
@@ -154,13 +148,7 @@ func (h *h1Server) serve(tc *trackedConn) {
 	// Not cancellable, unlike net/http's: each request's context is, and
 	// a child of a cancellable parent would register with it, a map
 	// insertion per request.
-	ctx := context.WithValue(context.Background(), http.ServerContextKey, h.s.srv)
-	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
-	if cc := h.s.srv.ConnContext; cc != nil {
-		ctx = cc(ctx, tc)
-	}
-	ctx = context.WithValue(ctx, h1ConnKey{}, c)
-	c.ctx = ctx
+	c.ctx = context.WithValue(h.s.connContext(tc), h1ConnKey{}, c)
 	tc.t.setState(tc, http.StateNew)
 	if tc.rb == nil {
 		// A connection whose bytes cannot be put back (not a socket):
@@ -174,22 +162,6 @@ func (h *h1Server) serve(tc *trackedConn) {
 	h.remove(c)
 	tc.t.setState(tc, http.StateClosed)
 	tc.Close()
-}
-
-func (h *h1Server) add(c *h1Conn) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.shutting.Load() {
-		return false
-	}
-	h.conns[c] = struct{}{}
-	return true
-}
-
-func (h *h1Server) remove(c *h1Conn) {
-	h.mu.Lock()
-	delete(h.conns, c)
-	h.mu.Unlock()
 }
 
 // loop serves the connection's requests; it returns true if it handed

@@ -82,10 +82,8 @@ var h2PrefaceStart = []byte(h2cPreface[:18])
 
 // h2Server is a Server's lean HTTP/2 server.
 type h2Server struct {
-	s        *Server
-	shutting atomic.Bool
-	mu       sync.Mutex
-	conns    map[*h2Conn]struct{}
+	s *Server
+	leanConns[*h2Conn]
 	// work hands a stream to an idle handler goroutine; done, closed at
 	// Shutdown or Close, ends the idle ones.
 	work chan *h2Stream
@@ -96,7 +94,7 @@ type h2Server struct {
 }
 
 func newH2Server(s *Server) *h2Server {
-	return &h2Server{s: s, conns: map[*h2Conn]struct{}{}, work: make(chan *h2Stream), done: make(chan struct{})}
+	return &h2Server{s: s, work: make(chan *h2Stream), done: make(chan struct{})}
 }
 
 // run runs the stream's handler on an idle handler goroutine, or a new
@@ -158,38 +156,7 @@ func (h *h2Server) serveFrom(c *h1Conn) {
 	tc.Close()
 }
 
-func (h *h2Server) add(c *h2Conn) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.shutting.Load() {
-		return false
-	}
-	h.conns[c] = struct{}{}
-	return true
-}
-
-func (h *h2Server) remove(c *h2Conn) {
-	h.mu.Lock()
-	delete(h.conns, c)
-	h.mu.Unlock()
-}
-
-func (h *h2Server) logf(format string, args ...any) {
-	if l := h.s.srv.ErrorLog; l != nil {
-		l.Printf(format, args...)
-	}
-}
-
-// baseContext is a connection's context, as net/http's ConnContext
-// makes it.
-func (h *h2Server) baseContext(tc *trackedConn) context.Context {
-	ctx := context.WithValue(context.Background(), http.ServerContextKey, h.s.srv)
-	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
-	if cc := h.s.srv.ConnContext; cc != nil {
-		ctx = cc(ctx, tc)
-	}
-	return ctx
-}
+func (h *h2Server) logf(format string, args ...any) { h.s.logf(format, args...) }
 
 // shutdown sends every connection GOAWAY, lets their streams finish and
 // waits for them to close, until ctx is done.

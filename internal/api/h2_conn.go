@@ -118,7 +118,7 @@ func newH2Conn(h *h2Server, tc *trackedConn, read []byte) *h2Conn {
 	c := &h2Conn{h: h, tc: tc, lim: &h.s.lim, streams: map[uint32]*h2Stream{},
 		sendWin: 65535, initSendWin: 65535, peerMaxFrame: 16384,
 		inflow: h2Inflow{avail: 65535}}
-	c.ctx = h.baseContext(tc)
+	c.ctx = h.s.connContext(tc)
 	c.remote = tc.RemoteAddr().String()
 	c.rd = &h2Reader{pre: read, src: tc}
 	c.fr = http2.NewFramer(nil, c.rd)

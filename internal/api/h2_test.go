@@ -693,11 +693,17 @@ func TestH2FrameTooLarge(t *testing.T) {
 // acks is cut once h2MaxQueuedControl of them wait for the socket.
 // (net/http's bound is the same, but reached only sometimes within the
 // test's deadline, so the test runs on the lean server only.)
+// h2PingFloodHang bounds TestH2PingFloodCut's flood.
+const h2PingFloodHang = 2 * time.Minute
+
 func TestH2PingFloodCut(t *testing.T) {
 	_, addr := startServer(t, okHandler(), leanH2(Limits{}), nil)
 	c := dialH2(t, addr)
 	c.Conn.(*net.TCPConn).SetReadBuffer(4096)
-	c.SetWriteDeadline(time.Now().Add(hang))
+	// The cut comes once the socket's buffers hold megabytes of acks and
+	// 10,000 more are queued: under the race detector on a busy machine,
+	// longer than hang.
+	c.SetWriteDeadline(time.Now().Add(h2PingFloodHang))
 	var err error
 	for i := 0; err == nil; i++ {
 		err = c.fr.WritePing(false, [8]byte{byte(i)})

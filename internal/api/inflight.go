@@ -296,17 +296,22 @@ func (l *inflightLimiter) ticketSlotNs() int64 {
 // was handed to it meanwhile, the slot goes to the next in line.
 func (l *inflightLimiter) leave(wt *waiter) {
 	l.outcomes[waitClientGone].Add(1)
-	l.mu.Lock()
-	granted := wt.granted
-	if !granted {
-		l.unlink(wt)
-	}
-	l.mu.Unlock()
-	if granted {
+	if l.unlinkUnlessGranted(wt) {
 		<-wt.ready
 		l.release()
 	}
 	l.recycle(wt)
+}
+
+// unlinkUnlessGranted takes wt out of the room unless a slot was handed
+// to it already, and says which.
+func (l *inflightLimiter) unlinkUnlessGranted(wt *waiter) (granted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !wt.granted {
+		l.unlink(wt)
+	}
+	return wt.granted
 }
 
 func (l *inflightLimiter) recycle(wt *waiter) {

@@ -61,13 +61,7 @@ func (l *inflightLimiter) park(pw parkingWriter, resume func(func()), r *http.Re
 // room. One that was granted a slot meanwhile is served (its handler sees
 // the cancelled context) and releases the slot itself.
 func (l *inflightLimiter) leaveParked(wt *waiter, resume func(func())) {
-	l.mu.Lock()
-	granted := wt.granted
-	if !granted {
-		l.unlink(wt)
-	}
-	l.mu.Unlock()
-	if granted {
+	if l.unlinkUnlessGranted(wt) {
 		return
 	}
 	l.outcomes[waitClientGone].Add(1)

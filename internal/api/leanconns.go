@@ -1,0 +1,54 @@
+package api
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+)
+
+// leanConns are a lean server's open connections (the HTTP/1.1 loop's or
+// the HTTP/2 server's), closed to newcomers once shutting is set, so
+// Shutdown and Close find every one.
+type leanConns[C comparable] struct {
+	shutting atomic.Bool
+	mu       sync.Mutex
+	conns    map[C]struct{}
+}
+
+func (s *leanConns[C]) add(c C) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[C]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *leanConns[C]) remove(c C) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if l := s.srv.ErrorLog; l != nil {
+		l.Printf(format, args...)
+	}
+}
+
+// connContext is a connection's context on a lean server, as net/http
+// makes it: the server, the local address, then ConnContext's values.
+func (s *Server) connContext(nc net.Conn) context.Context {
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.srv)
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
+	if cc := s.srv.ConnContext; cc != nil {
+		ctx = cc(ctx, nc)
+	}
+	return ctx
+}
