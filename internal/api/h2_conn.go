@@ -21,6 +21,7 @@ import (
 // encoded and not yet written (h2_writer.go).
 type h2Conn struct {
 	h      *h2Server
+	shard  *h2Shard     // where its streams' handlers are taken from (h2_workers.go)
 	tc     *trackedConn // the socket: tracker states, deadlines, close
 	ctx    context.Context
 	remote string
@@ -115,7 +116,7 @@ func (f *h2Inflow) add(n int64) int64 {
 }
 
 func newH2Conn(h *h2Server, tc *trackedConn, read []byte) *h2Conn {
-	c := &h2Conn{h: h, tc: tc, lim: &h.s.lim, streams: map[uint32]*h2Stream{},
+	c := &h2Conn{h: h, shard: h.pool.shard(h.nconn.Add(1)), tc: tc, lim: &h.s.lim, streams: map[uint32]*h2Stream{},
 		sendWin: 65535, initSendWin: 65535, peerMaxFrame: 16384,
 		inflow: h2Inflow{avail: 65535}}
 	c.ctx = h.baseContext(tc)
