@@ -167,7 +167,13 @@ func (c *h2Conn) serve() {
 		if err == nil {
 			err = c.process(f)
 		}
-		if err != nil && !c.onError(err) {
+		if err == nil {
+			continue
+		}
+		// Only an error, in onError, ends the connection with a
+		// GOAWAY other than NO_ERROR: checking for it after every
+		// frame was one more lock of c.mu per frame.
+		if !c.onError(err) {
 			return
 		}
 		if c.failed() {
@@ -255,9 +261,20 @@ func (c *h2Conn) fatal(code http2.ErrCode) {
 
 // process handles one frame (net/http's processFrame).
 func (c *h2Conn) process(f http2.Frame) error {
+	// One critical section per frame: the handlers of the connection's
+	// streams take c.mu too, and on many cores every extra lock is one
+	// more wait behind them.
 	c.mu.Lock()
-	defer c.kick(false)
-	defer c.mu.Unlock()
+	err := c.processLocked(f)
+	write := c.claimWriterLocked()
+	c.mu.Unlock()
+	if write {
+		go c.writeLoop() // the reader reads on
+	}
+	return err
+}
+
+func (c *h2Conn) processLocked(f http2.Frame) error {
 	if !c.sawSettings {
 		if _, ok := f.(*http2.SettingsFrame); !ok {
 			return http2.ConnectionError(http2.ErrCodeProtocol)

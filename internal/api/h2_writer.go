@@ -26,17 +26,26 @@ import (
 // socket), otherwise on a new one (the reader's, which must read on).
 func (c *h2Conn) kick(inline bool) {
 	c.mu.Lock()
-	if c.writing || (len(c.pend.b) == 0 && !c.ending) {
-		c.mu.Unlock()
+	write := c.claimWriterLocked()
+	c.mu.Unlock()
+	if !write {
 		return
 	}
-	c.writing = true
-	c.mu.Unlock()
 	if inline {
 		c.writeLoop()
 	} else {
 		go c.writeLoop()
 	}
+}
+
+// claimWriterLocked reports whether frames wait and no writer is at
+// work, and if so makes the caller the writer: it must run writeLoop.
+func (c *h2Conn) claimWriterLocked() bool {
+	if c.writing || (len(c.pend.b) == 0 && !c.ending) {
+		return false
+	}
+	c.writing = true
+	return true
 }
 
 func (c *h2Conn) writeLoop() {
