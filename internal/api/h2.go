@@ -92,13 +92,16 @@ type h2Server struct {
 	pool  *h2Pool
 	stop  sync.Once
 	nconn atomic.Uint64
-	// Counters, for tests and the metrics.
-	served, conned atomic.Uint64
+	// Counters, for tests and the metrics; served is counted per shard
+	// of the pool, each on a cache line of its own.
+	served h2Served
+	conned atomic.Uint64
 }
 
 func newH2Server(s *Server) *h2Server {
 	h := &h2Server{s: s, conns: map[*h2Conn]struct{}{}}
 	h.pool = newH2Pool(func(st *h2Stream) { st.c.runHandler(st) })
+	h.served = h2Served{h.pool}
 	return h
 }
 

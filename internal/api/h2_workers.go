@@ -3,6 +3,7 @@ package api
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,10 @@ type h2Shard struct {
 	mu     sync.Mutex
 	top    *h2Worker
 	closed bool
+	// served counts the handlers run for the shard's connections: one
+	// counter for the server was a cache line every core wrote per
+	// request.
+	served atomic.Uint64
 	// The shards are written by different cores; padding keeps each
 	// lock on a cache line of its own.
 	_ [64]byte
@@ -172,4 +177,15 @@ func (p *h2Pool) close() {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// h2Served is the handlers the lean HTTP/2 server ran, over its shards.
+type h2Served struct{ p *h2Pool }
+
+func (n h2Served) Load() uint64 {
+	var sum uint64
+	for i := range n.p.shards {
+		sum += n.p.shards[i].served.Load()
+	}
+	return sum
 }
