@@ -13,7 +13,7 @@ import (
 // grown its stack already), or a new one. Every dispatch of every
 // connection used to go through one unbuffered channel that the idle
 // goroutines all waited on: at GOMAXPROCS 8 that channel's lock was
-// 80 % of the mutex profile's delay (the reader's send and each
+// three quarters of the mutex profile's delay (the reader's send and each
 // worker's select), one cache line every core wrote per request. So the
 // idle goroutines are kept in shards, one per processor at start: a
 // connection dispatches to its own shard (connections are spread over
@@ -39,6 +39,10 @@ type h2Shard struct {
 	mu     sync.Mutex
 	top    *h2Worker
 	closed bool
+	// idle is how many goroutines are on the stack, written under mu,
+	// read without it by a dispatch looking for one to take: on many
+	// shards, trying each one's lock would move every lock's cache line.
+	idle atomic.Int32
 	// served counts the handlers run for the shard's connections: one
 	// counter for the server was a cache line every core wrote per
 	// request.
@@ -67,7 +71,7 @@ func (p *h2Pool) shard(i uint64) *h2Shard { return &p.shards[i%uint64(len(p.shar
 func (p *h2Pool) run(home *h2Shard, st *h2Stream) {
 	w := home.pop(false)
 	for i := 0; w == nil && i < len(p.shards); i++ {
-		if s := &p.shards[i]; s != home {
+		if s := &p.shards[i]; s != home && s.idle.Load() > 0 {
 			w = s.pop(true)
 		}
 	}
@@ -136,6 +140,7 @@ func (s *h2Shard) push(w *h2Worker) bool {
 		s.top.prev = w
 	}
 	s.top = w
+	s.idle.Add(1)
 	return true
 }
 
@@ -160,6 +165,7 @@ func (s *h2Shard) unlinkLocked(w *h2Worker) {
 		w.next.prev = w.prev
 	}
 	w.in, w.prev, w.next = nil, nil, nil
+	s.idle.Add(-1)
 }
 
 // close ends the idle goroutines; the ones running end after their

@@ -172,4 +172,7 @@ func TestH2PoolStealsAndFollowsDemand(t *testing.T) {
 	if a, b := idleIn(cs[0].shard), idleIn(cs[1].shard); a != 0 || b != 1 {
 		t.Fatalf("idle goroutines per shard %d, %d; want 0, 1 (the one goroutine, now in the shard it served)", a, b)
 	}
+	if a, b := cs[0].shard.idle.Load(), cs[1].shard.idle.Load(); a != 0 || b != 1 {
+		t.Fatalf("idle counts %d, %d; want 0, 1", a, b)
+	}
 }
