@@ -84,49 +84,28 @@ var h2PrefaceStart = []byte(h2cPreface[:18])
 type h2Server struct {
 	s *Server
 	leanConns[*h2Conn]
-	// work hands a stream to an idle handler goroutine; done, closed at
-	// Shutdown or Close, ends the idle ones.
-	work chan *h2Stream
-	done chan struct{}
-	stop sync.Once
-	// Counters, for tests and the metrics.
-	served, conned atomic.Uint64
+	// pool runs streams' handlers (h2_workers.go); stop closes it once,
+	// at Shutdown or Close. conns counts connections, to spread them
+	// over the pool's shards.
+	pool  *h2Pool
+	stop  sync.Once
+	nconn atomic.Uint64
+	// Counters, for tests and the metrics; served is counted per shard
+	// of the pool, each on a cache line of its own.
+	served h2Served
+	conned atomic.Uint64
 }
 
 func newH2Server(s *Server) *h2Server {
-	return &h2Server{s: s, work: make(chan *h2Stream), done: make(chan struct{})}
+	h := &h2Server{s: s}
+	h.pool = newH2Pool(func(st *h2Stream) { st.c.runHandler(st) })
+	h.served = h2Served{h.pool}
+	return h
 }
 
 // run runs the stream's handler on an idle handler goroutine, or a new
 // one.
-func (h *h2Server) run(st *h2Stream) {
-	select {
-	case h.work <- st:
-	default:
-		go h.worker(st)
-	}
-}
-
-// worker runs streams' handlers until none comes for h2WorkerIdle.
-func (h *h2Server) worker(st *h2Stream) {
-	var idle *time.Timer
-	for {
-		st.c.runHandler(st)
-		if idle == nil {
-			idle = time.NewTimer(h2WorkerIdle)
-		} else {
-			idle.Reset(h2WorkerIdle)
-		}
-		select {
-		case st = <-h.work:
-		case <-idle.C:
-			return
-		case <-h.done:
-			idle.Stop()
-			return
-		}
-	}
-}
+func (h *h2Server) run(st *h2Stream) { h.pool.run(st.c.shard, st) }
 
 // takesOver reports whether the lean HTTP/1.1 loop's connection, whose
 // first bytes it could not parse, is h2c for this server.
@@ -165,7 +144,7 @@ func (h *h2Server) shutdown(ctx context.Context) error {
 		return nil
 	}
 	h.shutting.Store(true)
-	h.stop.Do(func() { close(h.done) })
+	h.stop.Do(h.pool.close)
 	tick := time.NewTicker(leanShutdownPoll)
 	defer tick.Stop()
 	for {
@@ -192,7 +171,7 @@ func (h *h2Server) close() {
 		return
 	}
 	h.shutting.Store(true)
-	h.stop.Do(func() { close(h.done) })
+	h.stop.Do(h.pool.close)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.conns {

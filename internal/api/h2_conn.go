@@ -21,6 +21,7 @@ import (
 // encoded and not yet written (h2_writer.go).
 type h2Conn struct {
 	h      *h2Server
+	shard  *h2Shard     // where its streams' handlers are taken from (h2_workers.go)
 	tc     *trackedConn // the socket: tracker states, deadlines, close
 	ctx    context.Context
 	remote string
@@ -115,7 +116,7 @@ func (f *h2Inflow) add(n int64) int64 {
 }
 
 func newH2Conn(h *h2Server, tc *trackedConn, read []byte) *h2Conn {
-	c := &h2Conn{h: h, tc: tc, lim: &h.s.lim, streams: map[uint32]*h2Stream{},
+	c := &h2Conn{h: h, shard: h.pool.shard(h.nconn.Add(1)), tc: tc, lim: &h.s.lim, streams: map[uint32]*h2Stream{},
 		sendWin: 65535, initSendWin: 65535, peerMaxFrame: 16384,
 		inflow: h2Inflow{avail: 65535}}
 	c.ctx = h.s.connContext(tc)
@@ -166,7 +167,13 @@ func (c *h2Conn) serve() {
 		if err == nil {
 			err = c.process(f)
 		}
-		if err != nil && !c.onError(err) {
+		if err == nil {
+			continue
+		}
+		// Only an error, in onError, ends the connection with a
+		// GOAWAY other than NO_ERROR: checking for it after every
+		// frame was one more lock of c.mu per frame.
+		if !c.onError(err) {
 			return
 		}
 		if c.failed() {
@@ -254,9 +261,20 @@ func (c *h2Conn) fatal(code http2.ErrCode) {
 
 // process handles one frame (net/http's processFrame).
 func (c *h2Conn) process(f http2.Frame) error {
+	// One critical section per frame: the handlers of the connection's
+	// streams take c.mu too, and on many cores every extra lock is one
+	// more wait behind them.
 	c.mu.Lock()
-	defer c.kick(false)
-	defer c.mu.Unlock()
+	err := c.processLocked(f)
+	write := c.claimWriterLocked()
+	c.mu.Unlock()
+	if write {
+		go c.writeLoop() // the reader reads on
+	}
+	return err
+}
+
+func (c *h2Conn) processLocked(f http2.Frame) error {
 	if !c.sawSettings {
 		if _, ok := f.(*http2.SettingsFrame); !ok {
 			return http2.ConnectionError(http2.ErrCodeProtocol)

@@ -451,7 +451,7 @@ func (c *h2Conn) finishRun(st *h2Stream, run func()) {
 		}
 	}()
 	if run == nil {
-		c.h.served.Add(1)
+		c.shard.served.Add(1)
 		rw.handler.ServeHTTP(rw, st.req)
 		if run, parked = rw.returnParked(); parked {
 			didPanic = false
@@ -581,16 +581,26 @@ func (b *h2Body) Read(p []byte) (int, error) {
 	}
 	n := copy(p, st.in)
 	st.in = st.in[n:]
+	var err error
 	if len(st.in) == 0 {
 		st.in = nil
+		if st.recvDone {
+			// The body's end with its last bytes, as net/http's
+			// HTTP/1.1 body does: the handler need not lock c.mu
+			// again only to learn it.
+			err = st.inErr
+		}
 	}
 	c.windowUpdateLocked(nil, int64(n))
 	if !st.recvDone && !st.closed {
 		c.windowUpdateLocked(st, int64(n))
 	}
+	write := c.claimWriterLocked()
 	c.mu.Unlock()
-	c.kick(true)
-	return n, nil
+	if write {
+		c.writeLoop()
+	}
+	return n, err
 }
 
 func (b *h2Body) Close() error {

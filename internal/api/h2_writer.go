@@ -26,17 +26,26 @@ import (
 // socket), otherwise on a new one (the reader's, which must read on).
 func (c *h2Conn) kick(inline bool) {
 	c.mu.Lock()
-	if c.writing || (len(c.pend.b) == 0 && !c.ending) {
-		c.mu.Unlock()
+	write := c.claimWriterLocked()
+	c.mu.Unlock()
+	if !write {
 		return
 	}
-	c.writing = true
-	c.mu.Unlock()
 	if inline {
 		c.writeLoop()
 	} else {
 		go c.writeLoop()
 	}
+}
+
+// claimWriterLocked reports whether frames wait and no writer is at
+// work, and if so makes the caller the writer: it must run writeLoop.
+func (c *h2Conn) claimWriterLocked() bool {
+	if c.writing || (len(c.pend.b) == 0 && !c.ending) {
+		return false
+	}
+	c.writing = true
+	return true
 }
 
 func (c *h2Conn) writeLoop() {
@@ -259,9 +268,28 @@ func (c *h2Conn) writeData(st *h2Stream, p []byte, end bool) error {
 			break
 		}
 	}
+	write := c.claimWriterLocked()
 	c.mu.Unlock()
-	c.kick(true)
+	if write {
+		c.writeLoop()
+	}
 	return nil
+}
+
+// queueLastLocked queues p as the stream's last DATA frame if it fits
+// the send windows, one frame and the pending buffer now; otherwise
+// writeData is the way.
+func (c *h2Conn) queueLastLocked(st *h2Stream, p []byte) bool {
+	n := int64(len(p))
+	if st.closed || st.sendDone || c.werr != nil || len(c.pend.b) >= h2MaxPending ||
+		n > min(st.sendWin, c.sendWin, int64(c.peerMaxFrame)) {
+		return false
+	}
+	c.fw.WriteData(st.id, true, p)
+	st.sendWin -= n
+	c.sendWin -= n
+	c.sentEndLocked(st)
+	return true
 }
 
 // mustWaitLocked: DATA of n bytes (of want) cannot be queued now, for
@@ -374,6 +402,16 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 		hh := w.startHeaders(p, isHead)
 		c.mu.Lock()
 		err := c.writeHeadersLocked(w.st, hh)
+		if err == nil && !hh.endStream && w.done && len(p) > 0 && !w.hasNonemptyTrailers() && c.queueLastLocked(w.st, p) {
+			// The whole answer in one critical section: the
+			// connection's reader and its other handlers wait on c.mu.
+			write := c.claimWriterLocked()
+			c.mu.Unlock()
+			if write {
+				c.writeLoop()
+			}
+			return len(p), nil
+		}
 		c.mu.Unlock()
 		if err != nil {
 			return 0, err
@@ -501,7 +539,9 @@ func (w *h2Writer) FlushError() error {
 // body, the trailers, END_STREAM.
 func (w *h2Writer) handlerDone() {
 	w.done = true
-	w.Flush()
+	// Flush's work without its check of the stream's state afterwards
+	// (one more lock of c.mu): nobody reads the error now.
+	w.writeChunk(w.buf)
 	w.buf = nil
 }
 
