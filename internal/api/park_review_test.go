@@ -1,0 +1,347 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// An adversarial review of parked waiters (park.go, h2_park.go): every
+// test ends with the room empty and every slot back.
+
+// parkBench is a lean HTTP/2 server with one lean route, POST /lean, and
+// a holder that keeps the room's only slot until released.
+type parkBench struct {
+	s     *Server
+	addr  string
+	hold  chan struct{}
+	held  chan struct{}
+	mu    sync.Mutex
+	order []string // bodies of the requests served, in the order served
+}
+
+// newParkBench serves lim (MaxInflight 1 unless set) with handle as the
+// route for any body but "hold".
+func newParkBench(t *testing.T, lim Limits, handle func(w http.ResponseWriter, r *http.Request, body string)) *parkBench {
+	t.Helper()
+	b := &parkBench{hold: make(chan struct{}), held: make(chan struct{})}
+	var m Metrics
+	m.lean = &LeanRoutes{}
+	mux := http.NewServeMux()
+	m.lean.mark(mux, "POST /lean")
+	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if string(body) == "hold" {
+			close(b.held)
+			<-b.hold
+			io.WriteString(w, "held")
+			return
+		}
+		b.mu.Lock()
+		b.order = append(b.order, string(body))
+		b.mu.Unlock()
+		if handle != nil {
+			handle(w, r, string(body))
+			return
+		}
+		io.WriteString(w, "served")
+	})
+	lim.Lean = m.lean
+	if lim.MaxInflight == 0 {
+		lim.MaxInflight = 1
+	}
+	if lim.MaxStreams == 0 {
+		lim.MaxStreams = 100
+	}
+	b.s, b.addr = startServer(t, mux, leanH2(lim), nil)
+	return b
+}
+
+// holdSlot takes the room's slot on its own connection.
+func (b *parkBench) holdSlot(t *testing.T) *rawH2 {
+	t.Helper()
+	c := dialH2(t, b.addr)
+	c.open(t, 1, "POST", "/lean", false)
+	c.fr.WriteData(1, true, []byte("hold"))
+	<-b.held
+	return c
+}
+
+// parkOn opens stream id on c with body and waits until the room holds
+// depth requests.
+func (b *parkBench) parkOn(t *testing.T, c *rawH2, id uint32, body string, depth int64) {
+	t.Helper()
+	c.open(t, id, "POST", "/lean", false)
+	c.fr.WriteData(id, true, []byte(body))
+	awaitCond(t, "stream "+body+" in the room", func() bool { return b.s.inflight.queued.Load() == depth })
+}
+
+// settled waits until no slot is taken, nobody waits and no handler runs.
+func (b *parkBench) settled(t *testing.T) {
+	t.Helper()
+	awaitCond(t, "the room empty", func() bool { return b.s.inflight.queued.Load() == 0 })
+	awaitCond(t, "every slot released", func() bool { return b.s.inflight.n.Load() == 0 })
+	awaitCond(t, "no handler counted", func() bool { return leanHandlersRunning(b.s) == 0 })
+}
+
+// streamEnd reads c until stream id ends: its answer's body, or the
+// reset code.
+func streamEnd(t *testing.T, c *rawH2, id uint32) (body string, reset http2.ErrCode, wasReset bool) {
+	t.Helper()
+	for {
+		f := c.until(t, "the end of a stream", func(f http2.Frame) bool { return f.Header().StreamID == id })
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			body += string(f.Data())
+			if f.StreamEnded() {
+				return body, 0, false
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				return body, 0, false
+			}
+		case *http2.RSTStreamFrame:
+			return body, f.ErrCode, true
+		}
+	}
+}
+
+// A resumed handler that panics resets its stream and gives its slot
+// back; the next parked request is served.
+func TestParkReviewPanicInResumedHandler(t *testing.T) {
+	b := newParkBench(t, Limits{}, func(w http.ResponseWriter, r *http.Request, body string) {
+		if body == "panic" {
+			panic("boom")
+		}
+		io.WriteString(w, "served")
+	})
+	holder := b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	b.parkOn(t, c, 1, "panic", 1)
+	b.parkOn(t, c, 3, "after", 2)
+	close(b.hold)
+	if _, code, reset := streamEnd(t, c, 1); !reset || code != http2.ErrCodeInternal {
+		t.Fatalf("the panicking stream: reset %v code %v; want INTERNAL_ERROR", reset, code)
+	}
+	if body, _, reset := streamEnd(t, c, 3); reset || body != "served" {
+		t.Fatalf("the next in line: %q reset %v", body, reset)
+	}
+	streamEnd(t, holder, 1)
+	b.settled(t)
+}
+
+// Shutdown with parked streams sends GOAWAY, serves them once slots
+// free, and returns.
+func TestParkReviewShutdownServesParked(t *testing.T) {
+	b := newParkBench(t, Limits{}, nil)
+	holder := b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	for i := range 3 {
+		b.parkOn(t, c, uint32(1+2*i), "p", int64(i+1))
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.s.Shutdown(context.Background()) }()
+	c.until(t, "GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	close(b.hold)
+	for i := range 3 {
+		if body, _, reset := streamEnd(t, c, uint32(1+2*i)); reset || body != "served" {
+			t.Fatalf("parked stream %d: %q reset %v", 1+2*i, body, reset)
+		}
+	}
+	streamEnd(t, holder, 1)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hang):
+		t.Fatal("Shutdown did not return once the parked streams were served")
+	}
+	b.settled(t)
+}
+
+// Close with parked streams takes them out of the room.
+func TestParkReviewCloseEmptiesRoom(t *testing.T) {
+	b := newParkBench(t, Limits{}, nil)
+	b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	for i := range 3 {
+		b.parkOn(t, c, uint32(1+2*i), "p", int64(i+1))
+	}
+	b.s.Close()
+	awaitCond(t, "the room empty after Close", func() bool { return b.s.inflight.queued.Load() == 0 })
+	close(b.hold)
+	b.settled(t)
+	if got := b.s.inflight.outcomes[waitServed].Load(); got != 0 {
+		t.Errorf("served after Close: %d", got)
+	}
+}
+
+// A parked stream whose write timeout fires is reset and leaves the room.
+func TestParkReviewWriteTimeoutWhileParked(t *testing.T) {
+	b := newParkBench(t, Limits{WriteTimeout: 300 * time.Millisecond}, nil)
+	b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	b.parkOn(t, c, 1, "p", 1)
+	if _, _, reset := streamEnd(t, c, 1); !reset {
+		t.Fatal("the parked stream outlived its write timeout")
+	}
+	awaitCond(t, "the room empty", func() bool { return b.s.inflight.queued.Load() == 0 })
+	close(b.hold)
+	b.settled(t)
+}
+
+// A full room refuses a parked stream at once with 503; nothing stays
+// counted.
+func TestParkReviewRefusedParked(t *testing.T) {
+	b := newParkBench(t, Limits{WaitingRoom: 1}, nil)
+	holder := b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	b.parkOn(t, c, 1, "waits", 1)
+	c.open(t, 3, "POST", "/lean", false)
+	c.fr.WriteData(3, true, []byte("refused"))
+	f := c.until(t, "the refusal", func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 3
+	})
+	if st := f.(*http2.MetaHeadersFrame).PseudoValue("status"); st != "503" {
+		t.Fatalf("status %s, want 503", st)
+	}
+	close(b.hold)
+	if body, _, reset := streamEnd(t, c, 1); reset || body != "served" {
+		t.Fatalf("the waiter: %q reset %v", body, reset)
+	}
+	streamEnd(t, holder, 1)
+	b.settled(t)
+}
+
+// HTTP/1.1 waiters (on their goroutines) and parked HTTP/2 streams share
+// one room, first come first served.
+func TestParkReviewMixedFIFO(t *testing.T) {
+	b := newParkBench(t, Limits{}, nil)
+	b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	var h1s []*rawConn
+	want := []string{}
+	for i := range 6 {
+		name := string(rune('a' + i))
+		want = append(want, name)
+		if i%2 == 0 {
+			hc := dial(t, b.addr)
+			if _, err := io.WriteString(hc, "POST /lean HTTP/1.1\r\nHost: surge\r\nContent-Length: 1\r\n\r\n"+name); err != nil {
+				t.Fatal(err)
+			}
+			awaitCond(t, "h1 "+name+" in the room", func() bool { return b.s.inflight.queued.Load() == int64(i+1) })
+			h1s = append(h1s, hc)
+			continue
+		}
+		b.parkOn(t, c, uint32(1+2*i), name, int64(i+1))
+	}
+	close(b.hold)
+	for _, hc := range h1s {
+		if _, body, err := hc.answer(); err != nil || body != "served" {
+			t.Fatalf("h1 answer %q %v", body, err)
+		}
+	}
+	b.settled(t)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range want {
+		if i >= len(b.order) || b.order[i] != want[i] {
+			t.Fatalf("served in order %v, want %v", b.order, want)
+		}
+	}
+}
+
+// Grants race clients' resets: whatever the interleaving, each request
+// is served or ends unanswered exactly once, and the room and the slots
+// come back to empty.
+func TestParkReviewGrantRacesReset(t *testing.T) {
+	const conns, streams = 4, 60
+	b := newParkBench(t, Limits{MaxInflight: 2, WaitingRoom: 10_000}, nil)
+	var served atomic.Int64
+	var wg sync.WaitGroup
+	for range conns {
+		c := dialH2(t, b.addr)
+		c.until(t, "SETTINGS", func(f http2.Frame) bool { _, ok := f.(*http2.SettingsFrame); return ok })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := map[uint32]bool{} // the streams the client keeps
+			for i := range streams {
+				if i%3 != 0 {
+					want[uint32(1+2*i)] = true
+				}
+			}
+			c.SetReadDeadline(time.Now().Add(hang))
+			for len(want) > 0 {
+				f, err := c.fr.ReadFrame()
+				if err != nil {
+					t.Errorf("reading: %v (%d kept streams not answered)", err, len(want))
+					return
+				}
+				id := f.Header().StreamID
+				switch f := f.(type) {
+				case *http2.DataFrame:
+					if f.StreamEnded() && want[id] {
+						delete(want, id)
+						served.Add(1)
+					}
+				case *http2.RSTStreamFrame:
+					if want[id] {
+						t.Errorf("kept stream %d reset: %v", id, f.ErrCode)
+						delete(want, id)
+					}
+				}
+			}
+		}()
+		for i := range streams {
+			id := uint32(1 + 2*i)
+			c.open(t, id, "POST", "/lean", false)
+			c.fr.WriteData(id, true, []byte("x"))
+			if i%3 == 0 {
+				c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+			}
+		}
+	}
+	wg.Wait()
+	b.settled(t)
+	l := b.s.inflight
+	t.Logf("served %d, client_gone %d, served after waiting %d", served.Load(), l.outcomes[waitClientGone].Load(), l.outcomes[waitServed].Load())
+}
+
+// resume(nil) races a grant on the room alone: exactly one of them ends
+// each parked request, and the slot comes back.
+func TestParkReviewLeaveRacesGrant(t *testing.T) {
+	for range 200 {
+		hold, held := make(chan struct{}), make(chan struct{})
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold" {
+				close(held)
+				<-hold
+			}
+		})
+		l := newInflightLimiter(next, 1, nil, time.Minute, 10)
+		go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
+		<-held
+		ctx, cancel := context.WithCancel(context.Background())
+		pw := newParkRecorder()
+		l.ServeHTTP(pw, httptest.NewRequest("POST", "/x", nil).WithContext(ctx))
+		go cancel()
+		close(hold)
+		<-pw.done
+		select {
+		case <-pw.done:
+			t.Fatal("a parked request ended twice")
+		case <-time.After(time.Millisecond):
+		}
+		awaitCond(t, "the slot back", func() bool { return l.n.Load() == 0 && l.queued.Load() == 0 })
+	}
+}
