@@ -91,26 +91,42 @@ func (b *parkBench) settled(t *testing.T) {
 	awaitCond(t, "no handler counted", func() bool { return leanHandlersRunning(b.s) == 0 })
 }
 
-// streamEnd reads c until stream id ends: its answer's body, or the
-// reset code.
-func streamEnd(t *testing.T, c *rawH2, id uint32) (body string, reset http2.ErrCode, wasReset bool) {
+// streamEnd is how a stream ended: its answer's status and body, or
+// the reset code.
+type streamEnd struct {
+	status, body string
+	reset        bool
+	code         http2.ErrCode
+}
+
+// streamEnds reads c until each of ids has ended; frames of other
+// streams are dropped.
+func streamEnds(t *testing.T, c *rawH2, ids ...uint32) map[uint32]*streamEnd {
 	t.Helper()
-	for {
-		f := c.until(t, "the end of a stream", func(f http2.Frame) bool { return f.Header().StreamID == id })
+	ends := map[uint32]*streamEnd{}
+	open := map[uint32]bool{}
+	for _, id := range ids {
+		ends[id], open[id] = &streamEnd{}, true
+	}
+	for len(open) > 0 {
+		f := c.until(t, "the end of a stream", func(f http2.Frame) bool { return open[f.Header().StreamID] })
+		id := f.Header().StreamID
+		e, ended := ends[id], false
 		switch f := f.(type) {
 		case *http2.DataFrame:
-			body += string(f.Data())
-			if f.StreamEnded() {
-				return body, 0, false
-			}
+			e.body += string(f.Data())
+			ended = f.StreamEnded()
 		case *http2.MetaHeadersFrame:
-			if f.StreamEnded() {
-				return body, 0, false
-			}
+			e.status = f.PseudoValue("status")
+			ended = f.StreamEnded()
 		case *http2.RSTStreamFrame:
-			return body, f.ErrCode, true
+			e.reset, e.code, ended = true, f.ErrCode, true
+		}
+		if ended {
+			delete(open, id)
 		}
 	}
+	return ends
 }
 
 // A resumed handler that panics resets its stream and gives its slot
@@ -127,13 +143,14 @@ func TestParkReviewPanicInResumedHandler(t *testing.T) {
 	b.parkOn(t, c, 1, "panic", 1)
 	b.parkOn(t, c, 3, "after", 2)
 	close(b.hold)
-	if _, code, reset := streamEnd(t, c, 1); !reset || code != http2.ErrCodeInternal {
-		t.Fatalf("the panicking stream: reset %v code %v; want INTERNAL_ERROR", reset, code)
+	ends := streamEnds(t, c, 1, 3)
+	if e := ends[1]; !e.reset || e.code != http2.ErrCodeInternal {
+		t.Fatalf("the panicking stream: %+v; want reset INTERNAL_ERROR", e)
 	}
-	if body, _, reset := streamEnd(t, c, 3); reset || body != "served" {
-		t.Fatalf("the next in line: %q reset %v", body, reset)
+	if e := ends[3]; e.reset || e.body != "served" {
+		t.Fatalf("the next in line: %+v", e)
 	}
-	streamEnd(t, holder, 1)
+	streamEnds(t, holder, 1)
 	b.settled(t)
 }
 
@@ -150,12 +167,12 @@ func TestParkReviewShutdownServesParked(t *testing.T) {
 	go func() { done <- b.s.Shutdown(context.Background()) }()
 	c.until(t, "GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
 	close(b.hold)
-	for i := range 3 {
-		if body, _, reset := streamEnd(t, c, uint32(1+2*i)); reset || body != "served" {
-			t.Fatalf("parked stream %d: %q reset %v", 1+2*i, body, reset)
+	for id, e := range streamEnds(t, c, 1, 3, 5) {
+		if e.reset || e.body != "served" {
+			t.Fatalf("parked stream %d: %+v", id, e)
 		}
 	}
-	streamEnd(t, holder, 1)
+	streamEnds(t, holder, 1)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -190,8 +207,8 @@ func TestParkReviewWriteTimeoutWhileParked(t *testing.T) {
 	b.holdSlot(t)
 	c := dialH2(t, b.addr)
 	b.parkOn(t, c, 1, "p", 1)
-	if _, _, reset := streamEnd(t, c, 1); !reset {
-		t.Fatal("the parked stream outlived its write timeout")
+	if e := streamEnds(t, c, 1)[1]; !e.reset {
+		t.Fatalf("the parked stream outlived its write timeout: %+v", e)
 	}
 	awaitCond(t, "the room empty", func() bool { return b.s.inflight.queued.Load() == 0 })
 	close(b.hold)
@@ -207,18 +224,14 @@ func TestParkReviewRefusedParked(t *testing.T) {
 	b.parkOn(t, c, 1, "waits", 1)
 	c.open(t, 3, "POST", "/lean", false)
 	c.fr.WriteData(3, true, []byte("refused"))
-	f := c.until(t, "the refusal", func(f http2.Frame) bool {
-		h, ok := f.(*http2.MetaHeadersFrame)
-		return ok && h.StreamID == 3
-	})
-	if st := f.(*http2.MetaHeadersFrame).PseudoValue("status"); st != "503" {
-		t.Fatalf("status %s, want 503", st)
+	if e := streamEnds(t, c, 3)[3]; e.status != "503" {
+		t.Fatalf("the refused stream: %+v, want 503", e)
 	}
 	close(b.hold)
-	if body, _, reset := streamEnd(t, c, 1); reset || body != "served" {
-		t.Fatalf("the waiter: %q reset %v", body, reset)
+	if e := streamEnds(t, c, 1)[1]; e.reset || e.body != "served" {
+		t.Fatalf("the waiter: %+v", e)
 	}
-	streamEnd(t, holder, 1)
+	streamEnds(t, holder, 1)
 	b.settled(t)
 }
 
