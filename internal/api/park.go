@@ -30,6 +30,24 @@ type parkingWriter interface {
 	park() (resume func(run func()))
 }
 
+// noParkingKey marks a request's context: it waits on its goroutine.
+type noParkingKey struct{}
+
+// NoParking returns r marked to wait for its in-flight slot on its own
+// goroutine, never parked. A gate that counts a call until its handler
+// returns (the auth gate's long-lived calls against a token's limit)
+// marks it: parked, the handler would return while the call still waits,
+// and the count would drop with the call still open.
+func NoParking(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), noParkingKey{}, true))
+}
+
+// mayPark: w can hold r without its goroutine, and r may be held so.
+func mayPark(w http.ResponseWriter, r *http.Request) (parkingWriter, bool) {
+	pw, ok := w.(parkingWriter)
+	return pw, ok && r.Context().Value(noParkingKey{}) == nil
+}
+
 // park queues r for a slot without holding the calling goroutine: resume,
 // from pw.park, runs next once the room grants one.
 func (l *inflightLimiter) park(pw parkingWriter, resume func(func()), r *http.Request, next http.Handler) {

@@ -358,3 +358,37 @@ func TestParkReviewLeaveRacesGrant(t *testing.T) {
 		awaitCond(t, "the slot back", func() bool { return l.n.Load() == 0 && l.queued.Load() == 0 })
 	}
 }
+
+// A request marked NoParking (by a gate that counts it until its
+// handler returns) waits on its goroutine even behind a parkingWriter.
+func TestParkReviewNoParkingWaitsOnGoroutine(t *testing.T) {
+	hold, held := make(chan struct{}), make(chan struct{})
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			close(held)
+			<-hold
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	l := newInflightLimiter(next, 1, nil, time.Minute, 10)
+	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
+	<-held
+	pw := newParkRecorder()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		l.ServeHTTP(pw, NoParking(httptest.NewRequest("POST", "/long", nil)))
+	}()
+	awaitCond(t, "the call in the room", func() bool { return l.queued.Load() == 1 })
+	select {
+	case <-returned:
+		t.Fatal("the handler returned while its call waited")
+	default:
+	}
+	close(hold)
+	<-returned
+	if pw.parks != 0 || pw.Code != http.StatusAccepted {
+		t.Fatalf("parks %d, status %d; want 0 and 202", pw.parks, pw.Code)
+	}
+	awaitCond(t, "the slot back", func() bool { return l.n.Load() == 0 })
+}
