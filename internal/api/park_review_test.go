@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,4 +393,39 @@ func TestParkReviewNoParkingWaitsOnGoroutine(t *testing.T) {
 		t.Fatalf("parks %d, status %d; want 0 and 202", pw.parks, pw.Code)
 	}
 	awaitCond(t, "the slot back", func() bool { return l.n.Load() == 0 })
+}
+
+// A parked request that was served leaves nothing behind: its
+// client-gone callback is dropped with the grant, not run (a goroutine
+// and a turn on the room's lock per request) when its context ends.
+func TestParkReviewServedDropsClientGoneCallback(t *testing.T) {
+	hold, held := make(chan struct{}), make(chan struct{})
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			close(held)
+			<-hold
+		}
+	})
+	l := newInflightLimiter(next, 1, nil, time.Minute, 10)
+	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
+	<-held
+	ctx, cancel := context.WithCancel(context.Background())
+	pw := newParkRecorder()
+	l.ServeHTTP(pw, httptest.NewRequest("POST", "/x", nil).WithContext(ctx))
+	close(hold)
+	if served := <-pw.done; !served {
+		t.Fatal("not served")
+	}
+	awaitCond(t, "the slot back", func() bool { return l.n.Load() == 0 })
+	l.mu.Lock() // a callback left would block here, in leaveParked
+	cancel()    // as the stream ends once answered
+	ran := false
+	for deadline := time.Now().Add(500 * time.Millisecond); !ran && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		ran = strings.Contains(string(buf[:runtime.Stack(buf, true)]), "leaveParked")
+	}
+	l.mu.Unlock()
+	if ran {
+		t.Fatal("the served request's client-gone callback ran when its context ended")
+	}
 }
