@@ -18,8 +18,9 @@ import (
 // An adversarial review of parked waiters (park.go, h2_park.go): every
 // test ends with the room empty and every slot back.
 
-// parkBench is a lean HTTP/2 server with one lean route, POST /lean, and
-// a holder that keeps the room's only slot until released.
+// parkBench is a lean HTTP/2 server with lean routes POST /lean and
+// POST /exempt (exempt if Limits.Exempt says so), and a holder that
+// keeps the room's only slot until released.
 type parkBench struct {
 	s     *Server
 	addr  string
@@ -37,8 +38,7 @@ func newParkBench(t *testing.T, lim Limits, handle func(w http.ResponseWriter, r
 	var m Metrics
 	m.lean = &LeanRoutes{}
 	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+	route := func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if string(body) == "hold" {
 			close(b.held)
@@ -54,7 +54,11 @@ func newParkBench(t *testing.T, lim Limits, handle func(w http.ResponseWriter, r
 			return
 		}
 		io.WriteString(w, "served")
-	})
+	}
+	for _, p := range []string{"POST /lean", "POST /exempt"} {
+		mux.HandleFunc(p, route)
+		m.lean.mark(mux, p)
+	}
 	lim.Lean = m.lean
 	if lim.MaxInflight == 0 {
 		lim.MaxInflight = 1
@@ -428,4 +432,25 @@ func TestParkReviewServedDropsClientGoneCallback(t *testing.T) {
 	if ran {
 		t.Fatal("the served request's client-gone callback ran when its context ended")
 	}
+}
+
+// An exempt path on a lean route is answered while the room is full and
+// takes neither a slot nor a place: it never parks.
+func TestParkReviewExemptLeanRouteNeverParks(t *testing.T) {
+	b := newParkBench(t, Limits{Exempt: []string{"/exempt"}, WaitingRoom: 1}, nil)
+	holder := b.holdSlot(t)
+	c := dialH2(t, b.addr)
+	b.parkOn(t, c, 1, "waits", 1)
+	c.open(t, 3, "POST", "/exempt", false)
+	c.fr.WriteData(3, true, []byte("exempt"))
+	if e := streamEnds(t, c, 3)[3]; e.reset || e.body != "served" {
+		t.Fatalf("the exempt request: %+v", e)
+	}
+	if d := b.s.inflight.queued.Load(); d != 1 {
+		t.Fatalf("room depth %d, want 1 (the waiter only)", d)
+	}
+	close(b.hold)
+	streamEnds(t, c, 1)
+	streamEnds(t, holder, 1)
+	b.settled(t)
 }
