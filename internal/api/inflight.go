@@ -142,7 +142,7 @@ func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next htt
 		next.ServeHTTP(w, r)
 		return
 	}
-	if pw, ok := w.(parkingWriter); ok {
+	if pw, ok := mayPark(w, r); ok {
 		if resume := pw.park(); resume != nil {
 			l.park(pw, resume, r, next)
 			return

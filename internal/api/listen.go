@@ -107,7 +107,10 @@ type Limits struct {
 	LeanH2 bool
 	// Gate, if set, wraps the admission: it sees every request before
 	// the request takes an in-flight slot or waits for one, so what it
-	// refuses (authentication) costs no slot.
+	// refuses (authentication) costs no slot. On the lean HTTP/2 server
+	// a lean route's request waiting for a slot is parked (park.go): the
+	// gate's next returns before the request is served. A gate that
+	// counts a call until next returns marks it NoParking.
 	Gate func(http.Handler) http.Handler
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 )
 
 // Parking: a request that waits for an in-flight slot without a goroutine.
@@ -30,12 +31,39 @@ type parkingWriter interface {
 	park() (resume func(run func()))
 }
 
+// noParkingKey marks a request's context: it waits on its goroutine.
+type noParkingKey struct{}
+
+// NoParking returns r marked to wait for its in-flight slot on its own
+// goroutine, never parked. A gate that counts a call until its handler
+// returns (the auth gate's long-lived calls against a token's limit)
+// marks it: parked, the handler would return while the call still waits,
+// and the count would drop with the call still open.
+func NoParking(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), noParkingKey{}, true))
+}
+
+// mayPark: w can hold r without its goroutine, and r may be held so.
+func mayPark(w http.ResponseWriter, r *http.Request) (parkingWriter, bool) {
+	pw, ok := w.(parkingWriter)
+	return pw, ok && r.Context().Value(noParkingKey{}) == nil
+}
+
 // park queues r for a slot without holding the calling goroutine: resume,
 // from pw.park, runs next once the room grants one.
 func (l *inflightLimiter) park(pw parkingWriter, resume func(func()), r *http.Request, next http.Handler) {
 	wt := &waiter{}
+	var stopLeave atomic.Value // func() bool, once registered
 	wt.run = func() {
 		resume(func() {
+			// Served, the request no longer needs its client-gone
+			// callback, which would otherwise run when its stream ends:
+			// a goroutine and a turn on the room's lock per request.
+			// (Granted before it was registered, it runs, finds the
+			// grant and does nothing.)
+			if stop, ok := stopLeave.Load().(func() bool); ok {
+				stop()
+			}
 			l.outcomes[waitServed].Add(1)
 			defer l.release()
 			next.ServeHTTP(pw, r)
@@ -54,7 +82,7 @@ func (l *inflightLimiter) park(pw parkingWriter, resume func(func()), r *http.Re
 	}
 	// wt.run may have been called already (the room granted at once):
 	// then leaveParked finds it granted and does nothing.
-	context.AfterFunc(r.Context(), func() { l.leaveParked(wt, resume) })
+	stopLeave.Store(context.AfterFunc(r.Context(), func() { l.leaveParked(wt, resume) }))
 }
 
 // leaveParked takes a parked request whose client went away out of the

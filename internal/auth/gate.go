@@ -146,6 +146,8 @@ func (g *Gate) serve(next http.Handler, w http.ResponseWriter, r *http.Request) 
 			return
 		}
 		defer p.open.Add(-1)
+		// Counted until this returns: it must wait for its slot here.
+		r = api.NoParking(r)
 	}
 	next.ServeHTTP(w, r)
 }
