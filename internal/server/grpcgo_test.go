@@ -460,12 +460,21 @@ func TestGRPCGoTLSReload(t *testing.T) {
 
 // A token's worker streams beyond --max-streams-per-token are refused
 // RESOURCE_EXHAUSTED naming the flag on either listener.
+//
+// Each listener gets a server of its own: the token's count of open
+// streams drops when a stream's handler returns, which comes a moment
+// after the client closes it, so a stream the previous subtest closed
+// could still be counted when the next one opens its first (refused,
+// unseen: a server stream's refusal shows at Receive), and every later
+// stream would then be let in.
 func TestGRPCGoStreamsPerToken(t *testing.T) {
 	at := newAuthTokens(t)
-	_, tps := serveBoth(t, Config{Auth: AuthConfig{Tokens: at.table, MaxOpenPerToken: 1}})
-	ctx := ctx30(t)
-	for _, tp := range tps {
+	cfg := Config{Auth: AuthConfig{Tokens: at.table, MaxOpenPerToken: 1}}
+	for i := range 2 { // serveBoth's two listeners
+		_, tps := serveBoth(t, cfg)
+		tp := tps[i]
 		t.Run(tp.name, func(t *testing.T) {
+			ctx := ctx30(t)
 			wc := jqpbconnect.NewWorkerServiceClient(h2cClient(), tp.base, connect.WithGRPC(),
 				connect.WithInterceptors(streamToken(at.tokens["jobs-worker"])), withToken(at.tokens["jobs-worker"]))
 			open := func(ctx context.Context) (*connect.ServerStreamForClient[jqpb.JobAssignment], error) {
