@@ -340,16 +340,7 @@ func TestParkReviewGrantRacesReset(t *testing.T) {
 // each parked request, and the slot comes back.
 func TestParkReviewLeaveRacesGrant(t *testing.T) {
 	for range 200 {
-		hold, held := make(chan struct{}), make(chan struct{})
-		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/hold" {
-				close(held)
-				<-hold
-			}
-		})
-		l := newInflightLimiter(next, 1, nil, time.Minute, 10)
-		go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
-		<-held
+		l, hold := roomWithSlotHeld(10)
 		ctx, cancel := context.WithCancel(context.Background())
 		pw := newParkRecorder()
 		l.ServeHTTP(pw, httptest.NewRequest("POST", "/x", nil).WithContext(ctx))
@@ -368,17 +359,7 @@ func TestParkReviewLeaveRacesGrant(t *testing.T) {
 // A request marked NoParking (by a gate that counts it until its
 // handler returns) waits on its goroutine even behind a parkingWriter.
 func TestParkReviewNoParkingWaitsOnGoroutine(t *testing.T) {
-	hold, held := make(chan struct{}), make(chan struct{})
-	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			close(held)
-			<-hold
-		}
-		w.WriteHeader(http.StatusAccepted)
-	})
-	l := newInflightLimiter(next, 1, nil, time.Minute, 10)
-	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
-	<-held
+	l, hold := roomWithSlotHeld(10)
 	pw := newParkRecorder()
 	returned := make(chan struct{})
 	go func() {
@@ -403,16 +384,7 @@ func TestParkReviewNoParkingWaitsOnGoroutine(t *testing.T) {
 // client-gone callback is dropped with the grant, not run (a goroutine
 // and a turn on the room's lock per request) when its context ends.
 func TestParkReviewServedDropsClientGoneCallback(t *testing.T) {
-	hold, held := make(chan struct{}), make(chan struct{})
-	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			close(held)
-			<-hold
-		}
-	})
-	l := newInflightLimiter(next, 1, nil, time.Minute, 10)
-	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
-	<-held
+	l, hold := roomWithSlotHeld(10)
 	ctx, cancel := context.WithCancel(context.Background())
 	pw := newParkRecorder()
 	l.ServeHTTP(pw, httptest.NewRequest("POST", "/x", nil).WithContext(ctx))

@@ -35,10 +35,10 @@ func (p *parkRecorder) park() func(func()) {
 	}
 }
 
-// A parked request waits as a record: its handler's goroutine returns at
-// once, and the handler chain runs, on another goroutine, only once the
-// room hands it the slot.
-func TestParkedRequestWaitsWithoutItsGoroutine(t *testing.T) {
+// roomWithSlotHeld is a room of one in-flight slot, held by a request
+// until hold is closed, and of roomSize places; its handler answers every
+// other request 202.
+func roomWithSlotHeld(roomSize int) (l *inflightLimiter, hold chan struct{}) {
 	hold, held := make(chan struct{}), make(chan struct{})
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
@@ -47,9 +47,17 @@ func TestParkedRequestWaitsWithoutItsGoroutine(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusAccepted)
 	})
-	l := newInflightLimiter(next, 1, nil, time.Minute, 10)
+	l = newInflightLimiter(next, 1, nil, time.Minute, roomSize)
 	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
 	<-held
+	return l, hold
+}
+
+// A parked request waits as a record: its handler's goroutine returns at
+// once, and the handler chain runs, on another goroutine, only once the
+// room hands it the slot.
+func TestParkedRequestWaitsWithoutItsGoroutine(t *testing.T) {
+	l, hold := roomWithSlotHeld(10)
 
 	pw := newParkRecorder()
 	returned := make(chan struct{})
@@ -83,17 +91,7 @@ func TestParkedRequestWaitsWithoutItsGoroutine(t *testing.T) {
 // A parked request whose client goes away leaves the room unanswered,
 // and the slot it would have had goes to the next in line.
 func TestParkedRequestWhoseClientLeavesFreesItsPlace(t *testing.T) {
-	hold, held := make(chan struct{}), make(chan struct{})
-	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			close(held)
-			<-hold
-		}
-		w.WriteHeader(http.StatusAccepted)
-	})
-	l := newInflightLimiter(next, 1, nil, time.Minute, 10)
-	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
-	<-held
+	l, hold := roomWithSlotHeld(10)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := newParkRecorder()
@@ -122,16 +120,7 @@ func TestParkedRequestWhoseClientLeavesFreesItsPlace(t *testing.T) {
 // A parked request refused by a full room is answered at once, and its
 // stream ends.
 func TestParkedRequestRefusedWhenTheRoomIsFull(t *testing.T) {
-	hold, held := make(chan struct{}), make(chan struct{})
-	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			close(held)
-			<-hold
-		}
-	})
-	l := newInflightLimiter(next, 1, nil, time.Minute, 1)
-	go l.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/hold", nil))
-	<-held
+	l, hold := roomWithSlotHeld(1)
 	defer close(hold)
 	l.ServeHTTP(newParkRecorder(), httptest.NewRequest("POST", "/waits", nil))
 	pw := newParkRecorder()
