@@ -402,37 +402,18 @@ func (c *h1Conn) handOff() bool {
 func (h *h1Server) shutdown(ctx context.Context) error {
 	h.shutting.Store(true)
 	h.stop.Do(func() { close(h.done) })
-	tick := time.NewTicker(leanShutdownPoll)
-	defer tick.Stop()
-	for {
-		h.mu.Lock()
-		n := len(h.conns)
-		for c := range h.conns {
-			if c.idle.Load() {
-				c.tc.Close()
-			}
+	return h.drain(ctx, func(c *h1Conn) {
+		if c.idle.Load() {
+			c.tc.Close()
 		}
-		h.mu.Unlock()
-		if n == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // close closes every lean connection at once.
 func (h *h1Server) close() {
 	h.shutting.Store(true)
 	h.stop.Do(func() { close(h.done) })
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for c := range h.conns {
-		c.tc.Close()
-	}
+	h.each(func(c *h1Conn) { c.tc.Close() })
 }
 
 var _ io.Reader = (*h1Body)(nil)

@@ -145,24 +145,7 @@ func (h *h2Server) shutdown(ctx context.Context) error {
 	}
 	h.shutting.Store(true)
 	h.stop.Do(h.pool.close)
-	tick := time.NewTicker(leanShutdownPoll)
-	defer tick.Stop()
-	for {
-		h.mu.Lock()
-		n := len(h.conns)
-		for c := range h.conns {
-			c.startGracefulShutdown()
-		}
-		h.mu.Unlock()
-		if n == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	return h.drain(ctx, (*h2Conn).startGracefulShutdown)
 }
 
 // close closes every connection at once.
@@ -172,11 +155,7 @@ func (h *h2Server) close() {
 	}
 	h.shutting.Store(true)
 	h.stop.Do(h.pool.close)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for c := range h.conns {
-		c.tc.Close()
-	}
+	h.each(func(c *h2Conn) { c.tc.Close() })
 }
 
 func (h *h2Server) register(reg prometheus.Registerer) {

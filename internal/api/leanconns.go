@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // leanConns are a lean server's open connections (the HTTP/1.1 loop's or
@@ -34,6 +35,39 @@ func (s *leanConns[C]) remove(c C) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+}
+
+// each calls f on every connection, under the set's lock.
+func (s *leanConns[C]) each(f func(C)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		f(c)
+	}
+}
+
+// drain calls nudge on every connection each leanShutdownPoll (to close
+// it if idle, or tell it the server is going away) until none is left,
+// or ctx is done.
+func (s *leanConns[C]) drain(ctx context.Context, nudge func(C)) error {
+	tick := time.NewTicker(leanShutdownPoll)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		n := len(s.conns)
+		for c := range s.conns {
+			nudge(c)
+		}
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 func (s *Server) logf(format string, args ...any) {
