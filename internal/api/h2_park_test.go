@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,21 +18,46 @@ import (
 // leaves the room, and once the slot frees, every other waiter is
 // answered by the route.
 func TestH2LeanCrowdWaitsWithoutHandlers(t *testing.T) {
-	const crowd = 40
-	var m Metrics
-	m.lean = &LeanRoutes{}
-	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
-	hold, held := make(chan struct{}), make(chan struct{})
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+	leanCrowdWaits(t, func(h http.Handler, lim Limits) (*Server, *rawH2) {
+		s, addr := startServer(t, h, leanH2(lim), nil)
+		return s, dialH2(t, addr)
+	}, false)
+}
+
+// holdingRoute is a mux with one lean route, POST /lean: a request whose
+// body is "hold" holds its in-flight slot until hold is closed (held
+// says it has it); every other is answered "served".
+type holdingRoute struct {
+	lean       *LeanRoutes
+	mux        *http.ServeMux
+	hold, held chan struct{}
+	sawTLS     atomic.Int64 // route runs that saw r.TLS
+}
+
+func newHoldingRoute() *holdingRoute {
+	rt := &holdingRoute{lean: &LeanRoutes{}, mux: http.NewServeMux(), hold: make(chan struct{}), held: make(chan struct{})}
+	rt.lean.mark(rt.mux, "POST /lean")
+	rt.mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			rt.sawTLS.Add(1)
+		}
 		if b, _ := io.ReadAll(r.Body); string(b) == "hold" {
-			close(held)
-			<-hold
+			close(rt.held)
+			<-rt.hold
 		}
 		io.WriteString(w, "served")
 	})
-	s, addr := startServer(t, mux, leanH2(Limits{Lean: m.lean, MaxInflight: 1, WaitingRoom: 1000, MaxStreams: 100}), nil)
-	c := dialH2(t, addr)
+	return rt
+}
+
+// leanCrowdWaits runs a crowd of 40 on a lean route, one slot, over the
+// server and connection start gives (h2c or TLS); overTLS: every route
+// run must see r.TLS.
+func leanCrowdWaits(t *testing.T, start func(http.Handler, Limits) (*Server, *rawH2), overTLS bool) {
+	const crowd = 40
+	rt := newHoldingRoute()
+	hold, held := rt.hold, rt.held
+	s, c := start(rt.mux, Limits{Lean: rt.lean, MaxInflight: 1, WaitingRoom: 1000, MaxStreams: 100})
 	c.open(t, 1, "POST", "/lean", false)
 	c.fr.WriteData(1, true, []byte("hold"))
 	<-held
@@ -67,6 +93,9 @@ func TestH2LeanCrowdWaitsWithoutHandlers(t *testing.T) {
 	}
 	if got := s.inflight.outcomes[waitServed].Load(); got != crowd-1 {
 		t.Errorf("served after waiting = %d, want %d", got, crowd-1)
+	}
+	if got := rt.sawTLS.Load(); overTLS && got != crowd {
+		t.Errorf("%d of %d route runs saw r.TLS", got, crowd)
 	}
 	awaitCond(t, "every slot released", func() bool { return s.inflight.n.Load() == 0 })
 }
@@ -110,23 +139,13 @@ func BenchmarkH2WaiterMemory(b *testing.B) {
 }
 
 func waiterMemory(b *testing.B, lean bool, conns, streams int) (perWaiter, goroutines float64) {
-	var m Metrics
-	m.lean = &LeanRoutes{}
-	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
-	hold, held := make(chan struct{}), make(chan struct{})
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
-		if b, _ := io.ReadAll(r.Body); string(b) == "hold" {
-			close(held)
-			<-hold
-		}
-		io.WriteString(w, "served")
-	})
-	lim := Limits{Lean: m.lean, MaxInflight: 1, WaitingRoom: conns * streams * 2, MaxStreams: streams + 1}
+	rt := newHoldingRoute()
+	hold, held := rt.hold, rt.held
+	lim := Limits{Lean: rt.lean, MaxInflight: 1, WaitingRoom: conns * streams * 2, MaxStreams: streams + 1}
 	if lean {
 		lim = leanH2(lim)
 	}
-	s := NewServer("127.0.0.1:0", mux, lim, nil)
+	s := NewServer("127.0.0.1:0", rt.mux, lim, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -353,62 +353,11 @@ func TestH2LeanTLSShutdownGoAway(t *testing.T) {
 // waits in the room as stream records, its parking handlers returned; a
 // reset leaves the room; the rest are answered once the slot frees.
 func TestH2LeanTLSCrowdWaitsWithoutHandlers(t *testing.T) {
-	const crowd = 40
-	var m Metrics
-	m.lean = &LeanRoutes{}
-	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
-	hold, held := make(chan struct{}), make(chan struct{})
-	var sawTLS atomic.Int64
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil {
-			sawTLS.Add(1)
-		}
-		if b, _ := io.ReadAll(r.Body); string(b) == "hold" {
-			close(held)
-			<-hold
-		}
-		io.WriteString(w, "served")
-	})
 	ca := testcerts.NewCA(t, "test")
-	s, addr := startLeanTLS(t, mux, Limits{Lean: m.lean, MaxInflight: 1, WaitingRoom: 1000, MaxStreams: 100}, ca, "")
-	c := dialH2TLS(t, ca, addr)
-	c.open(t, 1, "POST", "/lean", false)
-	c.fr.WriteData(1, true, []byte("hold"))
-	<-held
-	for i := range crowd {
-		id := uint32(3 + 2*i)
-		c.open(t, id, "POST", "/lean", false)
-		c.fr.WriteData(id, true, []byte("x"))
-	}
-	awaitCond(t, "the crowd in the room", func() bool { return s.inflight.queued.Load() == crowd })
-	awaitCond(t, "the parking handlers returned", func() bool { return leanHandlersRunning(s) == 1 })
-
-	gone := uint32(3)
-	c.fr.WriteRSTStream(gone, http2.ErrCodeCancel)
-	awaitCond(t, "the reset waiter out of the room", func() bool { return s.inflight.queued.Load() == crowd-1 })
-	close(hold)
-
-	answered := map[uint32]string{}
-	for len(answered) < crowd {
-		f := c.until(t, "the waiters' answers", func(f http2.Frame) bool {
-			d, ok := f.(*http2.DataFrame)
-			return ok && d.StreamEnded()
-		})
-		d := f.(*http2.DataFrame)
-		answered[d.StreamID] += string(d.Data())
-	}
-	for id, body := range answered {
-		if id == gone || body != "served" {
-			t.Errorf("stream %d answered %q", id, body)
-		}
-	}
-	if got := s.inflight.outcomes[waitServed].Load(); got != crowd-1 {
-		t.Errorf("served after waiting = %d, want %d", got, crowd-1)
-	}
-	if got := sawTLS.Load(); got != crowd {
-		t.Errorf("%d of %d route runs saw r.TLS", got, crowd)
-	}
+	leanCrowdWaits(t, func(h http.Handler, lim Limits) (*Server, *rawH2) {
+		s, addr := startLeanTLS(t, h, lim, ca, "")
+		return s, dialH2TLS(t, ca, addr)
+	}, true)
 }
 
 // TestH2LeanTLSWritesYieldOnce: over TLS the lean writer yields once
