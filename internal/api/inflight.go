@@ -27,8 +27,8 @@ const (
 	DefaultMaxWait = 20 * time.Second
 	// DefaultWaitingRoom bounds the requests waiting at once. On the
 	// lean HTTP/2 server a lean route's waiter is parked (park.go): its
-	// stream record, request and waiter, ≈ 1.1 KB and no goroutine
-	// (BenchmarkH2WaiterMemory), so 100,000 waiters hold ≈ 110 MB. On
+	// stream record, request and waiter, ≈ 1–2 KB and no goroutine
+	// (BenchmarkH2WaiterMemory), so 100,000 waiters hold ≈ 100–220 MB. On
 	// net/http's servers its stream also has a handler goroutine (≈ 4 KB
 	// of stack), a 4 KB response write buffer and net/http's stream,
 	// request and context: ≈ 10 KB per waiter, ≈ 1 GB for 100,000.
