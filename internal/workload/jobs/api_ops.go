@@ -56,13 +56,17 @@ func (m *Machine) opsQuery(q any) any {
 func (q *Queue) startLatency() (n int, p50, p95, max int64) {
 	var lat []int64
 	for i, seen := len(q.order)-1, 0; i >= 0 && seen < StartLatencyScan && len(lat) < StartLatencySamples; i-- {
-		j := q.order[i]
-		if j == nil {
+		r := q.order[i]
+		if r.seq == 0 {
 			continue
 		}
 		seen++
-		if j.StartedAt > 0 {
-			lat = append(lat, max64(j.StartedAt-j.CreatedAt, 0))
+		created, started := r.created, r.started
+		if r.j != nil {
+			created, started = r.j.CreatedAt, r.j.StartedAt
+		}
+		if started > 0 {
+			lat = append(lat, max64(started-created, 0))
 		}
 	}
 	if len(lat) == 0 {

@@ -5,6 +5,9 @@ import "github.com/surge-run/surge/internal/engine"
 func (m *Machine) cancel(c *Cancel, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil {
+		if e, ok := m.ended.get(keyOf(c.JobID)); ok {
+			return fail(Conflict, "jobs: job %q is already %s", c.JobID, e.status)
+		}
 		return fail(NotFound, "jobs: no job %q", c.JobID)
 	}
 	q := m.queues[j.Queue]
@@ -37,7 +40,15 @@ func (m *Machine) cancel(c *Cancel, now int64, fx *engine.Effects) *Result {
 func (m *Machine) retry(c *Retry, now int64, fx *engine.Effects) *Result {
 	j := m.jobs[c.JobID]
 	if j == nil {
-		return fail(NotFound, "jobs: no job %q", c.JobID)
+		k := keyOf(c.JobID)
+		e, ok := m.ended.get(k)
+		switch {
+		case !ok:
+			return fail(NotFound, "jobs: no job %q", c.JobID)
+		case e.status != DeadLettered:
+			return fail(Conflict, "jobs: job %q is %s; only failed or dead-lettered jobs are retried", c.JobID, e.status)
+		}
+		j = m.revive(k, e)
 	}
 	if j.Status != DeadLettered && j.Status != Failed {
 		return fail(Conflict, "jobs: job %q is %s; only failed or dead-lettered jobs are retried", j.ID, j.Status)

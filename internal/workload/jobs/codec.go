@@ -452,15 +452,20 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 		q := m.queues[n]
 		q.code(c)
 		c.Count(q.jobs, 1)
-		for _, j := range q.order {
-			if j != nil {
-				j.code(c)
+		for _, r := range q.order {
+			switch {
+			case r.j != nil:
+				r.j.code(c)
+			case r.seq != 0:
+				// An ended job's record holds its encoding as it is.
+				w.B = append(w.B, jobBytes(m.ended.rec(r.rec))...)
 			}
 		}
 	}
 	c.Count(m.purgeQ.Len(), 2)
 	for e := range m.purgeQ.All() {
-		c.Str(&e.JobID)
+		id := e.key.id()
+		c.Str(&id)
 		c.I64(&e.At)
 	}
 	return w.B
@@ -509,10 +514,11 @@ func (m *Machine) restore(data []byte) error {
 			last = j.Seq
 			m.jobs[j.ID] = j
 			q.jobs++
-			q.order = append(q.order, j)
+			q.order = append(q.order, jobRef{j: j, seq: j.Seq})
 			q.counts[j.Status]++
 			if j.Status.Finished() {
 				m.finished++
+				m.toEnd = append(m.toEnd, j)
 			}
 			if j.IdemKey != "" {
 				if _, dup := q.keys[j.IdemKey]; dup {
@@ -529,13 +535,18 @@ func (m *Machine) restore(data []byte) error {
 		}
 	}
 	for n := c.Count(0, 2); n > 0 && r.Err == nil; n-- {
+		var id string
 		var e purgeEntry
-		c.Str(&e.JobID)
+		c.Str(&id)
 		c.I64(&e.At)
+		e.key = keyOf(id)
 		m.purgeQ.Push(e)
 	}
 	if r.Err == nil && len(r.B) > 0 {
 		return fmt.Errorf("%d bytes after the snapshot", len(r.B))
+	}
+	if r.Err == nil {
+		m.endFinished()
 	}
 	return r.Err
 }
@@ -568,21 +579,29 @@ func (m *Machine) checkJob(j *Job, lastSeq uint64) error {
 // past the length the copy holds) and encodes later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, queues: make(map[string]*Queue, len(m.queues)), seq: m.seq,
-		purgeQ: m.purgeQ.View()}
+		purgeQ: m.purgeQ.View(), ended: m.ended.view()}
 	size := m.purgeQ.Len() * (snapPurgeBytes + ids.Len)
 	for n, q := range m.queues {
 		size += snapQueueBytes + len(n)
 		c := *q
 		c.ready = [MaxPriority + 1]jobHeap{}
 		c.keys = nil
-		c.order = make([]*Job, 0, q.jobs)
-		vals := make([]Job, 0, q.jobs)
-		for _, j := range q.order {
-			if j != nil {
-				vals = append(vals, *j)
-				c.order = append(c.order, &vals[len(vals)-1])
-				size += j.snapshotBytes()
+		c.order = make([]jobRef, 0, q.jobs)
+		live := q.jobs - int(q.counts[Done]+q.counts[DeadLettered])
+		vals := make([]Job, 0, live)
+		for _, r := range q.order {
+			switch {
+			case r.j != nil:
+				vals = append(vals, *r.j)
+				r.j = &vals[len(vals)-1]
+				size += r.j.snapshotBytes()
+			case r.seq != 0:
+				// Records are never written again: the fork shares them.
+				size += int(r.rec.n)
+			default:
+				continue
 			}
+			c.order = append(c.order, r)
 		}
 		c.holes = 0
 		f.queues[n] = &c

@@ -1,10 +1,46 @@
 package jobs
 
-import "time"
+import (
+	"fmt"
+	"maps"
+	"time"
+)
 
 // SetClock makes the registry read time from now (tests drive it by hand).
 func (h *Hub) SetClock(now func() time.Time) {
 	h.mu.Lock()
 	h.now = now
 	h.mu.Unlock()
+}
+
+// anyJob is the job with id, live or ended (decoded); nil if none.
+func (m *Machine) anyJob(id string) *Job {
+	if j := m.jobs[id]; j != nil {
+		return j
+	}
+	if e, ok := m.ended.get(keyOf(id)); ok {
+		_, j := m.ended.decode(e.loc)
+		return j
+	}
+	return nil
+}
+
+// allJobs is every job of the partition, live and ended (decoded), by id.
+func (m *Machine) allJobs() map[string]*Job {
+	all := maps.Clone(m.jobs)
+	for _, q := range m.queues {
+		for _, r := range q.order {
+			if r.j == nil && r.seq != 0 {
+				_, j := m.ended.decode(r.rec)
+				if all[j.ID] != nil {
+					panic("jobs: " + j.ID + " both live and ended")
+				}
+				all[j.ID] = j
+			}
+		}
+	}
+	if n := len(all) - len(m.jobs); n != m.ended.len() {
+		panic(fmt.Sprintf("jobs: %d ended jobs in the queues' order, %d in the index", n, m.ended.len()))
+	}
+	return all
 }

@@ -63,7 +63,7 @@ func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := NewMachine(Options{})
 		if err := m.Restore(data); err != nil {
-			if len(m.jobs) != 0 || len(m.queues) != 0 {
+			if len(m.jobs) != 0 || m.ended.len() != 0 || len(m.queues) != 0 {
 				t.Fatal("a failed restore left state behind")
 			}
 			return
@@ -78,7 +78,7 @@ func FuzzRestore(f *testing.F) {
 		}
 		fx := new(engine.Effects)
 		now := int64(1e18)
-		for id, j := range m.jobs {
+		for id, j := range m.allJobs() {
 			for _, c := range []engine.Command{&Ack{JobID: id, Worker: j.Worker},
 				&Report{JobID: id, Worker: j.Worker}, &Cancel{JobID: id}, &Retry{JobID: id}} {
 				m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: c}, fx)

@@ -31,7 +31,7 @@ func pokeFork(m *Machine, now int64) {
 	for _, q := range m.queues {
 		apply(engine.FromClient, now, &Lease{Queue: q.Name, Worker: "poke", Max: 1000, LeaseNs: 1})
 	}
-	for id, j := range m.jobs {
+	for id, j := range m.allJobs() {
 		apply(engine.FromClient, now, &Report{JobID: id, Worker: j.Worker, Success: true})
 		apply(engine.FromClient, now, &Cancel{JobID: id})
 	}

@@ -191,8 +191,8 @@ type Queue struct {
 	counts [numStatuses]int64
 	ready  [MaxPriority + 1]jobHeap
 	// order holds the queue's jobs by submission (seq) for ListJobs;
-	// purged jobs leave a nil that compaction removes.
-	order []*Job
+	// purged jobs leave a hole (seq 0) that compaction removes.
+	order []jobRef
 	holes int
 	keys  map[string]string // idempotency key → job id
 	jobs  int               // jobs held, finished ones included
@@ -203,6 +203,17 @@ func (q *Queue) Count(s Status) int64 { return q.counts[s] }
 
 // unfinished is the number of the queue's jobs that have not ended.
 func (q *Queue) unfinished() int { return q.jobs - int(q.counts[Done]+q.counts[DeadLettered]) }
+
+// jobRef is one job in its queue's order: a live job (j), or an ended
+// one's record with what ListJobs and the ops page read without
+// decoding it. Seq 0 is a hole.
+type jobRef struct {
+	j                *Job
+	seq              uint64
+	rec              recLoc
+	status           Status
+	created, started int64
+}
 
 // JobEvent is one transition of a job. ID counts from 1 per job.
 type JobEvent struct {
@@ -273,8 +284,12 @@ func (w *Workload) NewMachine(p int) engine.Machine {
 type Machine struct {
 	opts   Options
 	queues map[string]*Queue
-	jobs   map[string]*Job
-	seq    uint64
+	// jobs: the unfinished jobs, and those a command being applied
+	// finished (toEnd); ended ones are records in ended.
+	jobs  map[string]*Job
+	ended endedJobs
+	toEnd []*Job
+	seq   uint64
 	// leases: worker → its ASSIGNED/RUNNING jobs here, for heartbeats.
 	leases map[string]map[string]*Job
 	// purgeQ: finished jobs in the order they finished; see purge.
@@ -294,8 +309,8 @@ type Machine struct {
 }
 
 type purgeEntry struct {
-	JobID string
-	At    int64
+	key jobKey
+	At  int64
 }
 
 func (e purgeEntry) Due() int64 { return e.At }
@@ -312,6 +327,8 @@ func NewMachine(o Options) *Machine {
 func (m *Machine) reset() {
 	m.queues = map[string]*Queue{}
 	m.jobs = map[string]*Job{}
+	m.ended = newEndedJobs()
+	m.toEnd = nil
 	m.leases = map[string]map[string]*Job{}
 	m.seq = 0
 	m.purgeQ = retain.Queue[purgeEntry]{}
@@ -378,6 +395,7 @@ func (m *Machine) Apply(in *engine.Input, fx *engine.Effects) {
 	} else {
 		m.trace = in.Trace
 		res = m.apply(in.Cmd, in.TimeNs, fx)
+		m.endFinished()
 		m.trace = engine.TraceContext{}
 	}
 	if res.Outcome != OK && res.Outcome != Created {

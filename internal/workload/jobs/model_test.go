@@ -309,7 +309,7 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 
 func (md *model) lookup(id string) (*Job, bool) {
 	for _, m := range md.h.Machines {
-		if j := m.jobs[id]; j != nil {
+		if j := m.anyJob(id); j != nil {
 			return j, true
 		}
 	}
@@ -383,7 +383,7 @@ func (md *model) checkAll() {
 	found := map[string]bool{}
 	for p, m := range h.Machines {
 		var counts = map[string]*[numStatuses]int64{}
-		for id, j := range m.jobs {
+		for id, j := range m.allJobs() {
 			if found[id] {
 				t.Fatalf("job %s in two partitions", id)
 			}
@@ -459,7 +459,7 @@ func (md *model) checkAll() {
 	// ended go early past it).
 	for p, m := range md.h.Machines {
 		n := 0
-		for _, j := range m.jobs {
+		for _, j := range m.allJobs() {
 			if j.Status.Finished() {
 				n++
 			}

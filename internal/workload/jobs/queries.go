@@ -48,9 +48,17 @@ func (m *Machine) Query(q any) any {
 		if j := m.jobs[q.ID]; j != nil {
 			return viewJob(j)
 		}
+		if e, ok := m.ended.get(keyOf(q.ID)); ok {
+			_, j := m.ended.decode(e.loc)
+			return viewJob(j)
+		}
 		return (*Job)(nil)
 	case GetJobLogs:
 		if j := m.jobs[q.ID]; j != nil {
+			return append([]JobEvent{}, j.Events...)
+		}
+		if e, ok := m.ended.get(keyOf(q.ID)); ok {
+			_, j := m.ended.decode(e.loc)
 			return append([]JobEvent{}, j.Events...)
 		}
 		return []JobEvent(nil)
@@ -116,8 +124,8 @@ func (m *Machine) listJobs(l ListJobs) *JobPage {
 	// First live entry with seq > after (holes are skipped by scanning).
 	i := sort.Search(len(q.order), func(i int) bool {
 		for k := i; k < len(q.order); k++ {
-			if q.order[k] != nil {
-				return q.order[k].Seq > after
+			if q.order[k].seq != 0 {
+				return q.order[k].seq > after
 			}
 		}
 		return true
@@ -125,9 +133,17 @@ func (m *Machine) listJobs(l ListJobs) *JobPage {
 	p := &JobPage{Found: true}
 	bytes := 0
 	for ; i < len(q.order); i++ {
-		j := q.order[i]
-		if j == nil || (l.Status != StatusUnspecified && j.Status != l.Status) {
+		r := q.order[i]
+		status := r.status
+		if r.j != nil {
+			status = r.j.Status
+		}
+		if r.seq == 0 || (l.Status != StatusUnspecified && status != l.Status) {
 			continue
+		}
+		j := r.j
+		if j == nil {
+			_, j = m.ended.decode(r.rec)
 		}
 		n := len(j.Payload) + len(j.Result)
 		if len(p.Jobs) == limit || (len(p.Jobs) > 0 && bytes+n > MaxListBytes) {

@@ -43,8 +43,12 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx *engine.Effects) *Result {
 		return fail(Conflict, "jobs: queue %q has %d unfinished jobs (use force)", c.Name, live)
 	}
 	// dropJob compacts q.order as it goes: iterate over a copy.
-	for _, j := range slices.Clone(q.order) {
-		if j != nil {
+	for _, r := range slices.Clone(q.order) {
+		switch {
+		case r.j != nil:
+			m.dropJob(r.j, fx)
+		case r.seq != 0:
+			_, j := m.ended.decode(r.rec)
 			m.dropJob(j, fx)
 		}
 	}

@@ -11,6 +11,9 @@ import (
 func (m *Machine) held(id, worker string) (*Job, *Result) {
 	j := m.jobs[id]
 	if j == nil {
+		if e, ok := m.ended.get(keyOf(id)); ok {
+			return nil, fail(Conflict, "jobs: job %q is %s, not leased to %q", id, e.status, worker)
+		}
 		return nil, fail(NotFound, "jobs: no job %q", id)
 	}
 	if (j.Status != Assigned && j.Status != Running) || j.Worker != worker {

@@ -20,9 +20,7 @@ const (
 
 func (m *Machine) purge(now int64, fx *engine.Effects) *Result {
 	n := m.purgeQ.PopDue(now, maxPurgePerFiring, func(e purgeEntry) {
-		if j := m.jobs[e.JobID]; j != nil && j.Status.Finished() && j.purgeAt == e.At {
-			m.dropJob(j, fx)
-		}
+		m.purgeIfDue(e, fx)
 	})
 	if at, ok := m.purgeQ.Next(); ok {
 		m.setTimer(fx, purgeTimerID, max(at, now), &PurgeJobs{})

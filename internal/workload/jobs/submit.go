@@ -39,10 +39,10 @@ func (m *Machine) checkSubmit(q *Queue, c *Submit) *Result {
 	}
 	if c.IdempotencyKey != "" {
 		if id, ok := q.keys[c.IdempotencyKey]; ok {
-			return &Result{Outcome: Same, Jobs: []*Job{copyJob(m.jobs[id])}}
+			return &Result{Outcome: Same, Jobs: []*Job{m.lookupCopy(id)}}
 		}
 	}
-	if m.jobs[c.JobID] != nil {
+	if m.jobs[c.JobID] != nil || m.hasEnded(keyOf(c.JobID)) {
 		return fail(Conflict, "jobs: job id %q is taken", c.JobID)
 	}
 	return nil
@@ -63,7 +63,7 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 	m.jobs[j.ID] = j
 	m.keepTrace(j.ID)
 	q.jobs++
-	q.order = append(q.order, j)
+	q.order = append(q.order, jobRef{j: j, seq: j.Seq})
 	if j.IdemKey != "" {
 		q.keys[j.IdemKey] = j.ID
 	}

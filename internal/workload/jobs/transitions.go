@@ -78,9 +78,10 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx *engine.Effects) {
 		ret = DefaultRetentionNs
 	}
 	j.purgeAt = addSat(now, ret)
-	if m.purgeQ.Push(purgeEntry{JobID: j.ID, At: j.purgeAt}) {
+	if m.purgeQ.Push(purgeEntry{key: keyOf(j.ID), At: j.purgeAt}) {
 		m.setTimer(fx, purgeTimerID, j.purgeAt, &PurgeJobs{})
 	}
+	m.toEnd = append(m.toEnd, j)
 	// Past the cap the oldest-ended job goes now. Entries of jobs that
 	// are gone or live again are skipped, so this ends: j itself is in
 	// the queue. The purge timer may then fire for an entry already
@@ -90,10 +91,73 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx *engine.Effects) {
 		if !ok {
 			break
 		}
-		if old := m.jobs[e.JobID]; old != nil && old.Status.Finished() && old.purgeAt == e.At {
-			m.dropJob(old, fx)
-		}
+		m.purgeIfDue(e, fx)
 	}
+}
+
+// purgeIfDue drops the job of a purge entry if it still ends at the
+// entry's time (not retried since, nor purged already).
+func (m *Machine) purgeIfDue(e purgeEntry, fx *engine.Effects) {
+	if en, ok := m.ended.get(e.key); ok {
+		if en.purgeAt == e.At {
+			_, j := m.ended.decode(en.loc)
+			m.dropJob(j, fx)
+		}
+		return
+	}
+	// Finished by the command being applied: not a record yet.
+	if j := m.jobs[e.key.id()]; j != nil && j.Status.Finished() && j.purgeAt == e.At {
+		m.dropJob(j, fx)
+	}
+}
+
+// endFinished stores the jobs the command just applied finished as
+// records (ended.go), unless it dropped or revived them, and compacts
+// the chunks purges emptied.
+func (m *Machine) endFinished() {
+	for i, j := range m.toEnd {
+		m.toEnd[i] = nil
+		if !j.Status.Finished() || m.jobs[j.ID] != j {
+			continue
+		}
+		e := m.ended.put(j.Queue, j)
+		delete(m.jobs, j.ID)
+		q := m.queues[j.Queue]
+		q.order[q.mustIndex(j.Seq)] = jobRef{seq: j.Seq, rec: e.loc, status: j.Status, created: j.CreatedAt, started: j.StartedAt}
+	}
+	m.toEnd = m.toEnd[:0]
+	m.ended.compact(func(queue string, seq uint64, to recLoc) {
+		q := m.queues[queue]
+		q.order[q.mustIndex(seq)].rec = to
+	})
+}
+
+func (m *Machine) hasEnded(k jobKey) bool {
+	_, ok := m.ended.get(k)
+	return ok
+}
+
+// revive makes the ended job of entry e a live *Job again (a manual
+// retry).
+func (m *Machine) revive(k jobKey, e endedEntry) *Job {
+	_, j := m.ended.decode(e.loc)
+	m.ended.del(k, e)
+	m.jobs[j.ID] = j
+	q := m.queues[j.Queue]
+	q.order[q.mustIndex(j.Seq)] = jobRef{j: j, seq: j.Seq}
+	return j
+}
+
+// lookupCopy is a copy of the job with id, live or ended; nil if none.
+func (m *Machine) lookupCopy(id string) *Job {
+	if j := m.jobs[id]; j != nil {
+		return copyJob(j)
+	}
+	if e, ok := m.ended.get(keyOf(id)); ok {
+		_, j := m.ended.decode(e.loc)
+		return copyJob(j)
+	}
+	return nil
 }
 
 // dropJob removes a job and everything that points to it.
@@ -116,24 +180,26 @@ func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
 	if j.IdemKey != "" && q.keys[j.IdemKey] == j.ID {
 		delete(q.keys, j.IdemKey)
 	}
-	q.removeOrder(j)
-	delete(m.jobs, j.ID)
+	q.removeOrder(j.Seq)
+	if m.jobs[j.ID] == j {
+		delete(m.jobs, j.ID)
+	} else if k := keyOf(j.ID); m.hasEnded(k) {
+		// An ended job, decoded to be dropped.
+		e, _ := m.ended.get(k)
+		m.ended.del(k, e)
+	}
 	delete(m.traces, j.ID)
 }
 
-// removeOrder leaves a hole where j was in q.order and compacts once
-// half of it is holes, so removal costs O(1) amortized.
-func (q *Queue) removeOrder(j *Job) {
-	i := q.orderIndex(j.Seq)
-	if i < 0 {
-		panic("jobs: job missing from its queue's order")
-	}
-	q.order[i] = nil
+// removeOrder leaves a hole where the job with seq was in q.order and
+// compacts once half of it is holes, so removal costs O(1) amortized.
+func (q *Queue) removeOrder(seq uint64) {
+	q.order[q.mustIndex(seq)] = jobRef{}
 	q.holes++
 	if q.holes*2 >= len(q.order) {
 		n := 0
 		for _, x := range q.order {
-			if x != nil {
+			if x.seq != 0 {
 				q.order[n] = x
 				n++
 			}
@@ -144,6 +210,14 @@ func (q *Queue) removeOrder(j *Job) {
 	}
 }
 
+func (q *Queue) mustIndex(seq uint64) int {
+	i := q.orderIndex(seq)
+	if i < 0 {
+		panic("jobs: job missing from its queue's order")
+	}
+	return i
+}
+
 // orderIndex finds the job with seq in q.order, skipping holes: the
 // live entries are in seq order, so binary search over positions works
 // by looking at the nearest live entry.
@@ -152,14 +226,14 @@ func (q *Queue) orderIndex(seq uint64) int {
 	for lo < hi {
 		mid := (lo + hi) / 2
 		k := mid
-		for k < hi && q.order[k] == nil {
+		for k < hi && q.order[k].seq == 0 {
 			k++
 		}
 		if k == hi {
 			hi = mid
 			continue
 		}
-		switch s := q.order[k].Seq; {
+		switch s := q.order[k].seq; {
 		case s == seq:
 			return k
 		case s < seq:

@@ -1,0 +1,257 @@
+package jobs
+
+import (
+	"encoding/binary"
+
+	"github.com/surge-run/surge/internal/ids"
+	"github.com/surge-run/surge/internal/wire"
+)
+
+// Ended jobs (DONE and DEAD_LETTERED) are kept as records, not structs.
+//
+// A partition keeps every finished job for its retention (24 h by
+// default), so after a busy while nearly all of its jobs are ended ones:
+// 130,000 after ten seconds of the jobs bench's end-to-end run. As *Job
+// structs (the job, its id, payload and event array: four objects and
+// some thirty pointer words each) they were most of what the collector
+// had to mark, its cycles took 60–110 ms on two cores, and each one
+// showed as a spike of submit→start latency past 50 ms.
+//
+// An ended job does not change until it is purged or retried, so the
+// partition keeps it as its snapshot encoding, appended to large byte
+// chunks, and finds it through an index whose keys and values hold no
+// pointers (job ids are UUIDs: the key is their 16 bytes). The collector
+// sees a few chunks instead of objects per job; a snapshot copies a
+// record as it is; a fork shares the chunks, because a record is never
+// written again once stored (appends go past what a fork can read).
+// Chunks whose records were mostly purged are compacted, so memory
+// follows what is kept.
+//
+// A retried dead-lettered job is decoded back into a *Job; every reader
+// of an ended job gets a decoded copy.
+
+// endedChunkBytes is the size of a chunk; a larger record gets a chunk
+// of its own.
+const endedChunkBytes = 256 << 10
+
+// recLoc is where a record lies: chunk, offset and length.
+type recLoc struct{ chunk, off, n uint32 }
+
+// endedEntry is the index's entry for an ended job.
+type endedEntry struct {
+	loc     recLoc
+	seq     uint64
+	purgeAt int64
+	status  Status
+}
+
+type endedChunk struct {
+	b    []byte // records, each preceded by its length; never rewritten
+	live int    // bytes of the records the index still points at
+}
+
+// jobKey is a job id the collector need not look into: a UUID in its
+// canonical form (every id NewJobID draws) as its 16 bytes, any other
+// id (tests, logs of builds that took other ids) as it is.
+type jobKey struct {
+	uuid  ids.UUID
+	other string
+}
+
+func keyOf(id string) jobKey {
+	if u, ok := ids.Parse(id); ok {
+		var b [ids.Len]byte
+		u.Put(&b)
+		if string(b[:]) == id {
+			return jobKey{uuid: u}
+		}
+	}
+	return jobKey{other: id}
+}
+
+func (k jobKey) id() string {
+	if k.other != "" {
+		return k.other
+	}
+	return k.uuid.String()
+}
+
+// endedJobs is a partition's store of ended jobs.
+type endedJobs struct {
+	chunks  []*endedChunk // nil: a freed slot
+	free    []uint32      // freed slots
+	cur     int           // the chunk appended to; -1: none
+	byUUID  map[ids.UUID]endedEntry
+	byOther map[string]endedEntry
+	// sparse: chunks whose live bytes fell under a quarter, to compact.
+	sparse []uint32
+	// scratch encodes a record before it is copied into a chunk.
+	scratch []byte
+}
+
+func newEndedJobs() endedJobs {
+	return endedJobs{cur: -1, byUUID: map[ids.UUID]endedEntry{}, byOther: map[string]endedEntry{}}
+}
+
+func (s *endedJobs) len() int { return len(s.byUUID) + len(s.byOther) }
+
+func (s *endedJobs) get(k jobKey) (endedEntry, bool) {
+	if k.other != "" {
+		e, ok := s.byOther[k.other]
+		return e, ok
+	}
+	e, ok := s.byUUID[k.uuid]
+	return e, ok
+}
+
+func (s *endedJobs) set(k jobKey, e endedEntry) {
+	if k.other != "" {
+		s.byOther[k.other] = e
+	} else {
+		s.byUUID[k.uuid] = e
+	}
+}
+
+// put stores j, of queue, as a record and indexes it.
+func (s *endedJobs) put(queue string, j *Job) endedEntry {
+	w := wire.Writer{B: s.scratch[:0]}
+	w.Str(queue)
+	j.code(&wire.Coder{W: &w, Version: snapshotVersion})
+	s.scratch = w.B
+	e := endedEntry{loc: s.store(w.B), seq: j.Seq, purgeAt: j.purgeAt, status: j.Status}
+	s.set(keyOf(j.ID), e)
+	if len(s.scratch) > endedChunkBytes {
+		s.scratch = nil // one large record's buffer is not kept
+	}
+	return e
+}
+
+// store appends rec to the current chunk, or a new one, and returns
+// where it lies.
+func (s *endedJobs) store(rec []byte) recLoc {
+	var pre [binary.MaxVarintLen64]byte
+	np := binary.PutUvarint(pre[:], uint64(len(rec)))
+	need := np + len(rec)
+	if s.cur < 0 || len(s.chunks[s.cur].b)+need > cap(s.chunks[s.cur].b) {
+		s.cur = s.newChunk(max(need, endedChunkBytes))
+	}
+	c := s.chunks[s.cur]
+	c.b = append(c.b, pre[:np]...)
+	off := len(c.b)
+	c.b = append(c.b, rec...)
+	c.live += len(rec)
+	return recLoc{chunk: uint32(s.cur), off: uint32(off), n: uint32(len(rec))}
+}
+
+func (s *endedJobs) newChunk(size int) int {
+	c := &endedChunk{b: make([]byte, 0, size)}
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.chunks[i] = c
+		return int(i)
+	}
+	s.chunks = append(s.chunks, c)
+	return len(s.chunks) - 1
+}
+
+// rec is the record at l: the queue's name, then the job's encoding.
+func (s *endedJobs) rec(l recLoc) []byte {
+	return s.chunks[l.chunk].b[l.off : l.off+l.n : l.off+l.n]
+}
+
+// decode returns the job at l and its queue's name.
+func (s *endedJobs) decode(l recLoc) (string, *Job) {
+	return decodeRecord(s.rec(l))
+}
+
+func decodeRecord(rec []byte) (string, *Job) {
+	r := wire.Reader{B: rec}
+	queue := r.Str()
+	j := &Job{Queue: queue}
+	j.code(&wire.Coder{R: &r, Version: snapshotVersion})
+	if r.Err != nil {
+		panic("jobs: an ended job's record does not decode: " + r.Err.Error())
+	}
+	return queue, j
+}
+
+// jobBytes is the job's snapshot encoding within its record (after the
+// queue's name).
+func jobBytes(rec []byte) []byte {
+	r := wire.Reader{B: rec}
+	n := r.Uvarint()
+	return r.B[n:]
+}
+
+// del forgets the job with key k, whose entry is e.
+func (s *endedJobs) del(k jobKey, e endedEntry) {
+	if k.other != "" {
+		delete(s.byOther, k.other)
+	} else {
+		delete(s.byUUID, k.uuid)
+	}
+	c := s.chunks[e.loc.chunk]
+	c.live -= int(e.loc.n)
+	switch i := int(e.loc.chunk); {
+	case i == s.cur:
+	case c.live == 0:
+		s.dropChunk(e.loc.chunk)
+	case c.live*4 < len(c.b) && c.live+int(e.loc.n) >= len(c.b)/4:
+		s.sparse = append(s.sparse, e.loc.chunk) // just crossed under a quarter
+	}
+}
+
+func (s *endedJobs) dropChunk(i uint32) {
+	s.chunks[i] = nil
+	s.free = append(s.free, i)
+}
+
+// compact moves the live records of the sparse chunks into the current
+// one; moved is told each moved job's queue, seq and new place. A fork
+// still reading an old chunk keeps it.
+func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
+	for len(s.sparse) > 0 {
+		i := s.sparse[len(s.sparse)-1]
+		s.sparse = s.sparse[:len(s.sparse)-1]
+		c := s.chunks[i]
+		if c == nil || int(i) == s.cur || c.live*4 >= len(c.b) {
+			continue // dropped, become current, or filled since
+		}
+		for r := (wire.Reader{B: c.b}); len(r.B) > 0; {
+			n := r.Uvarint()
+			off := len(c.b) - len(r.B)
+			rec := r.Next(int(n))
+			from := recLoc{chunk: i, off: uint32(off), n: uint32(n)}
+			queue, id := recordNames(rec)
+			k := keyOf(id)
+			e, ok := s.get(k)
+			if !ok || e.loc != from {
+				continue // purged, or retried since
+			}
+			e.loc = s.store(rec)
+			s.set(k, e)
+			c.live -= int(n)
+			moved(queue, e.seq, e.loc)
+		}
+		s.dropChunk(i)
+	}
+}
+
+// recordNames are the queue's name and the job's id in a record (the
+// job's encoding starts with its id).
+func recordNames(rec []byte) (queue, id string) {
+	r := wire.Reader{B: rec}
+	return r.Str(), r.Str()
+}
+
+// view is what a fork needs to read the records its queues point at.
+func (s *endedJobs) view() endedJobs {
+	v := endedJobs{cur: -1, chunks: make([]*endedChunk, len(s.chunks))}
+	for i, c := range s.chunks {
+		if c != nil {
+			v.chunks[i] = &endedChunk{b: c.b}
+		}
+	}
+	return v
+}
