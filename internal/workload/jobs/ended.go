@@ -133,6 +133,9 @@ func (s *endedJobs) store(rec []byte) recLoc {
 	np := binary.PutUvarint(pre[:], uint64(len(rec)))
 	need := np + len(rec)
 	if s.cur < 0 || len(s.chunks[s.cur].b)+need > cap(s.chunks[s.cur].b) {
+		if s.cur >= 0 {
+			s.retire(uint32(s.cur))
+		}
 		s.cur = s.newChunk(max(need, endedChunkBytes))
 	}
 	c := s.chunks[s.cur]
@@ -192,13 +195,24 @@ func (s *endedJobs) del(k jobKey, e endedEntry) {
 		delete(s.byUUID, k.uuid)
 	}
 	c := s.chunks[e.loc.chunk]
+	was := c.live
 	c.live -= int(e.loc.n)
 	switch i := int(e.loc.chunk); {
 	case i == s.cur:
 	case c.live == 0:
 		s.dropChunk(e.loc.chunk)
-	case c.live*4 < len(c.b) && c.live+int(e.loc.n) >= len(c.b)/4:
-		s.sparse = append(s.sparse, e.loc.chunk) // just crossed under a quarter
+	case c.live*4 < len(c.b) && was*4 >= len(c.b):
+		s.sparse = append(s.sparse, e.loc.chunk) // just went under a quarter
+	}
+}
+
+// retire is del's check for a chunk that stops being the current one.
+func (s *endedJobs) retire(i uint32) {
+	switch c := s.chunks[i]; {
+	case c.live == 0:
+		s.dropChunk(i)
+	case c.live*4 < len(c.b):
+		s.sparse = append(s.sparse, i)
 	}
 }
 
