@@ -420,7 +420,11 @@ func (x *Job) code(c *wire.Coder) {
 	}
 	n := c.Count(len(x.Events), 6)
 	if c.Reading() {
-		x.Events = make([]JobEvent, n)
+		if n <= cap(x.Events) {
+			x.Events = x.Events[:n] // the room a newJob has for one
+		} else {
+			x.Events = make([]JobEvent, n)
+		}
 	}
 	for i := range x.Events {
 		e := &x.Events[i]
@@ -503,7 +507,9 @@ func (m *Machine) restore(data []byte) error {
 		m.queues[q.Name] = q
 		var last uint64
 		for nj := c.Count(0, 20); nj > 0 && r.Err == nil; nj-- {
-			j := &Job{Queue: q.Name}
+			b := &newJob{Job: Job{Queue: q.Name}}
+			j := &b.Job
+			j.Events = b.first[:0]
 			j.code(c)
 			if r.Err != nil {
 				break

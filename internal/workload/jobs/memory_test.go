@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
 )
 
@@ -55,6 +56,19 @@ func TestBytesPerJob(t *testing.T) {
 	}
 	t.Logf("per pending job: %s; done: %s; after retention: %.0f B in memory, %.0f B in a snapshot",
 		per(heap1, obj1, size1), per(heap2, obj2, size2), float64(heap3-heap0)/jobs, float64(size3-size0)/jobs)
+	// The same pending jobs as the partition that took them holds them
+	// (each submit's id and payload its own, as a decoded command's are).
+	_, live := enginetest.Retained(func() any {
+		m := NewMachine(Options{OwnsDefault: true, Limits: Limits{MaxJobsPerQueue: jobs}})
+		fx := new(engine.Effects)
+		for i := range jobs {
+			fx.Reset()
+			m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &Submit{JobID: fmt.Sprintf("%08x-0000-4000-8000-000000000000", i),
+				Queue: DefaultQueue, Payload: bytes.Clone(payload), Priority: int32(i % 10), RetentionNs: 3600e9}}, fx)
+		}
+		return m
+	})
+	t.Logf("per pending job as submitted: %.2f objects", float64(live-obj0)/jobs)
 	if p := float64(heap1-heap0) / jobs; p > 2048 {
 		t.Errorf("a pending job costs %.0f B; more than 2 KiB is a regression", p)
 	}
