@@ -50,6 +50,12 @@ type endedChunk struct {
 	live int    // bytes of the records the index still points at
 }
 
+// sparse: under a quarter of what the chunk holds is live. Measured
+// against its capacity, not the bytes written: a record too large for
+// the rest of the current chunk retires it however little it holds, and
+// such a chunk must be compacted too.
+func (c *endedChunk) sparse() bool { return c.live*4 < cap(c.b) }
+
 // jobKey is a job id the collector need not look into: a UUID in its
 // canonical form (every id NewJobID draws) as its 16 bytes, any other
 // id (tests, logs of builds that took other ids) as it is.
@@ -201,7 +207,7 @@ func (s *endedJobs) del(k jobKey, e endedEntry) {
 	case i == s.cur:
 	case c.live == 0:
 		s.dropChunk(e.loc.chunk)
-	case c.live*4 < len(c.b) && was*4 >= len(c.b):
+	case c.sparse() && was*4 >= cap(c.b):
 		s.sparse = append(s.sparse, e.loc.chunk) // just went under a quarter
 	}
 }
@@ -211,7 +217,7 @@ func (s *endedJobs) retire(i uint32) {
 	switch c := s.chunks[i]; {
 	case c.live == 0:
 		s.dropChunk(i)
-	case c.live*4 < len(c.b):
+	case c.sparse():
 		s.sparse = append(s.sparse, i)
 	}
 }
@@ -229,7 +235,7 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 		i := s.sparse[len(s.sparse)-1]
 		s.sparse = s.sparse[:len(s.sparse)-1]
 		c := s.chunks[i]
-		if c == nil || int(i) == s.cur || c.live*4 >= len(c.b) {
+		if c == nil || int(i) == s.cur || !c.sparse() {
 			continue // dropped, become current, or filled since
 		}
 		for r := (wire.Reader{B: c.b}); len(r.B) > 0; {
