@@ -191,7 +191,7 @@ func TestEndedChunksFollowKeptBytesAfterLargeRecords(t *testing.T) {
 	m := h.Machines[0]
 	for i := range pairs {
 		for _, c := range []Submit{
-			{JobID: fmt.Sprintf("small-%d", i), Queue: DefaultQueue, Payload: make([]byte, 9000), },
+			{JobID: fmt.Sprintf("small-%d", i), Queue: DefaultQueue, Payload: make([]byte, 9000)},
 			{JobID: fmt.Sprintf("large-%d", i), Queue: DefaultQueue, Payload: make([]byte, 300_000)},
 		} {
 			if r := h.Client("", &c); r.Outcome != Created {
