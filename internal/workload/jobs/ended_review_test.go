@@ -223,3 +223,52 @@ func TestEndedChunksFollowKeptBytesAfterLargeRecords(t *testing.T) {
 	checkEndedBooks(t, 0, m)
 	h.CheckReplay()
 }
+
+// TestForkEncodesWhileEndedRecordsMove: a fork is encoded on another
+// goroutine while the partition goes on ending jobs (records appended to
+// the chunk the fork shares), retrying them and compacting. The fork
+// must encode the state it was taken from, and, under -race, read no
+// byte the partition writes.
+func TestForkEncodesWhileEndedRecordsMove(t *testing.T) {
+	h := newHarness(t, 4, 1, Limits{})
+	id := func(i int) string { return ids.FromUint64s(uint64(i), 4).String() }
+	end := func(i int) {
+		if r := h.Client("", &Submit{JobID: id(i), Queue: DefaultQueue, Payload: make([]byte, 2000+i%3000)}); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+		if r := h.Client("", &Cancel{JobID: id(i)}); r.Outcome != OK {
+			t.Fatal(r.Msg)
+		}
+	}
+	for i := range 300 {
+		end(i)
+	}
+	fork := h.Machines[0].ForkSnapshot()
+	want := h.Machines[0].AppendSnapshot(nil)
+	stop, differs := make(chan struct{}), make(chan bool)
+	go func() { // encodes again and again while the partition moves on
+		for {
+			if !bytes.Equal(fork(nil), want) {
+				differs <- true
+				return
+			}
+			select {
+			case <-stop:
+				differs <- false
+				return
+			default:
+			}
+		}
+	}()
+	for i := 300; i < 600; i++ {
+		end(i)
+		if r := h.Client("", &Retry{JobID: id(i - 300)}); r.Outcome != OK {
+			t.Fatal(r.Msg)
+		}
+	}
+	close(stop)
+	if <-differs {
+		t.Fatal("the fork encodes another state than the one it was taken from")
+	}
+	checkEndedBooks(t, 0, h.Machines[0])
+}
