@@ -28,7 +28,7 @@ func TestEndedRecordsUnderChurn(t *testing.T) {
 }
 
 func endedChurn(t *testing.T, seed uint64) {
-	h := newHarness(t, seed+100, 1, Limits{MaxJobsPerQueue: 200, MaxFinished: 40})
+	h := newHarness(t, seed+100, 1, Limits{MaxJobsPerQueue: 200, MaxFinished: []int{40, 2, 400}[seed%3]})
 	rnd := rand.New(rand.NewPCG(seed, 11))
 	queues := []string{DefaultQueue, "b"}
 	h.Client("", &CreateQueue{Name: "b"})
