@@ -118,10 +118,14 @@ func (s *endedJobs) set(k jobKey, e endedEntry) {
 	}
 }
 
-// put stores j, of queue, as a record and indexes it.
+// put stores j, of queue, as a record and indexes it. A record is the
+// queue's name and the job's idempotency key (with the index's entry,
+// what dropping the job needs: a purge decodes no payload), then the
+// job's snapshot encoding.
 func (s *endedJobs) put(queue string, j *Job) endedEntry {
 	w := wire.Writer{B: s.scratch[:0]}
 	w.Str(queue)
+	w.Str(j.IdemKey)
 	j.code(&wire.Coder{W: &w, Version: snapshotVersion})
 	s.scratch = w.B
 	e := endedEntry{loc: s.store(w.B), seq: j.Seq, purgeAt: j.purgeAt, status: j.Status}
@@ -164,7 +168,7 @@ func (s *endedJobs) newChunk(size int) int {
 	return len(s.chunks) - 1
 }
 
-// rec is the record at l: the queue's name, then the job's encoding.
+// rec is the record at l (see put).
 func (s *endedJobs) rec(l recLoc) []byte {
 	return s.chunks[l.chunk].b[l.off : l.off+l.n : l.off+l.n]
 }
@@ -177,6 +181,7 @@ func (s *endedJobs) decode(l recLoc) (string, *Job) {
 func decodeRecord(rec []byte) (string, *Job) {
 	r := wire.Reader{B: rec}
 	queue := r.Str()
+	r.Bytes() // the idempotency key, in the job's encoding too
 	j := &Job{Queue: queue}
 	j.code(&wire.Coder{R: &r, Version: snapshotVersion})
 	if r.Err != nil {
@@ -186,11 +191,12 @@ func decodeRecord(rec []byte) (string, *Job) {
 }
 
 // jobBytes is the job's snapshot encoding within its record (after the
-// queue's name).
+// queue's name and the idempotency key).
 func jobBytes(rec []byte) []byte {
 	r := wire.Reader{B: rec}
-	n := r.Uvarint()
-	return r.B[n:]
+	r.Bytes()
+	r.Bytes()
+	return r.B
 }
 
 // del forgets the job with key k, whose entry is e.
@@ -243,7 +249,7 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 			off := len(c.b) - len(r.B)
 			rec := r.Next(int(n))
 			from := recLoc{chunk: i, off: uint32(off), n: uint32(n)}
-			queue, id := recordNames(rec)
+			queue, _, id := recordHead(rec)
 			k := keyOf(id)
 			e, ok := s.get(k)
 			if !ok || e.loc != from {
@@ -258,11 +264,11 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 	}
 }
 
-// recordNames are the queue's name and the job's id in a record (the
-// job's encoding starts with its id).
-func recordNames(rec []byte) (queue, id string) {
+// recordHead is what a record holds before the job's encoding, and the
+// job's id (which the encoding starts with).
+func recordHead(rec []byte) (queue, key, id string) {
 	r := wire.Reader{B: rec}
-	return r.Str(), r.Str()
+	return r.Str(), r.Str(), r.Str()
 }
 
 // view is what a fork needs to read the records its queues point at.

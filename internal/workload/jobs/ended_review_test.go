@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/surge-run/surge/internal/ids"
@@ -174,7 +175,7 @@ func checkEndedBooks(t *testing.T, step int, m *Machine) {
 }
 
 func recordID(m *Machine, r jobRef) string {
-	_, id := recordNames(m.ended.rec(r.rec))
+	_, _, id := recordHead(m.ended.rec(r.rec))
 	return id
 }
 
@@ -271,4 +272,66 @@ func TestForkEncodesWhileEndedRecordsMove(t *testing.T) {
 		t.Fatal("the fork encodes another state than the one it was taken from")
 	}
 	checkEndedBooks(t, 0, h.Machines[0])
+}
+
+// TestDroppingEndedJobsDecodesNoPayload: purging ended jobs (by their
+// retention, by the finished-job cap, with their queue) needs their
+// queue, id, idempotency key, status and place, not their payloads,
+// results or events. Decoding each whole allocated all of it again, a
+// burst of garbage per purge firing (up to 4,096 jobs of up to 1 MiB
+// each) in the change whose point is to spare the collector.
+func TestDroppingEndedJobsDecodesNoPayload(t *testing.T) {
+	const jobs, payload = 16, 256 << 10
+	h := newHarness(t, 6, 1, Limits{MaxFinished: jobs})
+	h.Client("", &CreateQueue{Name: "b"})
+	id := func(i int) string { return ids.FromUint64s(uint64(i), 6).String() }
+	submit := func(q string, i, size int) {
+		c := &Submit{JobID: id(i), Queue: q, Payload: make([]byte, size), RetentionNs: 1e9, IdempotencyKey: fmt.Sprint("k", i)}
+		if r := h.Client("", c); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+	}
+	cancel := func(i int) {
+		if r := h.Client("", &Cancel{JobID: id(i)}); r.Outcome != OK {
+			t.Fatal(r.Msg)
+		}
+	}
+	end := func(q string, i int) {
+		submit(q, i, payload)
+		cancel(i)
+	}
+	allocated := func(what string, f func()) {
+		t.Helper()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > jobs*payload/4 {
+			t.Errorf("%s allocated %d bytes to drop %d jobs of %d-byte payloads", what, n, jobs, payload)
+		}
+	}
+	for i := range jobs {
+		end(DefaultQueue, i)
+	}
+	allocated("a purge", func() { h.Advance(2e9) })
+	for i := range jobs {
+		end("b", jobs+i)
+	}
+	allocated("deleting their queue", func() { h.Client("", &DeleteQueue{Name: "b", Force: true}) })
+	for i := range jobs {
+		end(DefaultQueue, 2*jobs+i)
+	}
+	for i := range jobs { // small jobs whose ends push the large ones out
+		submit(DefaultQueue, 3*jobs+i, 10)
+	}
+	allocated("the finished-job cap", func() {
+		for i := range jobs {
+			cancel(3*jobs + i)
+		}
+	})
+	if n := h.Machines[0].ended.len(); n != jobs {
+		t.Fatalf("%d ended jobs, want %d", n, jobs)
+	}
+	checkEndedBooks(t, 0, h.Machines[0])
+	h.CheckReplay()
 }

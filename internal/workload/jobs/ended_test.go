@@ -14,6 +14,7 @@ import (
 func endedRecord(queue string, j *Job) []byte {
 	w := wire.Writer{}
 	w.Str(queue)
+	w.Str(j.IdemKey)
 	j.code(&wire.Coder{W: &w, Version: snapshotVersion})
 	return w.B
 }
