@@ -50,6 +50,12 @@ type endedChunk struct {
 	live int    // bytes of the records the index still points at
 }
 
+// sparse: under a quarter of what the chunk holds is live. Measured
+// against its capacity, not the bytes written: a record too large for
+// the rest of the current chunk retires it however little it holds, and
+// such a chunk must be compacted too.
+func (c *endedChunk) sparse() bool { return c.live*4 < cap(c.b) }
+
 // jobKey is a job id the collector need not look into: a UUID in its
 // canonical form (every id NewJobID draws) as its 16 bytes, any other
 // id (tests, logs of builds that took other ids) as it is.
@@ -112,10 +118,14 @@ func (s *endedJobs) set(k jobKey, e endedEntry) {
 	}
 }
 
-// put stores j, of queue, as a record and indexes it.
+// put stores j, of queue, as a record and indexes it. A record is the
+// queue's name and the job's idempotency key (with the index's entry,
+// what dropping the job needs: a purge decodes no payload), then the
+// job's snapshot encoding.
 func (s *endedJobs) put(queue string, j *Job) endedEntry {
 	w := wire.Writer{B: s.scratch[:0]}
 	w.Str(queue)
+	w.Str(j.IdemKey)
 	j.code(&wire.Coder{W: &w, Version: snapshotVersion})
 	s.scratch = w.B
 	e := endedEntry{loc: s.store(w.B), seq: j.Seq, purgeAt: j.purgeAt, status: j.Status}
@@ -158,7 +168,7 @@ func (s *endedJobs) newChunk(size int) int {
 	return len(s.chunks) - 1
 }
 
-// rec is the record at l: the queue's name, then the job's encoding.
+// rec is the record at l (see put).
 func (s *endedJobs) rec(l recLoc) []byte {
 	return s.chunks[l.chunk].b[l.off : l.off+l.n : l.off+l.n]
 }
@@ -171,6 +181,7 @@ func (s *endedJobs) decode(l recLoc) (string, *Job) {
 func decodeRecord(rec []byte) (string, *Job) {
 	r := wire.Reader{B: rec}
 	queue := r.Str()
+	r.Bytes() // the idempotency key, in the job's encoding too
 	j := &Job{Queue: queue}
 	j.code(&wire.Coder{R: &r, Version: snapshotVersion})
 	if r.Err != nil {
@@ -180,11 +191,12 @@ func decodeRecord(rec []byte) (string, *Job) {
 }
 
 // jobBytes is the job's snapshot encoding within its record (after the
-// queue's name).
+// queue's name and the idempotency key).
 func jobBytes(rec []byte) []byte {
 	r := wire.Reader{B: rec}
-	n := r.Uvarint()
-	return r.B[n:]
+	r.Bytes()
+	r.Bytes()
+	return r.B
 }
 
 // del forgets the job with key k, whose entry is e.
@@ -201,7 +213,7 @@ func (s *endedJobs) del(k jobKey, e endedEntry) {
 	case i == s.cur:
 	case c.live == 0:
 		s.dropChunk(e.loc.chunk)
-	case c.live*4 < len(c.b) && was*4 >= len(c.b):
+	case c.sparse() && was*4 >= cap(c.b):
 		s.sparse = append(s.sparse, e.loc.chunk) // just went under a quarter
 	}
 }
@@ -211,7 +223,7 @@ func (s *endedJobs) retire(i uint32) {
 	switch c := s.chunks[i]; {
 	case c.live == 0:
 		s.dropChunk(i)
-	case c.live*4 < len(c.b):
+	case c.sparse():
 		s.sparse = append(s.sparse, i)
 	}
 }
@@ -229,7 +241,7 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 		i := s.sparse[len(s.sparse)-1]
 		s.sparse = s.sparse[:len(s.sparse)-1]
 		c := s.chunks[i]
-		if c == nil || int(i) == s.cur || c.live*4 >= len(c.b) {
+		if c == nil || int(i) == s.cur || !c.sparse() {
 			continue // dropped, become current, or filled since
 		}
 		for r := (wire.Reader{B: c.b}); len(r.B) > 0; {
@@ -237,7 +249,7 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 			off := len(c.b) - len(r.B)
 			rec := r.Next(int(n))
 			from := recLoc{chunk: i, off: uint32(off), n: uint32(n)}
-			queue, id := recordNames(rec)
+			queue, _, id := recordHead(rec)
 			k := keyOf(id)
 			e, ok := s.get(k)
 			if !ok || e.loc != from {
@@ -252,11 +264,11 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 	}
 }
 
-// recordNames are the queue's name and the job's id in a record (the
-// job's encoding starts with its id).
-func recordNames(rec []byte) (queue, id string) {
+// recordHead is what a record holds before the job's encoding, and the
+// job's id (which the encoding starts with).
+func recordHead(rec []byte) (queue, key, id string) {
 	r := wire.Reader{B: rec}
-	return r.Str(), r.Str()
+	return r.Str(), r.Str(), r.Str()
 }
 
 // view is what a fork needs to read the records its queues point at.

@@ -14,6 +14,7 @@ import (
 func endedRecord(queue string, j *Job) []byte {
 	w := wire.Writer{}
 	w.Str(queue)
+	w.Str(j.IdemKey)
 	j.code(&wire.Coder{W: &w, Version: snapshotVersion})
 	return w.B
 }
@@ -120,16 +121,16 @@ func endedJobsRun(t *testing.T, seed uint64) {
 }
 
 // checkEndedMemory: after a compaction, no chunk but the current one is
-// less than a quarter live (length prefixes aside), and a chunk with
-// nothing live is gone.
+// less than a quarter live (of its capacity, length prefixes aside), and a
+// chunk with nothing live is gone.
 func checkEndedMemory(t *testing.T, step int, s *endedJobs) {
 	t.Helper()
 	for i, c := range s.chunks {
 		if c == nil || i == s.cur {
 			continue
 		}
-		if c.live == 0 || c.live*4 < len(c.b)-len(c.b)/16 {
-			t.Fatalf("step %d: chunk %d holds %d live bytes of %d after compaction", step, i, c.live, len(c.b))
+		if c.live == 0 || c.live*4 < cap(c.b)-cap(c.b)/16 {
+			t.Fatalf("step %d: chunk %d holds %d live bytes of %d after compaction", step, i, c.live, cap(c.b))
 		}
 	}
 }

@@ -48,8 +48,7 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx *engine.Effects) *Result {
 		case r.j != nil:
 			m.dropJob(r.j, fx)
 		case r.seq != 0:
-			_, j := m.ended.decode(r.rec)
-			m.dropJob(j, fx)
+			m.dropEnded(r.rec, r.status, r.seq, fx)
 		}
 	}
 	delete(m.queues, c.Name)

@@ -100,8 +100,7 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx *engine.Effects) {
 func (m *Machine) purgeIfDue(e purgeEntry, fx *engine.Effects) {
 	if en, ok := m.ended.get(e.key); ok {
 		if en.purgeAt == e.At {
-			_, j := m.ended.decode(en.loc)
-			m.dropJob(j, fx)
+			m.dropEnded(en.loc, en.status, en.seq, fx)
 		}
 		return
 	}
@@ -130,6 +129,14 @@ func (m *Machine) endFinished() {
 		q := m.queues[queue]
 		q.order[q.mustIndex(seq)].rec = to
 	})
+}
+
+// dropEnded drops the ended job whose record is at loc without decoding
+// it (a copy of its payload, result and events for nothing): the
+// record's head, its status and its seq are all dropJob reads.
+func (m *Machine) dropEnded(loc recLoc, status Status, seq uint64, fx *engine.Effects) {
+	queue, key, id := recordHead(m.ended.rec(loc))
+	m.dropJob(&Job{ID: id, Queue: queue, IdemKey: key, Status: status, Seq: seq, heapIdx: -1}, fx)
 }
 
 func (m *Machine) hasEnded(k jobKey) bool {
@@ -184,7 +191,7 @@ func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
 	if m.jobs[j.ID] == j {
 		delete(m.jobs, j.ID)
 	} else if k := keyOf(j.ID); m.hasEnded(k) {
-		// An ended job, decoded to be dropped.
+		// An ended job (dropEnded).
 		e, _ := m.ended.get(k)
 		m.ended.del(k, e)
 	}
