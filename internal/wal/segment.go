@@ -303,6 +303,7 @@ func (l *Log) recover() error {
 			return fmt.Errorf("wal: create first segment: %w", err)
 		}
 		l.f, l.hdrSize, l.counts = f, segmentHeaderSize(len(counts)), slices.Clone(counts)
+		l.aheadEnd = l.hdrSize
 		l.segs = []segment{{base: 0, path: path, counts: counts}}
 		return nil
 	}
@@ -348,7 +349,9 @@ func (l *Log) recover() error {
 // scanSegment validates one segment, fills s.counts from its header, and
 // returns its record bytes; fr.counts holds the per-partition counts at its
 // end. prev are the counts at the end of the previous segment (nil for the
-// first), which the header must repeat.
+// first), which the header must repeat. It sets l.aheadEnd to the file
+// offset up to which the segment's blocks are written (what counts is the
+// last segment's).
 func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64) (int64, error) {
 	f, err := l.fs.Open(s.path)
 	if err != nil {
@@ -361,6 +364,7 @@ func (l *Log) scanSegment(fr *frameReader, s *segment, last bool, prev []uint64)
 	}
 	if last && headerNeverWritten(f, fileSize) {
 		if repaired, err := l.repairHeader(fr, s, prev, fileSize); repaired || err != nil {
+			l.aheadEnd = segmentHeaderSize(len(s.counts))
 			return 0, err
 		}
 	}
@@ -424,7 +428,9 @@ func (l *Log) checkHeader(f vfs.File, s *segment, prev []uint64, fileSize int64)
 // scanFrames reads s's frames to its end and returns its record bytes. A
 // torn frame is corruption anywhere but at the tail of the last segment,
 // and there too if a later group commit's frame follows it (that one was
-// acknowledged); otherwise the tail is cut off.
+// acknowledged); otherwise the tail is cut off. A tail of zeros the writer
+// wrote ahead (see aheadStep) is accepted where it provably holds no
+// records: see zeroTail.
 func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr, fileSize int64) (int64, error) {
 	for {
 		_, _, _, err := fr.next()
@@ -432,6 +438,7 @@ func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr
 			continue
 		}
 		if err == io.EOF {
+			l.aheadEnd = fileSize
 			return fileSize - hdr, nil
 		}
 		var fe *frameError
@@ -440,8 +447,20 @@ func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr
 		}
 		if !last {
 			// Every write in a segment that is not the last was fsynced
-			// before the next segment was created.
-			return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fe.reason}
+			// before the next segment was created, so nothing in it is
+			// torn: only the zeros written ahead may follow its frames.
+			// Where its frames end is then proven by the next segment's
+			// base, which recover checks against the size returned here
+			// (any difference is corruption), so zeros cannot hide lost
+			// records.
+			zero, err := zeroTail(f, fe.offset, fileSize)
+			if err != nil {
+				return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
+			}
+			if !zero {
+				return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fe.reason}
+			}
+			return fe.offset - hdr, nil
 		}
 		badPos := s.base + uint64(fe.offset-hdr)
 		proof, err := laterWrite(f, l.salt, fe.offset, fileSize, s.base, badPos)
@@ -452,15 +471,48 @@ func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr
 			return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fmt.Sprintf(
 				"%s; the record at offset %d belongs to a later group commit, so this one had been made durable and acknowledged", fe.reason, proof)}
 		}
+		// The decision above is the same whatever the tail holds; an
+		// all-zero one is only where the writer continues without a copy
+		// of the segment or a report: zeros are what it writes ahead.
+		zero, err := zeroTail(f, fe.offset, fileSize)
+		if err != nil {
+			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
+		}
+		if zero {
+			l.aheadEnd = fileSize
+			return fe.offset - hdr, nil
+		}
 		if err := l.cutTail(s.path, f, fe.offset); err != nil {
 			return 0, err
 		}
+		l.aheadEnd = fe.offset
 		// The frames kept before the tear are not proven durable by a
 		// later write yet; the next write or seal proves them.
 		fr.sealed = false
 		l.recovery = Recovery{File: s.path, TruncatedBytes: fileSize - fe.offset}
 		return fe.offset - hdr, nil
 	}
+}
+
+// zeroTail reports whether the bytes of f from off to size are all zeros
+// and no more than maxZeroTail: zeros the writer wrote ahead of the log's
+// end, or pages of a torn write that never reached the disk (which hold
+// nothing either way). A longer run of zeros is more than the writer
+// leaves, so it is handled as before (cut and reported, or corruption).
+func zeroTail(f vfs.File, off, size int64) (bool, error) {
+	if size-off > maxZeroTail {
+		return false, nil
+	}
+	buf := make([]byte, size-off)
+	if _, err := f.ReadAt(buf, off); err != nil && err != io.EOF {
+		return false, err
+	}
+	for _, c := range buf {
+		if c != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // newLogID draws a log's random id.
