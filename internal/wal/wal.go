@@ -435,7 +435,7 @@ func (l *Log) write(buf []byte) error {
 	off := l.hdrSize + l.activeSize
 	end := off + int64(len(buf))
 	_, err := l.f.WriteAt(buf, off)
-	if err == nil && end > l.aheadEnd {
+	if err == nil && end >= l.aheadEnd {
 		ahead := (end/aheadStep + 1) * aheadStep
 		if _, err = l.f.WriteAt(zeros[:ahead-end], end); err == nil {
 			l.aheadEnd = ahead
