@@ -428,15 +428,16 @@ func (l *Log) writeSeal() {
 }
 
 // write writes buf at the end of the active segment and syncs it. When buf
-// ends past the blocks already written, it also writes zeros from buf's end
-// to the next aheadStep boundary of the file beyond it, so that the next
-// group commits overwrite blocks this fsync allocated (see aheadStep).
+// reaches the end of the blocks already written, it also writes zeros from
+// buf's end to the next aheadStep boundary of the file beyond it, so that
+// the next group commits overwrite blocks this fsync allocated (see
+// aheadStep); never past the segment's size limit, where the writer rolls
+// and the zeros would never be overwritten.
 func (l *Log) write(buf []byte) error {
 	off := l.hdrSize + l.activeSize
 	end := off + int64(len(buf))
 	_, err := l.f.WriteAt(buf, off)
-	if err == nil && end >= l.aheadEnd {
-		ahead := (end/aheadStep + 1) * aheadStep
+	if ahead := min((end/aheadStep+1)*aheadStep, l.hdrSize+l.opts.SegmentBytes); err == nil && end >= l.aheadEnd && ahead > end {
 		if _, err = l.f.WriteAt(zeros[:ahead-end], end); err == nil {
 			l.aheadEnd = ahead
 		}
