@@ -427,20 +427,12 @@ func (l *Log) writeSeal() {
 	l.sealed = true
 }
 
-// write writes buf at the end of the active segment and syncs it. When buf
-// reaches the end of the blocks already written, it also writes zeros from
-// buf's end to the next aheadStep boundary of the file beyond it, so that
-// the next group commits overwrite blocks this fsync allocated (see
-// aheadStep); never past the segment's size limit, where the writer rolls
-// and the zeros would never be overwritten.
+// write writes buf at the end of the active segment and syncs it.
 func (l *Log) write(buf []byte) error {
 	off := l.hdrSize + l.activeSize
-	end := off + int64(len(buf))
 	_, err := l.f.WriteAt(buf, off)
-	if ahead := min((end/aheadStep+1)*aheadStep, l.hdrSize+l.opts.SegmentBytes); err == nil && end >= l.aheadEnd && ahead > end {
-		if _, err = l.f.WriteAt(zeros[:ahead-end], end); err == nil {
-			l.aheadEnd = ahead
-		}
+	if err == nil {
+		l.writeAhead(off + int64(len(buf)))
 	}
 	if err == nil && !l.opts.NoSync {
 		err = l.f.Sync()
@@ -453,6 +445,24 @@ func (l *Log) write(buf []byte) error {
 	}
 	l.activeSize += int64(len(buf))
 	return nil
+}
+
+// writeAhead is called after a write that ends at file offset end. When
+// that reaches the end of the blocks already written, it writes zeros from
+// end to the next aheadStep boundary of the file past it, for the write's
+// fsync to cover, so that the next group commits overwrite blocks this one
+// allocated (see aheadStep); never past the segment's size limit, where the
+// writer rolls and the zeros would never be overwritten. The zeros are an
+// optimisation: if writing them fails (a full disk) the commit goes on,
+// the frames were written, and the fsync reports any error of the file.
+func (l *Log) writeAhead(end int64) {
+	ahead := min((end/aheadStep+1)*aheadStep, l.hdrSize+l.opts.SegmentBytes)
+	if end < l.aheadEnd || ahead <= end {
+		return
+	}
+	if _, err := l.f.WriteAt(zeros[:ahead-end], end); err == nil {
+		l.aheadEnd = ahead
+	}
 }
 
 func (l *Log) activePath() string {
