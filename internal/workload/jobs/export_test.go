@@ -13,18 +13,6 @@ func (h *Hub) SetClock(now func() time.Time) {
 	h.mu.Unlock()
 }
 
-// anyJob is the job with id, live or ended (decoded); nil if none.
-func (m *Machine) anyJob(id string) *Job {
-	if j := m.jobs[id]; j != nil {
-		return j
-	}
-	if e, ok := m.ended.get(keyOf(id)); ok {
-		_, j := m.ended.decode(e.loc)
-		return j
-	}
-	return nil
-}
-
 // allJobs is every job of the partition, live and ended (decoded), by id.
 func (m *Machine) allJobs() map[string]*Job {
 	all := maps.Clone(m.jobs)

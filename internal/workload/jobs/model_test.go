@@ -309,7 +309,7 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 
 func (md *model) lookup(id string) (*Job, bool) {
 	for _, m := range md.h.Machines {
-		if j := m.anyJob(id); j != nil {
+		if j := m.job(id); j != nil {
 			return j, true
 		}
 	}

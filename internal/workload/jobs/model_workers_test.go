@@ -366,7 +366,7 @@ func (wm *workerModel) finish() {
 func (wm *workerModel) unfinished() []string {
 	var out []string
 	for _, id := range wm.acked {
-		j := wm.h.Machines[wm.h.Part(JobKey(id))].anyJob(id)
+		j := wm.h.Machines[wm.h.Part(JobKey(id))].job(id)
 		if j == nil {
 			wm.h.T.Fatalf("acknowledged job %s vanished", id)
 		}

@@ -45,20 +45,12 @@ type Stats struct {
 func (m *Machine) Query(q any) any {
 	switch q := q.(type) {
 	case GetJob:
-		if j := m.jobs[q.ID]; j != nil {
-			return viewJob(j)
-		}
-		if e, ok := m.ended.get(keyOf(q.ID)); ok {
-			_, j := m.ended.decode(e.loc)
+		if j := m.job(q.ID); j != nil {
 			return viewJob(j)
 		}
 		return (*Job)(nil)
 	case GetJobLogs:
-		if j := m.jobs[q.ID]; j != nil {
-			return append([]JobEvent{}, j.Events...)
-		}
-		if e, ok := m.ended.get(keyOf(q.ID)); ok {
-			_, j := m.ended.decode(e.loc)
+		if j := m.job(q.ID); j != nil {
 			return append([]JobEvent{}, j.Events...)
 		}
 		return []JobEvent(nil)

@@ -7,7 +7,7 @@ import (
 func (h *harness) get(id string) *Job {
 	h.T.Helper()
 	for _, m := range h.Machines {
-		if j := m.anyJob(id); j != nil {
+		if j := m.job(id); j != nil {
 			return j
 		}
 	}

@@ -39,7 +39,7 @@ func (m *Machine) checkSubmit(q *Queue, c *Submit) *Result {
 	}
 	if c.IdempotencyKey != "" {
 		if id, ok := q.keys[c.IdempotencyKey]; ok {
-			return &Result{Outcome: Same, Jobs: []*Job{m.lookupCopy(id)}}
+			return &Result{Outcome: Same, Jobs: []*Job{copyJob(m.job(id))}}
 		}
 	}
 	if m.jobs[c.JobID] != nil || m.hasEnded(keyOf(c.JobID)) {

@@ -155,14 +155,15 @@ func (m *Machine) revive(k jobKey, e endedEntry) *Job {
 	return j
 }
 
-// lookupCopy is a copy of the job with id, live or ended; nil if none.
-func (m *Machine) lookupCopy(id string) *Job {
+// job is the job with id: the live one, or an ended one decoded (a copy
+// the caller may keep); nil if there is none.
+func (m *Machine) job(id string) *Job {
 	if j := m.jobs[id]; j != nil {
-		return copyJob(j)
+		return j
 	}
 	if e, ok := m.ended.get(keyOf(id)); ok {
 		_, j := m.ended.decode(e.loc)
-		return copyJob(j)
+		return j
 	}
 	return nil
 }
@@ -190,10 +191,12 @@ func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
 	q.removeOrder(j.Seq)
 	if m.jobs[j.ID] == j {
 		delete(m.jobs, j.ID)
-	} else if k := keyOf(j.ID); m.hasEnded(k) {
+	} else {
 		// An ended job (dropEnded).
-		e, _ := m.ended.get(k)
-		m.ended.del(k, e)
+		k := keyOf(j.ID)
+		if e, ok := m.ended.get(k); ok {
+			m.ended.del(k, e)
+		}
 	}
 	delete(m.traces, j.ID)
 }
