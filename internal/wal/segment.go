@@ -445,6 +445,10 @@ func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr
 		if !errors.As(err, &fe) {
 			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
 		}
+		zero, err := zeroTail(f, fe.offset, fileSize)
+		if err != nil {
+			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
+		}
 		if !last {
 			// Every write in a segment that is not the last was fsynced
 			// before the next segment was created, so nothing in it is
@@ -453,10 +457,6 @@ func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr
 			// base, which recover checks against the size returned here
 			// (any difference is corruption), so zeros cannot hide lost
 			// records.
-			zero, err := zeroTail(f, fe.offset, fileSize)
-			if err != nil {
-				return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
-			}
 			if !zero {
 				return 0, &CorruptionError{File: s.path, Offset: fe.offset, Reason: fe.reason}
 			}
@@ -474,10 +474,6 @@ func (l *Log) scanFrames(fr *frameReader, f vfs.File, s *segment, last bool, hdr
 		// The decision above is the same whatever the tail holds; an
 		// all-zero one is only where the writer continues without a copy
 		// of the segment or a report: zeros are what it writes ahead.
-		zero, err := zeroTail(f, fe.offset, fileSize)
-		if err != nil {
-			return 0, fmt.Errorf("wal: read %s: %w", s.path, err)
-		}
 		if zero {
 			l.aheadEnd = fileSize
 			return fe.offset - hdr, nil
