@@ -603,6 +603,26 @@ func (c *h2Client) windowUpdate(id, n uint32) {
 
 const h2WindowPassed = "DATA beyond the flow-control window"
 
+// h2SameAnswers checks one case's observations of the two servers (in
+// h2Modes' order): neither sent beyond the client's window, net/http's
+// shows what the case is about (want), and the lean one's is the same.
+func h2SameAnswers(t *testing.T, obs [2]string, want []string) {
+	t.Helper()
+	for i, m := range h2Modes {
+		if strings.Contains(obs[i], h2WindowPassed) {
+			t.Errorf("%s server sent DATA beyond the client's flow-control window:\n%s", m.name, obs[i])
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(obs[0], w) {
+			t.Errorf("net/http's answer lacks %q: the case does not test what it is named for:\n%s", w, obs[0])
+		}
+	}
+	if obs[0] != obs[1] {
+		t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
+	}
+}
+
 // spend takes a DATA frame's n bytes from the credit, noting a server
 // that sends beyond it.
 func (c *h2Client) spend(id uint32, n int64) {
@@ -1038,19 +1058,7 @@ func TestH2FramesDifferential(t *testing.T) {
 				cs.run(c)
 				obs[i] = c.finish().String()
 			}
-			for i, m := range h2Modes {
-				if strings.Contains(obs[i], h2WindowPassed) {
-					t.Errorf("%s server sent DATA beyond the client's flow-control window:\n%s", m.name, obs[i])
-				}
-			}
-			for _, w := range cs.want {
-				if !strings.Contains(obs[0], w) {
-					t.Errorf("net/http's answer lacks %q: the case does not test what it is named for:\n%s", w, obs[0])
-				}
-			}
-			if obs[0] != obs[1] {
-				t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
-			}
+			h2SameAnswers(t, obs, cs.want)
 		})
 	}
 }
@@ -1342,19 +1350,7 @@ func TestH2WaitingRoomDifferential(t *testing.T) {
 				cs.run(c)
 				obs[i] = h2RetryAfter.ReplaceAllString(c.finish().unordered(), "${1}N")
 			}
-			for i, m := range h2Modes {
-				if strings.Contains(obs[i], h2WindowPassed) {
-					t.Errorf("%s server sent DATA beyond the client's flow-control window:\n%s", m.name, obs[i])
-				}
-			}
-			for _, w := range cs.want {
-				if !strings.Contains(obs[0], w) {
-					t.Errorf("net/http's answer lacks %q: the case does not test what it is named for:\n%s", w, obs[0])
-				}
-			}
-			if obs[0] != obs[1] {
-				t.Errorf("net/http's server:\n%s\nthe lean one:\n%s", obs[0], obs[1])
-			}
+			h2SameAnswers(t, obs, cs.want)
 		})
 	}
 }

@@ -13,11 +13,7 @@ import (
 // time only to learn of the end; a short buffer gets the end with the
 // read that empties the body, and the bytes are the client's.
 func TestH2WholeBodyEndsWithItsLastBytes(t *testing.T) {
-	var m Metrics
-	m.lean = &LeanRoutes{}
-	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+	mux, lean := leanRoute("POST /lean", func(w http.ResponseWriter, r *http.Request) {
 		var got []byte
 		reads := 0
 		p := make([]byte, 64)
@@ -31,7 +27,7 @@ func TestH2WholeBodyEndsWithItsLastBytes(t *testing.T) {
 			}
 		}
 	})
-	_, addr := startServer(t, mux, leanH2(Limits{Lean: m.lean}), nil)
+	_, addr := startServer(t, mux, leanH2(Limits{Lean: lean}), nil)
 	for _, tc := range []struct {
 		n    int
 		want string

@@ -309,14 +309,7 @@ func TestH2ShutdownLetsStreamFinish(t *testing.T) {
 		if d := f.(*http2.DataFrame); string(d.Data()) != "finished" {
 			t.Fatalf("DATA %q", d.Data())
 		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(hang):
-			t.Fatal("Shutdown did not return once the stream was done")
-		}
+		awaitNoError(t, "Shutdown, once the stream was done,", done)
 	})
 }
 
@@ -440,19 +433,25 @@ func TestH2PanicResetsStream(t *testing.T) {
 	})
 }
 
+// leanRoute is a mux serving h at pattern as a lean route, and the
+// routes for Limits.Lean.
+func leanRoute(pattern string, h http.HandlerFunc) (*http.ServeMux, *LeanRoutes) {
+	lean := &LeanRoutes{}
+	mux := http.NewServeMux()
+	lean.mark(mux, pattern)
+	mux.HandleFunc(pattern, h)
+	return mux, lean
+}
+
 // TestH2LeanRouteGetsWholeBody: a request to a lean route is dispatched
 // with its whole body held; one whose body outgrows leanBufSize is
 // served as it streams; both read it all.
 func TestH2LeanRouteGetsWholeBody(t *testing.T) {
-	var m Metrics
-	m.lean = &LeanRoutes{}
-	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+	mux, lean := leanRoute("POST /lean", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%d %v", len(b), err)
 	})
-	s, addr := startServer(t, mux, leanH2(Limits{Lean: m.lean}), nil)
+	s, addr := startServer(t, mux, leanH2(Limits{Lean: lean}), nil)
 	for _, n := range []int{0, 100, leanBufSize, leanBufSize + 1, 200 << 10} {
 		a := h2Do(t, xh2Client(), "POST", "http://"+addr+"/lean", bytes.Repeat([]byte("x"), n), false)
 		if want := fmt.Sprintf("%d <nil>", n); string(a.body) != want {
@@ -646,16 +645,12 @@ func (s *trailerSetter) Read(p []byte) (int, error) {
 // the client before its body is complete never reaches the handler, and
 // the connection serves on.
 func TestH2LeanRecordResetBeforeDispatch(t *testing.T) {
-	var m Metrics
-	m.lean = &LeanRoutes{}
-	mux := http.NewServeMux()
-	m.lean.mark(mux, "POST /lean")
 	var ran atomic.Int64
-	mux.HandleFunc("POST /lean", func(w http.ResponseWriter, r *http.Request) {
+	mux, lean := leanRoute("POST /lean", func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 		io.WriteString(w, "served")
 	})
-	s, addr := startServer(t, mux, leanH2(Limits{Lean: m.lean}), nil)
+	s, addr := startServer(t, mux, leanH2(Limits{Lean: lean}), nil)
 	c := dialH2(t, addr)
 	c.open(t, 1, "POST", "/lean", false)
 	c.fr.WriteData(1, false, []byte("part"))

@@ -338,14 +338,7 @@ func TestH2LeanTLSShutdownGoAway(t *testing.T) {
 		t.Error("the connection was not the lean server's")
 	}
 	c.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(hang):
-		t.Fatal("Shutdown did not return once the stream was done")
-	}
+	awaitNoError(t, "Shutdown, once the stream was done,", done)
 }
 
 // TestH2LeanTLSCrowdWaitsWithoutHandlers is

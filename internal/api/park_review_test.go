@@ -179,14 +179,7 @@ func TestParkReviewShutdownServesParked(t *testing.T) {
 		}
 	}
 	streamEnds(t, holder, 1)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(hang):
-		t.Fatal("Shutdown did not return once the parked streams were served")
-	}
+	awaitNoError(t, "Shutdown, once the parked streams were served,", done)
 	b.settled(t)
 }
 

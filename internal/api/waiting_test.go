@@ -51,6 +51,20 @@ func awaitCond(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// awaitNoError waits for done's error, failing the test with it, or
+// with "<what> did not return" after hang.
+func awaitNoError(t *testing.T, what string, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hang):
+		t.Fatal(what + " did not return")
+	}
+}
+
 func waitingOutcome(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
