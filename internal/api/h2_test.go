@@ -167,6 +167,18 @@ func h2Do(t *testing.T, hc *http.Client, method, url string, body []byte, slow b
 func TestH2LeanMatchesNetHTTP(t *testing.T) {
 	_, std := startServer(t, corpusHandler(), Limits{}, nil)
 	s, lean := startServer(t, corpusHandler(), leanH2(Limits{}), nil)
+	n := h2SameAnswersThrough(t, "http://"+std, "http://"+lean, func(bool) *http.Client { return xh2Client() })
+	if s.h2.conned.Load() == 0 || s.h2.served.Load() < uint64(n) {
+		t.Fatalf("the lean server served %d streams on %d connections", s.h2.served.Load(), s.h2.conned.Load())
+	}
+}
+
+// h2SameAnswersThrough sends the same requests (corpusHandler's routes)
+// to net/http's server at std and the lean one at lean, through the
+// client each is given, requires the same answers, and says how many it
+// sent.
+func h2SameAnswersThrough(t *testing.T, std, lean string, client func(lean bool) *http.Client) int {
+	t.Helper()
 	small := []byte("a small body")
 	big := bytes.Repeat([]byte("0123456789abcdef"), 80<<10/16)
 	cases := []struct {
@@ -192,15 +204,13 @@ func TestH2LeanMatchesNetHTTP(t *testing.T) {
 		{"GET", "/large", nil, true},
 	}
 	for _, tc := range cases {
-		a := h2Do(t, xh2Client(), tc.method, "http://"+std+tc.path, tc.body, tc.slow)
-		b := h2Do(t, xh2Client(), tc.method, "http://"+lean+tc.path, tc.body, tc.slow)
+		a := h2Do(t, client(false), tc.method, std+tc.path, tc.body, tc.slow)
+		b := h2Do(t, client(true), tc.method, lean+tc.path, tc.body, tc.slow)
 		if a.String() != b.String() || !bytes.Equal(a.body, b.body) {
 			t.Errorf("%s %s:\n net/http %v\n lean     %v", tc.method, tc.path, a, b)
 		}
 	}
-	if s.h2.conned.Load() == 0 || s.h2.served.Load() < uint64(len(cases)) {
-		t.Fatalf("the lean server served %d streams on %d connections", s.h2.served.Load(), s.h2.conned.Load())
-	}
+	return len(cases)
 }
 
 // rawH2 is a client connection that speaks frames.
@@ -215,9 +225,15 @@ type rawH2 struct {
 
 func dialH2(t *testing.T, addr string) *rawH2 {
 	t.Helper()
-	nc := dial(t, addr)
-	c := &rawH2{Conn: nc.Conn}
-	c.fr = http2.NewFramer(nc.Conn, nc.Conn)
+	return startH2(t, dial(t, addr).Conn)
+}
+
+// startH2 sends the client preface and SETTINGS on nc and returns the
+// frame client over it.
+func startH2(t *testing.T, nc net.Conn) *rawH2 {
+	t.Helper()
+	c := &rawH2{Conn: nc}
+	c.fr = http2.NewFramer(nc, nc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.enc = hpack.NewEncoder(&c.buf)
 	if _, err := io.WriteString(nc, h2cPreface); err != nil {

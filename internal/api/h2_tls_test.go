@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/surge-run/surge/internal/testcerts"
 )
@@ -49,17 +48,7 @@ func dialH2TLSOver(t *testing.T, ca *testcerts.CA, nc net.Conn, maxVersion uint1
 	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
 		t.Fatalf("ALPN chose %q, want h2", p)
 	}
-	c := &rawH2{Conn: tc}
-	c.fr = http2.NewFramer(tc, tc)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.enc = hpack.NewEncoder(&c.buf)
-	if _, err := io.WriteString(tc, h2cPreface); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return startH2(t, tc)
 }
 
 // tlsStateHandler answers what the request knows of its TLS connection.
@@ -202,38 +191,15 @@ func TestH2LeanTLSMatchesNetHTTP(t *testing.T) {
 	files := TLSFiles{Cert: pair.CertFile, Key: pair.KeyFile}
 	_, _, std := startTLSServer(t, corpusHandler(), Limits{}, files, nil)
 	s, _, lean := startTLSServer(t, corpusHandler(), leanH2(Limits{}), files, nil)
-	small := []byte("a small body")
-	big := bytes.Repeat([]byte("0123456789abcdef"), 80<<10/16)
-	cases := []struct {
-		method, path string
-		body         []byte
-		slow         bool
-	}{
-		{"GET", "/echo", nil, false},
-		{"POST", "/echo", small, false},
-		{"POST", "/echo", big, false},
-		{"HEAD", "/echo", nil, false},
-		{"GET", "/sniff", nil, false},
-		{"GET", "/json", nil, false},
-		{"GET", "/flush", nil, false},
-		{"GET", "/trailers", nil, false},
-		{"GET", "/nocontent", nil, false},
-		{"GET", "/notmodified", nil, false},
-		{"GET", "/empty", nil, false},
-		{"GET", "/declared", nil, false},
-		{"GET", "/missing", nil, false},
-		{"GET", "/large", nil, true},
-	}
 	hs, hl := tlsClient(ca, true), tlsClient(ca, true)
-	for _, tc := range cases {
-		a := h2Do(t, hs, tc.method, "https://"+std+tc.path, tc.body, tc.slow)
-		b := h2Do(t, hl, tc.method, "https://"+lean+tc.path, tc.body, tc.slow)
-		if a.String() != b.String() || !bytes.Equal(a.body, b.body) {
-			t.Errorf("%s %s:\n net/http %v\n lean     %v", tc.method, tc.path, a, b)
+	n := h2SameAnswersThrough(t, "https://"+std, "https://"+lean, func(lean bool) *http.Client {
+		if lean {
+			return hl
 		}
-	}
-	if s.h2.conned.Load() != 1 || s.h2.served.Load() < uint64(len(cases)) {
-		t.Fatalf("the lean server served %d streams on %d connections, want %d on 1", s.h2.served.Load(), s.h2.conned.Load(), len(cases))
+		return hs
+	})
+	if s.h2.conned.Load() != 1 || s.h2.served.Load() < uint64(n) {
+		t.Fatalf("the lean server served %d streams on %d connections, want %d on 1", s.h2.served.Load(), s.h2.conned.Load(), n)
 	}
 }
 
