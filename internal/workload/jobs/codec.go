@@ -507,9 +507,7 @@ func (m *Machine) restore(data []byte) error {
 		m.queues[q.Name] = q
 		var last uint64
 		for nj := c.Count(0, 20); nj > 0 && r.Err == nil; nj-- {
-			b := &newJob{Job: Job{Queue: q.Name}}
-			j := &b.Job
-			j.Events = b.first[:0]
+			j := allocJob(Job{Queue: q.Name})
 			j.code(c)
 			if r.Err != nil {
 				break

@@ -57,11 +57,9 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 		ttl = q.TTLNs
 	}
 	m.seq++
-	b := &newJob{Job: Job{ID: c.JobID, Queue: q.Name, Payload: c.Payload, Priority: c.Priority, MaxRetries: mr, Status: Pending,
+	j := allocJob(Job{ID: c.JobID, Queue: q.Name, Payload: c.Payload, Priority: c.Priority, MaxRetries: mr, Status: Pending,
 		CreatedAt: now, TTLFrom: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
-		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1}}
-	j := &b.Job
-	j.Events = b.first[:0]
+		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1})
 	m.jobs[j.ID] = j
 	m.keepTrace(j.ID)
 	q.jobs++
@@ -85,6 +83,13 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 type newJob struct {
 	Job
 	first [1]JobEvent
+}
+
+// allocJob is j in a newJob, its events slice holding the room.
+func allocJob(j Job) *Job {
+	b := &newJob{Job: j}
+	b.Events = b.first[:0]
+	return &b.Job
 }
 
 // created is a submit's reply in one allocation: every submit makes one,
