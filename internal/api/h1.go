@@ -134,6 +134,7 @@ type h1Conn struct {
 	hdr        http.Header
 	body       h1Body
 	rw         h1Writer
+	match      leanMatch // the request's route, for LeanRoutes.Handler
 	out        []byte
 }
 
@@ -257,7 +258,7 @@ func (c *h1Conn) routed() headStatus {
 		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
 		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
 	}
-	if !c.h.routes.serves(&c.req) {
+	if !c.h.routes.match(&c.req, &c.match) {
 		return headHandOff
 	}
 	return headLean
@@ -323,6 +324,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 		}
 	}()
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
+	c.match = leanMatch{}
 	c.unwatch()
 	c.h.served.Add(1)
 	if c.body.err != nil {

@@ -24,6 +24,11 @@ func h1TestMux() (http.Handler, *LeanRoutes) {
 	m := NewMetrics(prometheus.NewRegistry())
 	m.HandleLean(mux, "GET /items/{id}", h1Items)
 	m.HandleLean(mux, "DELETE /items/{id}", h1Items)
+	// Two wildcards, and a literal beside one that is not lean: the
+	// lean routes' own binding (LeanRoutes.Handler) against the mux's.
+	m.HandleLean(mux, "GET /pair/{x}/and/{id}", h1Items)
+	m.Handle(mux, "GET /pair/lit/and/{id}", h1Items)
+	m.HandleLean(mux, "GET /tree/{rest...}", h1Items)
 	m.HandleLean(mux, "POST /echo", func(w http.ResponseWriter, r *http.Request) int {
 		var v map[string]any
 		if st := ReadJSON(w, r, 64, &v); st != 0 {
@@ -50,11 +55,12 @@ func h1TestMux() (http.Handler, *LeanRoutes) {
 		return h1Describe(w, r, "plain")
 	})
 	m.HandleFallback(mux)
+	routed := m.Lean().Handler(mux)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Panic") != "" {
 			panic("outside any route")
 		}
-		mux.ServeHTTP(w, r)
+		routed.ServeHTTP(w, r)
 	})
 	return h, m.Lean()
 }
@@ -62,7 +68,8 @@ func h1TestMux() (http.Handler, *LeanRoutes) {
 // h1Describe answers with what the handler saw of the request.
 func h1Describe(w http.ResponseWriter, r *http.Request, body string) int {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %q %q %q %q %s len=%d host=%q body=%q\n", r.Method, r.RequestURI, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Proto, r.ContentLength, r.Host, body)
+	fmt.Fprintf(&b, "%s %q %q %q %q %s len=%d host=%q body=%q pattern=%q x=%q id=%q rest=%q\n", r.Method, r.RequestURI, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Proto, r.ContentLength, r.Host, body,
+		r.Pattern, r.PathValue("x"), r.PathValue("id"), r.PathValue("rest"))
 	keys := slices.Sorted(func(yield func(string) bool) {
 		for k := range r.Header {
 			if !yield(k) {
@@ -175,6 +182,12 @@ var h1Cases = []struct {
 	{"route panic", []string{"GET /items/1?panic HTTP/1.1\r\nHost: a\r\n\r\nGET /items/2 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"panic outside the routes", []string{"GET /items/1 HTTP/1.1\r\nHost: a\r\nX-Panic: 1\r\n\r\nGET /items/2 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"double slash", []string{"GET //items//1 HTTP/1.1\r\nHost: a\r\n\r\n"}},
+	{"two wildcards", []string{"GET /pair/a%20b/and/c%2Fd?q=1 HTTP/1.1\r\nHost: a\r\n\r\nGET /pair/%E2%82%AC/and/%25 HTTP/1.1\r\nHost: a\r\n\r\n"}},
+	{"literal beside a wildcard", []string{"GET /pair/lit/and/1 HTTP/1.1\r\nHost: a\r\n\r\nGET /pair/lit2/and/1 HTTP/1.1\r\nHost: a\r\n\r\n"}},
+	{"wildcards, head and wrong method", []string{"HEAD /pair/a/and/b HTTP/1.1\r\nHost: a\r\n\r\nPOST /pair/a/and/b HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"}},
+	{"wildcards, trailing slash and dots", []string{"GET /pair/a/and/b/ HTTP/1.1\r\nHost: a\r\n\r\nGET /pair/./and/b HTTP/1.1\r\nHost: a\r\n\r\nGET /pair/a/and/../b HTTP/1.1\r\nHost: a\r\n\r\n"}},
+	{"wildcards, empty segment", []string{"GET /pair//and/b HTTP/1.1\r\nHost: a\r\n\r\nGET /pair/a/and/ HTTP/1.1\r\nHost: a\r\n\r\n"}},
+	{"subtree wildcard", []string{"GET /tree/a/b%2Fc/d HTTP/1.1\r\nHost: a\r\n\r\nGET /tree/ HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"absolute target", []string{"GET http://b/items/1 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"bad escape", []string{"GET /items/%zz HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"no host", []string{"GET /items/1 HTTP/1.1\r\n\r\n"}},
