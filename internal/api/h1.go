@@ -134,7 +134,6 @@ type h1Conn struct {
 	hdr        http.Header
 	body       h1Body
 	rw         h1Writer
-	match      leanMatch // the request's route, for LeanRoutes.Handler
 	out        []byte
 }
 
@@ -258,7 +257,7 @@ func (c *h1Conn) routed() headStatus {
 		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
 		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
 	}
-	if !c.h.routes.match(&c.req, &c.match) {
+	if !c.h.routes.serves(&c.req) {
 		return headHandOff
 	}
 	return headLean
@@ -324,7 +323,6 @@ func (c *h1Conn) serveOne() (keep bool) {
 		}
 	}()
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
-	c.match = leanMatch{}
 	c.unwatch()
 	c.h.served.Add(1)
 	if c.body.err != nil {

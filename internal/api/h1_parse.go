@@ -143,7 +143,7 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 			return false
 		}
 	}
-	m := hd.vals.next()
+	m := hd.vals.memo(name)
 	key := m.keyOf(name)
 	if key == "" {
 		return false
@@ -178,9 +178,9 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 
 // headerVals is a connection's store for header lines: one backing
 // array for the slices of single values, and the name, key and value of
-// the line at each position of the last request, which the next request
-// usually repeats (a client sends the same headers in the same order),
-// so that neither costs an allocation or a canonicalisation per request.
+// each header line seen on the connection, which the next request
+// usually repeats, so that neither costs an allocation or a
+// canonicalisation per request.
 type headerVals struct {
 	slab []string
 	prev []lineMemo
@@ -194,16 +194,28 @@ const maxSlab = 32
 
 func (hv *headerVals) reset() { hv.slab, hv.pos = hv.slab[:0], 0 }
 
-// next is the memo of the next line's position.
-func (hv *headerVals) next() *lineMemo {
-	if hv.pos == maxSlab {
+// memo is the memo of the next line, named name: the memo of the line
+// at the same position in the last request if it had that name (a
+// client sends the same headers in the same order), else that of an
+// earlier line of that name (a client alternating a POST with a body and
+// a GET without has its later headers at other positions), else a new
+// one while there is room.
+func (hv *headerVals) memo(name []byte) *lineMemo {
+	pos := hv.pos
+	hv.pos++
+	if pos < len(hv.prev) && hv.prev[pos].name == string(name) {
+		return &hv.prev[pos]
+	}
+	for i := range hv.prev {
+		if hv.prev[i].name == string(name) {
+			return &hv.prev[i]
+		}
+	}
+	if len(hv.prev) == maxSlab {
 		return &lineMemo{}
 	}
-	if hv.pos == len(hv.prev) {
-		hv.prev = append(hv.prev, lineMemo{})
-	}
-	hv.pos++
-	return &hv.prev[hv.pos-1]
+	hv.prev = append(hv.prev, lineMemo{})
+	return &hv.prev[len(hv.prev)-1]
 }
 
 // one returns []string{v} from the slab, its capacity cut so that an

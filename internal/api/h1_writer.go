@@ -40,8 +40,6 @@ func (w *h1Writer) reset() {
 
 func (w *h1Writer) Header() http.Header { return w.header }
 
-func (w *h1Writer) leanMatched() *leanMatch { return &w.c.match }
-
 func (w *h1Writer) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))

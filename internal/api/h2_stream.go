@@ -30,7 +30,6 @@ type h2Stream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	rw     *h2Writer // set at dispatch
-	match  leanMatch // a lean stream's route, for LeanRoutes.Handler
 
 	recvDone, sendDone, closed bool
 	closeErr                   error
@@ -117,7 +116,7 @@ func (c *h2Conn) route(st *h2Stream, truncated bool) error {
 	} else if err := h2CheckRequestHeaders(st.req.Header); err != nil {
 		handler = h2BadRequest(err)
 	}
-	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize && c.h.s.h1.routes.match(st.req, &st.match) {
+	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize && c.h.s.h1.routes.serves(st.req) {
 		st.lean = true
 		if !st.recvDone {
 			return nil // dispatched at END_STREAM (or as generic if the body outgrows leanBufSize)

@@ -317,8 +317,6 @@ type h2Writer struct {
 	parking           h2Parking
 }
 
-func (w *h2Writer) leanMatched() *leanMatch { return &w.st.match }
-
 func (w *h2Writer) Header() http.Header {
 	if w.header == nil {
 		w.header = http.Header{}

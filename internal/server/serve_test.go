@@ -11,7 +11,7 @@ import (
 // loopback port and a temporary data dir, silent unless cfg says
 // otherwise, stops it when the test ends (failing the test if Run
 // returns an error), and returns its base URL.
-func serveForTest(t *testing.T, cfg Config) string {
+func serveForTest(t testing.TB, cfg Config) string {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan string, 1)

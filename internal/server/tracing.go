@@ -45,9 +45,8 @@ func (s *Server) startTracing(ctx context.Context) error {
 // when tracing is on, but the calls between cluster nodes, whose work
 // is traced in the trace of the edge request that caused it.
 func (s *Server) handler() http.Handler {
-	h := s.lean.Handler(s.mux)
 	if s.tracer == nil {
-		return h
+		return s.mux
 	}
-	return s.tracer.Handler(h, cluster.CallPath)
+	return s.tracer.Handler(s.mux, cluster.CallPath)
 }
