@@ -47,8 +47,8 @@ func TestDecoderReused(t *testing.T) {
 	}{
 		{data: a, want: &pair{Name: "alpha", Data: []byte("one"), N: -5}},
 		{data: append(append([]byte{}, b...), 0), err: true}, // a byte after it
-		{data: b[:len(b)-1], err: true},                     // truncated
-		{data: []byte{9}, err: true},                        // unknown tag
+		{data: b[:len(b)-1], err: true},                      // truncated
+		{data: []byte{9}, err: true},                         // unknown tag
 		{data: b, want: &pair{Name: "beta", Data: []byte("two"), N: 7}},
 	}
 	var got []*pair
