@@ -108,10 +108,14 @@ type waitSample struct {
 	waitNs, slots int64
 }
 
-// admit is called as the processor takes r from the inbox. It records r's
-// wait and answers r itself, returning false, if r must not be applied.
-func (p *partition) admit(r *Request, s *waitSample) bool {
-	waited := p.e.mono() - r.enq
+// admit is called as the processor takes r from the inbox, at mono (the
+// engine's monotonic clock, read once for the requests taken together:
+// they are taken within a batch's apply time, microseconds, where the
+// limits are hundreds of milliseconds; a request queued after the read
+// waited none). It records r's wait and answers r itself, returning
+// false, if r must not be applied.
+func (p *partition) admit(r *Request, s *waitSample, mono int64) bool {
+	waited := max(mono-r.enq, 0)
 	p.delays.observe(waited)
 	s.waitNs += waited
 	s.slots += int64(r.ahead) + 1

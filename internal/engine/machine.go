@@ -45,6 +45,8 @@ type Input struct {
 // The engine owns all I/O and calls a Machine from one goroutine only.
 type Machine interface {
 	// Apply applies in to the state and records what should happen in fx.
+	// in is the partition's own, reused for its next input: a machine
+	// keeps what it holds, never the pointer.
 	Apply(in *Input, fx *Effects)
 	// Query answers a read-only question about the state.
 	Query(q any) any

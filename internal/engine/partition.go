@@ -54,6 +54,7 @@ type partition struct {
 	records uint64
 
 	fx        Effects
+	in        Input // the input being applied (apply)
 	applying  uint8 // workload whose Apply is running (for SetTimer checks)
 	sinceSnap int
 	snapSize  atomic.Int64 // size of the last snapshot written
@@ -169,8 +170,7 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 		return
 	}
 	b.record(start)
-	in := Input{Kind: FromClient, TimeNs: now, Cmd: cmd, Trace: r.tc}
-	if err := p.apply(b, r.workload, &in); err != nil {
+	if err := p.apply(b, r.workload, Input{Kind: FromClient, TimeNs: now, Cmd: cmd, Trace: r.tc}); err != nil {
 		p.e.dropped("client command", p.id, err)
 		r.err = err
 		return
@@ -226,9 +226,7 @@ func (p *partition) applyMessage(b *batch, wl uint8, src uint32, seq uint64, dat
 	if err != nil {
 		return err
 	}
-	in := Input{Kind: FromMessage, TimeNs: now, Cmd: cmd}
-	in.Trace = p.traceInput(b, tc, FromMessage, wl, cmd)
-	return p.apply(b, wl, &in)
+	return p.apply(b, wl, Input{Kind: FromMessage, TimeNs: now, Cmd: cmd, Trace: p.traceInput(b, tc, FromMessage, wl, cmd)})
 }
 
 func (p *partition) fireTimer(b *batch, k timerKey, now int64) {
@@ -258,9 +256,8 @@ func (p *partition) applyTimer(b *batch, wl uint8, id string, now int64) error {
 	if err != nil {
 		return err
 	}
-	in := Input{Kind: FromTimer, TimeNs: now, Cmd: cmd, TimerID: id}
-	in.Trace = p.traceInput(b, p.timerTrace(wl, id), FromTimer, wl, cmd)
-	return p.apply(b, wl, &in)
+	return p.apply(b, wl, Input{Kind: FromTimer, TimeNs: now, Cmd: cmd, TimerID: id,
+		Trace: p.traceInput(b, p.timerTrace(wl, id), FromTimer, wl, cmd)})
 }
 
 func (p *partition) machineFor(wl uint8) Machine {
@@ -294,7 +291,13 @@ func (p *partition) checkDecode(wl uint8, data []byte) error {
 // effects, the same way live and in replay (the machine may have changed
 // part of its state before panicking, identically in both), so one bad
 // input neither kills the process nor keeps it from starting again.
-func (p *partition) apply(b *batch, wl uint8, in *Input) error {
+//
+// The input is applied from p.in: Machine.Apply takes a pointer, and one
+// to the caller's Input moved it to the heap, an allocation per input.
+func (p *partition) apply(b *batch, wl uint8, input Input) error {
+	p.in = input
+	in := &p.in
+	defer func() { p.in = Input{} }() // holds no command once applied
 	p.fx.reset()
 	p.applying = wl
 	if err := p.applySafely(p.machines[wl], in); err != nil {
@@ -375,8 +378,7 @@ func (p *partition) replay(data []byte) error {
 			p.e.dropped("client command", p.id, err)
 			return nil
 		}
-		in := Input{Kind: FromClient, TimeNs: env.timeNs, Cmd: cmd}
-		if err := p.apply(nil, env.workload, &in); err != nil {
+		if err := p.apply(nil, env.workload, Input{Kind: FromClient, TimeNs: env.timeNs, Cmd: cmd}); err != nil {
 			p.e.dropped("client command", p.id, err)
 		}
 	case FromMessage:

@@ -181,9 +181,10 @@ func (p *partition) fill(b *batch, first *Request) {
 func (p *partition) takeClients(b *batch, first *Request, now int64, s *batchShares) {
 	var waits waitSample
 	taken := 0
+	mono := p.e.mono()
 	if first != nil {
 		taken++
-		if p.admit(first, &waits) {
+		if p.admit(first, &waits, mono) {
 			p.handle(b, first, now)
 		}
 	}
@@ -192,7 +193,7 @@ drain:
 		select {
 		case r := <-p.inbox:
 			taken++
-			if p.admit(r, &waits) {
+			if p.admit(r, &waits, mono) {
 				p.handle(b, r, now)
 			}
 		default:

@@ -155,21 +155,40 @@ var ErrUnknownTag = errors.New("unknown command tag")
 // reads its fields into it. Bytes after them are refused: a record that
 // decodes from a prefix of itself is not what was written.
 func DecodeCommand[T any](r Reader, newCmd func(tag byte) T, code func(T, *Coder)) (T, error) {
+	return DecodeCommandWith(new(Decoder), r, newCmd, code)
+}
+
+// Decoder is the Reader and Coder a command is decoded with, for a caller
+// that decodes one command after another (a partition's machine) to
+// reuse: code is called through a func value, so a Reader and Coder of
+// DecodeCommand's own escape to the heap, two allocations per command.
+// One Decoder decodes one command at a time.
+type Decoder struct {
+	r Reader
+	c Coder
+}
+
+// DecodeCommandWith is DecodeCommand reading with d. What it decodes does
+// not refer to d, and d keeps nothing of r once it returns.
+func DecodeCommandWith[T any](d *Decoder, r Reader, newCmd func(tag byte) T, code func(T, *Coder)) (T, error) {
 	var none T
 	if len(r.B) == 0 {
 		return none, ErrUnknownTag
 	}
-	tag := r.U8()
+	d.r = r
+	defer func() { d.r = Reader{} }()
+	tag := d.r.U8()
 	cmd := newCmd(tag)
 	if any(cmd) == nil {
 		return none, fmt.Errorf("%w %d", ErrUnknownTag, tag)
 	}
-	code(cmd, &Coder{R: &r})
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d bytes after the command", len(r.B))
+	d.c = Coder{R: &d.r}
+	code(cmd, &d.c)
+	if d.r.Err == nil && len(d.r.B) > 0 {
+		d.r.Err = fmt.Errorf("%d bytes after the command", len(d.r.B))
 	}
-	if r.Err != nil {
-		return none, fmt.Errorf("decoding command %d: %w", tag, r.Err)
+	if d.r.Err != nil {
+		return none, fmt.Errorf("decoding command %d: %w", tag, d.r.Err)
 	}
 	return cmd, nil
 }

@@ -23,8 +23,18 @@ import (
 // the server's CPU per unary SubmitJob. Every byte of the id is still
 // random. Only the id kept is allocated.
 func NewJobID(queue string, partitions int, rnd io.Reader) (string, error) {
+	var id [ids.Len]byte
+	if err := PutJobID(&id, queue, partitions, rnd); err != nil {
+		return "", err
+	}
+	return string(id[:]), nil
+}
+
+// PutJobID draws the id NewJobID would into dst, which allocates nothing:
+// a unary submit keeps it beside its command (API.submitJob).
+func PutJobID(dst *[ids.Len]byte, queue string, partitions int, rnd io.Reader) error {
 	if partitions <= 0 {
-		return "", fmt.Errorf("jobs: %d partitions", partitions)
+		return fmt.Errorf("jobs: %d partitions", partitions)
 	}
 	want := engine.PartitionOfHash(engine.Hash(QueueKey(queue)), partitions)
 	var key [2 + ids.Len]byte // "j/" + the UUID
@@ -35,22 +45,23 @@ func NewJobID(queue string, partitions int, rnd io.Reader) (string, error) {
 	// probability (1-1/n)^64, and 64n of those in a row never happen.
 	for range 64 * partitions {
 		if err := drawUUID(&b, rnd); err != nil {
-			return "", err
+			return err
 		}
 		ids.V4(b).Put((*[ids.Len]byte)(key[2:]))
 		prefix := ids.HashBytes(key[:len(key)-2])
 		for range 64 {
 			if engine.PartitionOfHash(ids.HashMore(prefix, string(key[len(key)-2:])), partitions) == want {
-				return string(key[2:]), nil
+				copy(dst[:], key[2:])
+				return nil
 			}
 			var last [1]byte
 			if err := drawByte(&last, rnd); err != nil {
-				return "", err
+				return err
 			}
 			hexByte(key[len(key)-2:], last[0])
 		}
 	}
-	return "", fmt.Errorf("jobs: no job id for queue %q's partition in %d draws", queue, 64*partitions)
+	return fmt.Errorf("jobs: no job id for queue %q's partition in %d draws", queue, 64*partitions)
 }
 
 // uint64Source is what a math/rand/v2 source (ChaCha8) offers beside

@@ -89,3 +89,26 @@ func TestSubmitAllocations(t *testing.T) {
 	}
 	t.Logf("%.2f allocations per submit", allocs)
 }
+
+// PutJobID draws the same ids as NewJobID from the same source, into the
+// caller's array, without allocating.
+func TestPutJobIDIsNewJobIDInPlace(t *testing.T) {
+	a, b := rand.NewChaCha8([32]byte{3}), rand.NewChaCha8([32]byte{3})
+	for range 100 {
+		want, err := NewJobID("emails", 8, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [ids.Len]byte
+		if err := PutJobID(&got, "emails", 8, b); err != nil || string(got[:]) != want {
+			t.Fatalf("PutJobID = %q, %v; NewJobID drew %q", got, err, want)
+		}
+	}
+	var id [ids.Len]byte
+	if n := testing.AllocsPerRun(1000, func() { _ = PutJobID(&id, DefaultQueue, 8, a) }); n != 0 {
+		t.Errorf("PutJobID makes %.1f allocations, want none", n)
+	}
+	if err := PutJobID(&id, DefaultQueue, 0, a); err == nil {
+		t.Error("no error for 0 partitions")
+	}
+}

@@ -63,6 +63,7 @@ import (
 
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/retain"
+	"github.com/surge-run/surge/internal/wire"
 )
 
 // WorkloadID is written into every log record of this workload.
@@ -306,6 +307,8 @@ type Machine struct {
 	traces map[string]engine.TraceContext
 	// snapshotHint: see SnapshotSizeHint.
 	snapshotHint int
+	// dec decodes the partition's commands (Decode).
+	dec wire.Decoder
 }
 
 type purgeEntry struct {

@@ -1,0 +1,99 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+	"weak"
+
+	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/wal"
+)
+
+// keepers is a test workload whose machine remembers, weakly, every
+// command it applied, and the values of the Inputs it was given.
+type keepers struct{ m *keeperMachine }
+
+func (keepers) ID() uint8                       { return 10 }
+func (keepers) Name() string                    { return "keepers" }
+func (w keepers) NewMachine(int) engine.Machine { return w.m }
+
+type keeperMachine struct {
+	applied []weak.Pointer[kept]
+	inputs  []engine.Input
+}
+
+type kept struct{ N byte }
+
+func (c *kept) AppendBinary(b []byte) ([]byte, error) { return append(b, c.N), nil }
+
+func (m *keeperMachine) Decode(b []byte) (engine.Command, error) {
+	if len(b) != 1 {
+		return nil, errors.New("one byte")
+	}
+	return &kept{N: b[0]}, nil
+}
+
+func (m *keeperMachine) Apply(in *engine.Input, fx *engine.Effects) {
+	m.applied = append(m.applied, weak.Make(in.Cmd.(*kept)))
+	m.inputs = append(m.inputs, *in)
+	fx.Reply(in.Cmd.(*kept).N)
+}
+
+func (m *keeperMachine) Query(any) any                    { return len(m.applied) }
+func (m *keeperMachine) AppendSnapshot(dst []byte) []byte { return dst }
+func (m *keeperMachine) Restore([]byte) error             { return nil }
+
+// The partition applies every input from one Input of its own (an input
+// of the caller's escaped to the heap): each Apply still sees its own
+// command and time, and once applied the engine holds no command, so a
+// command the machine does not keep is garbage.
+func TestAppliedCommandsAreNotKept(t *testing.T) {
+	dir := t.TempDir()
+	sd, err := wal.OpenSnapshotDir(nil, filepath.Join(dir, "snap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "wal"), Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &keeperMachine{}
+	e, err := engine.Open(engine.Options{Partitions: 1, Log: lg, Snapshots: sd, Logger: quiet}, keepers{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for n := range byte(3) {
+		if got, err := e.Do(context.Background(), 0, 10, &kept{N: n}); err != nil || got != n {
+			t.Fatalf("Do(%d) = %v, %v", n, got, err)
+		}
+	}
+	// The engine is idle: nothing applies while the test reads the machine.
+	for i, in := range m.inputs {
+		if in.Kind != engine.FromClient || in.Cmd.(*kept).N != byte(i) || in.TimeNs == 0 {
+			t.Errorf("input %d: %+v", i, in)
+		}
+	}
+	m.inputs = nil
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		runtime.GC()
+		live := 0
+		for _, w := range m.applied {
+			if w.Value() != nil {
+				live++
+			}
+		}
+		if live == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d applied commands still reachable after the engine applied them", live, len(m.applied))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
