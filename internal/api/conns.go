@@ -103,8 +103,10 @@ type connTracker struct {
 	coalesce bool
 	// yields has h2c flushes yield first (writeyield.go).
 	yields *yielder
-	// Reads from and writes to client sockets, for the metrics.
-	socketReads, socketWrites atomic.Uint64
+	// Reads from and writes to client sockets, for the metrics; each
+	// connection adds to its stripe (stripes.go).
+	socketReads, socketWrites stripedCounter
+	nextStripe                atomic.Uint32
 	// tlsConfig is the listener's TLS configuration (Server.ServeTLS);
 	// nil in clear. Connections are tracked under TLS, as TCP ones.
 	tlsConfig *tls.Config
@@ -117,13 +119,18 @@ type connTracker struct {
 }
 
 func newConnTracker(max int, idle, header time.Duration) *connTracker {
-	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header, yields: newYielder()}
+	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header, yields: newYielder(),
+		socketReads: newStripedCounter(), socketWrites: newStripedCounter()}
 }
 
 // trackedConn is a connection the tracker counts; closing it frees its slot.
 type trackedConn struct {
 	net.Conn
 	t *connTracker
+	// stripe is the connection's in every striped counter (stripes.go);
+	// reads and writes are its socket counters'.
+	stripe        uint32
+	reads, writes *atomic.Uint64
 
 	// Guarded by t.mu.
 	closed     bool
@@ -243,7 +250,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 
 func (c *trackedConn) readSocket(p []byte) (int, error) {
 	if c.rb == nil {
-		c.t.socketReads.Add(1)
+		c.reads.Add(1)
 		return c.Conn.Read(p)
 	}
 	return c.rb.read(c.Conn, p)
@@ -359,7 +366,8 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 // longest-idle connection if there is no free one. It returns nil if every
 // connection is busy.
 func (t *connTracker) admit(nc net.Conn) *trackedConn {
-	c := &trackedConn{Conn: nc, t: t, since: time.Now()}
+	c := &trackedConn{Conn: nc, t: t, since: time.Now(), stripe: t.nextStripe.Add(1)}
+	c.reads, c.writes = t.socketReads.at(c.stripe), t.socketWrites.at(c.stripe)
 	if t.coalesce && t.tlsConfig == nil {
 		// Not under TLS: crypto/tls already reads records in chunks
 		// of its own, so there is little to coalesce, and with the
@@ -369,7 +377,7 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 		// this buffer made the connection look busy to the shedding,
 		// which then dropped it from the idle list; it no longer drops
 		// any, see victimLocked).
-		c.rb = newReadBuf(nc, &t.socketReads)
+		c.rb = newReadBuf(nc, c.reads)
 	}
 	c.waiting.Store(true)
 	c.fresh.Store(true)

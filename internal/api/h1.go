@@ -58,13 +58,14 @@ type h1Server struct {
 
 	leanConns[*h1Conn]
 
-	// Counters, for tests and the metrics: requests served, connections
-	// handed to net/http.
-	served, handedOff atomic.Uint64
+	// Counters, for tests and the metrics: requests served (in the
+	// connections' stripes, stripes.go), connections handed to net/http.
+	served    stripedCounter
+	handedOff atomic.Uint64
 }
 
 func newH1Server(s *Server, routes *LeanRoutes) *h1Server {
-	return &h1Server{s: s, routes: routes, handoff: make(chan net.Conn), done: make(chan struct{})}
+	return &h1Server{s: s, routes: routes, handoff: make(chan net.Conn), done: make(chan struct{}), served: newStripedCounter()}
 }
 
 func (h *h1Server) logf(format string, args ...any) { h.s.logf(format, args...) }
@@ -324,7 +325,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 	}()
 	c.h.s.srv.Handler.ServeHTTP(&c.rw, r)
 	c.unwatch()
-	c.h.served.Add(1)
+	c.h.served.at(c.tc.stripe).Add(1)
 	if c.body.err != nil {
 		// net/http's finishRequest: the rest of a cut body is on the wire,
 		// not to be read as the next request.

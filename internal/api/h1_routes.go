@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // LeanRoutes are the routes the lean HTTP/1.1 path (h1.go) may serve:
@@ -11,7 +12,14 @@ import (
 // the engine's commit and the route's timeouts. Every other request goes
 // to net/http.
 type LeanRoutes struct {
-	mu  sync.RWMutex
+	mu sync.Mutex // marks
+	// The routes as marked so far, replaced whole by each mark: every
+	// request reads them, and a read lock's count would be a cache line
+	// every core writes per request (stripes.go says why that matters).
+	marked atomic.Pointer[leanMarked]
+}
+
+type leanMarked struct {
 	mux *http.ServeMux
 	set map[string]bool
 }
@@ -37,13 +45,16 @@ func (m *Metrics) HandleLean(mux *http.ServeMux, pattern string, h HandlerFunc) 
 func (l *LeanRoutes) mark(mux *http.ServeMux, pattern string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.mux == nil {
-		l.mux, l.set = mux, map[string]bool{}
+	next := &leanMarked{mux: mux, set: map[string]bool{pattern: true}}
+	if old := l.marked.Load(); old != nil {
+		if old.mux != mux {
+			panic("api: lean routes " + pattern + " marked on a second mux; one Metrics serves one mux")
+		}
+		for p := range old.set {
+			next.set[p] = true
+		}
 	}
-	if l.mux != mux {
-		panic("api: lean routes " + pattern + " marked on a second mux; one Metrics serves one mux")
-	}
-	l.set[pattern] = true
+	l.marked.Store(next)
 }
 
 // serves reports whether r goes, by the mux's own matching, to a lean
@@ -52,11 +63,10 @@ func (l *LeanRoutes) serves(r *http.Request) bool {
 	if l == nil {
 		return false
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.mux == nil {
+	m := l.marked.Load()
+	if m == nil {
 		return false
 	}
-	_, pat := l.mux.Handler(r)
-	return l.set[pat]
+	_, pat := m.mux.Handler(r)
+	return m.set[pat]
 }

@@ -40,6 +40,8 @@ func (w *h1Writer) reset() {
 
 func (w *h1Writer) Header() http.Header { return w.header }
 
+func (w *h1Writer) stripe() uint32 { return w.c.tc.stripe }
+
 func (w *h1Writer) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,11 +154,13 @@ func h2ServeStuck(tb testing.TB, lean bool, lim api.Limits, stuck <-chan struct{
 	m := api.NewMetrics(prometheus.NewRegistry())
 	h2Routes(m, mux, stuck)
 	lim.Lean, lim.LeanH2 = m.Lean(), lean
-	s := api.NewServer("127.0.0.1:0", mux, lim, nil)
+	reg := prometheus.NewRegistry()
+	s := api.NewServer("127.0.0.1:0", mux, lim, reg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
+	h2Registries.Store(ln.Addr().String(), reg)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	tb.Cleanup(func() {
@@ -167,6 +170,35 @@ func h2ServeStuck(tb testing.TB, lean bool, lim api.Limits, stuck <-chan struct{
 		}
 	})
 	return ln.Addr().String()
+}
+
+// h2Registries are the servers' metrics by address, for scripts that
+// wait for a server's state (awaitWaiting).
+var h2Registries sync.Map // string -> *prometheus.Registry
+
+// awaitWaiting waits until n requests wait in the server's waiting room
+// (surge_http_waiting_requests): a script that cancels a waiter knows
+// it is in the room, and then that it has left, whatever the timing of
+// the server's goroutines.
+func (c *h2Client) awaitWaiting(n int) {
+	c.tb.Helper()
+	reg, _ := h2Registries.Load(c.conn.RemoteAddr().String())
+	deadline := time.Now().Add(h2Hang)
+	for {
+		mfs, err := reg.(*prometheus.Registry).Gather()
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "surge_http_waiting_requests" && int(mf.GetMetric()[0].GetGauge().GetValue()) == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("%d requests never waited in the room at once", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // h2Event is one frame from the server, copied out of the Framer's
@@ -1316,7 +1348,10 @@ var h2WaitCorpus = []h2Case{
 	{"a waiter the client cancels", func(c *h2Client) {
 		hold := c.open("GET", "/hold", true)
 		c.awaitHeaders(hold)
-		c.rst(c.open("GET", "/", true), http2.ErrCodeCancel)
+		waiter := c.open("GET", "/", true)
+		c.awaitWaiting(1)
+		c.rst(waiter, http2.ErrCodeCancel)
+		c.awaitWaiting(0) // else the next request may find the room still full
 		c.rst(hold, http2.ErrCodeCancel)
 		c.open("GET", "/", true)
 	}, []string{`DATA "ok\n"`}},

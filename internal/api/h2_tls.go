@@ -68,7 +68,7 @@ func (c *h2Conn) writeSocket(buf []byte) (int, error) {
 	if c.tls != nil {
 		return c.tls.Write(buf)
 	}
-	c.tc.t.socketWrites.Add(1)
+	c.tc.writes.Add(1)
 	return c.tc.Conn.Write(buf)
 }
 

@@ -317,6 +317,8 @@ type h2Writer struct {
 	parking           h2Parking
 }
 
+func (w *h2Writer) stripe() uint32 { return w.st.c.tc.stripe }
+
 func (w *h2Writer) Header() http.Header {
 	if w.header == nil {
 		w.header = http.Header{}

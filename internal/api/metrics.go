@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,9 +15,8 @@ import (
 
 // Metrics counts requests per route and status and times them.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	panics   *prometheus.CounterVec
+	stats  *httpStats // surge_http_requests_total, surge_http_request_seconds
+	panics *prometheus.CounterVec
 	// onRoute sees every route registered (WithRouteHook).
 	onRoute func(pattern string)
 	// lean are the routes marked by HandleLean.
@@ -28,22 +26,14 @@ type Metrics struct {
 // NewMetrics registers the HTTP metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "surge_http_requests_total",
-			Help: "HTTP requests by route and status code.",
-		}, []string{"route", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "surge_http_request_seconds",
-			Help:    "HTTP request handling time by route.",
-			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
-		}, []string{"route"}),
+		stats: newHTTPStats(),
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surge_http_panics_total",
 			Help: "Handler panics caught and answered 500, by route (a bug: the log has the first stack per route).",
 		}, []string{"route"}),
 		lean: &LeanRoutes{},
 	}
-	reg.MustRegister(m.requests, m.latency, m.panics)
+	reg.MustRegister(m.stats, m.panics)
 	return m
 }
 
@@ -58,21 +48,15 @@ func (m *Metrics) Handle(mux *http.ServeMux, pattern string, h HandlerFunc) {
 		m.onRoute(pattern)
 	}
 	h = m.recovering(pattern, h)
-	if m == nil || m.requests == nil {
+	if m == nil || m.stats == nil {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { h(w, r) })
 		return
 	}
-	lat := m.latency.WithLabelValues(pattern)
-	var codes sync.Map // int -> prometheus.Counter
+	rs := m.stats.route(pattern)
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		code := h(w, r)
-		lat.Observe(time.Since(start).Seconds())
-		c, ok := codes.Load(code)
-		if !ok {
-			c, _ = codes.LoadOrStore(code, m.requests.WithLabelValues(pattern, strconv.Itoa(code)))
-		}
-		c.(prometheus.Counter).Inc()
+		rs.observe(stripeOf(w), time.Since(start).Seconds(), code)
 	})
 }
 

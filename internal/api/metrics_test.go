@@ -58,7 +58,7 @@ func TestHandlerPanicIsAnswered(t *testing.T) {
 			if got := counterValue(m.panics.WithLabelValues("GET /boom")); got != 3 {
 				t.Errorf("surge_http_panics_total = %v, want 3", got)
 			}
-			if got := counterValue(m.requests.WithLabelValues("GET /boom", "500")); got != 3 {
+			if got := requestsTotal(t, reg, "GET /boom", "500"); got != 3 {
 				t.Errorf("requests{code=500} = %v, want 3", got)
 			}
 		}

@@ -7,7 +7,7 @@ package api
 func (m *Metrics) WithRouteHook(hook func(pattern string)) *Metrics {
 	v := &Metrics{onRoute: hook}
 	if m != nil {
-		v.requests, v.latency, v.panics, v.lean = m.requests, m.latency, m.panics, m.lean
+		v.stats, v.panics, v.lean = m.stats, m.panics, m.lean
 	}
 	return v
 }

@@ -91,6 +91,6 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	if c.h2.Load() {
 		c.t.yields.yield()
 	}
-	c.t.socketWrites.Add(1)
+	c.writes.Add(1)
 	return c.Conn.Write(p)
 }
