@@ -123,6 +123,24 @@ func (m *blobMachine) Restore([]byte) error             { return nil }
 
 func openBlobs(t *testing.T, w blobs, mod func(o *engine.Options)) *engine.Engine {
 	t.Helper()
+	e := openOnePartition(t, mod, w)
+	t.Cleanup(func() {
+		if w.hold != nil {
+			select {
+			case <-w.hold:
+			default:
+				close(w.hold) // a failed test left its partition held
+			}
+		}
+		e.Close()
+	})
+	return e
+}
+
+// openOnePartition opens an engine of one partition of ws on a log and
+// snapshots of a test directory of its own, mod changing its options.
+func openOnePartition(t *testing.T, mod func(o *engine.Options), ws ...engine.Workload) *engine.Engine {
+	t.Helper()
 	dir := t.TempDir()
 	sd, err := wal.OpenSnapshotDir(nil, filepath.Join(dir, "snap"))
 	if err != nil {
@@ -136,20 +154,10 @@ func openBlobs(t *testing.T, w blobs, mod func(o *engine.Options)) *engine.Engin
 	if mod != nil {
 		mod(&o)
 	}
-	e, err := engine.Open(o, w)
+	e, err := engine.Open(o, ws...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if w.hold != nil {
-			select {
-			case <-w.hold:
-			default:
-				close(w.hold) // a failed test left its partition held
-			}
-		}
-		e.Close()
-	})
 	return e
 }
 
