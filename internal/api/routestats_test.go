@@ -15,21 +15,29 @@ import (
 // requestsTotal is surge_http_requests_total{route, code} in reg.
 func requestsTotal(t *testing.T, reg *prometheus.Registry, route, code string) float64 {
 	t.Helper()
+	v, _ := counterWith(t, reg, "surge_http_requests_total", "code="+code+",route="+route)
+	return v
+}
+
+// counterWith is the counter name{labels} in reg, labels as labelsOf
+// writes them; false if it has no such series.
+func counterWith(t *testing.T, reg *prometheus.Registry, name, labels string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "surge_http_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if labelsOf(m) == fmt.Sprintf("code=%s,route=%s", code, route) {
-				return m.GetCounter().GetValue()
+			if labelsOf(m) == labels {
+				return m.GetCounter().GetValue(), true
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 func labelsOf(m *dto.Metric) string {

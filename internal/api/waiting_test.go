@@ -67,24 +67,11 @@ func awaitNoError(t *testing.T, what string, done <-chan error) {
 
 func waitingOutcome(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := counterWith(t, reg, "surge_http_waiting_total", "outcome="+outcome)
+	if !ok {
+		t.Fatalf("surge_http_waiting_total{outcome=%q} not registered", outcome)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "surge_http_waiting_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("surge_http_waiting_total{outcome=%q} not registered", outcome)
-	return 0
+	return v
 }
 
 type blockResult struct {
