@@ -124,26 +124,15 @@ func okHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 }
 
+// metric is the value of the counter or gauge name (its first series)
+// in reg.
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := seriesValue(t, reg, name, nil)
+	if !ok {
+		t.Fatalf("metric %s not registered", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		m := mf.GetMetric()[0]
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
+	return v
 }
 
 func TestConnLimit(t *testing.T) {

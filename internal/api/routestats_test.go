@@ -23,6 +23,13 @@ func requestsTotal(t *testing.T, reg *prometheus.Registry, route, code string) f
 // writes them; false if it has no such series.
 func counterWith(t *testing.T, reg *prometheus.Registry, name, labels string) (float64, bool) {
 	t.Helper()
+	return seriesValue(t, reg, name, func(m *dto.Metric) bool { return labelsOf(m) == labels })
+}
+
+// seriesValue is the value of the first counter or gauge series of name
+// in reg that match accepts (nil: any); false if there is none.
+func seriesValue(t *testing.T, reg *prometheus.Registry, name string, match func(*dto.Metric) bool) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +39,12 @@ func counterWith(t *testing.T, reg *prometheus.Registry, name, labels string) (f
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if labelsOf(m) == labels {
-				return m.GetCounter().GetValue(), true
+			switch {
+			case match != nil && !match(m):
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
 			}
 		}
 	}
