@@ -1139,6 +1139,10 @@ func atoiOr(s string, def int) int {
 // flood takes, even under the race detector on a busy machine.
 const h2FloodHang = 2 * time.Minute
 
+// h2FloodStall is how long one write of the flood may wait before the
+// server counts as having stopped reading.
+const h2FloodStall = 30 * time.Second
+
 // h2SmallRcvBuf is the client's receive buffer in the flood and slow
 // reader tests, so that what the server writes piles up on its side.
 const h2SmallRcvBuf = 4096
@@ -1167,30 +1171,55 @@ func h2DialSmall(tb testing.TB, addr string) net.Conn {
 // and a last PING; then it reads until that PING's ACK, which the server
 // writes after every answer to the flood, or the connection's end. It
 // reports whether the server closed the connection and how many frames
-// it answered.
-func h2Flood(t *testing.T, addr string, frame []byte) (closed bool, sent, answered int) {
+// it answered. A server that stops reading for h2FloodStall without
+// closing stalled: it holds no more of the flood, but never answers the
+// last PING. Only the reference server (net/http's) may, and does on a
+// loaded host now and then; the test then fails unless reference.
+func h2Flood(t *testing.T, addr string, frame []byte, reference bool) (closed bool, sent, answered int) {
 	conn := h2DialSmall(t, addr)
-	conn.SetDeadline(time.Now().Add(h2FloodHang))
-	if _, err := io.WriteString(conn, h2Preface+"\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+	conn.SetReadDeadline(time.Now().Add(h2FloodHang))
+	stalled := func(err error) bool {
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return false
+		}
+		if !reference {
+			t.Fatalf("the server neither answered the PING after the flood nor closed (answered %d of %d)", answered, sent)
+		}
+		t.Logf("the reference server stalled: it stopped reading the flood without closing (answered %d of %d)", answered, sent)
+		return true
+	}
+	write := func(b []byte) error {
+		conn.SetWriteDeadline(time.Now().Add(h2FloodStall))
+		_, err := conn.Write(b)
+		return err
+	}
+	if err := write([]byte(h2Preface + "\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
 		t.Fatal(err)
 	}
 	const batch = 1000
 	chunk := bytes.Repeat(frame, batch)
 	for n := h2FloodFrames(h2AckSize(frame)); sent < n; {
-		if _, err := conn.Write(chunk); err != nil {
+		if err := write(chunk); err != nil {
+			if stalled(err) {
+				return false, sent, answered
+			}
 			break
 		}
 		sent += batch
 	}
 	last := [8]byte{'l', 'a', 's', 't'}
-	fr := http2.NewFramer(conn, conn)
-	fr.WritePing(false, last)
+	var ping bytes.Buffer
+	http2.NewFramer(&ping, nil).WritePing(false, last)
+	if err := write(ping.Bytes()); err != nil && stalled(err) {
+		return false, sent, answered
+	}
+	fr := http2.NewFramer(nil, conn)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatalf("the server neither answered the PING after the flood nor closed (answered %d of %d)", answered, sent)
+			if stalled(err) {
+				return false, sent, answered
 			}
 			return true, sent, answered
 		}
@@ -1231,7 +1260,7 @@ func TestH2PingAndSettingsFloods(t *testing.T) {
 			var closed [2]bool
 			for i, m := range h2Modes {
 				var sent, answered int
-				closed[i], sent, answered = h2Flood(t, h2Serve(t, m.lean, api.Limits{}), fl.frame)
+				closed[i], sent, answered = h2Flood(t, h2Serve(t, m.lean, api.Limits{}), fl.frame, !m.lean)
 				t.Logf("%s server: sent %d %s frames, %d answered, closed %v", m.name, sent, fl.name, answered, closed[i])
 				if !closed[i] && answered >= sent {
 					t.Errorf("%s server answered all %d frames of a flood never read and kept the connection: nothing bounds its queue", m.name, sent)
