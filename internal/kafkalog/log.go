@@ -497,6 +497,29 @@ var readStall = 2 * time.Minute
 // readPoll is the longest one poll waits, so that a stall is noticed.
 const readPoll = 5 * time.Second
 
+// stallOffsets says where the partition's high watermark and last stable
+// offset stand, for a stalled read's error: an LSO below the offset the
+// read waits for while the high watermark is past it is a transaction
+// held open (or its markers not yet written); both below it, records
+// that never came.
+func stallOffsets(ctx context.Context, cl *kgo.Client, topic string, partition int32) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	at := func(list func(context.Context, ...string) (kadm.ListedOffsets, error)) string {
+		offs, err := list(ctx, topic)
+		if err != nil {
+			return "unknown (" + err.Error() + ")"
+		}
+		o, ok := offs.Lookup(topic, partition)
+		if !ok || o.Err != nil {
+			return "unknown"
+		}
+		return strconv.FormatInt(o.Offset, 10)
+	}
+	return "high watermark " + at(adm.ListEndOffsets) + ", last stable offset " + at(adm.ListCommittedOffsets)
+}
+
 // readPartition calls fn for each record of topic/partition with an offset
 // in [from, until], in order. until must be an offset that the reader will
 // see (a committed record); a read that sees no record for readStall
@@ -532,8 +555,8 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 			if time.Since(last) < readStall {
 				continue
 			}
-			return fmt.Errorf("kafkalog: reading %s partition %d: no record for %v at offset %d, short of %d (a transaction left open holds what read_committed may show, or the broker stopped answering)",
-				topic, partition, readStall, next, until)
+			return fmt.Errorf("kafkalog: reading %s partition %d: no record for %v at offset %d, short of %d (a transaction left open holds what read_committed may show, or the broker stopped answering; %s)",
+				topic, partition, readStall, next, until, stallOffsets(ctx, cl, topic, partition))
 		}
 		var ferr error
 		done := false

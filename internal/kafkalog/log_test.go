@@ -383,7 +383,8 @@ func TestReadShortOfItsEndStops(t *testing.T) {
 	defer cancel()
 	read := 0
 	err := readPartition(ctx, cfg, cfg.LogTopic(), 0, 0, end+100, true, func(*kgo.Record) error { read++; return nil })
-	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "no record for") || !strings.Contains(err.Error(), fmt.Sprintf("short of %d", end+100)) {
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "no record for") || !strings.Contains(err.Error(), fmt.Sprintf("short of %d", end+100)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("high watermark %d, last stable offset %d", end+1, end+1)) {
 		t.Fatalf("read past the end: %v (context %v), want the stall named", err, ctx.Err())
 	}
 	if read == 0 {
