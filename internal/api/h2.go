@@ -90,16 +90,15 @@ type h2Server struct {
 	pool  *h2Pool
 	stop  sync.Once
 	nconn atomic.Uint64
-	// Counters, for tests and the metrics; served is counted per shard
-	// of the pool, each on a cache line of its own.
-	served h2Served
+	// Counters, for tests and the metrics; served is counted in the
+	// connections' stripes (stripes.go).
+	served stripedCounter
 	conned atomic.Uint64
 }
 
 func newH2Server(s *Server) *h2Server {
-	h := &h2Server{s: s}
+	h := &h2Server{s: s, served: newStripedCounter()}
 	h.pool = newH2Pool(func(st *h2Stream) { st.c.runHandler(st) })
-	h.served = h2Served{h.pool}
 	return h
 }
 

@@ -451,7 +451,7 @@ func (c *h2Conn) finishRun(st *h2Stream, run func()) {
 		}
 	}()
 	if run == nil {
-		c.shard.served.Add(1)
+		c.h.served.at(c.tc.stripe).Add(1)
 		rw.handler.ServeHTTP(rw, st.req)
 		if run, parked = rw.returnParked(); parked {
 			didPanic = false

@@ -43,10 +43,6 @@ type h2Shard struct {
 	// read without it by a dispatch looking for one to take: on many
 	// shards, trying each one's lock would move every lock's cache line.
 	idle atomic.Int32
-	// served counts the handlers run for the shard's connections: one
-	// counter for the server was a cache line every core wrote per
-	// request.
-	served atomic.Uint64
 	// The shards are written by different cores; padding keeps each
 	// lock on a cache line of its own.
 	_ [64]byte
@@ -183,15 +179,4 @@ func (p *h2Pool) close() {
 		}
 		s.mu.Unlock()
 	}
-}
-
-// h2Served is the handlers the lean HTTP/2 server ran, over its shards.
-type h2Served struct{ p *h2Pool }
-
-func (n h2Served) Load() uint64 {
-	var sum uint64
-	for i := range n.p.shards {
-		sum += n.p.shards[i].served.Load()
-	}
-	return sum
 }
