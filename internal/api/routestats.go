@@ -111,8 +111,10 @@ func (rs *routeStats) slot(code int) int {
 		return -1
 	}
 	for i := range rs.codes {
-		c := rs.codes[i].Load()
-		if c == 0 && (rs.codes[i].CompareAndSwap(0, int32(code)) || rs.codes[i].Load() == int32(code)) || c == int32(code) {
+		if rs.codes[i].Load() == 0 {
+			rs.codes[i].CompareAndSwap(0, int32(code)) // or another code took it first
+		}
+		if rs.codes[i].Load() == int32(code) {
 			return i
 		}
 	}
