@@ -2,32 +2,64 @@ package ticketing
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 )
 
-func TestFailedCacheEvictsOldest(t *testing.T) {
+// TestFailedCacheSlotTakenByNewer: a later id in the same slot takes it;
+// the earlier one is then a miss, never the other's body, and ids in
+// other slots stay.
+func TestFailedCacheSlotTakenByNewer(t *testing.T) {
 	var c failedCache
+	a := [16]byte{3, 1, 2, 9}
+	b := [16]byte{3, 1, 2, 7}  // a's shard and slot
+	other := [16]byte{3, 1, 3} // a's shard, the next slot
+	c.put(a, []byte("a"), 0)
+	c.put(other, []byte("o"), 0)
+	c.put(b, []byte("b"), 0)
+	if got, ok := c.get(a, 1); ok {
+		t.Fatalf("a's slot went to b, yet a answered %q", got)
+	}
+	if got, ok := c.get(b, 1); !ok || string(got) != "b" {
+		t.Fatalf("b: %q %v", got, ok)
+	}
+	if got, ok := c.get(other, 1); !ok || string(got) != "o" {
+		t.Fatalf("other: %q %v", got, ok)
+	}
+	if _, ok := c.get([16]byte{5}, 1); ok {
+		t.Fatal("an id never put answered")
+	}
+}
+
+// TestFailedCacheBounded: however many ids go in, it holds at most its
+// slots, every get answers its own id's body, and the id put last is
+// always there.
+func TestFailedCacheBounded(t *testing.T) {
+	var c failedCache
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 3 * failedCacheShards * failedCacheSlots
 	var ids [][16]byte
-	for i := range failedCachePerShard + 10 {
-		var id [16]byte
-		id[0], id[1], id[2] = 3, byte(i), byte(i>>8) // all in one shard
+	for i := range n {
+		id := newID(int(rng.Uint32() % 8))
 		ids = append(ids, id)
-		c.put(id, []byte{byte(i)}, 0)
-	}
-	for i, id := range ids {
-		b, ok := c.get(id, 1)
-		if i < 10 {
-			if ok {
-				t.Fatalf("entry %d should have been evicted", i)
+		c.put(id, id[:], 0)
+		if i%997 == 0 {
+			if got, ok := c.get(id, 1); !ok || !bytes.Equal(got, id[:]) {
+				t.Fatalf("the id just put is missing: %v %v", got, ok)
 			}
-			continue
-		}
-		if !ok || !bytes.Equal(b, []byte{byte(i)}) {
-			t.Fatalf("entry %d: %v %v", i, b, ok)
 		}
 	}
-	if len(c.shards[3].m) != failedCachePerShard {
-		t.Fatalf("shard holds %d entries, limit %d", len(c.shards[3].m), failedCachePerShard)
+	held := 0
+	for _, id := range ids {
+		if got, ok := c.get(id, 1); ok {
+			held++
+			if !bytes.Equal(got, id[:]) {
+				t.Fatalf("id %x answered another's body %x", id, got)
+			}
+		}
+	}
+	if limit := failedCacheShards * failedCacheSlots; held > limit || held < limit/2 {
+		t.Fatalf("holds %d of %d ids put, limit %d", held, n, limit)
 	}
 }
 
