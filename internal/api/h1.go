@@ -136,6 +136,7 @@ type h1Conn struct {
 	body       h1Body
 	rw         h1Writer
 	out        []byte
+	leanMemo   leanMemo
 }
 
 func (h *h1Server) serve(tc *trackedConn) {
@@ -258,7 +259,7 @@ func (c *h1Conn) routed() headStatus {
 		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
 		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
 	}
-	if !c.h.routes.serves(&c.req) {
+	if !c.h.routes.serves(&c.req, &c.leanMemo) {
 		return headHandOff
 	}
 	return headLean

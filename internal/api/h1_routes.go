@@ -58,8 +58,8 @@ func (l *LeanRoutes) mark(mux *http.ServeMux, pattern string) {
 }
 
 // serves reports whether r goes, by the mux's own matching, to a lean
-// route.
-func (l *LeanRoutes) serves(r *http.Request) bool {
+// route. memo, the connection's, remembers recent answers.
+func (l *LeanRoutes) serves(r *http.Request, memo *leanMemo) bool {
 	if l == nil {
 		return false
 	}
@@ -67,6 +67,57 @@ func (l *LeanRoutes) serves(r *http.Request) bool {
 	if m == nil {
 		return false
 	}
+	if lean, ok := memo.find(m, r); ok {
+		return lean
+	}
 	_, pat := m.mux.Handler(r)
-	return m.set[pat]
+	lean := m.set[pat]
+	memo.keep(m, r, lean)
+	return lean
+}
+
+// leanMemo is one connection's last answers of serves, so that a client
+// repeating a request line (the same event's reservation POSTs, the
+// native flow's one route) is matched by the mux once per connection,
+// not per request: a match is a few per cent of such a request's CPU, and
+// the dispatch matches again anyway. The mux's answer depends only on the
+// method, host and path (and on the routes marked, m), so an entry with
+// all of them equal is that answer. Two entries, replaced by the clock
+// rule: a miss takes an entry not used since the last miss, so an
+// alternating line that never repeats (a GET by a new id each time)
+// does not push out one that does.
+type leanMemo struct {
+	e    [2]leanMemoEntry
+	hand int
+}
+
+type leanMemoEntry struct {
+	m                           *leanMarked
+	method, host, path, rawPath string
+	lean, used                  bool
+}
+
+func (e *leanMemoEntry) is(m *leanMarked, r *http.Request) bool {
+	return e.m == m && e.path == r.URL.Path && e.method == r.Method &&
+		e.host == r.Host && e.rawPath == r.URL.RawPath
+}
+
+func (memo *leanMemo) find(m *leanMarked, r *http.Request) (lean, ok bool) {
+	for i := range memo.e {
+		if e := &memo.e[i]; e.is(m, r) {
+			e.used = true
+			return e.lean, true
+		}
+	}
+	return false, false
+}
+
+func (memo *leanMemo) keep(m *leanMarked, r *http.Request, lean bool) {
+	for memo.e[memo.hand].used {
+		memo.e[memo.hand].used = false
+		memo.hand = (memo.hand + 1) % len(memo.e)
+	}
+	memo.e[memo.hand] = leanMemoEntry{m: m, method: r.Method, host: r.Host,
+		path: r.URL.Path, rawPath: r.URL.RawPath, lean: lean}
+	memo.hand = (memo.hand + 1) % len(memo.e)
 }

@@ -29,7 +29,9 @@ type h2Conn struct {
 	rd     *h2Reader
 	// scratch is where the reader builds a stream's Request (h2_stream.go).
 	scratch http.Request
-	lim     *Limits
+	// leanMemo is the reader's (serve's) memo of which routes are lean.
+	leanMemo leanMemo
+	lim      *Limits
 	// tls, under TLS (ALPN "h2"), is the TLS connection over tc that
 	// frames are read from and written to (h2_tls.go), and tlsState its
 	// state, every request's TLS; both nil for h2c.

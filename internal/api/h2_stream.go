@@ -116,7 +116,7 @@ func (c *h2Conn) route(st *h2Stream, truncated bool) error {
 	} else if err := h2CheckRequestHeaders(st.req.Header); err != nil {
 		handler = h2BadRequest(err)
 	}
-	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize && c.h.s.h1.routes.serves(st.req) {
+	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize && c.h.s.h1.routes.serves(st.req, &c.leanMemo) {
 		st.lean = true
 		if !st.recvDone {
 			return nil // dispatched at END_STREAM (or as generic if the body outgrows leanBufSize)
