@@ -98,7 +98,13 @@ type leanMemoEntry struct {
 }
 
 func (e *leanMemoEntry) is(m *leanMarked, r *http.Request) bool {
-	return e.m == m && e.path == r.URL.Path && e.method == r.Method &&
+	p := r.URL.Path
+	// Paths of one length mostly differ in an id at their end: look
+	// there before comparing the whole.
+	if len(e.path) != len(p) || len(p) > 0 && e.path[len(p)-1] != p[len(p)-1] {
+		return false
+	}
+	return e.m == m && e.path == p && e.method == r.Method &&
 		e.host == r.Host && e.rawPath == r.URL.RawPath
 }
 
