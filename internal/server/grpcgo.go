@@ -72,6 +72,9 @@ func (s *Server) startGRPC() error {
 	if s.cfg.GRPCAddr == "" {
 		return nil
 	}
+	if s.cfg.GRPCMaxStreams < 0 {
+		return fmt.Errorf("--grpc-max-streams %d (SURGE_GRPC_MAX_STREAMS): must be 0 (default %d) or more", s.cfg.GRPCMaxStreams, DefaultGRPCMaxStreams)
+	}
 	e := &grpcEdge{logger: s.logger, stats: newGRPCStats(s.reg)}
 	var chain http.Handler = http.HandlerFunc(e.call)
 	chain = s.srv.Admit(chain)
@@ -114,7 +117,7 @@ func (s *Server) startGRPC() error {
 func (s *Server) grpcOptions(e *grpcEdge) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.grpcMaxMessage()),
-		grpc.MaxConcurrentStreams(uint32(s.limits.MaxStreams)),
+		grpc.MaxConcurrentStreams(uint32(s.grpcMaxStreams())),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.limits.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcPingMinInterval, PermitWithoutStream: true}),
 		// A connection that has not finished its preface and settings
@@ -132,6 +135,26 @@ func (s *Server) grpcOptions(e *grpcEdge) []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.certs.ServerConfig())))
 	}
 	return opts
+}
+
+// DefaultGRPCMaxStreams is --grpc-max-streams' default: the streams a
+// gRPC client may have open on one connection. A gRPC client does not
+// open another connection when it has more calls than the server's
+// MAX_CONCURRENT_STREAMS, as Go's HTTP/2 client does: grpc-go, ghz and
+// the other stacks queue the calls on the one connection they hold. So
+// this is every such client's concurrency, and --max-streams' 128 (for
+// h2c on --addr) held the peer's own benchmark, 200 callers on one
+// connection, to 128 calls at once, its rate to about three quarters
+// (docs/BENCHMARKS.md). It equals --max-streams-per-token's default: one
+// token's streams fit on one connection.
+const DefaultGRPCMaxStreams = 1000
+
+// grpcMaxStreams is the MAX_CONCURRENT_STREAMS of the grpc-go listener.
+func (s *Server) grpcMaxStreams() int {
+	if s.cfg.GRPCMaxStreams == 0 {
+		return DefaultGRPCMaxStreams
+	}
+	return s.cfg.GRPCMaxStreams
 }
 
 // grpcMaxMessage is the largest request message of the services served

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -549,6 +551,66 @@ func TestGRPCGoIdleConnectionClosed(t *testing.T) {
 	for st := conn.GetState(); st == connectivity.Ready; st = conn.GetState() {
 		if !conn.WaitForStateChange(ctx, st) {
 			t.Fatalf("the connection is still %v after 30 s with an idle timeout of 300 ms", st)
+		}
+	}
+}
+
+// TestGRPCGoMaxStreams: the grpc-go listener offers --grpc-max-streams
+// streams per connection (1,000 by default, not --max-streams' 128): a
+// gRPC client queues its calls on its one connection, so this is its
+// concurrency; the peer's benchmark runs 200 calls on one.
+func TestGRPCGoMaxStreams(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want uint32
+	}{
+		{Config{}, DefaultGRPCMaxStreams},
+		{Config{GRPCMaxStreams: 7, MaxStreams: 9}, 7},
+	} {
+		s, _ := serveBoth(t, tc.cfg)
+		if got := grpcSettings(t, s.GRPCAddr())[http2.SettingMaxConcurrentStreams]; got != tc.want {
+			t.Errorf("GRPCMaxStreams %d: the listener offers %d streams, want %d", tc.cfg.GRPCMaxStreams, got, tc.want)
+		}
+	}
+	cfg := Config{GRPCAddr: "127.0.0.1:0", Addr: "127.0.0.1:0", DataDir: t.TempDir(), GRPCMaxStreams: -1, Logger: slog.New(slog.DiscardHandler)}
+	s, err := New(ctx30(t), cfg)
+	if err == nil {
+		err = s.Start()
+		if err == nil {
+			s.Shutdown()
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "--grpc-max-streams -1") {
+		t.Fatalf("--grpc-max-streams -1: %v, want an error naming the flag", err)
+	}
+}
+
+// grpcSettings opens an h2c connection to addr and returns the settings
+// of the server's first SETTINGS frame.
+func grpcSettings(t *testing.T, addr string) map[http2.SettingID]uint32 {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			got := map[http2.SettingID]uint32{}
+			sf.ForeachSetting(func(s http2.Setting) error { got[s.ID] = s.Val; return nil })
+			return got
 		}
 	}
 }

@@ -33,10 +33,13 @@ type Config struct {
 	// GRPCAddr, if set, serves the modules' gRPC services with grpc-go
 	// on its own listener there as well (--grpc-addr); "" serves them
 	// on Addr only.
-	GRPCAddr      string
-	DataDir       string
-	Partitions    int
-	SnapshotEvery int
+	GRPCAddr string
+	// GRPCMaxStreams is the concurrent streams per connection on
+	// GRPCAddr (--grpc-max-streams; 0: DefaultGRPCMaxStreams).
+	GRPCMaxStreams int
+	DataDir        string
+	Partitions     int
+	SnapshotEvery  int
 	// SnapshotBytes and SnapshotInterval are the other two snapshot
 	// triggers (engine.Options): 0 means the engine's default, negative
 	// turns the trigger off.
