@@ -463,6 +463,8 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 			switch {
 			case r.j != nil:
 				r.j.code(c)
+			case r.cached:
+				w.B = append(w.B, m.forkEnc[r.rec.off]...)
 			case r.seq != 0:
 				// An ended job's record holds its encoding as it is.
 				w.B = append(w.B, jobBytes(m.ended.rec(r.rec))...)
@@ -586,7 +588,7 @@ func (m *Machine) checkJob(j *Job, lastSeq uint64) error {
 // past the length the copy holds) and encodes later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, queues: make(map[string]*Queue, len(m.queues)), seq: m.seq,
-		purgeQ: m.purgeQ.View(), ended: m.ended.view()}
+		purgeQ: m.purgeQ.View(), ended: m.ended.view(), forkEnc: make([][]byte, 0, len(m.jobs))}
 	size := m.purgeQ.Len() * (snapPurgeBytes + ids.Len)
 	for n, q := range m.queues {
 		size += snapQueueBytes + len(n)
@@ -594,11 +596,21 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 		c.ready = [MaxPriority + 1]jobHeap{}
 		c.keys = nil
 		c.order = make([]jobRef, 0, q.jobs)
-		live := q.jobs - int(q.counts[Done]+q.counts[DeadLettered])
-		vals := make([]Job, 0, live)
+		// The copies go in chunks that never move (the order points
+		// into them), made as needed: most pending jobs need none.
+		var vals []Job
 		for _, r := range q.order {
 			switch {
 			case r.j != nil:
+				if enc := r.j.snapEncoding(); enc != nil {
+					r = jobRef{seq: r.seq, cached: true, rec: recLoc{off: uint32(len(f.forkEnc))}}
+					f.forkEnc = append(f.forkEnc, enc)
+					size += len(enc)
+					break
+				}
+				if len(vals) == cap(vals) {
+					vals = make([]Job, 0, forkChunkJobs)
+				}
 				vals = append(vals, *r.j)
 				r.j = &vals[len(vals)-1]
 				size += r.j.snapshotBytes()
@@ -616,6 +628,9 @@ func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	m.snapshotHint = size
 	return f.AppendSnapshot
 }
+
+// forkChunkJobs is how many jobs a fork copies into one allocation.
+const forkChunkJobs = 256
 
 // Estimates of the encoded sizes (AppendSnapshot) of a queue's, a job's,
 // an event's and a purge entry's fields besides their strings: varints

@@ -209,10 +209,13 @@ func (q *Queue) unfinished() int { return q.jobs - int(q.counts[Done]+q.counts[D
 // one's record with what ListJobs and the ops page read without
 // decoding it. Seq 0 is a hole.
 type jobRef struct {
-	j                *Job
-	seq              uint64
-	rec              recLoc
-	status           Status
+	j      *Job
+	seq    uint64
+	rec    recLoc
+	status Status
+	// cached, in a fork only: a pending job's cached encoding,
+	// Machine.forkEnc[rec.off].
+	cached           bool
 	created, started int64
 }
 
@@ -253,6 +256,7 @@ type Job struct {
 	nextEvent   int64
 	heapIdx     int // position in its ready heap, -1 if not there
 	purgeAt     int64
+	snap        []byte // print and snapshot encoding a fork cached (snapcache.go)
 }
 
 // Ready reports whether a PENDING job may be leased at now.
@@ -307,6 +311,9 @@ type Machine struct {
 	traces map[string]engine.TraceContext
 	// snapshotHint: see SnapshotSizeHint.
 	snapshotHint int
+	// forkEnc, in a fork only, holds the cached encodings of its pending
+	// jobs (snapcache.go).
+	forkEnc [][]byte
 	// dec decodes the partition's commands (Decode).
 	dec wire.Decoder
 }
