@@ -25,7 +25,7 @@ func TestSnapCacheCoversEveryField(t *testing.T) {
 		"Priority": "print", "MaxRetries": "print", "NotBefore": "print", "TTLNs": "print", "TTLFrom": "print",
 		"RetentionNs": "print", "nextEvent": "print", "purgeAt": "print", "heapIdx": "print",
 		"Events": "print (nextEvent counts them)",
-		"snap": "not encoded",
+		"snap":   "not encoded",
 	}
 	typ := reflect.TypeFor[Job]()
 	for i := range typ.NumField() {
