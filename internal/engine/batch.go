@@ -58,6 +58,11 @@ func (b *batch) reset() {
 	}
 	clear(b.entries)
 	b.entries = b.entries[:0]
+	if cap(b.reqs) > keptBatchInputs {
+		// Likewise for the slices of a batch of many inputs: the
+		// partition's idle batches keep at most keptBatchInputs each.
+		b.reqs, b.offsets, b.entries = nil, nil, nil
+	}
 	clear(b.sends)
 	b.sends = b.sends[:0]
 	clear(b.notes)

@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/surge-run/surge/internal/cmdlog"
+)
 
 // A batch counts as one slot per inflightSlotBytes of its log bytes, so
 // that the partition's slots bound its batches in flight in bytes: as
@@ -16,5 +20,30 @@ func TestSlotsForBatchBytes(t *testing.T) {
 	}
 	if full := maxInflightBatches / slotsFor(MaxBatchBytes); full*MaxBatchBytes > inflightBatchBytes || full < 4 {
 		t.Errorf("%d full batches may be in flight: want 4, within %d bytes", full, inflightBatchBytes)
+	}
+}
+
+// A batch reused after one of many inputs does not keep room for them:
+// the partition's idle batches stay within what 16 batches of
+// DefaultMaxBatch inputs kept, however many of them there are.
+func TestResetDropsRoomForManyInputs(t *testing.T) {
+	b := &batch{}
+	for i := range DefaultMaxBatch {
+		b.reqs = append(b.reqs, &Request{})
+		b.offsets = append(b.offsets, i)
+	}
+	b.entries = make([]cmdlog.Entry, DefaultMaxBatch)
+	b.reset()
+	if cap(b.reqs)+cap(b.offsets)+cap(b.entries) != 0 {
+		t.Fatalf("after a batch of %d inputs the reset batch keeps room for %d requests, %d offsets, %d entries",
+			DefaultMaxBatch, cap(b.reqs), cap(b.offsets), cap(b.entries))
+	}
+	small := &batch{reqs: make([]*Request, 3, keptBatchInputs)}
+	small.reset()
+	if cap(small.reqs) != keptBatchInputs {
+		t.Fatalf("a batch within keptBatchInputs lost its room: cap %d", cap(small.reqs))
+	}
+	if keptBatchInputs*maxInflightBatches > 16*DefaultMaxBatch {
+		t.Fatalf("idle batches may keep room for %d inputs, more than 16 full batches", keptBatchInputs*maxInflightBatches)
 	}
 }
