@@ -233,7 +233,7 @@ func slotsFor(n int) int {
 // need be (they do not need the partition's lock to).
 func (p *partition) holdSlots(b *batch) {
 	for range slotsFor(len(b.buf)) - 1 {
-		b.held = append(b.held, <-p.free)
+		b.held = append(b.held, p.takeBatch())
 	}
 }
 

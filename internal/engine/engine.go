@@ -56,8 +56,10 @@ const (
 	// commit to give batches back, 0.5 ms on average, then for the next
 	// commit: with 64 they wait 0.2 ms, in ticketing's compat run 0.02
 	// ms instead of 0.27, at the same CPU (BENCHMARKS, "Batches in
-	// flight"). The bytes bound is unchanged, so an idle batch's buffer
-	// kept for reuse is smaller (reset drops larger ones).
+	// flight"; 256 would let overload put too many applied requests
+	// before the log, past the inbox's admission). The bytes bound is
+	// unchanged, so an idle batch's buffer kept for reuse is smaller
+	// (reset drops larger ones). Batches are made as first needed.
 	maxInflightBatches = 64
 	// keptBatchInputs bounds the inputs an idle batch keeps room for:
 	// the 64 idle batches keep what 16 batches of DefaultMaxBatch did.

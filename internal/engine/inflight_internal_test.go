@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/surge-run/surge/internal/cmdlog"
@@ -45,5 +46,37 @@ func TestResetDropsRoomForManyInputs(t *testing.T) {
 	}
 	if keptBatchInputs*maxInflightBatches > 16*DefaultMaxBatch {
 		t.Fatalf("idle batches may keep room for %d inputs, more than 16 full batches", keptBatchInputs*maxInflightBatches)
+	}
+}
+
+// Batches are made as first needed, never more than maxInflightBatches
+// however many goroutines take them at once, and a taken batch that
+// comes back is taken again before a new one is made.
+func TestBatchesMadeAsNeeded(t *testing.T) {
+	p := &partition{free: make(chan *batch, maxInflightBatches)}
+	if p.made.Load() != 0 {
+		t.Fatal("a new partition made batches before needing one")
+	}
+	got := make(chan *batch, 4*maxInflightBatches)
+	var wg sync.WaitGroup
+	for range 4 * maxInflightBatches {
+		wg.Go(func() {
+			if b := p.tryTakeBatch(); b != nil {
+				got <- b
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	if len(got) != maxInflightBatches || p.made.Load() != maxInflightBatches {
+		t.Fatalf("%d takers got %d batches, %d made; want %d", 4*maxInflightBatches, len(got), p.made.Load(), maxInflightBatches)
+	}
+	if b := p.tryTakeBatch(); b != nil {
+		t.Fatal("a batch beyond maxInflightBatches")
+	}
+	first := <-got
+	p.free <- first
+	if b := p.takeBatch(); b != first || p.made.Load() != maxInflightBatches {
+		t.Fatal("a returned batch was not reused")
 	}
 }

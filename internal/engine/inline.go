@@ -57,10 +57,7 @@ func (p *partition) serveOrKick() {
 	p.mu.Unlock()
 	var b *batch
 	if !inflight {
-		select {
-		case b = <-p.free:
-		default:
-		}
+		b = p.tryTakeBatch()
 	}
 	if b == nil {
 		// A batch is in flight, so this request waits for the log

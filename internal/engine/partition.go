@@ -33,6 +33,7 @@ type partition struct {
 	procServed atomic.Uint64
 	mail       mailbox
 	free       chan *batch
+	made       atomic.Int32 // batches made so far (takeBatch)
 
 	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches
@@ -122,12 +123,39 @@ func newPartition(e *Engine, id int) *partition {
 	for wid, w := range e.workloads {
 		p.machines[wid] = w.NewMachine(id)
 	}
-	for range maxInflightBatches {
-		b := &batch{p: p}
-		b.doneFn = b.done
-		p.free <- b
-	}
 	return p
+}
+
+// takeBatch returns an idle batch, waiting for one to come back from the
+// log if all maxInflightBatches are out.
+func (p *partition) takeBatch() *batch {
+	if b := p.tryTakeBatch(); b != nil {
+		return b
+	}
+	return <-p.free
+}
+
+// tryTakeBatch is takeBatch without the wait: nil if every batch is out.
+// Batches are made as they are first needed, not when the partition
+// starts: a server of many partitions that are mostly quiet makes few
+// (a batch is about 350 bytes before it holds anything).
+func (p *partition) tryTakeBatch() *batch {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+	}
+	for {
+		n := p.made.Load()
+		if n >= maxInflightBatches {
+			return nil
+		}
+		if p.made.CompareAndSwap(n, n+1) {
+			b := &batch{p: p}
+			b.doneFn = b.done
+			return b
+		}
+	}
 }
 
 // partitionProbe is a query that reads engine state on the partition's

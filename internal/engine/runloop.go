@@ -18,7 +18,7 @@ func (p *partition) run() {
 	defer w.stop()
 	stopping := false
 	for {
-		b := <-p.free
+		b := p.takeBatch()
 		b.reset()
 		p.runMu.Lock()
 		timerC, snapC := w.arm(p)
@@ -208,10 +208,11 @@ drain:
 // needs the batches back.
 func (p *partition) awaitInflight() {
 	var bs [maxInflightBatches]*batch
-	for i := range bs {
-		bs[i] = <-p.free
+	made := bs[:p.made.Load()]
+	for i := range made {
+		made[i] = <-p.free
 	}
-	for _, b := range bs {
+	for _, b := range made {
 		p.free <- b
 	}
 }
