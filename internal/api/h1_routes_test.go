@@ -13,11 +13,8 @@ import (
 // with a connection's memo answers what the mux's own match says, also
 // when routes are marked in between.
 func TestLeanMemoAnswersAsTheMux(t *testing.T) {
-	m := NewMetrics(prometheus.NewRegistry())
-	mux := http.NewServeMux()
+	m, mux := compatLeanRoutes()
 	noop := func(w http.ResponseWriter, r *http.Request) int { return 200 }
-	m.HandleLean(mux, "POST /v1/event/{id}/reservation", noop)
-	m.HandleLean(mux, "GET /v1/reservation/{id}", noop)
 	m.Handle(mux, "GET /v1/reservation/stats", noop)
 	m.Handle(mux, "GET example.com/v1/reservation/{id}", noop)
 	m.Handle(mux, "/debug/", noop)
@@ -56,11 +53,7 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 // the memo while another line never repeats (the compat flow's POST for
 // one event between GETs of new ids).
 func TestLeanMemoKeepsARepeatedLine(t *testing.T) {
-	m := NewMetrics(prometheus.NewRegistry())
-	mux := http.NewServeMux()
-	noop := func(w http.ResponseWriter, r *http.Request) int { return 200 }
-	m.HandleLean(mux, "POST /v1/event/{id}/reservation", noop)
-	m.HandleLean(mux, "GET /v1/reservation/{id}", noop)
+	m, _ := compatLeanRoutes()
 	lean := m.Lean()
 	var memo leanMemo
 	post := httptest.NewRequest("POST", "/v1/event/e1/reservation", nil)
@@ -75,4 +68,14 @@ func TestLeanMemoKeepsARepeatedLine(t *testing.T) {
 			t.Fatalf("the repeated POST fell out of the memo after GET %d", i)
 		}
 	}
+}
+
+// compatLeanRoutes is a mux with the ticketing compat routes marked lean.
+func compatLeanRoutes() (*Metrics, *http.ServeMux) {
+	m := NewMetrics(prometheus.NewRegistry())
+	mux := http.NewServeMux()
+	noop := func(w http.ResponseWriter, r *http.Request) int { return 200 }
+	m.HandleLean(mux, "POST /v1/event/{id}/reservation", noop)
+	m.HandleLean(mux, "GET /v1/reservation/{id}", noop)
+	return m, mux
 }
