@@ -145,9 +145,10 @@ func (s *Server) grpcOptions(e *grpcEdge) []grpc.ServerOption {
 // this is every such client's concurrency, and --max-streams' 128 (for
 // h2c on --addr) held the peer's own benchmark, 200 callers on one
 // connection, to 128 calls at once, its rate to about three quarters
-// (docs/BENCHMARKS.md). It equals --max-streams-per-token's default: one
-// token's streams fit on one connection.
-const DefaultGRPCMaxStreams = 1000
+// (docs/BENCHMARKS.md). 256 leaves the peer's 200 room. It is a memory
+// bound too: grpc-go reads a call's whole message (up to 4 MiB) before
+// any handler can refuse it, so a connection may hold 256 of them.
+const DefaultGRPCMaxStreams = 256
 
 // grpcMaxStreams is the MAX_CONCURRENT_STREAMS of the grpc-go listener.
 func (s *Server) grpcMaxStreams() int {
