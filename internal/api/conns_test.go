@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surge-run/surge/internal/promtest"
 )
 
 // Generous deadlines that only catch a hang; no test asserts a duration.
@@ -128,7 +130,7 @@ func okHandler() http.Handler {
 // in reg.
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	v, ok := seriesValue(t, reg, name, nil)
+	v, ok := promtest.Value(t, reg, name, nil)
 	if !ok {
 		t.Fatalf("metric %s not registered", name)
 	}

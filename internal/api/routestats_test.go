@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/surge-run/surge/internal/promtest"
 )
 
 // requestsTotal is surge_http_requests_total{route, code} in reg.
@@ -23,32 +25,7 @@ func requestsTotal(t *testing.T, reg *prometheus.Registry, route, code string) f
 // writes them; false if it has no such series.
 func counterWith(t *testing.T, reg *prometheus.Registry, name, labels string) (float64, bool) {
 	t.Helper()
-	return seriesValue(t, reg, name, func(m *dto.Metric) bool { return labelsOf(m) == labels })
-}
-
-// seriesValue is the value of the first counter or gauge series of name
-// in reg that match accepts (nil: any); false if there is none.
-func seriesValue(t *testing.T, reg *prometheus.Registry, name string, match func(*dto.Metric) bool) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case match != nil && !match(m):
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			}
-		}
-	}
-	return 0, false
+	return promtest.Value(t, reg, name, func(m *dto.Metric) bool { return labelsOf(m) == labels })
 }
 
 func labelsOf(m *dto.Metric) string {

@@ -8,39 +8,18 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/promtest"
 )
 
 // gathered returns the value of name's series whose labels include
 // label=value (any series when label is ""), and whether there is one.
 func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	var match func(*dto.Metric) bool
+	if label != "" {
+		match = promtest.Labeled(label, value)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label == "" || hasLabel(m, label, value) {
-				if c := m.GetCounter(); c != nil {
-					return c.GetValue(), true
-				}
-				return m.GetGauge().GetValue(), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
+	return promtest.Value(t, reg, name, match)
 }
 
 // The alerts in deploy/prometheus read these: a timer that fires live

@@ -13,6 +13,7 @@ import (
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
+	"github.com/surge-run/surge/internal/promtest"
 	"github.com/surge-run/surge/internal/workload/commerce"
 )
 
@@ -48,30 +49,15 @@ func metricsServer(t *testing.T, deadline time.Duration, clustered bool) (*httpt
 // gathered finds the series of name whose labels include want.
 func gathered(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) *dto.Metric {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	var pairs []string
+	for k, v := range want {
+		pairs = append(pairs, k, v)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for k, v := range want {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || (l.GetName() == k && l.GetValue() == v)
-				}
-				if !found {
-					continue next
-				}
-			}
-			return m
-		}
+	m := promtest.Series(t, reg, name, promtest.Labeled(pairs...))
+	if m == nil {
+		t.Fatalf("no series %s%v", name, want)
 	}
-	t.Fatalf("no series %s%v", name, want)
-	return nil
+	return m
 }
 
 func sagasEnded(t *testing.T, reg *prometheus.Registry, outcome string) (uint64, float64) {
