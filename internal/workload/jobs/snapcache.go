@@ -22,9 +22,10 @@ import (
 // Whether the cache is still right is decided by comparing values, not
 // by every change remembering to drop it: a job qualifies only while
 // pristine (every field a worker, a failure or a cancel sets is still
-// zero), the fields that stay the same for its whole life are not
-// compared (snapFixed), and every other encoded field is in its print,
-// compared at each fork. TestSnapCacheCoversEveryField fails when Job
+// zero, snapPristine), the fields that stay the same for its whole life
+// (its id, queue, payload, creation time, idempotency key and sequence)
+// are not compared, and every other encoded field is in its print
+// (appendSnapPrint), compared at each fork. TestSnapCacheCoversEveryField fails when Job
 // gains a field that is in none of the three.
 
 // snapCacheMaxPayload: a larger payload is not worth storing twice.
