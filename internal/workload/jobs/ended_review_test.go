@@ -50,12 +50,7 @@ func endedChurn(t *testing.T, seed uint64) {
 		}
 		return s
 	}
-	type fork struct {
-		enc  func([]byte) []byte
-		want []byte
-		at   int
-	}
-	var forks []fork
+	var forks heldForks
 	m := func() *Machine { return h.Machines[0] }
 	for step := range 700 {
 		q := queues[rnd.IntN(len(queues))]
@@ -89,23 +84,14 @@ func endedChurn(t *testing.T, seed uint64) {
 		case op < 90:
 			h.Advance(int64(rnd.IntN(4)) * 1e9)
 		case op < 95:
-			forks = append(forks, fork{enc: m().ForkSnapshot(), want: m().AppendSnapshot(nil), at: step})
+			forks.take(m(), step)
 		default:
-			for _, f := range forks {
-				if got := f.enc(nil); !bytes.Equal(got, f.want) {
-					t.Fatalf("step %d: the fork of step %d encodes another state", step, f.at)
-				}
-			}
-			forks = nil
+			forks.check(t, fmt.Sprint("step ", step))
 			h.CheckReplay()
 		}
 		checkEndedBooks(t, step, m())
 	}
-	for _, f := range forks {
-		if got := f.enc(nil); !bytes.Equal(got, f.want) {
-			t.Fatalf("the fork of step %d encodes another state", f.at)
-		}
-	}
+	forks.check(t, "at the end")
 	h.CheckReplay()
 }
 
@@ -334,4 +320,32 @@ func TestDroppingEndedJobsDecodesNoPayload(t *testing.T) {
 	}
 	checkEndedBooks(t, 0, h.Machines[0])
 	h.CheckReplay()
+}
+
+// heldForks are forks of a machine taken during a run, each with the
+// machine's own encoding at that moment, encoded later, after the
+// machine went on: a fork must encode the state it was taken from.
+type heldForks []heldFork
+
+type heldFork struct {
+	enc  func([]byte) []byte
+	want []byte
+	at   int
+}
+
+// take forks m at step.
+func (fs *heldForks) take(m *Machine, step int) {
+	*fs = append(*fs, heldFork{enc: m.ForkSnapshot(), want: m.AppendSnapshot(nil), at: step})
+}
+
+// check encodes every fork held, fails (saying when it checked) on one
+// that encodes another state, and lets them go.
+func (fs *heldForks) check(t *testing.T, when string) {
+	t.Helper()
+	for _, f := range *fs {
+		if got := f.enc(nil); !bytes.Equal(got, f.want) {
+			t.Fatalf("%s: the fork of step %d encodes another state", when, f.at)
+		}
+	}
+	*fs = nil
 }

@@ -106,12 +106,7 @@ func snapCacheChurn(t *testing.T, seed uint64) {
 	rnd := rand.New(rand.NewPCG(seed, 17))
 	m := func() *Machine { return h.Machines[0] }
 	var seen []string
-	type fork struct {
-		enc  func([]byte) []byte
-		want []byte
-		at   int
-	}
-	var forks []fork
+	var forks heldForks
 	cached := 0
 	for step := range 1500 {
 		switch op := rnd.IntN(100); {
@@ -144,28 +139,19 @@ func snapCacheChurn(t *testing.T, seed uint64) {
 		case op < 75:
 			h.Advance(int64(rnd.IntN(1500)) * 1e6)
 		case op < 95:
-			forks = append(forks, fork{enc: m().ForkSnapshot(), want: m().AppendSnapshot(nil), at: step})
+			forks.take(m(), step)
 			for _, j := range m().jobs {
 				if j.snap != nil {
 					cached++
 				}
 			}
 		case op < 99:
-			for _, f := range forks {
-				if got := f.enc(nil); !bytes.Equal(got, f.want) {
-					t.Fatalf("step %d: the fork of step %d encodes another state", step, f.at)
-				}
-			}
-			forks = nil
+			forks.check(t, fmt.Sprint("step ", step))
 		default:
 			h.CheckReplay()
 		}
 	}
-	for _, f := range forks {
-		if got := f.enc(nil); !bytes.Equal(got, f.want) {
-			t.Fatalf("the fork of step %d encodes another state", f.at)
-		}
-	}
+	forks.check(t, "at the end")
 	if cached == 0 {
 		t.Fatal("no fork cached a job's encoding: the test does not exercise the cache")
 	}
