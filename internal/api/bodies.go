@@ -148,6 +148,26 @@ func (b *budget) wakeLocked() {
 	}
 }
 
+// Hold waits for n bytes as Acquire does and returns the bytes taken,
+// for a caller that gives them back in parts (Give): the grpc-go edge
+// holds a message's largest size while grpc-go reads it, then only the
+// size it had. A wait that runs out is a gRPC UNAVAILABLE with the
+// predicted wait as its retry hint.
+func (b *BodyBudget) Hold(ctx context.Context, n int64) (int64, error) {
+	n, err := b.acquire(ctx, n, MaxBodyWait, ErrBodyBudget)
+	if errors.Is(err, ErrBodyBudget) {
+		err = GRPCRetryError(connect.CodeUnavailable, err.Error(), PredictedWait(err))
+	}
+	return n, err
+}
+
+// Give gives back n of the bytes Hold took.
+func (b *BodyBudget) Give(n int64) {
+	if n > 0 {
+		b.release(n)
+	}
+}
+
 // held is the bytes taken now.
 func (b *budget) held() int64 {
 	b.mu.Lock()

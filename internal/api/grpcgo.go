@@ -117,5 +117,14 @@ func (s *Server) TryAdmit(path string) (held, ok bool) {
 	return true, true
 }
 
+// Bodies is the server's body budget (--max-body-memory), which the
+// grpc-go edge's calls share with the bodies read on its own listener.
+func (s *Server) Bodies() *BodyBudget {
+	if s.bodies == nil {
+		return defaultBodies
+	}
+	return s.bodies
+}
+
 // ReleaseSlot gives back a slot TryAdmit took.
 func (s *Server) ReleaseSlot() { s.inflight.release() }

@@ -3,12 +3,18 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/surge-run/surge/internal/jqpb"
 )
 
 // BenchmarkCompatReservationH1 is the ticketing compat flow as the
@@ -104,4 +110,30 @@ func (c *h1Client) do(b *testing.B, method, path, body string) (int, []byte) {
 			clen, _ = strconv.Atoi(string(bytes.TrimSpace(line[len("content-length:"):])))
 		}
 	}
+}
+
+// BenchmarkGRPCGoSubmitJob is the peer's ghz run in small: callers on
+// one grpc-go connection to --grpc-addr submitting small jobs, through
+// a whole server on loopback. allocs/op counts the client's allocations
+// as well as the server's. Run it with a -benchtime of at most 100000x:
+// the jobs stay pending, and a queue holds 100,000.
+func BenchmarkGRPCGoSubmitJob(b *testing.B) {
+	s, _ := serveBoth(b, Config{})
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := jqpb.NewJobServiceClient(conn)
+	req := &jqpb.SubmitJobRequest{QueueName: "default", Payload: []byte(`{"command":["true"]}`)}
+	b.SetParallelism(100) // 200 callers on the 2-core machine, as the peer's ghz run
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.SubmitJob(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -63,6 +63,11 @@ type grpcEdge struct {
 	direct *api.Server
 	logger *slog.Logger
 	stats  *grpcStats
+	// bodies is the server's body budget, which calls hold while their
+	// messages are read (budgetedRead); maxMessage the largest message.
+	bodies     *api.BodyBudget
+	maxMessage int
+	reads      sync.Pool // of *budgetedRead
 }
 
 // startGRPC listens on --grpc-addr, if set, and serves there every
@@ -75,7 +80,8 @@ func (s *Server) startGRPC() error {
 	if s.cfg.GRPCMaxStreams < 0 {
 		return fmt.Errorf("--grpc-max-streams %d (SURGE_GRPC_MAX_STREAMS): must be 0 (default %d) or more", s.cfg.GRPCMaxStreams, DefaultGRPCMaxStreams)
 	}
-	e := &grpcEdge{logger: s.logger, stats: newGRPCStats(s.reg)}
+	e := &grpcEdge{logger: s.logger, stats: newGRPCStats(s.reg), bodies: s.srv.Bodies(), maxMessage: s.grpcMaxMessage()}
+	e.reads.New = e.newBudgetedRead
 	var chain http.Handler = http.HandlerFunc(e.call)
 	chain = s.srv.Admit(chain)
 	if s.tracer != nil {
@@ -88,11 +94,11 @@ func (s *Server) startGRPC() error {
 	e.srv = grpc.NewServer(s.grpcOptions(e)...)
 	for _, sv := range s.served {
 		if sv.RegisterGRPC != nil {
-			sv.RegisterGRPC(e.srv)
+			sv.RegisterGRPC(budgetedRegistrar{e})
 		}
 	}
 	names := slices.Sorted(maps.Keys(e.srv.GetServiceInfo()))
-	healthpb.RegisterHealthServer(e.srv, grpcHealth{healthChecker{names: append(names, grpchealth.HealthV1ServiceName), healthy: s.healthy}})
+	healthpb.RegisterHealthServer(budgetedRegistrar{e}, grpcHealth{healthChecker{names: append(names, grpchealth.HealthV1ServiceName), healthy: s.healthy}})
 	reflection.Register(e.srv)
 	e.stats.addMethods(e.srv)
 	ln, err := net.Listen("tcp", s.cfg.GRPCAddr)
@@ -117,6 +123,10 @@ func (s *Server) startGRPC() error {
 func (s *Server) grpcOptions(e *grpcEdge) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.grpcMaxMessage()),
+		// Unread request bytes per stream are bounded by a static window
+		// (grpcbodies.go).
+		grpc.InitialWindowSize(grpcStreamWindow),
+		grpc.InitialConnWindowSize(grpcConnWindow),
 		grpc.MaxConcurrentStreams(uint32(s.grpcMaxStreams())),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.limits.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcPingMinInterval, PermitWithoutStream: true}),
@@ -146,8 +156,8 @@ func (s *Server) grpcOptions(e *grpcEdge) []grpc.ServerOption {
 // h2c on --addr) held the peer's own benchmark, 200 callers on one
 // connection, to 128 calls at once, its rate to about three quarters
 // (docs/BENCHMARKS.md). 256 leaves the peer's 200 room. It is a memory
-// bound too: grpc-go reads a call's whole message (up to 4 MiB) before
-// any handler can refuse it, so a connection may hold 256 of them.
+// bound too: each stream may hold its window of unread request bytes
+// (grpcStreamWindow) before its message's turn in the body budget.
 const DefaultGRPCMaxStreams = 256
 
 // grpcMaxStreams is the MAX_CONCURRENT_STREAMS of the grpc-go listener.
@@ -244,6 +254,18 @@ func (e *grpcEdge) unaryDirect(ctx context.Context, req any, method string, h gr
 }
 
 func (e *grpcEdge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !info.IsClientStream {
+		if !info.IsServerStream {
+			// A unary method served as a stream (unaryStream): its
+			// handler runs the unary interceptor.
+			return h(srv, ss)
+		}
+		// One request message, read at the start: through the budget
+		// as a unary call's.
+		r := &budgetedRead{ServerStream: ss, e: e}
+		defer r.done()
+		ss = r
+	}
 	return e.run(ss.Context(), info.FullMethod, func(ctx context.Context) error {
 		return h(srv, ctxStream{ServerStream: ss, ctx: ctx})
 	})

@@ -38,7 +38,7 @@ import (
 // serveBoth starts a server with the grpc-go edge on and returns it with
 // its two transports for gRPC: connect on --addr and grpc-go on
 // --grpc-addr, each as a base URL.
-func serveBoth(t *testing.T, cfg Config) (*Server, []transport) {
+func serveBoth(t testing.TB, cfg Config) (*Server, []transport) {
 	t.Helper()
 	cfg.Addr, cfg.GRPCAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	if cfg.Logger == nil {

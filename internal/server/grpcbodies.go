@@ -1,0 +1,111 @@
+package server
+
+import (
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/surge-run/surge/internal/api"
+)
+
+// grpc-go reads a unary call's whole request message (up to the largest
+// message, 4 MiB) before any interceptor or handler runs, and opens the
+// stream's flow-control window for all of it. Nothing of the server's
+// could refuse or delay that read, so a connection could hold
+// --grpc-max-streams such messages, and --max-conns connections as many
+// each: the body budget (--max-body-memory), which bounds large bodies on
+// --addr, did not reach this listener.
+//
+// So the edge serves each unary method as a grpc-go stream (the wire is
+// the same: one message each way), whose handler runs before the message
+// is read. It holds the largest message's bytes of the body budget while
+// grpc-go reads the message, waiting for them as a large body on --addr
+// does, and then only the message's own size if that is large; a small
+// message's bytes are not counted, as on --addr. A server-streaming call
+// reads its one message the same way. Until its handler asks, a stream
+// holds at most its flow-control window (grpcStreamWindow) of unread
+// request bytes.
+
+// grpcStreamWindow is the flow-control window of each stream: the request
+// bytes a stream can hold before its handler reads. It is static, where
+// grpc-go's default grows the window up to 16 MiB with its bandwidth
+// estimate; a message being read gets a window of its whole size anyway.
+const grpcStreamWindow = 64 << 10
+
+// grpcConnWindow is the connection's window: grpc-go gives it back as
+// data arrives, not as handlers read it, so it bounds no memory, and a
+// small one would only slow large messages on a distant client.
+const grpcConnWindow = 16 << 20
+
+// budgetedRegistrar registers services on the edge's server with their
+// unary methods served as streams that read through the body budget.
+type budgetedRegistrar struct{ e *grpcEdge }
+
+func (r budgetedRegistrar) RegisterService(d *grpc.ServiceDesc, impl any) {
+	nd := *d
+	nd.Methods = nil
+	nd.Streams = slices.Clone(d.Streams)
+	for _, m := range d.Methods {
+		nd.Streams = append(nd.Streams, grpc.StreamDesc{StreamName: m.MethodName, Handler: r.e.unaryStream(m.Handler)})
+	}
+	r.e.srv.RegisterService(&nd, impl)
+}
+
+// unaryStream serves the unary method h as a stream: h reads its message
+// through the budget, runs the unary interceptor, and its reply is the
+// stream's one message.
+func (e *grpcEdge) unaryStream(h grpc.MethodHandler) grpc.StreamHandler {
+	return func(srv any, ss grpc.ServerStream) error {
+		r := e.reads.Get().(*budgetedRead)
+		r.ServerStream = ss
+		reply, err := h(srv, ss.Context(), r.recv, e.unary)
+		r.done()
+		r.ServerStream = nil
+		e.reads.Put(r)
+		if err != nil {
+			return err
+		}
+		return ss.SendMsg(reply)
+	}
+}
+
+// newBudgetedRead is a read for the edge's pool, its RecvMsg bound once:
+// made per call, the read and the bound method were two allocations.
+func (e *grpcEdge) newBudgetedRead() any {
+	r := &budgetedRead{e: e}
+	r.recv = r.RecvMsg
+	return r
+}
+
+// budgetedRead is a call's stream whose RecvMsg holds its room in the
+// body budget; done gives back what it still holds.
+type budgetedRead struct {
+	grpc.ServerStream
+	e    *grpcEdge
+	held int64
+	recv func(any) error // RecvMsg, bound
+}
+
+func (r *budgetedRead) RecvMsg(m any) error {
+	ctx := r.ServerStream.Context()
+	n, err := r.e.bodies.Hold(ctx, int64(r.e.maxMessage))
+	if err != nil {
+		return api.GRPCError(ctx, err)
+	}
+	err = r.ServerStream.RecvMsg(m)
+	keep := int64(0)
+	if pm, ok := m.(proto.Message); ok && err == nil {
+		if size := int64(proto.Size(pm)); size > api.SmallBody {
+			keep = min(size, n)
+		}
+	}
+	r.e.bodies.Give(n - keep)
+	r.held += keep
+	return err
+}
+
+func (r *budgetedRead) done() {
+	r.e.bodies.Give(r.held)
+	r.held = 0
+}

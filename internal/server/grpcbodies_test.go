@@ -1,0 +1,146 @@
+package server
+
+import (
+	"encoding/binary"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/surge-run/surge/internal/jqpb"
+	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
+	"github.com/surge-run/surge/internal/promtest"
+	"github.com/surge-run/surge/internal/workload/jobs"
+)
+
+// heldBackBody is a gRPC request body of one message whose last byte it
+// sends only when let go, counting what the client's transport took.
+type heldBackBody struct {
+	msg  []byte
+	sent atomic.Int64
+	let  chan struct{}
+	gone bool // let go
+}
+
+func (b *heldBackBody) Read(p []byte) (int, error) {
+	at := int(b.sent.Load())
+	if at == len(b.msg) {
+		return 0, io.EOF
+	}
+	if at == len(b.msg)-1 {
+		<-b.let
+	}
+	end := min(len(b.msg), at+len(p))
+	if at < len(b.msg)-1 {
+		end = min(end, len(b.msg)-1)
+	}
+	n := copy(p, b.msg[at:end])
+	b.sent.Add(int64(n))
+	return n, nil
+}
+
+// Large unary messages on --grpc-addr wait for room in the body budget
+// (--max-body-memory) before grpc-go reads them, as large bodies do on
+// --addr: with room for two of the largest message, two of six calls
+// whose messages are 512 KiB are read while the other four hold only
+// their stream's window, and each call is read and answered once one
+// before it is. grpc-go alone read all six at once.
+func TestGRPCGoMessagesWaitForTheBodyBudget(t *testing.T) {
+	s, tr := serveBoth(t, Config{MaxBodyMemory: 2 * jobs.MaxMessageBytes})
+	req, err := proto.Marshal(&jqpb.SubmitJobRequest{QueueName: "default", Payload: make([]byte, 512<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req))), req...)
+	const calls = 6
+	bodies := make([]*heldBackBody, calls)
+	statuses := make([]string, calls)
+	var wg sync.WaitGroup
+	client := h2cClient()
+	ctx := ctx30(t)
+	for i := range bodies {
+		bodies[i] = &heldBackBody{msg: msg, let: make(chan struct{})}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := http.NewRequestWithContext(ctx, "POST", tr[1].base+jqpbconnect.JobServiceSubmitJobProcedure, bodies[i])
+			r.ContentLength = -1
+			r.Header.Set("Content-Type", "application/grpc")
+			r.Header.Set("TE", "trailers")
+			resp, err := client.Do(r)
+			if err != nil {
+				statuses[i] = err.Error()
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses[i] = resp.Trailer.Get("Grpc-Status") + resp.Header.Get("Grpc-Status")
+		}()
+	}
+	// What a call's client could send before the server asked for its
+	// message: the stream's window, and a frame its transport read ahead.
+	const unread = grpcStreamWindow + 64<<10
+	read := func() (n int) {
+		for _, b := range bodies {
+			if b.sent.Load() == int64(len(msg)-1) && !b.gone {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				var sent []int64
+				for _, b := range bodies {
+					sent = append(sent, b.sent.Load())
+				}
+				t.Fatalf("%s: bytes sent per call %v of %d; body waits %v", what, sent, len(msg), waits(t, s))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("two messages read, four waiting", func() bool { return read() == 2 && waits(t, s) == calls-2 })
+	for lets := 0; lets < calls; lets++ {
+		// The calls still waiting hold no more than their windows.
+		for _, b := range bodies {
+			if n := b.sent.Load(); n < int64(len(msg)-1) && n > unread {
+				t.Fatalf("a waiting call's client sent %d bytes, more than the %d its window allows", n, unread)
+			}
+		}
+		if held := s.srv.Bodies().Held(); held > 2*jobs.MaxMessageBytes {
+			t.Fatalf("%d bytes of the budget held, over its %d", held, 2*jobs.MaxMessageBytes)
+		}
+		// Let a read one finish: once it is answered, the next waiting
+		// call is read.
+		next := slices.IndexFunc(bodies, func(b *heldBackBody) bool { return b.sent.Load() == int64(len(msg)-1) && !b.gone })
+		if next < 0 {
+			t.Fatalf("after %d calls answered, none is read", lets)
+		}
+		close(bodies[next].let)
+		bodies[next].gone = true
+		want := min(lets+1+2, calls)
+		waitFor("the next call read once one is answered", func() bool { return read()+lets+1 >= want })
+	}
+	wg.Wait()
+	for i, st := range statuses {
+		if st != "0" {
+			t.Errorf("call %d ended with %q, want grpc-status 0", i, st)
+		}
+	}
+	if held := s.srv.Bodies().Held(); held != 0 {
+		t.Errorf("%d bytes of the budget still held after every call was answered", held)
+	}
+}
+
+// waits is surge_http_body_waits_total of s.
+func waits(t *testing.T, s *Server) float64 {
+	v, _ := promtest.Value(t, s.reg, "surge_http_body_waits_total", nil)
+	return v
+}
