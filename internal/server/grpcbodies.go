@@ -25,7 +25,17 @@ import (
 // message's bytes are not counted, as on --addr. A server-streaming call
 // reads its one message the same way. Until its handler asks, a stream
 // holds at most its flow-control window (grpcStreamWindow) of unread
-// request bytes.
+// request bytes. Client-streaming calls are counted instead
+// (grpcMaxClientStreams).
+
+// grpcMaxClientStreams bounds the calls open at once, over the whole
+// server, of methods whose client streams (reflection's are the only
+// ones): each may hold one request message of up to the largest size
+// outside the budget, since a stream waiting for its next message cannot
+// hold the largest message's bytes for as long as it idles. Reflection
+// clients (grpcurl, ghz, grpcui) ask a few questions on one stream and
+// close it.
+const grpcMaxClientStreams = 32
 
 // grpcStreamWindow is the flow-control window of each stream: the request
 // bytes a stream can hold before its handler reads. It is static, where

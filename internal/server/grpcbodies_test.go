@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/surge-run/surge/internal/jqpb"
@@ -143,4 +145,50 @@ func TestGRPCGoMessagesWaitForTheBodyBudget(t *testing.T) {
 func waits(t *testing.T, s *Server) float64 {
 	v, _ := promtest.Value(t, s.reg, "surge_http_body_waits_total", nil)
 	return v
+}
+
+// Reflection's streams, whose messages cannot wait for the body budget,
+// are bounded in number instead: with grpcMaxClientStreams open, one
+// more is refused RESOURCE_EXHAUSTED, and once one closes another opens.
+func TestGRPCGoReflectionStreamsAreBounded(t *testing.T) {
+	_, tr := serveBoth(t, Config{})
+	ctx := ctx30(t)
+	client := grpcreflect.NewClient(h2cClient(), tr[1].base, connect.WithGRPC())
+	open := func() (*grpcreflect.ClientStream, error) {
+		st := client.NewStream(ctx)
+		_, err := st.ListServices()
+		return st, err
+	}
+	var streams []*grpcreflect.ClientStream
+	defer func() {
+		for _, st := range streams {
+			st.Close()
+		}
+	}()
+	for range grpcMaxClientStreams {
+		st, err := open()
+		if err != nil {
+			t.Fatalf("reflection stream %d: %v", len(streams)+1, err)
+		}
+		streams = append(streams, st)
+	}
+	st, err := open()
+	st.Close()
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("reflection stream %d: %v, want RESOURCE_EXHAUSTED", grpcMaxClientStreams+1, err)
+	}
+	streams[0].Close()
+	streams = streams[1:]
+	for {
+		st, err := open()
+		if err == nil {
+			streams = append(streams, st)
+			break
+		}
+		st.Close()
+		if connect.CodeOf(err) != connect.CodeResourceExhausted || ctx.Err() != nil {
+			t.Fatalf("a reflection stream after one closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

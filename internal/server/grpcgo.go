@@ -68,6 +68,9 @@ type grpcEdge struct {
 	bodies     *api.BodyBudget
 	maxMessage int
 	reads      sync.Pool // of *budgetedRead
+	// clientStreams counts the client-streaming calls open
+	// (grpcMaxClientStreams).
+	clientStreams atomic.Int32
 }
 
 // startGRPC listens on --grpc-addr, if set, and serves there every
@@ -265,6 +268,12 @@ func (e *grpcEdge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 		r := &budgetedRead{ServerStream: ss, e: e}
 		defer r.done()
 		ss = r
+	} else {
+		if e.clientStreams.Add(1) > grpcMaxClientStreams {
+			e.clientStreams.Add(-1)
+			return status.Errorf(codes.ResourceExhausted, "%d client-streaming calls (reflection) are open on this server, its limit; close one or retry when one ends", grpcMaxClientStreams)
+		}
+		defer e.clientStreams.Add(-1)
 	}
 	return e.run(ss.Context(), info.FullMethod, func(ctx context.Context) error {
 		return h(srv, ctxStream{ServerStream: ss, ctx: ctx})
