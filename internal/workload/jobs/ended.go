@@ -93,6 +93,9 @@ type endedJobs struct {
 	sparse []uint32
 	// scratch encodes a record before it is copied into a chunk.
 	scratch []byte
+	// live is the bytes of the records the index points at
+	// (Limits.MaxEndedBytes).
+	live int64
 }
 
 func newEndedJobs() endedJobs {
@@ -153,6 +156,7 @@ func (s *endedJobs) store(rec []byte) recLoc {
 	off := len(c.b)
 	c.b = append(c.b, rec...)
 	c.live += len(rec)
+	s.live += int64(len(rec))
 	return recLoc{chunk: uint32(s.cur), off: uint32(off), n: uint32(len(rec))}
 }
 
@@ -209,6 +213,7 @@ func (s *endedJobs) del(k jobKey, e endedEntry) {
 	c := s.chunks[e.loc.chunk]
 	was := c.live
 	c.live -= int(e.loc.n)
+	s.live -= int64(e.loc.n)
 	switch i := int(e.loc.chunk); {
 	case i == s.cur:
 	case c.live == 0:
@@ -258,6 +263,7 @@ func (s *endedJobs) compact(moved func(queue string, seq uint64, to recLoc)) {
 			e.loc = s.store(rec)
 			s.set(k, e)
 			c.live -= int(n)
+			s.live -= int64(n) // stored again above
 			moved(queue, e.seq, e.loc)
 		}
 		s.dropChunk(i)

@@ -97,6 +97,13 @@ func endedJobsRun(t *testing.T, seed uint64) {
 		if s.len() != len(model) {
 			t.Fatalf("step %d: %d kept, model %d", step, s.len(), len(model))
 		}
+		live := int64(0)
+		for _, m := range model {
+			live += int64(len(m.rec))
+		}
+		if s.live != live {
+			t.Fatalf("step %d: the store counts %d live bytes, its records are %d", step, s.live, live)
+		}
 		if step%10 != 0 {
 			continue
 		}

@@ -147,6 +147,11 @@ const (
 	DefaultMaxQueues    = 1_000
 	// About 45 MB of finished jobs per partition (454 B each, measured).
 	DefaultMaxFinished = 100_000
+	// DefaultMaxEndedBytes bounds the bytes of a partition's finished
+	// jobs, whose payloads and results are each up to MaxPayloadBytes:
+	// 100,000 of 2 MiB would be 200 GB. Jobs of the peer's load test
+	// (454 B) reach DefaultMaxFinished first.
+	DefaultMaxEndedBytes = int64(128 << 20)
 	backoffBaseNs      = int64(5e9)
 	backoffCapNs       = int64(300e9)
 )
@@ -159,6 +164,10 @@ type Limits struct {
 	// oldest-ended go before their retention. Otherwise a steady 10,000
 	// jobs/s with the default 24 h retention would hold 860 million.
 	MaxFinished int
+	// MaxEndedBytes bounds the bytes of the finished jobs' records
+	// (payload, result, error, events) a partition keeps: past it too
+	// the oldest go before their retention.
+	MaxEndedBytes int64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -170,6 +179,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxFinished <= 0 {
 		l.MaxFinished = DefaultMaxFinished
+	}
+	if l.MaxEndedBytes <= 0 {
+		l.MaxEndedBytes = DefaultMaxEndedBytes
 	}
 	return l
 }

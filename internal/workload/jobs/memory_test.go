@@ -81,3 +81,47 @@ func TestBytesPerJob(t *testing.T) {
 		t.Errorf("after retention %d jobs remain, %d B more than empty", n, heap3-heap0)
 	}
 }
+
+// Finished jobs are bounded in bytes as well as in number: with large
+// payloads and results, a partition keeps its newest finished jobs up to
+// Limits.MaxEndedBytes (past it by at most what one command finished),
+// the oldest go before their retention, and a restored partition counts
+// the same bytes.
+func TestEndedJobsBoundedInBytes(t *testing.T) {
+	const limit = 256 << 10
+	h := newHarness(t, 9, 1, Limits{MaxEndedBytes: limit})
+	big := bytes.Repeat([]byte("x"), 16<<10)
+	var ids []string
+	for i := range 100 {
+		id := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+		if r := h.Client("", &Submit{JobID: id, Queue: DefaultQueue, Payload: big, RetentionNs: 3600e9}); r.Outcome != Created {
+			t.Fatal(r.Msg)
+		}
+		if r := h.Client("", &Lease{Queue: DefaultQueue, Worker: "w", Max: 1, LeaseNs: 60e9}); len(r.Jobs) != 1 {
+			t.Fatalf("lease: %v", r.Msg)
+		}
+		if r := h.Client("", &Report{JobID: id, Worker: "w", Success: true, Result: big}); r.Outcome != OK {
+			t.Fatalf("report: %v", r.Msg)
+		}
+		ids = append(ids, id)
+		m := h.Machines[0]
+		if m.ended.live > limit+3*int64(len(big)) {
+			t.Fatalf("after %d jobs the finished ones hold %d bytes, over the %d allowed and one job", i+1, m.ended.live, limit)
+		}
+	}
+	m := h.Machines[0]
+	if m.ended.len() >= len(ids) || m.ended.len() < limit/(4*len(big)) {
+		t.Fatalf("%d of %d finished jobs kept under %d bytes", m.ended.len(), len(ids), limit)
+	}
+	if m.job(ids[0]) != nil || m.job(ids[len(ids)-1]) == nil {
+		t.Fatal("the oldest finished job should be gone and the newest kept")
+	}
+	r := h.NewMachine(0)
+	if err := r.Restore(m.AppendSnapshot(nil)); err != nil {
+		t.Fatal(err)
+	}
+	r.endFinished()
+	if r.ended.live != m.ended.live {
+		t.Fatalf("restored, the partition counts %d bytes of finished jobs; it had %d", r.ended.live, m.ended.live)
+	}
+}

@@ -82,11 +82,13 @@ func (m *Machine) finish(q *Queue, j *Job, now int64, fx *engine.Effects) {
 		m.setTimer(fx, purgeTimerID, j.purgeAt, &PurgeJobs{})
 	}
 	m.toEnd = append(m.toEnd, j)
-	// Past the cap the oldest-ended job goes now. Entries of jobs that
-	// are gone or live again are skipped, so this ends: j itself is in
-	// the queue. The purge timer may then fire for an entry already
-	// gone, and re-arms for the new head.
-	for m.finished > m.opts.Limits.MaxFinished {
+	// Past either cap the job due to be purged first goes now. Entries
+	// of jobs that are gone or live again are skipped, so this ends: j
+	// itself is in the queue, and dropping every record empties the
+	// store. The purge timer may then fire for an entry already gone,
+	// and re-arms for the new head. The bytes of the jobs this command
+	// finishes count from the next one on, when they are records.
+	for m.finished > m.opts.Limits.MaxFinished || m.ended.live > m.opts.Limits.MaxEndedBytes {
 		e, ok := m.purgeQ.Pop()
 		if !ok {
 			break
