@@ -152,8 +152,8 @@ const (
 	// 100,000 of 2 MiB would be 200 GB. Jobs of the peer's load test
 	// (454 B) reach DefaultMaxFinished first.
 	DefaultMaxEndedBytes = int64(128 << 20)
-	backoffBaseNs      = int64(5e9)
-	backoffCapNs       = int64(300e9)
+	backoffBaseNs        = int64(5e9)
+	backoffCapNs         = int64(300e9)
 )
 
 // Limits a partition enforces; zero fields take the defaults.
