@@ -54,6 +54,7 @@ type API struct {
 	parts       int
 	leaseNs     int64
 	retentionNs int64
+	maxHeld     int64 // Submit.MaxHeldBytes
 	done        chan struct{}
 	stopOnce    sync.Once
 	// healthy says whether the node serves (GetSystemStatus).
@@ -74,7 +75,7 @@ var (
 // must be passed to hub.Notify.
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
 	a := &API{eng: eng, hub: hub, metrics: newJobsMetrics(), parts: eng.Partitions(), leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention),
-		done: make(chan struct{}), healthy: func() bool { return !eng.Failed() }}
+		maxHeld: DefaultMaxHeldBytes, done: make(chan struct{}), healthy: func() bool { return !eng.Failed() }}
 	a.rngs.New = func() any {
 		var seed [32]byte
 		_, _ = crand.Read(seed[:]) // never fails (Go 1.24+)
@@ -100,6 +101,16 @@ func (a *API) SetLease(d time.Duration) *API {
 func (a *API) SetRetention(d time.Duration) *API {
 	if d > 0 {
 		a.retentionNs = int64(d)
+	}
+	return a
+}
+
+// SetPayloadMemory sets the bytes of payloads a partition's unfinished
+// jobs may hold (DefaultMaxHeldBytes; 0 or less keeps it): a submit past
+// it is refused RESOURCE_EXHAUSTED.
+func (a *API) SetPayloadMemory(n int64) *API {
+	if n > 0 {
+		a.maxHeld = n
 	}
 	return a
 }
@@ -338,6 +349,7 @@ func (a *API) submitJob(ctx context.Context, msg *jqpb.SubmitJobRequest) (*jqpb.
 	// The id's bytes are never written again, and the string keeps the
 	// call, whose part they are, alive as long as it is used.
 	c.cmd.JobID = unsafe.String(&c.id[0], len(c.id))
+	c.cmd.MaxHeldBytes = a.maxHeld
 	r, err := a.submitOne(ctx, &c.cmd)
 	if err != nil {
 		return nil, err
@@ -404,6 +416,7 @@ func (a *API) submitBatchOf(reqs []*jqpb.SubmitJobRequest) (*SubmitBatch, error)
 		}
 		b.Jobs[i] = s
 	}
+	b.MaxHeldBytes = a.maxHeld
 	return b, nil
 }
 

@@ -623,3 +623,36 @@ func TestAPIRandomCalls(t *testing.T) {
 		}
 	}
 }
+
+// A partition's unfinished jobs hold at most their payload memory: a
+// submit or batch past it is refused RESOURCE_EXHAUSTED, submitting
+// nothing, and once a job finishes its payload's room is free again.
+func TestAPIPayloadMemory(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	c.api.SetPayloadMemory(3 * jobs.MaxPayloadBytes)
+	ctx := ctxT(t)
+	big := make([]byte, jobs.MaxPayloadBytes)
+	var ids []string
+	for range 3 {
+		ids = append(ids, c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", Payload: big}))
+	}
+	_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", Payload: big}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "payloads") {
+		t.Fatalf("a fourth job of the largest payload: %v, want RESOURCE_EXHAUSTED naming the payloads' limit", err)
+	}
+	_, err = c.jobs.SubmitJobs(ctx, connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: []*jqpb.SubmitJobRequest{
+		{QueueName: "default", Payload: []byte("a")}, {QueueName: "default", Payload: []byte("b")}}}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "nothing was submitted") {
+		t.Fatalf("a batch past the limit: %v, want RESOURCE_EXHAUSTED submitting nothing", err)
+	}
+	stats, err := c.admin.GetQueueStats(ctx, connect.NewRequest(&jqpb.GetQueueStatsRequest{Name: "default"}))
+	if err != nil || stats.Msg.Stats.PendingCount != 3 {
+		t.Fatalf("queue stats %v, %v; want the 3 jobs taken and nothing else", stats, err)
+	}
+	w := c.worker(t, "w", 1, false, "default")
+	a := w.next(t)
+	if err := c.report(t, w.id, a.JobId, true); err != nil {
+		t.Fatal(err)
+	}
+	c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", Payload: big})
+}

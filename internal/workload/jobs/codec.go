@@ -39,6 +39,12 @@ const (
 	tagReportLease // Report that leases the worker's next job in the same entry
 	tagSubmitLease
 	tagSubmitBatchLease
+	// The four submits with the partition's limit of payload bytes
+	// (MaxHeldBytes) after their fields.
+	tagSubmitHeld
+	tagSubmitBatchHeld
+	tagSubmitLeaseHeld
+	tagSubmitBatchLeaseHeld
 )
 
 // Client commands. Times are absolute ns (NotBeforeNs) or durations in
@@ -66,6 +72,14 @@ type (
 		NotBeforeNs    int64
 		IdempotencyKey string
 		RetentionNs    int64 // 0: DefaultRetentionNs
+		// MaxHeldBytes bounds the payload bytes of the partition's
+		// unfinished jobs: a submit past it is refused. The API fills
+		// it in from its limit so that it is logged and replay refuses
+		// what the live run refused; 0 (records written before it): no
+		// bound. Only a command's own counts, not its batch's jobs'.
+		MaxHeldBytes int64
+		// heldTag: decoded from a record with the limit.
+		heldTag bool
 	}
 	// Lease takes up to Max ready jobs for Worker's stream Session for
 	// LeaseNs.
@@ -130,7 +144,11 @@ type (
 	// the partition if JobID is empty.
 	Release struct{ Worker, JobID string }
 	// SubmitBatch submits jobs of one queue in one command.
-	SubmitBatch struct{ Jobs []Submit }
+	SubmitBatch struct {
+		Jobs         []Submit
+		MaxHeldBytes int64 // as Submit's, for the whole batch
+		heldTag      bool
+	}
 	// SubmitLease submits a job and then leases up to Next ready jobs of
 	// its queue, by priority, to Worker's stream Session for LeaseNs: a
 	// stream waiting with a free slot gets its job once this one entry is
@@ -172,6 +190,18 @@ func (x *DeleteQueue) code(c *wire.Coder) { c.Str(&x.Name); c.Bool(&x.Force) }
 func (x *PauseQueue) code(c *wire.Coder)  { c.Str(&x.Name) }
 func (x *ResumeQueue) code(c *wire.Coder) { c.Str(&x.Name) }
 func (x *Submit) code(c *wire.Coder) {
+	x.fields(c)
+	if x.held() {
+		c.I64(&x.MaxHeldBytes)
+	}
+}
+
+// held tells whether the command is coded with its limit.
+func (x *Submit) held() bool      { return x.heldTag || x.MaxHeldBytes > 0 }
+func (x *SubmitBatch) held() bool { return x.heldTag || x.MaxHeldBytes > 0 }
+
+// fields are a Submit's own, also each job's in a batch.
+func (x *Submit) fields(c *wire.Coder) {
 	c.Str(&x.JobID, &x.Queue)
 	c.Bytes(&x.Payload)
 	c.I32(&x.Priority, &x.MaxRetries)
@@ -207,7 +237,10 @@ func (x *SubmitBatch) code(c *wire.Coder) {
 		x.Jobs = make([]Submit, n)
 	}
 	for i := range x.Jobs {
-		x.Jobs[i].code(c)
+		x.Jobs[i].fields(c)
+	}
+	if x.held() {
+		c.I64(&x.MaxHeldBytes)
 	}
 }
 func (x *Release) code(c *wire.Coder) { c.Str(&x.Worker, &x.JobID) }
@@ -261,7 +294,12 @@ func (x *CreateQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, 
 func (x *DeleteQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagDeleteQueue, x) }
 func (x *PauseQueue) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagPauseQueue, x) }
 func (x *ResumeQueue) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagResumeQueue, x) }
-func (x *Submit) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagSubmit, x) }
+func (x *Submit) AppendBinary(b []byte) ([]byte, error) {
+	if x.held() {
+		return encode(b, tagSubmitHeld, x)
+	}
+	return encode(b, tagSubmit, x)
+}
 func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
 	if x.legacy {
 		return encode(b, tagLease, x)
@@ -286,10 +324,23 @@ func (x *RetryDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b,
 func (x *ReadyDue) AppendBinary(b []byte) ([]byte, error)     { return encode(b, tagReadyDue, x) }
 func (x *TTLExpired) AppendBinary(b []byte) ([]byte, error)   { return encode(b, tagTTLExpired, x) }
 func (x *PurgeJobs) AppendBinary(b []byte) ([]byte, error)    { return encode(b, tagPurgeJobs, x) }
-func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitBatch, x) }
-func (x *Release) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagRelease, x) }
-func (x *SubmitLease) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagSubmitLease, x) }
+func (x *SubmitBatch) AppendBinary(b []byte) ([]byte, error) {
+	if x.held() {
+		return encode(b, tagSubmitBatchHeld, x)
+	}
+	return encode(b, tagSubmitBatch, x)
+}
+func (x *Release) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagRelease, x) }
+func (x *SubmitLease) AppendBinary(b []byte) ([]byte, error) {
+	if x.held() {
+		return encode(b, tagSubmitLeaseHeld, x)
+	}
+	return encode(b, tagSubmitLease, x)
+}
 func (x *SubmitBatchLease) AppendBinary(b []byte) ([]byte, error) {
+	if x.held() {
+		return encode(b, tagSubmitBatchLeaseHeld, x)
+	}
 	return encode(b, tagSubmitBatchLease, x)
 }
 func (x *Extend) AppendBinary(b []byte) ([]byte, error)  { return encode(b, tagExtend, x) }
@@ -348,6 +399,14 @@ func newCommand(tag byte) coded {
 		return &SubmitLease{}
 	case tagSubmitBatchLease:
 		return &SubmitBatchLease{}
+	case tagSubmitHeld:
+		return &Submit{heldTag: true}
+	case tagSubmitBatchHeld:
+		return &SubmitBatch{heldTag: true}
+	case tagSubmitLeaseHeld:
+		return &SubmitLease{Submit: Submit{heldTag: true}}
+	case tagSubmitBatchLeaseHeld:
+		return &SubmitBatchLease{SubmitBatch: SubmitBatch{heldTag: true}}
 	}
 	return nil
 }
@@ -522,6 +581,7 @@ func (m *Machine) restore(data []byte) error {
 			}
 			last = j.Seq
 			m.jobs[j.ID] = j
+			m.payloads += int64(len(j.Payload))
 			q.jobs++
 			q.order = append(q.order, jobRef{j: j, seq: j.Seq})
 			q.counts[j.Status]++

@@ -26,6 +26,13 @@ func seedCommands() []engine.Command {
 		&LeaseExpired{JobID: "j1"}, &RetryDue{JobID: "j1"}, &ReadyDue{JobID: "j1"}, &TTLExpired{JobID: "j1"},
 		&PurgeJobs{},
 		&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: "q"}, {JobID: "b", Queue: "q", Priority: 3}}},
+		&SubmitLease{Submit: Submit{JobID: "j2", Queue: "q"}, Worker: "w", Session: "s1", Next: 2, LeaseNs: 30e9},
+		&SubmitBatchLease{SubmitBatch: SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: "q"}}}, Worker: "w", Session: "s1", Next: 1, LeaseNs: 30e9},
+		// With the partition's limit of payload bytes.
+		&Submit{JobID: "j3", Queue: "q", Payload: []byte("p"), MaxHeldBytes: 128 << 20},
+		&SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: "q"}}, MaxHeldBytes: 128 << 20},
+		&SubmitLease{Submit: Submit{JobID: "j4", Queue: "q", MaxHeldBytes: 1 << 20}, Worker: "w", Session: "s1", Next: 2, LeaseNs: 30e9},
+		&SubmitBatchLease{SubmitBatch: SubmitBatch{Jobs: []Submit{{JobID: "a", Queue: "q"}}, MaxHeldBytes: 1 << 20}, Worker: "w", Session: "s1", Next: 1, LeaseNs: 30e9},
 	}
 }
 

@@ -152,8 +152,13 @@ const (
 	// 100,000 of 2 MiB would be 200 GB. Jobs of the peer's load test
 	// (454 B) reach DefaultMaxFinished first.
 	DefaultMaxEndedBytes = int64(128 << 20)
-	backoffBaseNs        = int64(5e9)
-	backoffCapNs         = int64(300e9)
+	// DefaultMaxHeldBytes bounds the bytes of payloads a partition's
+	// unfinished jobs hold (Submit.MaxHeldBytes): 100,000 jobs of 1 MiB
+	// in a queue would be 100 GB. 128 jobs of the largest payload, or
+	// 3.5 million of the peer's 38-byte one.
+	DefaultMaxHeldBytes = int64(128 << 20)
+	backoffBaseNs       = int64(5e9)
+	backoffCapNs        = int64(300e9)
 )
 
 // Limits a partition enforces; zero fields take the defaults.
@@ -303,10 +308,12 @@ type Machine struct {
 	queues map[string]*Queue
 	// jobs: the unfinished jobs, and those a command being applied
 	// finished (toEnd); ended ones are records in ended.
-	jobs  map[string]*Job
-	ended endedJobs
-	toEnd []*Job
-	seq   uint64
+	jobs map[string]*Job
+	// payloads: the bytes of the payloads of jobs (Submit.MaxHeldBytes).
+	payloads int64
+	ended    endedJobs
+	toEnd    []*Job
+	seq      uint64
 	// leases: worker → its ASSIGNED/RUNNING jobs here, for heartbeats.
 	leases map[string]map[string]*Job
 	// purgeQ: finished jobs in the order they finished; see purge.
@@ -355,6 +362,7 @@ func (m *Machine) reset() {
 	m.seq = 0
 	m.purgeQ = retain.Queue[purgeEntry]{}
 	m.finished = 0
+	m.payloads = 0
 	m.traces = nil
 	if m.opts.OwnsDefault {
 		m.queues[DefaultQueue] = newQueue(DefaultQueue, DefaultMaxRetries, 0, 0)

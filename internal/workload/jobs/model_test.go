@@ -138,6 +138,9 @@ func (md *model) step() {
 		if h.Rng.IntN(6) == 0 {
 			sub.MaxRetries = int32(h.Rng.IntN(4))
 		}
+		if h.Rng.IntN(3) == 0 {
+			sub.MaxHeldBytes = int64(40 + h.Rng.IntN(200)) // 10 to 60 of the 4-byte payloads
+		}
 		if h.Part(JobKey(id)) != h.Part(QueueKey(q)) {
 			h.T.Fatalf("NewJobID(%q) = %q in partition %d, queue in %d", q, id, h.Part(JobKey(id)), h.Part(QueueKey(q)))
 		}
@@ -299,7 +302,9 @@ func (md *model) checkSubmit(sub *Submit, r *Result) {
 			md.keys[ik] = sub.JobID
 		}
 	case Exhausted:
-		if q := md.h.Machines[md.h.Part(QueueKey(sub.Queue))].queues[sub.Queue]; q.unfinished() < 60 {
+		// A refusal for the payloads' limit is checked as it is applied
+		// (observe).
+		if q := md.h.Machines[md.h.Part(QueueKey(sub.Queue))].queues[sub.Queue]; q.unfinished() < 60 && sub.MaxHeldBytes == 0 {
 			t.Fatalf("submit refused as exhausted with %d unfinished jobs: %s", q.unfinished(), r.Msg)
 		}
 	default:
@@ -351,6 +356,14 @@ func (md *model) observe(p int, cmd engine.Command, res *Result, notes []any) {
 			if lastJ := res.Jobs[len(res.Jobs)-1]; before(j, lastJ) {
 				t.Fatalf("lease took %s but left %s, which ranks before it", lastJ.ID, j.ID)
 			}
+		}
+	case *Submit:
+		// Taken within the limit; refused only past it or the queue's.
+		switch {
+		case res.Outcome == Created && c.MaxHeldBytes > 0 && m.payloads > c.MaxHeldBytes:
+			t.Fatalf("submit taken with its partition's payloads at %d bytes, over the limit %d", m.payloads, c.MaxHeldBytes)
+		case res.Outcome == Exhausted && m.queues[c.Queue].unfinished() < 60 && m.payloads+int64(len(c.Payload)) <= c.MaxHeldBytes:
+			t.Fatalf("submit refused with %d bytes of payloads held, under its limit %d: %s", m.payloads, c.MaxHeldBytes, res.Msg)
 		}
 	case *Report:
 		if res.Outcome == OK && md.leasedBy[c.JobID] != c.Worker {
@@ -466,6 +479,15 @@ func (md *model) checkAll() {
 		}
 		if n != m.finished || n > m.opts.Limits.MaxFinished {
 			t.Fatalf("partition %d holds %d finished jobs, counted %d, cap %d", p, n, m.finished, m.opts.Limits.MaxFinished)
+		}
+		// The payload bytes a submit's limit is checked against are
+		// those of the live jobs.
+		var payloads int64
+		for _, j := range m.jobs {
+			payloads += int64(len(j.Payload))
+		}
+		if payloads != m.payloads {
+			t.Fatalf("partition %d counts %d bytes of payloads; its jobs hold %d", p, m.payloads, payloads)
 		}
 	}
 	// No job lost: what is gone was finished (and past its retention, or

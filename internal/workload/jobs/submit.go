@@ -17,7 +17,20 @@ func (m *Machine) submit(c *Submit, now int64, fx *engine.Effects) *Result {
 	if q.unfinished() >= m.opts.Limits.MaxJobsPerQueue {
 		return fail(Exhausted, "jobs: queue %q holds %d unfinished jobs, its limit", q.Name, q.unfinished())
 	}
+	if res := m.checkHeld(int64(len(c.Payload)), c.MaxHeldBytes); res != nil {
+		return res
+	}
 	return m.addJob(q, c, now, fx)
+}
+
+// checkHeld refuses payloads of n bytes more when the partition's jobs'
+// payloads would pass limit (0: none).
+func (m *Machine) checkHeld(n, limit int64) *Result {
+	if limit > 0 && m.payloads+n > limit {
+		return fail(Exhausted, "jobs: this partition's unfinished jobs hold %d bytes of payloads; %d more would pass its limit of %d, freed as jobs finish",
+			m.payloads, n, limit)
+	}
+	return nil
 }
 
 // checkSubmit refuses a submit that may not be applied (nil: it may, or
@@ -61,6 +74,7 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 		CreatedAt: now, TTLFrom: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
 		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1})
 	m.jobs[j.ID] = j
+	m.payloads += int64(len(j.Payload))
 	m.keepTrace(j.ID)
 	q.jobs++
 	q.order = append(q.order, jobRef{j: j, seq: j.Seq})
@@ -158,6 +172,15 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx *engine.Effects) *Re
 	if q.unfinished()+adds > m.opts.Limits.MaxJobsPerQueue {
 		return fail(Exhausted, "jobs: queue %q holds %d unfinished jobs; %d more would pass its limit of %d (nothing was submitted)",
 			q.Name, q.unfinished(), adds, m.opts.Limits.MaxJobsPerQueue)
+	}
+	bytes := int64(0)
+	for i, r := range res.Each {
+		if r == nil {
+			bytes += int64(len(c.Jobs[i].Payload))
+		}
+	}
+	if r := m.checkHeld(bytes, c.MaxHeldBytes); r != nil {
+		return fail(r.Outcome, "%s (nothing was submitted)", r.Msg)
 	}
 	m.inBatch = true // one QueueReady for the batch, not one per job
 	for i := range c.Jobs {

@@ -123,6 +123,7 @@ func (m *Machine) endFinished() {
 		}
 		e := m.ended.put(j.Queue, j)
 		delete(m.jobs, j.ID)
+		m.payloads -= int64(len(j.Payload))
 		q := m.queues[j.Queue]
 		q.order[q.mustIndex(j.Seq)] = jobRef{seq: j.Seq, rec: e.loc, status: j.Status, created: j.CreatedAt, started: j.StartedAt}
 	}
@@ -152,6 +153,7 @@ func (m *Machine) revive(k jobKey, e endedEntry) *Job {
 	_, j := m.ended.decode(e.loc)
 	m.ended.del(k, e)
 	m.jobs[j.ID] = j
+	m.payloads += int64(len(j.Payload))
 	q := m.queues[j.Queue]
 	q.order[q.mustIndex(j.Seq)] = jobRef{j: j, seq: j.Seq}
 	return j
@@ -193,6 +195,7 @@ func (m *Machine) dropJob(j *Job, fx *engine.Effects) {
 	q.removeOrder(j.Seq)
 	if m.jobs[j.ID] == j {
 		delete(m.jobs, j.ID)
+		m.payloads -= int64(len(j.Payload))
 	} else {
 		// An ended job (dropEnded).
 		k := keyOf(j.ID)
