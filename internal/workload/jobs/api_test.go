@@ -632,9 +632,8 @@ func TestAPIPayloadMemory(t *testing.T) {
 	c.api.SetPayloadMemory(3 * jobs.MaxPayloadBytes)
 	ctx := ctxT(t)
 	big := make([]byte, jobs.MaxPayloadBytes)
-	var ids []string
 	for range 3 {
-		ids = append(ids, c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", Payload: big}))
+		c.submit(t, &jqpb.SubmitJobRequest{QueueName: "default", Payload: big})
 	}
 	_, err := c.jobs.SubmitJob(ctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", Payload: big}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "payloads") {
