@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -99,7 +100,7 @@ type budgetedRead struct {
 
 func (r *budgetedRead) RecvMsg(m any) error {
 	ctx := r.ServerStream.Context()
-	n, err := r.e.bodies.Hold(ctx, int64(r.e.maxMessage))
+	n, err := r.e.bodies.Hold(ctx, readSize(ctx, r.e.maxMessage))
 	if err != nil {
 		return api.GRPCError(ctx, err)
 	}
@@ -118,4 +119,16 @@ func (r *budgetedRead) RecvMsg(m any) error {
 func (r *budgetedRead) done() {
 	r.e.bodies.Give(r.held)
 	r.held = 0
+}
+
+// readSize is what reading a message of up to max bytes may hold: a
+// compressed one is held as it came and as grpc-go inflates it (up to
+// max too), both at once.
+func readSize(ctx context.Context, max int) int64 {
+	if st, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ RecvCompress() string }); ok {
+		if c := st.RecvCompress(); c != "" && c != "identity" {
+			return 2 * int64(max)
+		}
+	}
+	return int64(max)
 }

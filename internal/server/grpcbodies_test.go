@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sync"
@@ -51,14 +54,36 @@ func (b *heldBackBody) Read(p []byte) (int, error) {
 // --addr: with room for two of the largest message, two of six calls
 // whose messages are 512 KiB are read while the other four hold only
 // their stream's window, and each call is read and answered once one
-// before it is. grpc-go alone read all six at once.
+// before it is. grpc-go alone read all six at once. A compressed message
+// holds twice as much (as it came, and inflated): with room for four of
+// the largest, two are read.
 func TestGRPCGoMessagesWaitForTheBodyBudget(t *testing.T) {
-	s, tr := serveBoth(t, Config{MaxBodyMemory: 2 * jobs.MaxMessageBytes})
-	req, err := proto.Marshal(&jqpb.SubmitJobRequest{QueueName: "default", Payload: make([]byte, 512<<10)})
+	for _, gz := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "gzip"}[gz], func(t *testing.T) { messagesWaitForTheBudget(t, gz) })
+	}
+}
+
+func messagesWaitForTheBudget(t *testing.T, gz bool) {
+	budget := 2 * jobs.MaxMessageBytes
+	if gz {
+		budget *= 2
+	}
+	s, tr := serveBoth(t, Config{MaxBodyMemory: int64(budget)})
+	payload := make([]byte, 512<<10)
+	rand.NewChaCha8([32]byte{1}).Read(payload) // incompressible: the message stays larger than its window
+	req, err := proto.Marshal(&jqpb.SubmitJobRequest{QueueName: "default", Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req))), req...)
+	flag := byte(0)
+	if gz {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		w.Write(req)
+		w.Close()
+		req, flag = b.Bytes(), 1
+	}
+	msg := append(binary.BigEndian.AppendUint32([]byte{flag}, uint32(len(req))), req...)
 	const calls = 6
 	bodies := make([]*heldBackBody, calls)
 	statuses := make([]string, calls)
@@ -74,6 +99,9 @@ func TestGRPCGoMessagesWaitForTheBodyBudget(t *testing.T) {
 			r.ContentLength = -1
 			r.Header.Set("Content-Type", "application/grpc")
 			r.Header.Set("TE", "trailers")
+			if gz {
+				r.Header.Set("Grpc-Encoding", "gzip")
+			}
 			resp, err := client.Do(r)
 			if err != nil {
 				statuses[i] = err.Error()
@@ -116,8 +144,8 @@ func TestGRPCGoMessagesWaitForTheBodyBudget(t *testing.T) {
 				t.Fatalf("a waiting call's client sent %d bytes, more than the %d its window allows", n, unread)
 			}
 		}
-		if held := s.srv.Bodies().Held(); held > 2*jobs.MaxMessageBytes {
-			t.Fatalf("%d bytes of the budget held, over its %d", held, 2*jobs.MaxMessageBytes)
+		if held := s.srv.Bodies().Held(); held > int64(budget) {
+			t.Fatalf("%d bytes of the budget held, over its %d", held, budget)
 		}
 		// Let a read one finish: once it is answered, the next waiting
 		// call is read.
