@@ -250,20 +250,29 @@ func HoldBody(w http.ResponseWriter, r *http.Request, limit int64) int {
 // for enveloped bodies the length in the first message's envelope, read
 // before anything else (a stream then holds nothing for a small first
 // message however long it lasts). A refused wait ends the call
-// UNAVAILABLE.
-func HoldGRPCBody(r *http.Request, limit int64) {
+// UNAVAILABLE. A compressed message (the envelope's flag, or Connect's
+// Content-Encoding) holds limit more, for what it inflates to, when
+// inflated is set; a long-lived call's first message would hold that
+// for the call's life, so its caller leaves it unset.
+func HoldGRPCBody(r *http.Request, limit int64, inflated bool) {
 	if r.ContentLength >= 0 || !enveloped(r.Header.Get("Content-Type")) {
 		n := limit
 		if r.ContentLength >= 0 {
 			n = min(r.ContentLength, limit)
+		}
+		if inflated && compressed(r.Header.Get("Content-Encoding")) {
+			n += limit
 		}
 		if n > SmallBody {
 			r.Body = &heldBody{ReadCloser: r.Body, r: r, n: n}
 		}
 		return
 	}
-	r.Body = &heldBody{ReadCloser: r.Body, r: r, limit: limit, envelope: true}
+	r.Body = &heldBody{ReadCloser: r.Body, r: r, limit: limit, envelope: true, inflated: inflated}
 }
+
+// compressed: a Content-Encoding that inflates.
+func compressed(encoding string) bool { return encoding != "" && encoding != "identity" }
 
 // enveloped: the body is length-prefixed messages (gRPC, gRPC-Web, and
 // Connect's streaming calls), not one bare message (Connect unary).
@@ -278,6 +287,7 @@ type heldBody struct {
 	r        *http.Request
 	n, limit int64
 	envelope bool
+	inflated bool // a compressed first message holds limit more
 	prefix   []byte
 	started  bool
 	err      error
@@ -308,6 +318,9 @@ func (h *heldBody) start() error {
 			return nil // too short for an envelope: the protocol's reader says so
 		}
 		h.n = min(int64(binary.BigEndian.Uint32(pre[1:]))+5, h.limit)
+		if h.inflated && pre[0]&1 != 0 {
+			h.n += h.limit
+		}
 		if h.n <= SmallBody {
 			return nil
 		}

@@ -160,7 +160,7 @@ func TestHoldGRPCBody(t *testing.T) {
 	req.Header.Set("Content-Type", "application/grpc+proto")
 	ctx, cancel := context.WithCancel(context.Background())
 	req = req.WithContext(ctx)
-	HoldGRPCBody(req, 4<<20)
+	HoldGRPCBody(req, 4<<20, true)
 	got, err := io.ReadAll(req.Body)
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("read %d bytes (%v), want the %d sent", len(got), err, len(body))
@@ -177,10 +177,50 @@ func TestHoldGRPCBody(t *testing.T) {
 		small := httptest.NewRequest("POST", "/jq.WorkerService/StreamJobs", bytes.NewReader([]byte{0, 0, 0, 0, 3, 1, 2, 3}))
 		small.ContentLength = -1
 		small.Header.Set("Content-Type", ct)
-		HoldGRPCBody(small, 4<<20)
+		HoldGRPCBody(small, 4<<20, true)
 		if got, _ := io.ReadAll(small.Body); len(got) != 8 || b.Held() != 0 {
 			t.Fatalf("%s, small message: read %d bytes, held %d", ct, len(got), b.Held())
 		}
+	}
+}
+
+// A compressed message holds room for what it inflates to, up to the
+// limit, however small it came (gzip makes 4 MiB of a few KiB), unless
+// its call is long-lived: in the envelope's flag (gRPC, gRPC-Web,
+// Connect streams) and in Content-Encoding (Connect unary).
+func TestHoldGRPCBodyCompressed(t *testing.T) {
+	b := withBudget(t, 8<<20)
+	const limit = 4 << 20
+	for _, tc := range []struct {
+		name     string
+		body     []byte
+		ct, enc  string
+		length   int64
+		inflated bool
+		want     int64
+	}{
+		{"gRPC, compressed", []byte{1, 0, 0, 0, 3, 1, 2, 3}, "application/grpc", "", -1, true, 8 + limit},
+		{"gRPC, compressed, long-lived", []byte{1, 0, 0, 0, 3, 1, 2, 3}, "application/grpc", "", -1, false, 0},
+		{"gRPC, not compressed", []byte{0, 0, 0, 0, 3, 1, 2, 3}, "application/grpc", "", -1, true, 0},
+		{"Connect unary, gzip", []byte{1, 2, 3}, "application/proto", "gzip", 3, true, 3 + limit},
+		{"Connect unary, identity", []byte{1, 2, 3}, "application/proto", "identity", 3, true, 0},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest("POST", "/jq.JobService/SubmitJob", bytes.NewReader(tc.body)).WithContext(ctx)
+		r.ContentLength = tc.length
+		r.Header.Set("Content-Type", tc.ct)
+		if tc.enc != "" {
+			r.Header.Set("Content-Encoding", tc.enc)
+		}
+		HoldGRPCBody(r, limit, tc.inflated)
+		if got, err := io.ReadAll(r.Body); err != nil || !bytes.Equal(got, tc.body) {
+			t.Fatalf("%s: read %x (%v), want the body sent", tc.name, got, err)
+		}
+		if b.Held() != tc.want {
+			t.Errorf("%s: held %d, want %d", tc.name, b.Held(), tc.want)
+		}
+		cancel()
+		waitFor(t, func() bool { return b.Held() == 0 })
 	}
 }
 

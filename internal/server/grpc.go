@@ -68,7 +68,7 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, routes *auth.Routes, healthy 
 		if len(s.LongLived) > 0 {
 			h = unlimitedStream(h, s.LongLived...)
 		}
-		h = limitBody(h, int64(s.MaxMessage)+grpcBodySlack)
+		h = limitBody(h, int64(s.MaxMessage)+grpcBodySlack, s.LongLived)
 		// Counted and timed like the HTTP routes. The HTTP status of a
 		// gRPC call is 200 whatever its outcome (that is in grpc-status),
 		// so the route's count is of calls, not of successes.
@@ -87,11 +87,12 @@ func mountGRPC(mux *http.ServeMux, m *api.Metrics, routes *auth.Routes, healthy 
 // connection (HTTP/1.1) or stream (HTTP/2) is closed instead of drained.
 //
 // A large message also waits for room in its server's body budget
-// (--max-body-memory) before it is read.
-func limitBody(h http.Handler, max int64) http.Handler {
+// (--max-body-memory) before it is read, a compressed one with room for
+// what it inflates to unless its call is long-lived (at paths).
+func limitBody(h http.Handler, max int64, longLived []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, max)
-		api.HoldGRPCBody(r, max)
+		api.HoldGRPCBody(r, max, !slices.Contains(longLived, r.URL.Path))
 		h.ServeHTTP(w, r)
 	})
 }
