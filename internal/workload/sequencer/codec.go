@@ -389,8 +389,12 @@ func (m *Machine) restore(data []byte) error {
 				return err
 			}
 			g.counts[x.State]++
+			if x.State == MsgReleased {
+				g.out += outCost(&x)
+			}
 			g.appendSlot(x)
 		}
+		m.out += g.out
 	}
 	for n := c.Count(0, 2); n > 0 && r.Err == nil; n-- {
 		var e purgeEntry

@@ -65,5 +65,6 @@ func (m *Machine) deleteGroup(c *DeleteGroup, fx *engine.Effects) *Result {
 	// Its purge entries stay queued; purgeFront finds no group and they
 	// go when due.
 	delete(m.groups, c.Group)
+	m.out -= g.out
 	return &Result{Outcome: OK}
 }

@@ -73,3 +73,47 @@ func TestBytesPerMessage(t *testing.T) {
 			g.counts[MsgReleased], len(g.ids), len(g.chunks), size3, size0)
 	}
 }
+
+// Released output is bounded in bytes: two groups without consumers
+// release 1 KiB messages past Limits.MaxOutputBytes, and the partition
+// keeps at most that much of them (the newest), purging the oldest first
+// across groups; a read from the start says where the output now begins,
+// and what it returns is in order; a restored partition counts the same.
+func TestOutputBoundedInBytes(t *testing.T) {
+	const limit = 64 << 10
+	h := newHarness(t, 3, 1, Limits{MaxOutputBytes: limit})
+	payload := bytes.Repeat([]byte("x"), 1<<10)
+	for i := range 200 {
+		for _, g := range []string{"a", "b"} {
+			if r := h.Client("", &Publish{Group: g, MsgID: fmt.Sprint(g, i), Payload: payload}); r.Outcome != Created {
+				t.Fatal(r.Msg)
+			}
+			r := h.Client("", &Lease{Group: g, Processor: "p", Max: 1, LeaseNs: 60e9})
+			if r := h.Client("", &Complete{Group: g, Seq: r.Messages[0].Seq, Processor: "p"}); r.Outcome != OK {
+				t.Fatal(r.Msg)
+			}
+		}
+		if m := h.Machines[0]; m.out > limit {
+			t.Fatalf("after %d messages a group, %d bytes of output kept, over %d", i+1, m.out, limit)
+		}
+	}
+	m := h.Machines[0]
+	for _, name := range []string{"a", "b"} {
+		out := m.Query(ReadOutput{Group: name, After: 0, Limit: 1000}).(*Output)
+		if out.Position != 200 || out.FirstKept < 150 || len(out.Messages) == 0 {
+			t.Fatalf("%s: position %d, first kept %d, %d read; want the newest of 200 kept", name, out.Position, out.FirstKept, len(out.Messages))
+		}
+		for i, x := range out.Messages {
+			if x.Seq != out.FirstKept+uint64(i) || x.ID != fmt.Sprint(name, x.Seq-1) {
+				t.Fatalf("%s: read %d is %d (%s)", name, i, x.Seq, x.ID)
+			}
+		}
+	}
+	r := h.NewMachine(0)
+	if err := r.Restore(m.AppendSnapshot(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if r.out != m.out {
+		t.Fatalf("restored, the partition counts %d bytes of output; it had %d", r.out, m.out)
+	}
+}

@@ -86,6 +86,7 @@ func runModel(t *testing.T, seed uint64, steps int, counts map[string]int) {
 	for i := range steps {
 		md.step()
 		md.check()
+		md.checkOutput()
 		if i%100 == 99 {
 			h.CheckReplay()
 		}
@@ -593,6 +594,13 @@ func (md *model) check() {
 		if len(pending) != len(g.pending) || counts != g.counts {
 			t.Fatalf("%s: counts %v, slots say %v; heap %d", name, g.counts, counts, len(g.pending))
 		}
+		var kept int64
+		for seq := g.base; seq <= g.position; seq++ {
+			kept += outCost(g.at(seq))
+		}
+		if kept != g.out {
+			t.Fatalf("%s: its kept output counted %d, its messages cost %d", name, g.out, kept)
+		}
 		// The release is maximal: the message after the position is not
 		// processed (else it would have gone out).
 		if x := g.at(g.position + 1); x != nil && x.State == MsgProcessed {
@@ -627,6 +635,19 @@ func (md *model) check() {
 			if x.Released+x.RetentionNs <= h.Now-int64(3700e9) {
 				t.Fatalf("%s: %d kept long past its retention", name, g.base)
 			}
+		}
+	}
+}
+
+// checkOutput: each partition counts what its groups' kept output costs.
+func (md *model) checkOutput() {
+	for p, m := range md.h.Machines {
+		var out int64
+		for _, g := range m.groups {
+			out += g.out
+		}
+		if out != m.out || m.out > m.opts.Limits.MaxOutputBytes {
+			md.h.T.Fatalf("partition %d counts %d bytes of output, its groups %d, limit %d", p, m.out, out, m.opts.Limits.MaxOutputBytes)
 		}
 	}
 }
@@ -682,6 +703,7 @@ func (md *model) drain() {
 			}
 		}
 		md.check()
+		md.checkOutput()
 		if mg.lastRead() != g.last() {
 			t.Fatalf("%s: drained to %d, last seq %d", name, mg.lastRead(), g.last())
 		}

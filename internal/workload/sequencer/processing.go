@@ -182,6 +182,8 @@ func (m *Machine) releaseRun(g *Group, now int64, fx *engine.Effects) {
 		x = g.mut(g.position + 1)
 		g.move(x, MsgReleased)
 		x.Released = now
+		g.out += outCost(x)
+		m.out += outCost(x)
 		g.position++
 		m.traceRelease(g, g.position, fx)
 		// One purge entry per run and retention, not per message: a
@@ -193,6 +195,7 @@ func (m *Machine) releaseRun(g *Group, now int64, fx *engine.Effects) {
 	}
 	if g.position != from {
 		fx.Notify(Released{Group: g.Name, Position: g.position})
+		m.trimOutput()
 	}
 }
 

@@ -42,24 +42,53 @@ func (m *Machine) purgeFront(g *Group, now int64) int {
 		if !(consumed && low >= g.base) && addSat(x.Released, x.RetentionNs) > now {
 			break
 		}
-		delete(g.ids, x.ID)
-		g.counts[MsgReleased]--
-		if c := g.chunks[0]; c.gen == g.gen {
-			*x = msg{} // let the payload go now, unless a fork shares it
-		}
-		g.base++
+		m.dropFront(g)
 		n++
-		// A chunk goes once its last slot is purged.
-		if (g.base-1)>>chunkShift > g.c0 && len(g.chunks) > 0 {
-			g.chunks[0] = nil
-			g.chunks = g.chunks[1:]
-			g.c0++
-		}
+	}
+	return n
+}
+
+// dropFront purges the group's oldest released message.
+func (m *Machine) dropFront(g *Group) {
+	x := g.at(g.base)
+	delete(g.ids, x.ID)
+	g.counts[MsgReleased]--
+	c := outCost(x)
+	g.out -= c
+	m.out -= c
+	if c := g.chunks[0]; c.gen == g.gen {
+		*x = msg{} // let the payload go now, unless a fork shares it
+	}
+	g.base++
+	// A chunk goes once its last slot is purged.
+	if (g.base-1)>>chunkShift > g.c0 && len(g.chunks) > 0 {
+		g.chunks[0] = nil
+		g.chunks = g.chunks[1:]
+		g.c0++
 	}
 	if cap(g.chunks) > 2*len(g.chunks)+16 {
 		g.chunks = slices.Clone(g.chunks)
 	}
-	return n
+}
+
+// trimOutput purges the oldest released messages early, from the group
+// whose run was released first, while the partition keeps more than
+// Limits.MaxOutputBytes of them. A consumer still behind them finds them
+// gone, as after their retention: a read says where its group's output
+// now starts (FirstKept). The entry of a group with nothing left to
+// purge goes; a group that releases again queues a new one.
+func (m *Machine) trimOutput() {
+	for m.out > m.opts.Limits.MaxOutputBytes {
+		e, ok := m.purgeQ.Front()
+		if !ok {
+			return
+		}
+		if g := m.groups[e.Group]; g != nil && g.base <= g.position {
+			m.dropFront(g)
+			continue
+		}
+		m.purgeQ.Pop()
+	}
 }
 
 func (m *Machine) purge(now int64, fx *engine.Effects) *Result {

@@ -65,6 +65,16 @@ const (
 	DefaultMaxGroups     = 10_000
 	DefaultMaxConsumers  = 100
 	maxReadLimit         = 1000
+	// DefaultMaxOutputBytes bounds the released messages a partition
+	// keeps for their consumers or their retention (outCost each): a
+	// group without consumers keeps its output for --seq-retention, 24 h,
+	// which at the peer's 3,000 messages/s was hundreds of millions of
+	// messages, tens of GB. Past it the oldest released go early, as
+	// Kafka's retention.bytes deletes a topic's oldest segments.
+	DefaultMaxOutputBytes = int64(256 << 20)
+	// outOverhead is what a kept message costs besides its payload and
+	// id: its slot and its id's entry in the group's index.
+	outOverhead = 160
 )
 
 // Limits a partition enforces; zero fields take the defaults.
@@ -72,6 +82,9 @@ type Limits struct {
 	MaxUnreleased int // per group, gaps included
 	MaxGroups     int // per partition
 	MaxConsumers  int // per group
+	// MaxOutputBytes bounds the released messages kept per partition
+	// (outCost each).
+	MaxOutputBytes int64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -83,6 +96,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxConsumers <= 0 {
 		l.MaxConsumers = DefaultMaxConsumers
+	}
+	if l.MaxOutputBytes <= 0 {
+		l.MaxOutputBytes = DefaultMaxOutputBytes
 	}
 	return l
 }
@@ -176,7 +192,13 @@ type Group struct {
 	leases    map[string]map[uint64]struct{} // processor → its LEASED seqs
 	counts    [numStates]int
 	traces    map[uint64]engine.TraceContext // see trace.go
+	// out: what its released messages kept cost (outCost).
+	out int64
 }
+
+// outCost is what a released message kept costs against
+// Limits.MaxOutputBytes.
+func outCost(x *msg) int64 { return int64(len(x.Payload)+len(x.ID)) + outOverhead }
 
 func newGroup(name string, now int64) *Group {
 	return &Group{Name: name, CreatedAt: now, base: 1, ids: map[string]uint64{},
@@ -255,7 +277,10 @@ type Machine struct {
 	opts   Options
 	groups map[string]*Group
 	// purgeQ: released runs in release order; see purge.
-	purgeQ  retain.Queue[purgeEntry]
+	purgeQ retain.Queue[purgeEntry]
+	// out: what the groups' released messages kept cost
+	// (Limits.MaxOutputBytes).
+	out     int64
 	inBatch bool // holds back Ready notes while a batch applies
 	// trace is the input's trace while it applies (trace.go).
 	trace engine.TraceContext
@@ -279,6 +304,7 @@ func NewMachine(o Options) *Machine {
 func (m *Machine) reset() {
 	m.groups = map[string]*Group{}
 	m.purgeQ = retain.Queue[purgeEntry]{}
+	m.out = 0
 }
 
 // Outcome of a command, for the API layer to map to a status code.
