@@ -210,7 +210,7 @@ func (c *h2Conn) onError(err error) bool {
 	case errors.As(err, &se):
 		c.mu.Lock()
 		if st := c.streams[se.StreamID]; st != nil {
-			c.resetLocked(st, se.Code, nil)
+			c.resetLocked(st, se.Code, se.Cause)
 		} else {
 			c.fw.WriteRSTStream(se.StreamID, se.Code)
 			c.noteControlLocked()

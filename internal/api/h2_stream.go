@@ -295,8 +295,11 @@ func (c *h2Conn) processData(f *http2.DataFrame) error {
 		if err := c.refundLocked(n); err != nil {
 			return err
 		}
-		st.setBodyErr(fmt.Errorf("sender tried to send more than declared Content-Length of %d bytes", st.declLen))
-		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+		// The handler learns it from the reset (onError), which closes
+		// the stream first: woken here, it could answer before the
+		// reset, which net/http never does.
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol,
+			Cause: fmt.Errorf("sender tried to send more than declared Content-Length of %d bytes", st.declLen)}
 	}
 	if n > 0 {
 		if n > c.inflow.avail || n > st.inflow.avail {
