@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -96,6 +99,11 @@ type budgetedRead struct {
 	e    *grpcEdge
 	held int64
 	recv func(any) error // RecvMsg, bound
+	// reading is what the read in progress holds; since when it began,
+	// idx its place in the edge's slowReads.
+	reading atomic.Int64
+	since   int64
+	idx     int
 }
 
 func (r *budgetedRead) RecvMsg(m any) error {
@@ -104,7 +112,11 @@ func (r *budgetedRead) RecvMsg(m any) error {
 	if err != nil {
 		return api.GRPCError(ctx, err)
 	}
+	r.reading.Store(n)
+	r.e.slow.add(r)
 	err = r.ServerStream.RecvMsg(m)
+	r.e.slow.remove(r)
+	n = r.reading.Swap(0) // 0 if the sweep gave it back
 	keep := int64(0)
 	if pm, ok := m.(proto.Message); ok && err == nil {
 		if size := int64(proto.Size(pm)); size > api.SmallBody {
@@ -131,4 +143,60 @@ func readSize(ctx context.Context, max int) int64 {
 		}
 	}
 	return int64(max)
+}
+
+// slowReads are the reads in progress. A unary call holds the largest
+// message's room until grpc-go has its message and the client's end of
+// the stream, so a client that sends a small message and never
+// half-closes (or trickles a large one) would keep that room from every
+// other call: 64 such streams, and every call on --grpc-addr waits. On
+// --addr the read timeout ends such a request; grpc-go has no read
+// timeout of a call's own, so the sweep gives back the room of a read
+// older than the read timeout instead, and the call goes on uncounted.
+type slowReads struct {
+	mu    sync.Mutex
+	reads []*budgetedRead
+}
+
+func (s *slowReads) add(r *budgetedRead) {
+	r.since = time.Now().UnixNano()
+	s.mu.Lock()
+	r.idx = len(s.reads)
+	s.reads = append(s.reads, r)
+	s.mu.Unlock()
+}
+
+func (s *slowReads) remove(r *budgetedRead) {
+	s.mu.Lock()
+	last := s.reads[len(s.reads)-1]
+	s.reads[r.idx], last.idx = last, r.idx
+	s.reads[len(s.reads)-1] = nil
+	s.reads = s.reads[:len(s.reads)-1]
+	s.mu.Unlock()
+}
+
+// sweep gives back the room of the reads that began before cutoff.
+func (s *slowReads) sweep(cutoff int64, bodies *api.BodyBudget) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.reads {
+		if r.since < cutoff {
+			bodies.Give(r.reading.Swap(0))
+		}
+	}
+}
+
+// sweepSlowReads sweeps every quarter of the read timeout (at most every
+// second) until quit closes.
+func (e *grpcEdge) sweepSlowReads(timeout time.Duration, quit <-chan struct{}) {
+	t := time.NewTicker(min(max(timeout/4, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case now := <-t.C:
+			e.slow.sweep(now.Add(-timeout).UnixNano(), e.bodies)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"compress/gzip"
 	"encoding/binary"
 	"io"
@@ -218,5 +219,85 @@ func TestGRPCGoReflectionStreamsAreBounded(t *testing.T) {
 			t.Fatalf("a reflection stream after one closed: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// unendedBody is a gRPC request body that sends its message and then
+// does not end until let go, as a client that never half-closes.
+type unendedBody struct {
+	msg []byte
+	let chan struct{}
+}
+
+func (b *unendedBody) Read(p []byte) (int, error) {
+	if len(b.msg) > 0 {
+		n := copy(p, b.msg)
+		b.msg = b.msg[n:]
+		return n, nil
+	}
+	<-b.let
+	return 0, io.EOF
+}
+
+// A call whose client sends its message and does not end its side holds
+// its room in the body budget only for the read timeout: two such calls
+// fill a budget of two of the largest messages, and a third call is
+// served once the timeout has passed, not after the budget's 30-second
+// wait. The two are served when their clients end.
+func TestGRPCGoUnendedCallGivesBackItsRoom(t *testing.T) {
+	s, tr := serveBoth(t, Config{MaxBodyMemory: 2 * jobs.MaxMessageBytes, ReadTimeout: 300 * time.Millisecond})
+	req, err := proto.Marshal(&jqpb.SubmitJobRequest{QueueName: "default", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req))), req...)
+	ctx := ctx30(t)
+	client := h2cClient()
+	var wg sync.WaitGroup
+	statuses := make([]string, 2)
+	lets := make([]chan struct{}, 2)
+	for i := range lets {
+		lets[i] = make(chan struct{})
+		body := &unendedBody{msg: slices.Clone(msg), let: lets[i]}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := http.NewRequestWithContext(ctx, "POST", tr[1].base+jqpbconnect.JobServiceSubmitJobProcedure, body)
+			r.ContentLength = -1
+			r.Header.Set("Content-Type", "application/grpc")
+			r.Header.Set("TE", "trailers")
+			resp, err := client.Do(r)
+			if err != nil {
+				statuses[i] = err.Error()
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses[i] = resp.Trailer.Get("Grpc-Status") + resp.Header.Get("Grpc-Status")
+		}()
+	}
+	for s.srv.Bodies().Held() < 2*jobs.MaxMessageBytes {
+		if ctx.Err() != nil {
+			t.Fatalf("the two unended calls hold %d bytes of the budget, want all %d", s.srv.Bodies().Held(), 2*jobs.MaxMessageBytes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c := jqpbconnect.NewJobServiceClient(h2cClient(), tr[1].base, connect.WithGRPC())
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.SubmitJob(cctx, connect.NewRequest(&jqpb.SubmitJobRequest{QueueName: "default", Payload: []byte("y")})); err != nil {
+		t.Fatalf("a call beside two unended ones: %v, want it served once their read timeout passed", err)
+	}
+	for _, l := range lets {
+		close(l)
+	}
+	wg.Wait()
+	for i, st := range statuses {
+		if st != "0" {
+			t.Errorf("unended call %d ended with %q, want grpc-status 0 once its client ended", i, st)
+		}
+	}
+	if held := s.srv.Bodies().Held(); held != 0 {
+		t.Errorf("%d bytes of the budget held after every call was answered", held)
 	}
 }

@@ -71,7 +71,15 @@ type grpcEdge struct {
 	// clientStreams counts the client-streaming calls open
 	// (grpcMaxClientStreams).
 	clientStreams atomic.Int32
+	// slow are the message reads in progress, swept of the budget past
+	// the read timeout until quit closes (stop).
+	slow     slowReads
+	quit     chan struct{}
+	quitOnce sync.Once
 }
+
+// stop ends the sweep of slow reads.
+func (e *grpcEdge) stop() { e.quitOnce.Do(func() { close(e.quit) }) }
 
 // startGRPC listens on --grpc-addr, if set, and serves there every
 // service a module registers for grpc-go, with health checks and
@@ -85,6 +93,7 @@ func (s *Server) startGRPC() error {
 	}
 	e := &grpcEdge{logger: s.logger, stats: newGRPCStats(s.reg), bodies: s.srv.Bodies(), maxMessage: s.grpcMaxMessage()}
 	e.reads.New = e.newBudgetedRead
+	e.quit = make(chan struct{})
 	var chain http.Handler = http.HandlerFunc(e.call)
 	chain = s.srv.Admit(chain)
 	if s.tracer != nil {
@@ -110,7 +119,8 @@ func (s *Server) startGRPC() error {
 	}
 	e.ln = ln
 	s.grpc = e
-	s.undo = append(s.undo, e.srv.Stop)
+	s.undo = append(s.undo, e.srv.Stop, e.stop)
+	go e.sweepSlowReads(s.limits.ReadTimeout, e.quit)
 	// The connection cap of --addr applies here too, on its own count:
 	// past it connections wait in the listen backlog.
 	go func() {
@@ -198,6 +208,7 @@ func maxInt(a, b int) int {
 // were already told to end by the modules' Shutdown) until ctx is done,
 // then closes what is left.
 func (e *grpcEdge) shutdown(ctx context.Context) {
+	defer e.stop()
 	done := make(chan struct{})
 	go func() {
 		e.srv.GracefulStop()

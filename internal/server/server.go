@@ -54,6 +54,10 @@ type Config struct {
 	// for MaxConns derived from the open-file limit).
 	MaxConns    int
 	IdleTimeout time.Duration
+	// ReadTimeout bounds reading a request (api.Limits.ReadTimeout; 0:
+	// api.DefaultReadTimeout); on --grpc-addr, how long a call's message
+	// may take to arrive while it holds room in the body budget.
+	ReadTimeout time.Duration
 	MaxStreams  int
 	MaxInflight int
 	MaxWait     time.Duration // the waiting room's patience
@@ -282,6 +286,7 @@ func (s *Server) apiLimits() (api.Limits, error) {
 	return api.Limits{
 		MaxConns:     cfg.MaxConns,
 		IdleTimeout:  cfg.IdleTimeout,
+		ReadTimeout:  cfg.ReadTimeout,
 		MaxStreams:   cfg.MaxStreams,
 		MaxInflight:  cfg.MaxInflight,
 		MaxWait:      cfg.MaxWait,
