@@ -2,8 +2,8 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"io"
 	"math/rand/v2"
