@@ -254,7 +254,7 @@ func (b *bench) create(bg *benchGroup, delayMs int) {
 // publishAll publishes the group's messages at once, MaxBatch a command.
 func (b *bench) publishAll(bg *benchGroup) {
 	for from := 1; from <= bg.n; from += MaxBatch {
-		batch := &PublishBatch{}
+		batch := &PublishBatch{MaxHeldBytes: DefaultMaxHeldBytes}
 		for i := from; i < from+MaxBatch && i <= bg.n; i++ {
 			batch.Msgs = append(batch.Msgs, b.benchMsg(bg, i))
 		}
@@ -288,7 +288,7 @@ func (b *bench) publishPaced(bg *benchGroup, delay time.Duration) {
 			p := b.benchMsg(bg, next)
 			cmd = &p
 		} else {
-			batch := &PublishBatch{}
+			batch := &PublishBatch{MaxHeldBytes: DefaultMaxHeldBytes}
 			for i := next; i <= due; i++ {
 				batch.Msgs = append(batch.Msgs, b.benchMsg(bg, i))
 			}
@@ -303,7 +303,7 @@ func (b *bench) publishPaced(bg *benchGroup, delay time.Duration) {
 
 // benchMsg is the group's message i.
 func (b *bench) benchMsg(bg *benchGroup, i int) Publish {
-	return Publish{Group: bg.name, MsgID: bg.name + "-" + strconv.Itoa(i), RetentionNs: int64(b.a.retention)}
+	return Publish{Group: bg.name, MsgID: bg.name + "-" + strconv.Itoa(i), RetentionNs: int64(b.a.retention), MaxHeldBytes: DefaultMaxHeldBytes}
 }
 
 // publishUntilTaken publishes cmd until it is taken (true), the group is

@@ -62,7 +62,7 @@ func (a *API) publishOf(g string, b *publishBody, i int) (Publish, *badInput) {
 		}
 		payload = []byte(b.Payload)
 	}
-	return Publish{Group: g, MsgID: id, Seq: b.Seq, Payload: payload, RetentionNs: int64(a.retention)}, nil
+	return Publish{Group: g, MsgID: id, Seq: b.Seq, Payload: payload, RetentionNs: int64(a.retention), MaxHeldBytes: DefaultMaxHeldBytes}, nil
 }
 
 // publishBatchOf checks a batch, all or nothing, and makes its command.
@@ -78,7 +78,7 @@ func (a *API) publishBatchOf(g string, msgs []publishBody) (*PublishBatch, *badI
 		return nil, &badInput{true, fmt.Sprintf("the batch's payloads add up to %d bytes, over the limit of %d for one publish; split it into smaller batches",
 			total, MaxBatchPayloadBytes)}
 	}
-	batch := &PublishBatch{Msgs: make([]Publish, len(msgs))}
+	batch := &PublishBatch{Msgs: make([]Publish, len(msgs)), MaxHeldBytes: DefaultMaxHeldBytes}
 	for i := range msgs {
 		p, bad := a.publishOf(g, &msgs[i], i)
 		if bad != nil {

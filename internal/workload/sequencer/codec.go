@@ -31,6 +31,8 @@ const (
 	tagCompleteBatch
 	tagReleaseSeqs // a Release with Seqs
 	tagLeaseBytes  // a Lease with MaxBytes
+	tagPublishHeld // a Publish with MaxHeldBytes
+	tagPublishBatchHeld
 )
 
 // Client commands. Durations are in ns. The API fills in MsgID (a random
@@ -45,10 +47,19 @@ type (
 		Seq          uint64
 		Payload      []byte
 		RetentionNs  int64 // 0: DefaultRetentionNs
+		// MaxHeldBytes bounds what the partition's unreleased messages
+		// cost (outCost each): a publish past it is refused. The API
+		// fills it in so that it is logged and replay refuses what the
+		// live run refused; 0 (records written before it): no bound.
+		// Coded under tagPublishHeld; a batch's messages' are not coded.
+		MaxHeldBytes int64
 	}
 	// PublishBatch publishes up to MaxBatch messages of one group, all
 	// or nothing, in one log record.
-	PublishBatch struct{ Msgs []Publish }
+	PublishBatch struct {
+		Msgs         []Publish
+		MaxHeldBytes int64 // as Publish's, for the whole batch
+	}
 	// Lease takes up to Max leasable messages, lowest seq first, and
 	// with MaxBytes > 0 no more than fit MaxBytes of payload (always at
 	// least one): 1,000 messages of 1 MiB would be a 1 GB answer held in
@@ -121,6 +132,29 @@ func (x *PublishBatch) code(c *wire.Coder) {
 }
 func (x *Lease) code(c *wire.Coder) { c.Str(&x.Group, &x.Processor); c.I32(&x.Max); c.I64(&x.LeaseNs) }
 
+// publishHeld and publishBatchHeld code a publish with its limit under
+// a tag of its own, as leaseBytes does a Lease's bound.
+type (
+	publishHeld      struct{ *Publish }
+	publishBatchHeld struct{ *PublishBatch }
+)
+
+func (x publishHeld) code(c *wire.Coder) {
+	x.Publish.code(c)
+	codeHeld(c, &x.MaxHeldBytes)
+}
+func (x publishBatchHeld) code(c *wire.Coder) {
+	x.PublishBatch.code(c)
+	codeHeld(c, &x.MaxHeldBytes)
+}
+
+func codeHeld(c *wire.Coder, n *int64) {
+	c.I64(n)
+	if c.Reading() && *n <= 0 && c.R.Err == nil {
+		c.R.Err = errors.New("a publish with a limit has no positive limit")
+	}
+}
+
 // leaseBytes codes a Lease with MaxBytes under a tag of its own, so that
 // leases logged before it decode as they were: positive, so that a
 // decoded record re-encodes under the same tag.
@@ -182,8 +216,18 @@ func encode(b []byte, tag byte, x coded) ([]byte, error) {
 	return w.B, nil
 }
 
-func (x *Publish) AppendBinary(b []byte) ([]byte, error)      { return encode(b, tagPublish, x) }
-func (x *PublishBatch) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagPublishBatch, x) }
+func (x *Publish) AppendBinary(b []byte) ([]byte, error) {
+	if x.MaxHeldBytes > 0 {
+		return encode(b, tagPublishHeld, publishHeld{x})
+	}
+	return encode(b, tagPublish, x)
+}
+func (x *PublishBatch) AppendBinary(b []byte) ([]byte, error) {
+	if x.MaxHeldBytes > 0 {
+		return encode(b, tagPublishBatchHeld, publishBatchHeld{x})
+	}
+	return encode(b, tagPublishBatch, x)
+}
 func (x *Lease) AppendBinary(b []byte) ([]byte, error) {
 	if x.MaxBytes > 0 {
 		return encode(b, tagLeaseBytes, leaseBytes{x})
@@ -232,6 +276,10 @@ func newCommand(tag byte) coded {
 		return releaseSeqs{&Release{}}
 	case tagLeaseBytes:
 		return leaseBytes{&Lease{}}
+	case tagPublishHeld:
+		return publishHeld{&Publish{}}
+	case tagPublishBatchHeld:
+		return publishBatchHeld{&PublishBatch{}}
 	}
 	return nil
 }
@@ -251,6 +299,10 @@ func Decode(data []byte) (engine.Command, error) {
 		return c.Release, nil
 	case leaseBytes:
 		return c.Lease, nil
+	case publishHeld:
+		return c.Publish, nil
+	case publishBatchHeld:
+		return c.PublishBatch, nil
 	}
 	return cmd, nil
 }
@@ -389,12 +441,17 @@ func (m *Machine) restore(data []byte) error {
 				return err
 			}
 			g.counts[x.State]++
-			if x.State == MsgReleased {
+			switch x.State {
+			case MsgReleased:
 				g.out += outCost(&x)
+			case MsgGap:
+			default:
+				g.held += outCost(&x)
 			}
 			g.appendSlot(x)
 		}
 		m.out += g.out
+		m.held += g.held
 	}
 	for n := c.Count(0, 2); n > 0 && r.Err == nil; n-- {
 		var e purgeEntry

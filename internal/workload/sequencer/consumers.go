@@ -66,5 +66,6 @@ func (m *Machine) deleteGroup(c *DeleteGroup, fx *engine.Effects) *Result {
 	// go when due.
 	delete(m.groups, c.Group)
 	m.out -= g.out
+	m.held -= g.held
 	return &Result{Outcome: OK}
 }

@@ -26,6 +26,9 @@ func seedCommands() []engine.Command {
 		&PurgeMessages{},
 		&CompleteBatch{Group: "g", Processor: "p", Seqs: []uint64{3, 1, 1 << 40, 3}},
 		&CompleteBatch{Group: "g", Processor: "p", Seqs: []uint64{0}},
+		// With the partition's limit of unreleased bytes.
+		&Publish{Group: "g", MsgID: "m3", Payload: []byte("x"), MaxHeldBytes: 256 << 20},
+		&PublishBatch{Msgs: []Publish{{Group: "g", MsgID: "c"}}, MaxHeldBytes: 1 << 20},
 	}
 }
 

@@ -3,6 +3,7 @@ package sequencer
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine/enginetest"
@@ -116,4 +117,43 @@ func TestOutputBoundedInBytes(t *testing.T) {
 	if r.out != m.out {
 		t.Fatalf("restored, the partition counts %d bytes of output; it had %d", r.out, m.out)
 	}
+}
+
+// Unreleased messages are bounded in bytes when the publish carries the
+// limit (the API's always do): past it a publish, or a whole batch, is
+// refused RESOURCE_EXHAUSTED and changes nothing; releasing frees the
+// room; a publish logged without a limit is not bounded.
+func TestUnreleasedBoundedInBytes(t *testing.T) {
+	h := newHarness(t, 4, 1, Limits{})
+	payload := bytes.Repeat([]byte("x"), 1000)
+	limit := 3 * pubCost(&Publish{MsgID: "m0", Payload: payload})
+	for i := range 3 {
+		if r := h.Client("", &Publish{Group: "g", MsgID: fmt.Sprint("m", i), Payload: payload, MaxHeldBytes: limit}); r.Outcome != Created {
+			t.Fatalf("publish %d within the limit: %v", i, r.Msg)
+		}
+	}
+	if r := h.Client("", &Publish{Group: "g", MsgID: "m3", Payload: payload, MaxHeldBytes: limit}); r.Outcome != Exhausted || !strings.Contains(r.Msg, "unreleased") {
+		t.Fatalf("a publish past the limit: %v %s, want Exhausted", r.Outcome, r.Msg)
+	}
+	if r := h.Client("", &PublishBatch{Msgs: []Publish{{Group: "g", MsgID: "b1", Payload: []byte("y")}}, MaxHeldBytes: limit}); r.Outcome != Exhausted || !strings.Contains(r.Msg, "nothing was published") {
+		t.Fatalf("a batch past the limit: %v %s", r.Outcome, r.Msg)
+	}
+	// A repeat of a kept id is answered as before, limit or not.
+	if r := h.Client("", &Publish{Group: "g", MsgID: "m0", Payload: payload, MaxHeldBytes: limit}); r.Outcome != Same {
+		t.Fatalf("a repeated id at the limit: %v %s, want Same", r.Outcome, r.Msg)
+	}
+	if r := h.Client("", &Publish{Group: "g", MsgID: "old", Payload: payload}); r.Outcome != Created {
+		t.Fatalf("a publish without a limit: %v %s", r.Outcome, r.Msg)
+	}
+	// The three limited ones released: the unlimited one and a new one fit.
+	r := h.Client("", &Lease{Group: "g", Processor: "p", Max: 3, LeaseNs: 60e9})
+	for _, x := range r.Messages {
+		if c := h.Client("", &Complete{Group: "g", Seq: x.Seq, Processor: "p"}); c.Outcome != OK {
+			t.Fatal(c.Msg)
+		}
+	}
+	if r := h.Client("", &Publish{Group: "g", MsgID: "m3", Payload: payload, MaxHeldBytes: limit}); r.Outcome != Created {
+		t.Fatalf("a publish once one was released: %v %s", r.Outcome, r.Msg)
+	}
+	h.CheckReplay()
 }

@@ -594,12 +594,17 @@ func (md *model) check() {
 		if len(pending) != len(g.pending) || counts != g.counts {
 			t.Fatalf("%s: counts %v, slots say %v; heap %d", name, g.counts, counts, len(g.pending))
 		}
-		var kept int64
-		for seq := g.base; seq <= g.position; seq++ {
-			kept += outCost(g.at(seq))
+		var kept, held int64
+		for seq := g.base; seq <= g.last(); seq++ {
+			switch x := g.at(seq); {
+			case seq <= g.position:
+				kept += outCost(x)
+			case x.State != MsgGap:
+				held += outCost(x)
+			}
 		}
-		if kept != g.out {
-			t.Fatalf("%s: its kept output counted %d, its messages cost %d", name, g.out, kept)
+		if kept != g.out || held != g.held {
+			t.Fatalf("%s: its kept output counted %d, unreleased %d; its messages cost %d and %d", name, g.out, g.held, kept, held)
 		}
 		// The release is maximal: the message after the position is not
 		// processed (else it would have gone out).
@@ -642,12 +647,14 @@ func (md *model) check() {
 // checkOutput: each partition counts what its groups' kept output costs.
 func (md *model) checkOutput() {
 	for p, m := range md.h.Machines {
-		var out int64
+		var out, held int64
 		for _, g := range m.groups {
 			out += g.out
+			held += g.held
 		}
-		if out != m.out || m.out > m.opts.Limits.MaxOutputBytes {
-			md.h.T.Fatalf("partition %d counts %d bytes of output, its groups %d, limit %d", p, m.out, out, m.opts.Limits.MaxOutputBytes)
+		if out != m.out || m.out > m.opts.Limits.MaxOutputBytes || held != m.held {
+			md.h.T.Fatalf("partition %d counts %d bytes of output (its groups %d, limit %d) and %d unreleased (its groups %d)",
+				p, m.out, out, m.opts.Limits.MaxOutputBytes, m.held, held)
 		}
 	}
 }

@@ -184,6 +184,8 @@ func (m *Machine) releaseRun(g *Group, now int64, fx *engine.Effects) {
 		x.Released = now
 		g.out += outCost(x)
 		m.out += outCost(x)
+		g.held -= outCost(x)
+		m.held -= outCost(x)
 		g.position++
 		m.traceRelease(g, g.position, fx)
 		// One purge entry per run and retention, not per message: a

@@ -61,6 +61,19 @@ func (m *Machine) checkPublish(g *Group, p *Publish, group string, taken map[uin
 	return nil
 }
 
+// pubCost is what a published message will cost its partition (outCost).
+func pubCost(p *Publish) int64 { return int64(len(p.Payload)+len(p.MsgID)) + outOverhead }
+
+// checkHeld refuses messages costing n more when the partition's
+// unreleased messages would cost more than limit (0: none).
+func (m *Machine) checkHeld(n, limit int64) *Result {
+	if limit > 0 && m.held+n > limit {
+		return fail(Exhausted, "sequencer: this partition's unreleased messages take %d bytes; %d more would pass its limit of %d, freed as messages are released",
+			m.held, n, limit)
+	}
+	return nil
+}
+
 func (m *Machine) newGroupAllowed(name string) *Result {
 	if len(m.groups) >= m.opts.Limits.MaxGroups {
 		return fail(Exhausted, "sequencer: at most %d groups per partition; group %q not created", m.opts.Limits.MaxGroups, name)
@@ -74,6 +87,9 @@ func (m *Machine) publish(c *Publish, now int64, fx *engine.Effects) *Result {
 	}
 	g := m.groups[c.Group]
 	if r := m.checkPublish(g, c, c.Group, nil, 0); r != nil {
+		return r
+	}
+	if r := m.checkHeld(pubCost(c), c.MaxHeldBytes); r != nil {
 		return r
 	}
 	if g == nil {
@@ -112,6 +128,8 @@ func (m *Machine) add(g *Group, c *Publish, now int64) uint64 {
 	}
 	x := g.mut(seq)
 	*x = msg{ID: c.MsgID, Payload: c.Payload, State: MsgPending, Created: now, RetentionNs: ret}
+	g.held += outCost(x)
+	m.held += outCost(x)
 	g.ids[c.MsgID] = seq
 	g.counts[MsgGap]--
 	g.counts[MsgPending]++
@@ -142,6 +160,15 @@ func (m *Machine) publishBatch(c *PublishBatch, now int64, fx *engine.Effects) *
 	plan, r := m.checkBatch(g, c.Msgs, name)
 	if r != nil {
 		return r
+	}
+	cost := int64(0)
+	for i := range c.Msgs {
+		if plan.each[i] == nil && plan.dupOf[i] == 0 {
+			cost += pubCost(&c.Msgs[i])
+		}
+	}
+	if r := m.checkHeld(cost, c.MaxHeldBytes); r != nil {
+		return fail(r.Outcome, "%s (nothing was published)", r.Msg)
 	}
 	if g == nil && plan.adds > 0 {
 		if g, r = m.newBatchGroup(name, plan, now); r != nil {

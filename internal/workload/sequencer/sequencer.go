@@ -75,6 +75,10 @@ const (
 	// outOverhead is what a kept message costs besides its payload and
 	// id: its slot and its id's entry in the group's index.
 	outOverhead = 160
+	// DefaultMaxHeldBytes bounds what a partition's unreleased messages
+	// cost (outCost each; Publish.MaxHeldBytes): the window's 1,000,000
+	// slots a group of 1 MiB payloads would be 1 TB.
+	DefaultMaxHeldBytes = int64(256 << 20)
 )
 
 // Limits a partition enforces; zero fields take the defaults.
@@ -192,8 +196,9 @@ type Group struct {
 	leases    map[string]map[uint64]struct{} // processor → its LEASED seqs
 	counts    [numStates]int
 	traces    map[uint64]engine.TraceContext // see trace.go
-	// out: what its released messages kept cost (outCost).
-	out int64
+	// out: what its released messages kept cost (outCost); held: what
+	// its unreleased messages cost.
+	out, held int64
 }
 
 // outCost is what a released message kept costs against
@@ -279,8 +284,9 @@ type Machine struct {
 	// purgeQ: released runs in release order; see purge.
 	purgeQ retain.Queue[purgeEntry]
 	// out: what the groups' released messages kept cost
-	// (Limits.MaxOutputBytes).
-	out     int64
+	// (Limits.MaxOutputBytes); held: what their unreleased messages cost
+	// (Publish.MaxHeldBytes).
+	out, held int64
 	inBatch bool // holds back Ready notes while a batch applies
 	// trace is the input's trace while it applies (trace.go).
 	trace engine.TraceContext
@@ -304,7 +310,7 @@ func NewMachine(o Options) *Machine {
 func (m *Machine) reset() {
 	m.groups = map[string]*Group{}
 	m.purgeQ = retain.Queue[purgeEntry]{}
-	m.out = 0
+	m.out, m.held = 0, 0
 }
 
 // Outcome of a command, for the API layer to map to a status code.
