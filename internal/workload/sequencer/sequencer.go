@@ -287,7 +287,7 @@ type Machine struct {
 	// (Limits.MaxOutputBytes); held: what their unreleased messages cost
 	// (Publish.MaxHeldBytes).
 	out, held int64
-	inBatch bool // holds back Ready notes while a batch applies
+	inBatch   bool // holds back Ready notes while a batch applies
 	// trace is the input's trace while it applies (trace.go).
 	trace engine.TraceContext
 }
