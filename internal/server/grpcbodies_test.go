@@ -50,6 +50,39 @@ func (b *heldBackBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// submitRaw sends body, a gRPC SubmitJob request (gzip-compressed if gz)
+// whose length nothing declares, to base and returns the call's
+// grpc-status, or the transport's error.
+func submitRaw(ctx context.Context, client *http.Client, base string, body io.Reader, gz bool) string {
+	r, _ := http.NewRequestWithContext(ctx, "POST", base+jqpbconnect.JobServiceSubmitJobProcedure, body)
+	r.ContentLength = -1
+	r.Header.Set("Content-Type", "application/grpc")
+	r.Header.Set("TE", "trailers")
+	if gz {
+		r.Header.Set("Grpc-Encoding", "gzip")
+	}
+	resp, err := client.Do(r)
+	if err != nil {
+		return err.Error()
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Trailer.Get("Grpc-Status") + resp.Header.Get("Grpc-Status")
+}
+
+// answeredAndFreed: every call ended OK, and the budget holds nothing.
+func answeredAndFreed(t *testing.T, s *Server, statuses []string) {
+	t.Helper()
+	for i, st := range statuses {
+		if st != "0" {
+			t.Errorf("call %d ended with %q, want grpc-status 0", i, st)
+		}
+	}
+	if held := s.srv.Bodies().Held(); held != 0 {
+		t.Errorf("%d bytes of the budget still held after every call was answered", held)
+	}
+}
+
 // Large unary messages on --grpc-addr wait for room in the body budget
 // (--max-body-memory) before grpc-go reads them, as large bodies do on
 // --addr: with room for two of the largest message, two of six calls
@@ -96,21 +129,7 @@ func messagesWaitForTheBudget(t *testing.T, gz bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, _ := http.NewRequestWithContext(ctx, "POST", tr[1].base+jqpbconnect.JobServiceSubmitJobProcedure, bodies[i])
-			r.ContentLength = -1
-			r.Header.Set("Content-Type", "application/grpc")
-			r.Header.Set("TE", "trailers")
-			if gz {
-				r.Header.Set("Grpc-Encoding", "gzip")
-			}
-			resp, err := client.Do(r)
-			if err != nil {
-				statuses[i] = err.Error()
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			statuses[i] = resp.Trailer.Get("Grpc-Status") + resp.Header.Get("Grpc-Status")
+			statuses[i] = submitRaw(ctx, client, tr[1].base, bodies[i], gz)
 		}()
 	}
 	// What a call's client could send before the server asked for its
@@ -160,14 +179,7 @@ func messagesWaitForTheBudget(t *testing.T, gz bool) {
 		waitFor("the next call read once one is answered", func() bool { return read()+lets+1 >= want })
 	}
 	wg.Wait()
-	for i, st := range statuses {
-		if st != "0" {
-			t.Errorf("call %d ended with %q, want grpc-status 0", i, st)
-		}
-	}
-	if held := s.srv.Bodies().Held(); held != 0 {
-		t.Errorf("%d bytes of the budget still held after every call was answered", held)
-	}
+	answeredAndFreed(t, s, statuses)
 }
 
 // waits is surge_http_body_waits_total of s.
@@ -262,18 +274,7 @@ func TestGRPCGoUnendedCallGivesBackItsRoom(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, _ := http.NewRequestWithContext(ctx, "POST", tr[1].base+jqpbconnect.JobServiceSubmitJobProcedure, body)
-			r.ContentLength = -1
-			r.Header.Set("Content-Type", "application/grpc")
-			r.Header.Set("TE", "trailers")
-			resp, err := client.Do(r)
-			if err != nil {
-				statuses[i] = err.Error()
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			statuses[i] = resp.Trailer.Get("Grpc-Status") + resp.Header.Get("Grpc-Status")
+			statuses[i] = submitRaw(ctx, client, tr[1].base, body, false)
 		}()
 	}
 	for s.srv.Bodies().Held() < 2*jobs.MaxMessageBytes {
@@ -292,12 +293,5 @@ func TestGRPCGoUnendedCallGivesBackItsRoom(t *testing.T) {
 		close(l)
 	}
 	wg.Wait()
-	for i, st := range statuses {
-		if st != "0" {
-			t.Errorf("unended call %d ended with %q, want grpc-status 0 once its client ended", i, st)
-		}
-	}
-	if held := s.srv.Bodies().Held(); held != 0 {
-		t.Errorf("%d bytes of the budget held after every call was answered", held)
-	}
+	answeredAndFreed(t, s, statuses)
 }
