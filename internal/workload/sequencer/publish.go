@@ -61,8 +61,9 @@ func (m *Machine) checkPublish(g *Group, p *Publish, group string, taken map[uin
 	return nil
 }
 
-// pubCost is what a published message will cost its partition (outCost).
-func pubCost(p *Publish) int64 { return int64(len(p.Payload)+len(p.MsgID)) + outOverhead }
+// pubCost is what a published message will cost its partition: the
+// outCost of the slot it will fill, so the two cannot drift apart.
+func pubCost(p *Publish) int64 { return outCost(&msg{ID: p.MsgID, Payload: p.Payload}) }
 
 // checkHeld refuses messages costing n more when the partition's
 // unreleased messages would cost more than limit (0: none).
