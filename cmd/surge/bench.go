@@ -61,6 +61,16 @@ per reservation (mean, median, sd, range over the rounds), its ratio to off
 judges) and the spans received; spans while off, or none while on, fail
 the run.
 
+With --cores N1,N2,... it measures whether the server's efficiency holds
+as cores are added, in the same run: for each flow and each count N in
+turn, a fresh server pinned to the first N CPUs this bench may use (its
+Go runtime's GOMAXPROCS follows), the bench itself pinned to the CPUs after
+them for the spike (or, when none are left, sharing them, said in the
+report). It reports each count's reservations per server CPU-second, its
+percentage of the first count's (the goal: the last at least 80 %), and
+how busy the bench's CPUs were (near 100 % the generator may be the
+limit). Linux only. On 16 CPUs: --cores 2,4,8 leaves the bench 8 to 14.
+
 --charts DIR also writes SVG charts of each flow over the spike (throughput,
 latency p50/p99, server CPU per reservation, against the do-nothing server;
 one point per --sample-interval) and report.md showing them; --html FILE
@@ -132,6 +142,7 @@ func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.BoolVar(&o.ConsolePoll, "console-poll", false, "also run each flow's spike against a second fresh server while every page of the web console (/ui/) polls it once a second, and report the server's CPU per reservation with and without it")
+	f.IntSliceVar(&o.Cores, "cores", nil, "also run each flow's spike on a fresh server pinned to each of these numbers of CPUs in turn (e.g. 2,4,8: the first 2, 4, then 8 CPUs the bench may use), the bench itself pinned to the CPUs after them, and report reservations per server CPU-second against the first count's (Linux)")
 	chartFlags(f, &o.Options, "flow")
 }
 

@@ -44,8 +44,9 @@ func freeAddr() (string, error) {
 }
 
 // startChild runs exe with args (which must already contain addr), its
-// output appended to logPath, in env (nil: childEnv()).
-func startChild(name, exe string, args []string, addr, logPath string, env []string) (*child, error) {
+// output appended to logPath, in env (nil: childEnv()), on cpus (nil:
+// wherever the bench may run).
+func startChild(name, exe string, args []string, addr, logPath string, env []string, cpus []int) (*child, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ func startChild(name, exe string, args []string, addr, logPath string, env []str
 	// If the bench dies without cleaning up (SIGKILL), the kernel kills the
 	// child instead of leaving a server holding the machine's cores.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startPinned(cmd, cpus); err != nil {
 		return nil, err
 	}
 	c := &child{name: name, cmd: cmd, addr: addr, logPath: logPath, exited: make(chan struct{})}

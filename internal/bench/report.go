@@ -67,8 +67,10 @@ type FlowReport struct {
 	// TraceCost is the spike with tracing off and on, in rounds
 	// (--trace-cost).
 	TraceCost *TraceCostReport `json:"traceCost,omitempty"`
-	Goals     []Goal           `json:"goals"`
-	Problems  []string         `json:"problems"`
+	// Cores is the spike on servers pinned to each count of --cores.
+	Cores    *CoresReport `json:"cores,omitempty"`
+	Goals    []Goal       `json:"goals"`
+	Problems []string     `json:"problems"`
 }
 
 // RunReport is one spike against one server.
@@ -165,6 +167,9 @@ func (f *FlowReport) judge(inflight int) {
 	if t := f.TraceCost; t != nil {
 		f.Goals = append(f.Goals, t.goals()...)
 	}
+	if c := f.Cores; c != nil {
+		f.Goals = append(f.Goals, c.goal()...)
+	}
 	if r := f.Restart; r != nil {
 		var v *float64
 		if r.Error == "" {
@@ -212,6 +217,9 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	}
 	if f.TraceCost != nil {
 		writeTraceCost(out, f.TraceCost)
+	}
+	if f.Cores != nil {
+		writeCores(out, f.Cores)
 	}
 	writeSamples(out, runs)
 	fmt.Fprintln(out)

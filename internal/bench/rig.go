@@ -83,11 +83,16 @@ func (r *Rig) spawn(name string, args []string, addr string) (*child, error) {
 
 // spawnEnv is spawn in env (nil: childEnv()).
 func (r *Rig) spawnEnv(name string, args []string, addr string, env []string) (*child, error) {
+	return r.spawnOn(name, args, addr, env, nil)
+}
+
+// spawnOn is spawnEnv on cpus (nil: wherever the bench may run).
+func (r *Rig) spawnOn(name string, args []string, addr string, env []string, cpus []int) (*child, error) {
 	exe := r.o.Exe
 	if r.o.ServeExe != "" && len(args) > 0 && args[0] == "serve" {
 		exe = r.o.ServeExe
 	}
-	c, err := startChild(name, exe, args, addr, filepath.Join(r.tmp, name+".log"), env)
+	c, err := startChild(name, exe, args, addr, filepath.Join(r.tmp, name+".log"), env, cpus)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -156,6 +161,11 @@ func (r *Rig) startServe(ctx context.Context, label, name, tmpName, userName str
 
 // startServeEnv is startServe in env (nil: childEnv()).
 func (r *Rig) startServeEnv(ctx context.Context, label, name, tmpName, userName string, env []string, extra ...string) (*child, []string, error) {
+	return r.startServeOn(ctx, label, name, tmpName, userName, env, nil, extra...)
+}
+
+// startServeOn is startServeEnv on cpus (nil: wherever the bench may run).
+func (r *Rig) startServeOn(ctx context.Context, label, name, tmpName, userName string, env []string, cpus []int, extra ...string) (*child, []string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, nil, err
@@ -174,7 +184,7 @@ func (r *Rig) startServeEnv(ctx context.Context, label, name, tmpName, userName 
 		line = fmt.Sprintf("starting surge serve on %s (data dir %s; %s)", addr, dataDir, strings.Join(extra, " "))
 	}
 	r.logf("%s", prefixed(label, line))
-	c, err := r.spawnEnv(name, args, addr, env)
+	c, err := r.spawnOn(name, args, addr, env, cpus)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -67,6 +67,11 @@ type TicketingOptions struct {
 	TraceCost       bool
 	TraceCostRatio  float64
 	TraceCostRounds int
+	// Cores also runs each flow's spike on a fresh server pinned to each
+	// of these numbers of CPUs in turn, the bench pinned to the CPUs
+	// after them (cores.go), and compares their reservations per server
+	// CPU-second with the first's.
+	Cores []int
 
 	Options
 }
@@ -80,6 +85,9 @@ var ErrFailed = errors.New("ticketing bench failed")
 // server and the do-nothing baseline, prints the report and writes the JSON.
 func RunTicketing(ctx context.Context, o TicketingOptions) error {
 	if err := o.checkTraceCost(); err != nil {
+		return err
+	}
+	if err := o.checkCores(); err != nil {
 		return err
 	}
 	if o.Crowd {
@@ -232,6 +240,15 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		fr.Problems = append(fr.Problems, problems...)
 		if err != nil {
 			return fr, fmt.Errorf("%s tracing's cost: %w", flow, err)
+		}
+	}
+
+	if len(r.o.Cores) > 0 {
+		cr, problems, err := r.cores(ctx, flow)
+		fr.Cores = cr
+		fr.Problems = append(fr.Problems, problems...)
+		if err != nil {
+			return fr, fmt.Errorf("%s on pinned cores: %w", flow, err)
 		}
 	}
 
