@@ -342,7 +342,9 @@ grpc-go client: --concurrency callers over --connections connections make
 do-nothing connect-go server (net/http), then a fresh surge serve on its
 --grpc-addr (grpc-go) and its --addr (connect-go): rate, latency
 percentiles, server CPU per submit, judged against the do-nothing grpc-go
-server.`,
+server. With --rounds N, N-1 more rounds each run the do-nothing grpc-go
+server and a fresh surge --grpc-addr again (Surge first in even rounds),
+and the goals judge the median of the rounds' own comparisons.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -353,6 +355,7 @@ server.`,
 	f := cmd.Flags()
 	f.StringVar(&o.Phase, "phase", bench.JobsPhaseBoth, "submit, e2e, both, or unary (the ghz-like grpc-go run against both do-nothing servers and both of Surge's gRPC listeners)")
 	f.IntVarP(&o.Total, "total", "n", 100000, "unary phase: SubmitJob calls in all (ghz --total); a queue holds at most 100,000 unfinished jobs")
+	f.IntVar(&o.Rounds, "rounds", 1, "unary phase: rounds; after the first (every server), each runs the do-nothing grpc-go server and a fresh surge --grpc-addr again, the order turned each round, and the goals judge the median of the rounds' own figures (the host's drift between rounds cancels out)")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "length of each phase's load")
 	f.IntVarP(&o.Concurrency, "concurrency", "c", 200, "submit phase: concurrent callers (ghz -c)")
 	f.IntVar(&o.Connections, "connections", 1, "HTTP/2 connections the submit calls share (ghz --connections; its default is 1)")

@@ -49,6 +49,11 @@ type JobsOptions struct {
 	Drain       time.Duration // e2e phase: how long to wait for submitted jobs to finish
 	Baseline    bool
 	Total       int // unary phase: SubmitJob calls in all (ghz --total)
+	// Rounds (unary phase): after the first round, which runs all four
+	// servers, each round runs the do-nothing grpc-go server and Surge's
+	// --grpc-addr again, the order turned each round; the goals judge
+	// the median of the rounds' own comparisons. 0 is 1.
+	Rounds int
 	// GRPC: the submit and e2e phases speak grpc-go to the servers'
 	// --grpc-addr instead of connect-go over h2c to --addr.
 	GRPC bool
@@ -85,6 +90,12 @@ func (o JobsOptions) validate() error {
 		return errors.New("--drain must not be negative")
 	case o.Phase == JobsPhaseUnary && o.Total < 1:
 		return fmt.Errorf("--total %d: the unary phase makes at least one call", o.Total)
+	case o.Rounds < 0:
+		return fmt.Errorf("--rounds %d: want at least 1", o.Rounds)
+	case o.Rounds > 1 && o.Phase != JobsPhaseUnary:
+		return errors.New("--rounds is for --phase unary")
+	case o.Rounds > 1 && (o.Target != "" || !o.Baseline):
+		return errors.New("--rounds compares fresh servers with the do-nothing one round by round; it needs the baseline and no --target")
 	}
 	if o.GRPC && o.Target != "" {
 		return errors.New("--grpc starts its own servers (on a --grpc-addr it picks); it cannot be used with --target")
@@ -697,6 +708,7 @@ type JobsConfig struct {
 	Partitions        int     `json:"partitions,omitempty"`
 	GRPC              bool    `json:"grpcGo,omitempty"`
 	Total             int     `json:"total,omitempty"`
+	Rounds            int     `json:"rounds,omitempty"`
 }
 
 // JobsPeer is the peer's published ghz figures (docs/BENCHMARKS.md).
@@ -781,7 +793,7 @@ func RunJobs(ctx context.Context, o JobsOptions) error {
 		Rate: o.Rate, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
 		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions, GRPC: o.GRPC}}
 	if o.Phase == JobsPhaseUnary {
-		rep.Config.Total = o.Total
+		rep.Config.Total, rep.Config.Rounds = o.Total, o.Rounds
 	}
 	return runScenario(ctx, o.Options, "surge-bench-jobs-", &jobsBench{o: o, phases: phases, rep: rep})
 }

@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -178,18 +180,68 @@ func TestJobsOptionsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, bad := range map[string]func(*JobsOptions){
-		"phase":      func(o *JobsOptions) { o.Phase = "all" },
-		"batch":      func(o *JobsOptions) { o.Batch = 1001 },
-		"rate":       func(o *JobsOptions) { o.Rate = 0 },
-		"workers":    func(o *JobsOptions) { o.Workers = 0 },
-		"target":     func(o *JobsOptions) { o.Target = "127.0.0.1:8080" },
-		"worker-con": func(o *JobsOptions) { o.WorkerConc = 1001 },
+		"phase":            func(o *JobsOptions) { o.Phase = "all" },
+		"batch":            func(o *JobsOptions) { o.Batch = 1001 },
+		"rate":             func(o *JobsOptions) { o.Rate = 0 },
+		"workers":          func(o *JobsOptions) { o.Workers = 0 },
+		"target":           func(o *JobsOptions) { o.Target = "127.0.0.1:8080" },
+		"worker-con":       func(o *JobsOptions) { o.WorkerConc = 1001 },
+		"rounds":           func(o *JobsOptions) { o.Rounds = -1 },
+		"rounds not unary": func(o *JobsOptions) { o.Rounds = 2 },
+		"rounds without baseline": func(o *JobsOptions) {
+			o.Phase, o.Total, o.Rounds, o.Baseline = JobsPhaseUnary, 10, 2, false
+		},
+		"rounds with target": func(o *JobsOptions) {
+			o.Phase, o.Total, o.Rounds, o.Baseline, o.Target = JobsPhaseUnary, 10, 2, true, "http://127.0.0.1:1"
+		},
 	} {
 		o := testJobsOptions()
 		bad(&o)
 		if o.validate() == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// The unary goals judge each round's own comparison and, over rounds,
+// their median; the report prints the rounds.
+func TestUnaryRoundsJudgeTheMedian(t *testing.T) {
+	run := func(server string, round int, rate, cpu float64, p99us int64) *UnaryRun {
+		return &UnaryRun{Server: server, Round: round, Rate: rate, CPUPerCall: new(cpu), CPUSeconds: new(cpu),
+			Call: LatencyReport{Count: 10, P99Us: p99us}}
+	}
+	p := &JobsPhase{Phase: JobsPhaseUnary, Unary: []*UnaryRun{
+		run(unaryNullGRPC, 0, 50000, 16, 9000), run(unaryNullConnect, 0, 14000, 80, 40000),
+		run(unarySurgeGRPC, 0, 35000, 24, 15000), run(unarySurgeAddr, 0, 27000, 36, 22000),
+		run(unarySurgeGRPC, 2, 45000, 20, 12000), run(unaryNullGRPC, 2, 50000, 20, 9000),
+		run(unaryNullGRPC, 3, 40000, 20, 9000), run(unarySurgeGRPC, 3, 36000, 24, 60000),
+	}}
+	p.judgeUnary()
+	want := []struct {
+		v   float64
+		met bool
+	}{{90, true}, {1.2, true}, {15, true}} // rates 70/90/90 %, CPU 1.5/1.0/1.2×, p99 15/12/60 ms
+	if len(p.Goals) != 3 {
+		t.Fatalf("goals %+v", p.Goals)
+	}
+	for i, w := range want {
+		g := p.Goals[i]
+		if g.Value == nil || math.Abs(*g.Value-w.v) > 1e-9 || g.Met == nil || *g.Met != w.met || g.Note != "median of 3 rounds" {
+			t.Errorf("goal %s: %v %v %q, want %v %v", g.Name, g.Value, g.Met, g.Note, w.v, w.met)
+		}
+	}
+	var out bytes.Buffer
+	writeUnaryPhase(&out, JobsConfig{Total: 10, Concurrency: 2, Connections: 1}, p)
+	for _, line := range []string{"surge --grpc-addr, round 3", "round 1: rate 70.0 %, server CPU per submit 1.50×, p99 15.00 ms",
+		"round 3: rate 90.0 %, server CPU per submit 1.20×, p99 60.00 ms"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("report lacks %q:\n%s", line, out.String())
+		}
+	}
+	p.Unary = p.Unary[:4]
+	p.judgeUnary()
+	if g := p.Goals[0]; g.Note != "" || g.Value == nil || *g.Value != 70 || *g.Met {
+		t.Errorf("one round: %+v", g)
 	}
 }
 

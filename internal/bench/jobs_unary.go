@@ -48,7 +48,9 @@ const (
 
 // UnaryRun is one server's run in the unary phase.
 type UnaryRun struct {
-	Server       string        `json:"server"`
+	Server string `json:"server"`
+	// Round counts from 1 (--rounds); the first runs every server.
+	Round        int           `json:"round"`
 	OK           int64         `json:"ok"`
 	Errors       int64         `json:"errors"`
 	ErrorsBy     []string      `json:"errorSamples,omitempty"`
@@ -80,21 +82,60 @@ func runUnaryPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) e
 		if o.Target != "" && name == unarySurgeAddr {
 			break // a running server: the one address --target names
 		}
-		if err := unaryAgainstSurge(ctx, o, rig, p, name); err != nil {
+		if err := unaryAgainstSurge(ctx, o, rig, p, name, 1); err != nil {
+			return err
+		}
+	}
+	for _, r := range p.Unary {
+		r.Round = 1
+	}
+	for round := 2; round <= o.Rounds; round++ {
+		if err := unaryRound(ctx, o, rig, p, round); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// unaryRound runs the two servers the goals compare once more, Surge
+// first in even rounds, so that over the rounds neither always runs
+// while the host is in the same mood.
+func unaryRound(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, round int) error {
+	first := len(p.Unary)
+	defer func() {
+		for _, r := range p.Unary[first:] {
+			r.Round = round
+		}
+	}()
+	null := func() error {
+		run, err := unaryAgainstNull(ctx, o, rig, unaryNullGRPC)
+		if run != nil {
+			p.Unary = append(p.Unary, run)
+		}
+		return err
+	}
+	surge := func() error { return unaryAgainstSurge(ctx, o, rig, p, unarySurgeGRPC, round) }
+	if round%2 == 0 {
+		null, surge = surge, null
+	}
+	if err := null(); err != nil {
+		return err
+	}
+	return surge()
+}
+
 // unaryAgainstSurge loads a fresh `surge serve` (its queue empty: a queue
 // holds at most 100,000 unfinished jobs) on one of its listeners.
-func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, name string) error {
+func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, name string, round int) error {
 	grpcAddr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	srv, err := rig.target(ctx, "unary", "surge-jobs-unary", "data-unary-"+strings.Fields(name)[1][2:], "jobs-unary", "--grpc-addr", grpcAddr)
+	dir, userDir := "data-unary-"+strings.Fields(name)[1][2:], "jobs-unary"
+	if round > 1 {
+		dir, userDir = fmt.Sprintf("%s-r%d", dir, round), fmt.Sprintf("%s-r%d", userDir, round)
+	}
+	srv, err := rig.target(ctx, "unary", "surge-jobs-unary", dir, userDir, "--grpc-addr", grpcAddr)
 	if err != nil {
 		return err
 	}
@@ -232,40 +273,85 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 	return nil
 }
 
+// unaryCompared is one round's comparison of Surge's grpc-go listener
+// with the do-nothing grpc-go server; nil where a run is missing.
+type unaryCompared struct {
+	round          int
+	pct, cpux, p99 *float64
+}
+
+// unaryRounds compares the runs of each round.
+func (p *JobsPhase) unaryRounds() []unaryCompared {
+	var out []unaryCompared
+	for round := 1; ; round++ {
+		var s, b *UnaryRun
+		for _, r := range p.Unary {
+			switch {
+			case unaryRoundOf(r) != round:
+			case r.Server == unarySurgeGRPC:
+				s = r
+			case r.Server == unaryNullGRPC:
+				b = r
+			}
+		}
+		if s == nil && b == nil {
+			return out
+		}
+		c := unaryCompared{round: round}
+		if s != nil && b != nil && b.Rate > 0 {
+			c.pct = new(100 * s.Rate / b.Rate)
+		}
+		if s != nil && b != nil && s.CPUPerCall != nil && b.CPUPerCall != nil && *b.CPUPerCall > 0 {
+			c.cpux = new(*s.CPUPerCall / *b.CPUPerCall)
+		}
+		if s != nil && s.Call.Count > 0 {
+			c.p99 = new(float64(s.Call.P99Us) / 1e3)
+		}
+		out = append(out, c)
+	}
+}
+
 // judgeUnary sets the goals: Surge's grpc-go listener against the
-// do-nothing grpc-go server.
+// do-nothing grpc-go server, each round on its own; with more than one
+// round, the median of the rounds' figures.
 func (p *JobsPhase) judgeUnary() {
 	p.Goals = nil
-	var s, b *UnaryRun
-	for _, r := range p.Unary {
-		switch r.Server {
-		case unarySurgeGRPC:
-			s = r
-		case unaryNullGRPC:
-			b = r
-		}
-	}
-	if s == nil {
+	rounds := p.unaryRounds()
+	if len(rounds) == 0 {
 		return
 	}
-	var pct, cpux, p99 *float64
-	if b != nil && b.Rate > 0 {
-		v := 100 * s.Rate / b.Rate
-		pct = &v
+	var pcts, cpuxs, p99s []float64
+	for _, c := range rounds {
+		for _, f := range []struct {
+			v  *float64
+			to *[]float64
+		}{{c.pct, &pcts}, {c.cpux, &cpuxs}, {c.p99, &p99s}} {
+			if f.v != nil {
+				*f.to = append(*f.to, *f.v)
+			}
+		}
 	}
-	if b != nil && s.CPUPerCall != nil && b.CPUPerCall != nil && *b.CPUPerCall > 0 {
-		v := *s.CPUPerCall / *b.CPUPerCall
-		cpux = &v
-	}
-	if s.Call.Count > 0 {
-		v := float64(s.Call.P99Us) / 1e3
-		p99 = &v
+	note := ""
+	if len(rounds) > 1 {
+		note = fmt.Sprintf("median of %d rounds", len(rounds))
 	}
 	p.Goals = append(p.Goals,
-		goal("submit rate, % of do-nothing grpc-go's", "≥ 80 %", "%", pct, func(v float64) bool { return v >= unaryGoalRatePercent }, ""),
-		goal("server CPU per submit ÷ do-nothing grpc-go's", "≤ 1.25×", "×", cpux, func(v float64) bool { return v <= unaryGoalCPUMultiple }, ""),
-		goal("submit call p99 (ms)", "< 50 ms", "ms", p99, func(v float64) bool { return v < unaryGoalP99Ms }, ""))
+		goal("submit rate, % of do-nothing grpc-go's", "≥ 80 %", "%", medianOf(pcts), func(v float64) bool { return v >= unaryGoalRatePercent }, note),
+		goal("server CPU per submit ÷ do-nothing grpc-go's", "≤ 1.25×", "×", medianOf(cpuxs), func(v float64) bool { return v <= unaryGoalCPUMultiple }, note),
+		goal("submit call p99 (ms)", "< 50 ms", "ms", medianOf(p99s), func(v float64) bool { return v < unaryGoalP99Ms }, note))
 }
+
+// medianOf is the median of xs, nil for none.
+func medianOf(xs []float64) *float64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	return new(median(xs))
+}
+
+// unaryRoundOf is r's round; reports written before rounds have none,
+// and were one round.
+func unaryRoundOf(r *UnaryRun) int { return max(r.Round, 1) }
 
 func writeUnaryPhase(out io.Writer, c JobsConfig, p *JobsPhase) {
 	fmt.Fprintf(out, "\njobs unary (ghz-like): %s SubmitJob calls from %d callers over %d grpc-go connection(s), no workers\n",
@@ -273,6 +359,10 @@ func writeUnaryPhase(out io.Writer, c JobsConfig, p *JobsPhase) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  server\tOK\terrors\trate\tp50 / p95 / p99 / max\tserver CPU per submit\tpeak RSS")
 	for _, r := range p.Unary {
+		name := r.Server
+		if r.Round > 1 {
+			name = fmt.Sprintf("%s, round %d", r.Server, r.Round)
+		}
 		cpu, rss := "-", "-"
 		if r.CPUPerCall != nil {
 			cpu = fmt.Sprintf("%.1f µs (%.2f s)", *r.CPUPerCall, *r.CPUSeconds)
@@ -280,12 +370,25 @@ func writeUnaryPhase(out io.Writer, c JobsConfig, p *JobsPhase) {
 		if r.PeakRSS != nil {
 			rss = fmt.Sprintf("%d MiB", *r.PeakRSS>>20)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s/s\t%s\t%s\t%s\n", r.Server, grouped(r.OK), grouped(r.Errors), grouped(int64(r.Rate)), latencyCell(r.Call), cpu, rss)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s/s\t%s\t%s\t%s\n", name, grouped(r.OK), grouped(r.Errors), grouped(int64(r.Rate)), latencyCell(r.Call), cpu, rss)
 	}
 	tw.Flush()
 	for _, r := range p.Unary {
 		for _, e := range r.ErrorsBy {
 			fmt.Fprintf(out, "  %s: %s\n", r.Server, e)
+		}
+	}
+	if rounds := p.unaryRounds(); len(rounds) > 1 {
+		fmt.Fprintf(out, "\n  surge --grpc-addr against do-nothing grpc-go, round by round:\n")
+		cell := func(v *float64, format string) string {
+			if v == nil {
+				return "n/a"
+			}
+			return fmt.Sprintf(format, *v)
+		}
+		for _, c := range rounds {
+			fmt.Fprintf(out, "  round %d: rate %s, server CPU per submit %s, p99 %s\n", c.round,
+				cell(c.pct, "%.1f %%"), cell(c.cpux, "%.2f×"), cell(c.p99, "%.2f ms"))
 		}
 	}
 	writeGoals(out, "goals (against the do-nothing grpc-go server)", p.Goals)
