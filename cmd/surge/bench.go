@@ -142,6 +142,7 @@ func ticketingSpikeFlags(cmd *cobra.Command, o *bench.TicketingOptions) {
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the random area and seat-count choices")
 	f.StringVar(&o.JSONPath, "json", "", "also write the report as JSON to this file")
 	f.BoolVar(&o.ConsolePoll, "console-poll", false, "also run each flow's spike against a second fresh server while every page of the web console (/ui/) polls it once a second, and report the server's CPU per reservation with and without it")
+	f.IntVar(&o.Rounds, "rounds", 1, "run the spike against a fresh server and a fresh do-nothing server this many times in all, the order turned each round, and judge the CPU goal on the median of the rounds' own ratios (the host's drift between rounds cancels out)")
 	f.IntSliceVar(&o.Cores, "cores", nil, "also run each flow's spike on a fresh server pinned to each of these numbers of CPUs in turn (e.g. 2,4,8: the first 2, 4, then 8 CPUs the bench may use), the bench itself pinned to the CPUs after them, and report reservations per server CPU-second against the first count's (Linux)")
 	chartFlags(f, &o.Options, "flow")
 }

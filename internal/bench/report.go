@@ -67,6 +67,11 @@ type FlowReport struct {
 	// TraceCost is the spike with tracing off and on, in rounds
 	// (--trace-cost).
 	TraceCost *TraceCostReport `json:"traceCost,omitempty"`
+	// CPURounds compare the server's CPU per reservation with the
+	// do-nothing server's, round by round (round 1: Server and Baseline;
+	// more with --rounds); CPUMultiple is the median of their ratios.
+	CPURounds   []CPURound `json:"cpuRounds,omitempty"`
+	CPUMultiple *float64   `json:"cpuMultipleOfBaseline,omitempty"`
 	// Cores is the spike on servers pinned to each count of --cores.
 	Cores    *CoresReport `json:"cores,omitempty"`
 	Goals    []Goal       `json:"goals"`
@@ -152,6 +157,9 @@ func (f *FlowReport) judge(inflight int) {
 		goal("p99 vs do-nothing server", fmt.Sprintf("≤ %.1f×", goalP99Multiple), "×", f.P99Multiple,
 			func(v float64) bool { return v <= goalP99Multiple }, at),
 	}
+	if g := f.cpuGoal(); g != nil {
+		f.Goals = append(f.Goals, *g)
+	}
 	if c := f.Cluster; c != nil {
 		note := fmt.Sprintf("%d nodes + broker", len(c.Nodes))
 		if c.BrokerNote != "" {
@@ -209,6 +217,7 @@ func writeFlow(out io.Writer, c ReportConfig, f *FlowReport) {
 	if f.Restart != nil {
 		writeRestart(out, f.Restart)
 	}
+	writeCPURounds(out, f.CPURounds)
 	if f.Cluster != nil {
 		writeCluster(out, f.Cluster)
 	}

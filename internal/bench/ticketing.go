@@ -72,6 +72,10 @@ type TicketingOptions struct {
 	// after them (cores.go), and compares their reservations per server
 	// CPU-second with the first's.
 	Cores []int
+	// Rounds runs the server and the do-nothing server again in each
+	// round after the first, the order turned each round (rounds.go);
+	// the CPU goal judges the median of the rounds' own ratios. 0 is 1.
+	Rounds int
 
 	Options
 }
@@ -88,6 +92,9 @@ func RunTicketing(ctx context.Context, o TicketingOptions) error {
 		return err
 	}
 	if err := o.checkCores(); err != nil {
+		return err
+	}
+	if err := o.checkRounds(); err != nil {
 		return err
 	}
 	if o.Crowd {
@@ -223,6 +230,11 @@ func (r *ticketingRun) flow(ctx context.Context, flow string) (*FlowReport, erro
 		} else if fr.Restart.StopError != "" {
 			fr.Problems = append(fr.Problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %s", flow, fr.Restart.StopError))
 		}
+	}
+
+	fr.CPURounds = []CPURound{newCPURound(1, fr.Server, fr.Baseline, false)}
+	if err := r.moreRounds(ctx, flow, fr); err != nil {
+		return fr, err
 	}
 
 	if r.o.ConsolePoll {
