@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"io"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/surge-run/surge/internal/bench"
 )
 
 // A real spike with --charts, --html and a short --sample-interval: the
@@ -25,24 +22,9 @@ func TestBenchTicketingWritesChartsAndHTML(t *testing.T) {
 	}
 	bin := buildSurge(t)
 	dir := t.TempDir()
-	jsonPath, chartsDir, htmlPath := filepath.Join(dir, "t.json"), filepath.Join(dir, "charts"), filepath.Join(dir, "t.html")
-	cmd := newBenchCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"ticketing", "--flow", "native", "--baseline=false", "-n", "2000", "--serve-exe", bin, "--sample-interval", "20ms",
-		"--json", jsonPath, "--charts", chartsDir, "--html", htmlPath})
-	if err := cmd.ExecuteContext(context.Background()); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	chartsDir, htmlPath := filepath.Join(dir, "charts"), filepath.Join(dir, "t.html")
+	rep, b, _ := runTicketingBench(t, context.Background(), "--flow", "native", "--baseline=false", "-n", "2000", "--serve-exe", bin,
+		"--sample-interval", "20ms", "--charts", chartsDir, "--html", htmlPath)
 	if len(rep.Flows) != 1 || rep.Flows[0].Server == nil {
 		t.Fatalf("report %s", b)
 	}

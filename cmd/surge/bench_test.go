@@ -215,3 +215,28 @@ func TestBenchTicketingCrowdFlags(t *testing.T) {
 		}
 	}
 }
+
+// runTicketingBench runs `surge bench ticketing` with args and --json,
+// fails the test if it fails, and returns the JSON report, its bytes and
+// what the command printed.
+func runTicketingBench(t *testing.T, ctx context.Context, args ...string) (*bench.Report, []byte, string) {
+	t.Helper()
+	jsonPath := filepath.Join(t.TempDir(), "report.json")
+	cmd := newBenchCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(append([]string{"ticketing", "--json", jsonPath}, args...))
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep, b, out.String()
+}

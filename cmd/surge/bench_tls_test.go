@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -25,30 +23,14 @@ func TestBenchTicketingStartedServerOverTLS(t *testing.T) {
 	bin := buildSurge(t)
 	ca := testcerts.NewCA(t, "bench")
 	pair := ca.Server(t)
-	jsonPath := filepath.Join(t.TempDir(), "t.json")
-	cmd := newBenchCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"ticketing", "--flow", "native", "--baseline=false", "-n", "300", "--serve-exe", bin, "--json", jsonPath,
-		"--serve-flag=--tls-cert=" + pair.CertFile, "--serve-flag", "--tls-key=" + pair.KeyFile, "--ca-file", ca.File})
-	if err := cmd.ExecuteContext(context.Background()); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b, out := runTicketingBench(t, context.Background(), "--flow", "native", "--baseline=false", "-n", "300", "--serve-exe", bin,
+		"--serve-flag=--tls-cert="+pair.CertFile, "--serve-flag", "--tls-key="+pair.KeyFile, "--ca-file", ca.File)
 	if !rep.OK || len(rep.Flows) != 1 {
-		t.Fatalf("report %s\n%s", b, out.String())
+		t.Fatalf("report %s\n%s", b, out)
 	}
 	f := rep.Flows[0]
 	if f.Server == nil || f.Server.Reservations != 300 || f.Server.Errors != 0 || f.Restart == nil || f.Restart.Error != "" || f.Restart.StopError != "" {
-		t.Fatalf("flow %s\n%s", b, out.String())
+		t.Fatalf("flow %s\n%s", b, out)
 	}
 }
 

@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,28 +19,12 @@ func TestBenchTicketingTraceCost(t *testing.T) {
 		t.Skip("builds and runs the server")
 	}
 	bin := buildSurge(t)
-	jsonPath := filepath.Join(t.TempDir(), "t.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := newBenchCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"ticketing", "--flow", "compat", "--baseline=false", "-n", "1500", "--serve-exe", bin, "--json", jsonPath,
-		"--trace-cost", "--trace-cost-rounds", "1"})
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b, out := runTicketingBench(t, ctx, "--flow", "compat", "--baseline=false", "-n", "1500", "--serve-exe", bin,
+		"--trace-cost", "--trace-cost-rounds", "1")
 	if !rep.OK || len(rep.Flows) != 1 || rep.Flows[0].TraceCost == nil {
-		t.Fatalf("report %s\n%s", b, out.String())
+		t.Fatalf("report %s\n%s", b, out)
 	}
 	tc := rep.Flows[0].TraceCost
 	if tc.Rounds != 1 || tc.SampleRatio != bench.DefaultTraceCostRatio || len(tc.Settings) != 3 || len(tc.Runs) != 3 {
@@ -70,8 +51,8 @@ func TestBenchTicketingTraceCost(t *testing.T) {
 	if g := strings.Join(goals, "; "); !strings.Contains(g, "tracing at 1 %, CPU per reservation vs off") || !strings.Contains(g, "tracing at 100 %") {
 		t.Errorf("goals %s, want tracing's two", g)
 	}
-	if !strings.Contains(out.String(), "tracing's cost: 1 round(s)") {
-		t.Errorf("no trace cost in the text report:\n%s", out.String())
+	if !strings.Contains(out, "tracing's cost: 1 round(s)") {
+		t.Errorf("no trace cost in the text report:\n%s", out)
 	}
 }
 
