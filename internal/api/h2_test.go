@@ -248,13 +248,19 @@ func startH2(t *testing.T, nc net.Conn) *rawH2 {
 // open sends a request's HEADERS on stream id.
 func (c *rawH2) open(t *testing.T, id uint32, method, path string, end bool) {
 	t.Helper()
+	if err := c.send(id, method, path, end); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// send is open for a goroutine other than the test's, which must not
+// call t.Fatal: the error is its to handle.
+func (c *rawH2) send(id uint32, method, path string, end bool) error {
 	c.buf.Reset()
 	for _, kv := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", "surge"}, {":path", path}} {
 		c.enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
 	}
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.buf.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
-		t.Fatal(err)
-	}
+	return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.buf.Bytes(), EndStream: end, EndHeaders: true})
 }
 
 // until reads frames until match says stop, acking SETTINGS.
@@ -410,14 +416,19 @@ func TestH2RapidResetBounded(t *testing.T) {
 			s, ok := f.(*http2.SettingsFrame)
 			return ok && !s.IsAck()
 		})
+		// The writer stops at the first write the closed connection
+		// refuses, and the test waits for it: a t.Fatal from it after the
+		// test returned would panic the whole package.
+		written := make(chan struct{})
 		go func() {
+			defer close(written)
 			for id := uint32(1); id < 2*(6*maxStreams+10); id += 2 {
-				c.open(t, id, "GET", "/", true)
-				if c.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+				if c.send(id, "GET", "/", true) != nil || c.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
 					return
 				}
 			}
 		}()
+		defer func() { c.Close(); <-written }()
 		f := c.until(t, "GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
 		if g := f.(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeEnhanceYourCalm {
 			t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
