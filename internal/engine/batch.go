@@ -135,7 +135,7 @@ func (p *partition) commit(b *batch) {
 		b.entries = append(b.entries, cmdlog.Entry{Partition: uint32(p.id), Data: b.buf[start:end:end]})
 	}
 	p.records += uint64(len(b.entries))
-	p.snapBytes += int64(len(b.buf))
+	p.logged(int64(len(b.buf)))
 	if now := p.e.now(); p.snapshotDue(now) {
 		// Only the capture stalls this partition; the snapshotter encodes
 		// once the batch is durable.

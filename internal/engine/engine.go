@@ -98,12 +98,12 @@ type Options struct {
 	MaxBatch      int
 	SnapshotEvery int // commands applied in a partition between snapshots
 	// SnapshotBytes bounds the log a restart replays, over all
-	// partitions: a partition also snapshots once it has logged its share
-	// of it (SnapshotBytes / Partitions) since its last snapshot, records
-	// it replayed at startup included. Replay time follows the bytes
-	// replayed more closely than the commands (a command may be a batch
-	// of thousands), and dividing by the partitions keeps the bound
-	// whatever their number. 0 means DefaultSnapshotBytes; negative turns
+	// partitions: once the partitions have logged that much since their
+	// last snapshots (records replayed at startup included), each that
+	// holds at least its share of what they logged (the total divided by
+	// Partitions) snapshots with its next batch. Replay time follows the
+	// bytes replayed more closely than the commands (a command may be a
+	// batch of thousands). 0 means DefaultSnapshotBytes; negative turns
 	// this trigger off.
 	SnapshotBytes int64
 	// SnapshotInterval: a partition that logged anything since its last
@@ -169,6 +169,12 @@ type Engine struct {
 	// snapShare is each partition's share of Options.SnapshotBytes (0:
 	// that trigger is off).
 	snapShare int64
+	// unsnapped is the log the partitions of this engine have written
+	// (or replayed) since their last snapshots: what a restart would
+	// replay. The byte trigger spends Options.SnapshotBytes on it as a
+	// whole (see logBudgetDue), so one busy partition does not snapshot
+	// at an eighth of the bound while the others log nothing.
+	unsnapped atomic.Int64
 
 	// mono is a monotonic clock in nanoseconds for queue delays (the
 	// workload's clock, opts.now, may be simulated). maxWaitNs is the

@@ -71,3 +71,7 @@ func NoInlineApply(o *Options) { o.noInlineApply = true }
 // ProcessorServed is how many batches with client requests partition
 // part's processor built (the rest were served by their submitters).
 func ProcessorServed(e *Engine, part int) uint64 { return e.parts[part].procServed.Load() }
+
+// UnsnappedBytes is the log the engine's partitions wrote or replayed
+// since their last snapshots.
+func UnsnappedBytes(e *Engine) int64 { return e.unsnapped.Load() }

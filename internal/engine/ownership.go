@@ -84,7 +84,7 @@ func (p *partition) recoverFrom(lg cmdlog.PartitionLog) (pos cmdlog.Position, re
 	p.markSnapshot(e.now())
 	err = lg.Replay(pos, func(at cmdlog.Position, en cmdlog.Entry) error {
 		p.records++
-		p.snapBytes += int64(len(en.Data))
+		p.logged(int64(len(en.Data)))
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying partition %d at position %d: %w", part, at, err)
 		}

@@ -122,7 +122,7 @@ func (e *Engine) replayLog(from uint64) (int, error) {
 			return nil
 		}
 		p.records++
-		p.snapBytes += int64(len(en.Data))
+		p.logged(int64(len(en.Data)))
 		if err := p.replay(en.Data); err != nil {
 			return fmt.Errorf("engine: replaying record at position %d: %w", pos, err)
 		}

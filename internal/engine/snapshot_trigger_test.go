@@ -59,7 +59,7 @@ func waitSnapshot(t testing.TB, dir string, p int) []byte {
 
 // byBytesTransfers is how many transfers the byte trigger's child makes:
 // each is a client record and a credit message of ~30 bytes, far over the
-// 4 KiB the trigger is set to (1 KiB for each of the 4 partitions).
+// 4 KiB the trigger is set to.
 const byBytesTransfers = 400
 
 // TestSnapshotTriggeredByLogBytes: a partition that has logged
@@ -83,7 +83,7 @@ func TestSnapshotTriggeredByLogBytes(t *testing.T) {
 		t.Fatalf("child was not killed: %v\n%s", cmd.ProcessState, out)
 	}
 	if !strings.Contains(string(out), "SNAPSHOT") {
-		t.Fatalf("the child saw no snapshot after %d transfers (%d bytes of log, the trigger at 1024 per partition):\n%s", byBytesTransfers, 2*byBytesTransfers*30, out)
+		t.Fatalf("the child saw no snapshot after %d transfers (%d bytes of log, the trigger at 4096):\n%s", byBytesTransfers, 2*byBytesTransfers*30, out)
 	}
 	var logs lockedBuffer
 	e := openEngineWith(t, dir, func(o *engine.Options) {
@@ -144,6 +144,78 @@ func snapBytesChild(dir string) {
 	fmt.Fprintln(out, "no snapshot")
 	out.Flush()
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// TestSnapshotBytesSpentOverAllPartitions: the byte trigger spends
+// SnapshotBytes over all partitions. One busy partition snapshots when
+// the log reaches the whole of it, not at its share (before, the only
+// busy partition of four wrote its state every quarter of the bound).
+// One that went quiet holding most of the total keeps it while another
+// logs, which snapshots at its share of the total, and the total stays
+// within SnapshotBytes × Partitions / (Partitions − 1).
+func TestSnapshotBytesSpentOverAllPartitions(t *testing.T) {
+	const budget = 16 << 10
+	dir := t.TempDir()
+	e := openEngineWith(t, dir, func(o *engine.Options) {
+		o.SnapshotEvery = neverByCount
+		o.SnapshotBytes = budget
+		o.SnapshotInterval = -1
+	})
+	defer e.Close()
+	busy, other := e.PartitionOf("a"), -1
+	for p := range e.Partitions() {
+		if p != busy {
+			other = p
+			break
+		}
+	}
+	a, b := "a", keyOn(e, other, "b")
+	for logged := int64(0); logged < budget*3/4; {
+		before := engine.UnsnappedBytes(e)
+		mustDo(t, e, busy, &transfer{From: a, To: a, N: 1})
+		after := engine.UnsnappedBytes(e)
+		if after < before {
+			t.Fatalf("partition %d snapshotted with %d bytes of log over all partitions, under the %d they share", busy, before, budget)
+		}
+		logged += after - before
+	}
+	settle(t, e)
+	if _, ok := latestSnapshot(t, dir, busy); ok {
+		t.Fatalf("partition %d snapshotted with %d bytes of log over all partitions, under the %d they share", busy, engine.UnsnappedBytes(e), budget)
+	}
+
+	// The busy one goes quiet; the other logs until it snapshots.
+	limit := int64(budget*4/3 + 1024) // the bound, and a batch's slack
+	for i := 0; ; i++ {
+		mustDo(t, e, other, &transfer{From: b, To: b, N: 1})
+		if u := engine.UnsnappedBytes(e); u > limit {
+			t.Fatalf("%d bytes of log since the snapshots, over %d", u, limit)
+		}
+		if _, ok := latestSnapshot(t, dir, other); ok {
+			break
+		}
+		if i > 2000 {
+			t.Fatalf("partition %d never snapshotted; %d bytes of log since the snapshots", other, engine.UnsnappedBytes(e))
+		}
+	}
+	if _, ok := latestSnapshot(t, dir, busy); ok {
+		t.Fatal("the quiet partition snapshotted without a batch")
+	}
+
+	// The busy one again: it holds most of the total, so its next
+	// batches past the budget carry its snapshot.
+	for i := 0; ; i++ {
+		mustDo(t, e, busy, &transfer{From: a, To: a, N: 1})
+		if _, ok := latestSnapshot(t, dir, busy); ok {
+			break
+		}
+		if i > 2000 {
+			t.Fatalf("partition %d never snapshotted; %d bytes of log since the snapshots", busy, engine.UnsnappedBytes(e))
+		}
+	}
+	if u := engine.UnsnappedBytes(e); u >= budget {
+		t.Fatalf("%d bytes of log since the snapshots after both took one, want under %d", u, budget)
+	}
 }
 
 type lockedBuffer struct {

@@ -11,18 +11,41 @@ import (
 // log then lets go of the records no partition needs (release).
 
 // snapshotDue says whether the batch being committed should carry a
-// snapshot: after SnapshotEvery inputs, its share of SnapshotBytes of log,
-// or SnapshotInterval since the last one, whichever comes first. The first
-// two bound what a restart replays; the time one lets the log go. A
-// partition whose state is larger than its share waits for
-// 1/snapshotLogRatio of its last snapshot's size: writing a 27 MiB state
-// for every 2 MiB of log would cost 13 times the log, while a restart
-// loads that state anyway and replays half its size more.
+// snapshot: after SnapshotEvery inputs, once the log over all partitions
+// reaches SnapshotBytes (logBudgetDue), or SnapshotInterval since the
+// last one, whichever comes first. The first two bound what a restart
+// replays; the time one lets the log go. A partition whose state is
+// larger than its share waits for 1/snapshotLogRatio of its last
+// snapshot's size: writing a 27 MiB state for every 2 MiB of log would
+// cost 13 times the log, while a restart loads that state anyway and
+// replays half its size more.
 func (p *partition) snapshotDue(now int64) bool {
 	o := &p.e.opts
 	return p.sinceSnap >= o.SnapshotEvery ||
-		(p.e.snapShare > 0 && p.snapBytes >= max(p.e.snapShare, p.snapSize.Load()/snapshotLogRatio)) ||
+		(p.e.snapShare > 0 && p.snapBytes >= p.snapSize.Load()/snapshotLogRatio && p.e.logBudgetDue(p.snapBytes)) ||
 		(o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval))
+}
+
+// logBudgetDue says whether a partition that logged own bytes since its
+// last snapshot should take one for the byte trigger: the partitions
+// together have logged SnapshotBytes since theirs, and this one at least
+// its share of that (the total over the partitions; the one that logged
+// most always has). Judged on the total, one busy partition (every job
+// of the default queue) snapshots once per SnapshotBytes of log, where
+// judged on its share alone it wrote its whole state every SnapshotBytes /
+// Partitions. While the others log, one that went quiet holding most of
+// the total keeps it until the time trigger: the total is then at most
+// SnapshotBytes × Partitions / (Partitions − 1).
+func (e *Engine) logBudgetDue(own int64) bool {
+	total := e.unsnapped.Load()
+	return total >= e.opts.SnapshotBytes && own*int64(e.opts.Partitions) >= total
+}
+
+// logged counts n bytes of log written or replayed for the partition
+// since its last snapshot.
+func (p *partition) logged(n int64) {
+	p.snapBytes += n
+	p.e.unsnapped.Add(n)
 }
 
 // captureSnapshot takes a view of the state to encode off the partition
@@ -40,6 +63,7 @@ func (p *partition) captureSnapshot(now int64) (encode func(dst []byte) []byte, 
 // markSnapshot restarts the snapshot triggers' counts from the state now
 // (captured, restored or empty).
 func (p *partition) markSnapshot(now int64) {
+	p.e.unsnapped.Add(-p.snapBytes)
 	p.sinceSnap, p.snapBytes, p.snapAtNs, p.snapRecords, p.snapRetryNs = 0, 0, now, p.records, 0
 }
 
