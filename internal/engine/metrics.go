@@ -137,6 +137,10 @@ func (m *Metrics) watch(e *Engine) {
 			"Time client requests waited in a partition's inbox before the processor took them (all partitions).", nil, nil),
 		parts: e.parts,
 	})
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "surge_engine_log_unsnapshotted_bytes",
+		Help: "Log written or replayed by the partitions since their last snapshots: what a restart after kill -9 would replay now (the byte trigger snapshots at --snapshot-bytes).",
+	}, func() float64 { return float64(e.unsnapped.Load()) }))
 	for _, p := range e.parts {
 		p := p
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -156,10 +156,12 @@ func snapBytesChild(dir string) {
 func TestSnapshotBytesSpentOverAllPartitions(t *testing.T) {
 	const budget = 16 << 10
 	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
 	e := openEngineWith(t, dir, func(o *engine.Options) {
 		o.SnapshotEvery = neverByCount
 		o.SnapshotBytes = budget
 		o.SnapshotInterval = -1
+		o.Metrics = engine.NewMetrics(reg)
 	})
 	defer e.Close()
 	busy, other := e.PartitionOf("a"), -1
@@ -213,8 +215,23 @@ func TestSnapshotBytesSpentOverAllPartitions(t *testing.T) {
 			t.Fatalf("partition %d never snapshotted; %d bytes of log since the snapshots", busy, engine.UnsnappedBytes(e))
 		}
 	}
-	if u := engine.UnsnappedBytes(e); u >= budget {
+	settle(t, e) // every credit applied: nothing logs between the two reads below
+	u := engine.UnsnappedBytes(e)
+	if u >= budget {
 		t.Fatalf("%d bytes of log since the snapshots after both took one, want under %d", u, budget)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gauge *float64
+	for _, mf := range mfs {
+		if mf.GetName() == "surge_engine_log_unsnapshotted_bytes" {
+			gauge = new(mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	if gauge == nil || *gauge != float64(u) {
+		t.Fatalf("surge_engine_log_unsnapshotted_bytes %v, want %d", gauge, u)
 	}
 }
 
