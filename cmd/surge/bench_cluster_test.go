@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surge-run/surge/internal/bench"
 	"github.com/surge-run/surge/internal/kafkatest"
 )
 
@@ -47,14 +45,7 @@ func TestBenchTicketingCluster(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", s, out)
 		}
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b := readTicketingReport(t, jsonPath)
 	if !rep.OK || rep.Config.Cluster != 2 || len(rep.Flows) != 2 {
 		t.Fatalf("report: %s", b)
 	}

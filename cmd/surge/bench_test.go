@@ -230,7 +230,15 @@ func runTicketingBench(t *testing.T, ctx context.Context, args ...string) (*benc
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	b, err := os.ReadFile(jsonPath)
+	rep, b := readTicketingReport(t, jsonPath)
+	return rep, b, out.String()
+}
+
+// readTicketingReport reads the JSON report `surge bench ticketing
+// --json` wrote.
+func readTicketingReport(t *testing.T, path string) (*bench.Report, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,5 +246,5 @@ func runTicketingBench(t *testing.T, ctx context.Context, args ...string) (*benc
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	return &rep, b, out.String()
+	return &rep, b
 }
