@@ -166,9 +166,6 @@ type Engine struct {
 	// finished; every partition's lastEnd is up to date below it.
 	doneEnd atomic.Uint64
 
-	// snapShare is each partition's share of Options.SnapshotBytes (0:
-	// that trigger is off).
-	snapShare int64
 	// unsnapped is the log the partitions of this engine have written
 	// (or replayed) since their last snapshots: what a restart would
 	// replay. The byte trigger spends Options.SnapshotBytes on it as a
@@ -217,9 +214,6 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 		stop:      make(chan struct{}),
 		snapCh:    make(chan snapJob, snapshotQueueLen),
 		log:       opts.Logger,
-	}
-	if opts.SnapshotBytes > 0 {
-		e.snapShare = max(1, opts.SnapshotBytes/int64(opts.Partitions))
 	}
 	epoch := time.Now()
 	e.mono = func() int64 { return int64(time.Since(epoch)) }

@@ -22,7 +22,7 @@ import (
 func (p *partition) snapshotDue(now int64) bool {
 	o := &p.e.opts
 	return p.sinceSnap >= o.SnapshotEvery ||
-		(p.e.snapShare > 0 && p.snapBytes >= p.snapSize.Load()/snapshotLogRatio && p.e.logBudgetDue(p.snapBytes)) ||
+		(o.SnapshotBytes > 0 && p.snapBytes >= p.snapSize.Load()/snapshotLogRatio && p.e.logBudgetDue(p.snapBytes)) ||
 		(o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval))
 }
 
