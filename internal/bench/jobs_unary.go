@@ -69,11 +69,7 @@ type UnaryRun struct {
 func runUnaryPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) error {
 	if o.Baseline {
 		for _, which := range []string{unaryNullGRPC, unaryNullConnect} {
-			run, err := unaryAgainstNull(ctx, o, rig, which)
-			if run != nil {
-				p.Unary = append(p.Unary, run)
-			}
-			if err != nil {
+			if err := unaryAgainstNull(ctx, o, rig, p, which, 1); err != nil {
 				return err
 			}
 		}
@@ -85,9 +81,6 @@ func runUnaryPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) e
 		if err := unaryAgainstSurge(ctx, o, rig, p, name, 1); err != nil {
 			return err
 		}
-	}
-	for _, r := range p.Unary {
-		r.Round = 1
 	}
 	for round := 2; round <= o.Rounds; round++ {
 		if err := unaryRound(ctx, o, rig, p, round); err != nil {
@@ -101,19 +94,7 @@ func runUnaryPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) e
 // first in even rounds, so that over the rounds neither always runs
 // while the host is in the same mood.
 func unaryRound(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, round int) error {
-	first := len(p.Unary)
-	defer func() {
-		for _, r := range p.Unary[first:] {
-			r.Round = round
-		}
-	}()
-	null := func() error {
-		run, err := unaryAgainstNull(ctx, o, rig, unaryNullGRPC)
-		if run != nil {
-			p.Unary = append(p.Unary, run)
-		}
-		return err
-	}
+	null := func() error { return unaryAgainstNull(ctx, o, rig, p, unaryNullGRPC, round) }
 	surge := func() error { return unaryAgainstSurge(ctx, o, rig, p, unarySurgeGRPC, round) }
 	if round%2 == 0 {
 		null, surge = surge, null
@@ -125,7 +106,8 @@ func unaryRound(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, roun
 }
 
 // unaryAgainstSurge loads a fresh `surge serve` (its queue empty: a queue
-// holds at most 100,000 unfinished jobs) on one of its listeners.
+// holds at most 100,000 unfinished jobs) on one of its listeners, and
+// adds the run to p as round's.
 func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, name string, round int) error {
 	grpcAddr, err := freeAddr()
 	if err != nil {
@@ -145,7 +127,7 @@ func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhas
 	}
 	run, err := unaryLoad(ctx, o, name, addr, srv.cpu(ctx), rig)
 	if run != nil {
-		run.PeakRSS = srv.peakRSS()
+		run.PeakRSS, run.Round = srv.peakRSS(), round
 		p.Unary = append(p.Unary, run)
 	}
 	if err != nil {
@@ -154,14 +136,16 @@ func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhas
 	return srv.stop()
 }
 
-func unaryAgainstNull(ctx context.Context, o JobsOptions, rig *Rig, which string) (*UnaryRun, error) {
+// unaryAgainstNull loads a fresh do-nothing server on one of its
+// listeners, and adds the run to p as round's.
+func unaryAgainstNull(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase, which string, round int) error {
 	grpcAddr, err := freeAddr()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	null, err := rig.startNull(ctx, "unary", "null-jobs-unary", "--grpc-addr", grpcAddr)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rig.stopNull(null)
 	addr := grpcAddr
@@ -170,9 +154,10 @@ func unaryAgainstNull(ctx context.Context, o JobsOptions, rig *Rig, which string
 	}
 	run, err := unaryLoad(ctx, o, which, addr, null.cpuSeconds, rig)
 	if run != nil {
-		run.PeakRSS = peakOf(null)
+		run.PeakRSS, run.Round = peakOf(null), round
+		p.Unary = append(p.Unary, run)
 	}
-	return run, err
+	return err
 }
 
 // unaryLoad makes --total SubmitJob calls from --concurrency callers over
@@ -287,7 +272,7 @@ func (p *JobsPhase) unaryRounds() []unaryCompared {
 		var s, b *UnaryRun
 		for _, r := range p.Unary {
 			switch {
-			case unaryRoundOf(r) != round:
+			case r.Round != round:
 			case r.Server == unarySurgeGRPC:
 				s = r
 			case r.Server == unaryNullGRPC:
@@ -348,10 +333,6 @@ func medianOf(xs []float64) *float64 {
 	}
 	return new(median(xs))
 }
-
-// unaryRoundOf is r's round; reports written before rounds have none,
-// and were one round.
-func unaryRoundOf(r *UnaryRun) int { return max(r.Round, 1) }
 
 func writeUnaryPhase(out io.Writer, c JobsConfig, p *JobsPhase) {
 	fmt.Fprintf(out, "\njobs unary (ghz-like): %s SubmitJob calls from %d callers over %d grpc-go connection(s), no workers\n",
