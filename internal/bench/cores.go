@@ -98,55 +98,39 @@ func (r *ticketingRun) cores(ctx context.Context, flow string) (*CoresReport, []
 func (r *ticketingRun) coresSpike(ctx context.Context, flow string, avail []int, n int) (*CoresRun, []string, error) {
 	server, gen := avail[:n], avail[n:]
 	run := &CoresRun{Cores: n, ServerCPUs: cpuList(server), GeneratorCPUs: cpuList(gen)}
+	pin := gen
 	if len(gen) == 0 {
 		gen, run.GeneratorCPUs = avail, "shared"
 	}
 	label := fmt.Sprintf("%s on %d core(s) (CPUs %s; the bench on %s)", flow, n, run.ServerCPUs, run.GeneratorCPUs)
-	name := fmt.Sprintf("%s-cores-%d", flow, n)
-	srv, _, err := r.startServeOn(ctx, label, "surge-"+name, "data-"+name, name, nil, server, r.o.ServeArgs...)
+	spike, problems, err := r.freshSpike(ctx, flow, label, fmt.Sprintf("%s-cores-%d", flow, n), server, pin)
 	if err != nil {
-		return nil, nil, err
+		return nil, problems, err
 	}
-	defer srv.kill()
-	restore := func() error { return nil }
-	if run.GeneratorCPUs != "shared" {
-		if restore, err = pinSelf(gen); err != nil {
-			return nil, nil, err
-		}
-	}
-	spike, _, err := r.spike(ctx, flow, srv.baseURL(), nil, true, nil, srv.cpuSeconds)
-	if rerr := restore(); err == nil {
-		err = rerr
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	spike.setPeakRSS(srv, r.logf)
-	spike.Timeline = nil // the main run's is charted; these are a table
 	spike.Server = fmt.Sprintf("surge on %d core(s)", n)
 	run.RunReport = *spike
 	if spike.Seconds > 0 {
 		busy := 100 * spike.GeneratorCPUSeconds / (spike.Seconds * float64(len(gen)))
 		run.GeneratorBusyPercent = &busy
 	}
-	problems := spikeProblems(label, spike)
-	if err := srv.stop(); err != nil {
-		problems = append(problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %v", label, err))
-	}
 	return run, problems, nil
 }
 
 func (c *CoresReport) summarise() {
 	c.LastPercentOfFirst = nil
-	if len(c.Runs) < 2 {
-		return
+	if len(c.Runs) >= 2 {
+		c.LastPercentOfFirst = c.percentOfFirst(c.Runs[len(c.Runs)-1])
 	}
-	first, last := c.Runs[0].ReservationsPerCPUSecond, c.Runs[len(c.Runs)-1].ReservationsPerCPUSecond
-	if first == nil || last == nil || *first <= 0 {
-		return
+}
+
+// percentOfFirst is r's reservations per server CPU-second as a
+// percentage of the first run's; nil without both figures.
+func (c *CoresReport) percentOfFirst(r *CoresRun) *float64 {
+	first, v := c.Runs[0].ReservationsPerCPUSecond, r.ReservationsPerCPUSecond
+	if first == nil || v == nil || *first <= 0 {
+		return nil
 	}
-	p := 100 * *last / *first
-	c.LastPercentOfFirst = &p
+	return new(100 * *v / *first)
 }
 
 // goal is the many-core goal, or nothing with one core count.
@@ -176,8 +160,8 @@ func writeCores(out io.Writer, c *CoresReport) {
 	fmt.Fprintln(tw, "cores\tserver CPUs\tbench CPUs\treservations/s\tp99\tserver CPU per reservation\treservations per server CPU-s\tvs first\tbench busy\tpeak RSS\t")
 	for _, r := range c.Runs {
 		vs := "-"
-		if first := c.Runs[0].ReservationsPerCPUSecond; r != c.Runs[0] && first != nil && r.ReservationsPerCPUSecond != nil && *first > 0 {
-			vs = fmt.Sprintf("%.1f %%", 100**r.ReservationsPerCPUSecond / *first)
+		if p := c.percentOfFirst(r); r != c.Runs[0] && p != nil {
+			vs = fmt.Sprintf("%.1f %%", *p)
 		}
 		perCPU, perRes, busy, rss := "n/a", "n/a", "n/a", "n/a"
 		if v := r.ReservationsPerCPUSecond; v != nil {

@@ -66,9 +66,12 @@ func newCPURound(round int, server, baseline *RunReport, serverFirst bool) CPURo
 // fresh do-nothing server each, Surge first in even rounds.
 func (r *ticketingRun) moreRounds(ctx context.Context, flow string, fr *FlowReport) error {
 	for round := 2; round <= r.o.Rounds; round++ {
+		label := fmt.Sprintf("%s, round %d", flow, round)
 		var server, baseline *RunReport
 		surge := func() (err error) {
-			server, err = r.roundSpike(ctx, flow, round)
+			var problems []string
+			server, problems, err = r.freshSpike(ctx, flow, label, fmt.Sprintf("%s-r%d", flow, round), nil, nil)
+			fr.Problems = append(fr.Problems, problems...)
 			return err
 		}
 		null := func() (err error) {
@@ -84,8 +87,6 @@ func (r *ticketingRun) moreRounds(ctx context.Context, flow string, fr *FlowRepo
 				return fmt.Errorf("round %d: %w", round, err)
 			}
 		}
-		label := fmt.Sprintf("%s, round %d", flow, round)
-		fr.Problems = append(fr.Problems, spikeProblems(label, server)...)
 		if baseline.Errors > 0 {
 			r.logf("warning: %s: the do-nothing server had %d errors", label, baseline.Errors)
 		}
@@ -94,24 +95,36 @@ func (r *ticketingRun) moreRounds(ctx context.Context, flow string, fr *FlowRepo
 	return nil
 }
 
-// roundSpike runs the spike against a fresh server and stops it.
-func (r *ticketingRun) roundSpike(ctx context.Context, flow string, round int) (*RunReport, error) {
-	name := fmt.Sprintf("%s-r%d", flow, round)
-	srv, _, err := r.startServe(ctx, fmt.Sprintf("%s, round %d", flow, round), "surge-"+name, "data-"+name, name, r.o.ServeArgs...)
+// freshSpike runs the flow's spike against a fresh `surge serve` on
+// serverCPUs, the bench on benchCPUs during the spike (nil: wherever each
+// may run), and stops the server. Its problems are the spike's and a
+// server that did not exit 0 on SIGTERM.
+func (r *ticketingRun) freshSpike(ctx context.Context, flow, label, name string, serverCPUs, benchCPUs []int) (*RunReport, []string, error) {
+	srv, _, err := r.startServeOn(ctx, label, "surge-"+name, "data-"+name, name, nil, serverCPUs, r.o.ServeArgs...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer srv.kill()
+	restore := func() error { return nil }
+	if len(benchCPUs) > 0 {
+		if restore, err = pinSelf(benchCPUs); err != nil {
+			return nil, nil, err
+		}
+	}
 	run, _, err := r.spike(ctx, flow, srv.baseURL(), nil, true, nil, srv.cpuSeconds)
+	if rerr := restore(); err == nil {
+		err = rerr
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	run.setPeakRSS(srv, r.logf)
-	run.Timeline = nil
+	run.Timeline = nil // the flow's main run is charted; these are tables
+	problems := spikeProblems(label, run)
 	if err := srv.stop(); err != nil {
-		r.logf("warning: %s, round %d: server did not exit 0 on SIGTERM: %v", flow, round, err)
+		problems = append(problems, fmt.Sprintf("%s: server did not exit 0 on SIGTERM: %v", label, err))
 	}
-	return run, nil
+	return run, problems, nil
 }
 
 // cpuGoal is the HTTP goal, judged on the median of the rounds' ratios.
@@ -144,11 +157,10 @@ func writeCPURounds(out io.Writer, rounds []CPURound) {
 	}
 	fmt.Fprintf(out, "\nserver CPU per reservation, round by round (each round a fresh server and do-nothing server; Surge first in even rounds):\n")
 	for _, c := range rounds {
-		cells := []string{usCell(c.ServerUs), usCell(c.BaselineUs)}
 		ratio := "n/a"
 		if c.Ratio != nil {
 			ratio = fmt.Sprintf("%.3f×", *c.Ratio)
 		}
-		fmt.Fprintf(out, "round %d: surge %s, do-nothing %s: %s\n", c.Round, cells[0], cells[1], ratio)
+		fmt.Fprintf(out, "round %d: surge %s, do-nothing %s: %s\n", c.Round, usCell(c.ServerUs), usCell(c.BaselineUs), ratio)
 	}
 }
