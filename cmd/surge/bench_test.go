@@ -32,14 +32,7 @@ func TestBenchCommerceFlags(t *testing.T) {
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.CommerceReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b := readReport[bench.CommerceReport](t, jsonPath)
 	c := rep.Config
 	if !rep.OK || len(rep.Levels) != 2 || c.Seed != 9 || c.HTTP2 || c.Clients != 2 || c.DurationSeconds != 0.5 || c.Baseline {
 		t.Fatalf("report %s", b)
@@ -93,14 +86,7 @@ func TestBenchSequencerFlags(t *testing.T) {
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.SequencerReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b := readReport[bench.SequencerReport](t, jsonPath)
 	c := rep.Config
 	if !rep.OK || len(rep.Scenarios) != 2 || c.Messages != 500 || c.Groups != 3 || c.PollMs != 20 || c.TimeoutSeconds != 5 {
 		t.Fatalf("report %s", b)
@@ -186,14 +172,7 @@ func TestBenchTicketingCrowdFlags(t *testing.T) {
 	if err != bench.ErrFailed {
 		t.Fatalf("err %v, want the run to fail on double booking\n%s", err, out)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.CrowdReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b := readReport[bench.CrowdReport](t, jsonPath)
 	if c := rep.Config; c.Groups != bench.CrowdGroups || c.Areas != bench.CrowdAreas(40) || c.ClientsPerGroup != 4 || c.Transport != bench.CrowdTransportXNet {
 		t.Fatalf("config %+v: want the peer's 5 groups, its seat ratio, 4 x/net clients", c)
 	}
@@ -234,17 +213,23 @@ func runTicketingBench(t *testing.T, ctx context.Context, args ...string) (*benc
 	return rep, b, out.String()
 }
 
-// readTicketingReport reads the JSON report `surge bench ticketing
-// --json` wrote.
-func readTicketingReport(t *testing.T, path string) (*bench.Report, []byte) {
+// readReport reads the JSON report a bench wrote with --json.
+func readReport[T any](t *testing.T, path string) (*T, []byte) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep bench.Report
+	var rep T
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
 	return &rep, b
+}
+
+// readTicketingReport reads the JSON report `surge bench ticketing
+// --json` wrote.
+func readTicketingReport(t *testing.T, path string) (*bench.Report, []byte) {
+	t.Helper()
+	return readReport[bench.Report](t, path)
 }
