@@ -190,6 +190,9 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		p.last = nil
 	}
 	p.mu.Unlock()
+	if len(p.inbox) > 0 {
+		p.kickProcessor()
+	}
 	releaseAll(b.reqs, err)
 	releaseAll(b.fencedReqs, err)
 	if err == nil {

@@ -429,7 +429,7 @@ func (e *Engine) submitLocal(ctx context.Context, part int, wl uint8, cmd Comman
 	}
 	r, err := e.enqueue(p, ctx, wl, cmd, q)
 	if err == nil {
-		p.serveOrKick()
+		p.serveOrKick(cmd == nil)
 	}
 	p.subMu.RUnlock()
 	if err != nil {

@@ -17,6 +17,10 @@ func ObserveBatchBytes(o *Options, fn func(n int)) { o.batchBytes = fn }
 // InboxLen is how many requests wait in partition part's inbox.
 func InboxLen(e *Engine, part int) int { return len(e.parts[part].inbox) }
 
+// Parked says whether partition part's processor is parked or about to
+// park: it then takes its inbox only when kicked.
+func Parked(e *Engine, part int) bool { return e.parts[part].parked.Load() }
+
 // PendingForwards is how many requests wait to be forwarded to part.
 func PendingForwards(e *Engine, part int) int {
 	f := &e.fwd[part]

@@ -34,7 +34,10 @@ func (e *Engine) inlineApply() bool {
 
 // serveOrKick is called by a submitter once its request is in p's inbox,
 // with p.subMu held (read) so that Close waits for it.
-func (p *partition) serveOrKick() {
+func (p *partition) serveOrKick(query bool) {
+	if !query && p.coalescing() {
+		return
+	}
 	if !p.e.inlineApply() || !p.parked.Load() {
 		// A processor at work looks at its inbox before it parks; the
 		// kick covers the request that races its parking, and costs no
@@ -80,6 +83,25 @@ func (p *partition) serveOrKick() {
 	if stale {
 		p.kickProcessor()
 	}
+}
+
+// coalesceBelow: while a batch of the partition waits for the log and
+// fewer requests than this are queued, a command's submitter does not
+// kick the processor; the batch's done does.
+const coalesceBelow = 256
+
+// coalescing says whether a command just queued may wait for the done of
+// the partition's batch in flight to be taken: it would wait for that
+// batch's fsync anyway, and so the processor builds one batch per
+// commit of the log rather than one per wake-up.
+func (p *partition) coalescing() bool {
+	if len(p.inbox) >= coalesceBelow {
+		return false
+	}
+	p.mu.Lock()
+	inflight := p.last != nil
+	p.mu.Unlock()
+	return inflight
 }
 
 // kickProcessor tells the processor there is work in its inbox. The

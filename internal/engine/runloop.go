@@ -27,7 +27,7 @@ func (p *partition) run() {
 		// parked is set before the inbox is looked at, so a submitter
 		// that finds it unset has queued in time to be seen, or kicks.
 		p.parked.Store(true)
-		if !stopping && len(p.inbox) == 0 {
+		if !stopping && (len(p.inbox) == 0 || p.coalescing()) {
 			stopping = p.await(w, timerC, snapC)
 		}
 		p.parked.Store(false)
