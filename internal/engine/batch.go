@@ -190,6 +190,10 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 		p.last = nil
 	}
 	p.mu.Unlock()
+	// Commands queued behind this batch did not kick the processor
+	// (coalescing): this does, before the releases ready their
+	// handlers, so that their batch is built while the log's writer
+	// finishes this commit.
 	if len(p.inbox) > 0 {
 		p.kickProcessor()
 	}

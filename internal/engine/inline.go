@@ -93,7 +93,11 @@ const coalesceBelow = 256
 // coalescing says whether a command just queued may wait for the done of
 // the partition's batch in flight to be taken: it would wait for that
 // batch's fsync anyway, and so the processor builds one batch per
-// commit of the log rather than one per wake-up.
+// commit of the log rather than one per wake-up. Nothing is stranded:
+// the command was queued before p.last is read here, and done clears
+// p.last before it looks at the inbox, both under p.mu, so either this
+// sees no batch in flight (and the caller kicks or serves), or that
+// batch's done sees the command and kicks.
 func (p *partition) coalescing() bool {
 	if len(p.inbox) >= coalesceBelow {
 		return false
