@@ -251,11 +251,34 @@ func (h *Hub) step(s *stream) (cancels []string, free int, end error) {
 	return cancels, min(s.w.free(), MaxLeaseBatch), nil
 }
 
-// track records jobs leased for the stream's worker; false if the stream
-// has ended or been replaced, and so will not push them.
-func (h *Hub) track(s *stream, jobs []*Job) bool {
+// reserveLease reserves up to want of s's free slots for a Lease of the
+// stream's own, as reserveFor does for a submit's, and returns how many:
+// a slot the stream counted free (step) could otherwise be filled by a
+// submit or a report that leases for it while its Lease waits for the
+// log, and both would lease it, over the worker's concurrency.
+func (h *Hub) reserveLease(s *stream, want int) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	k := max(0, min(s.w.free(), want, MaxLeaseBatch))
+	s.w.reserved += k
+	return k
+}
+
+// unreserve ends a reservation of reserveLease.
+func (h *Hub) unreserve(s *stream, k int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.w.reserved -= k
+}
+
+// track records jobs leased for the stream's worker and ends the
+// reservation (reserveLease) of the reserved slots they were leased in,
+// in one step, so that no slot is ever both free and uncounted; false if
+// the stream has ended or been replaced, and so will not push them.
+func (h *Hub) track(s *stream, jobs []*Job, reserved int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.w.reserved -= reserved
 	if s.end != nil || s.w.stream != s {
 		return false
 	}
@@ -394,7 +417,14 @@ func (a *API) serveStream(ctx context.Context, s *stream, out assignments) error
 func (a *API) leaseRound(ctx, bg context.Context, s *stream, out assignments, next, free int) (shed, stop bool, err error) {
 	for i := 0; i < len(s.queues) && free > 0; i++ {
 		q := s.queues[(next+i)%len(s.queues)]
-		r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(free), LeaseNs: a.leaseNs, Session: s.session})
+		k := a.hub.reserveLease(s, free)
+		if k == 0 {
+			break // a submit or a report took the slots meanwhile
+		}
+		r, err := engine.Do[*Result](bg, a.eng, a.eng.PartitionOf(QueueKey(q)), WorkloadID, &Lease{Queue: q, Worker: s.w.id, Max: int32(k), LeaseNs: a.leaseNs, Session: s.session})
+		if err != nil || r.Outcome == NotFound || len(r.Jobs) == 0 {
+			a.hub.unreserve(s, k)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, true, ctx.Err()
@@ -412,7 +442,7 @@ func (a *API) leaseRound(ctx, bg context.Context, s *stream, out assignments, ne
 			continue
 		}
 		a.metrics.leased(q, r.Jobs)
-		if stop, err := a.pushLeased(ctx, s, out, r.Jobs, r.Traces); stop {
+		if stop, err := a.pushLeased(ctx, s, out, r.Jobs, r.Traces, k); stop {
 			return false, true, err
 		}
 		// With no slot left, the queue may still hold ready jobs: a
@@ -425,8 +455,8 @@ func (a *API) leaseRound(ctx, bg context.Context, s *stream, out assignments, ne
 // pushLeased sends jobs leased for the stream to its worker. stop: the
 // stream ends, returning err (nil: cleanly), and what it did not send
 // goes back.
-func (a *API) pushLeased(ctx context.Context, s *stream, out assignments, jobs []*Job, traces map[string]engine.TraceContext) (stop bool, err error) {
-	if ctx.Err() != nil || !a.hub.track(s, jobs) {
+func (a *API) pushLeased(ctx context.Context, s *stream, out assignments, jobs []*Job, traces map[string]engine.TraceContext, reserved int) (stop bool, err error) {
+	if !a.hub.track(s, jobs, reserved) || ctx.Err() != nil {
 		a.unsent(ctx, s, jobs)
 		if ctx.Err() != nil {
 			return true, ctx.Err()
