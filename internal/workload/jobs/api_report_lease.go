@@ -39,7 +39,14 @@ func (h *Hub) reserveNext(workerID, jobID string) *stream {
 	if s == nil || !s.settled || s.end != nil || len(s.queues) != 1 || w.free() < 0 || w.draining {
 		return nil
 	}
+	if _, twice := w.passing[jobID]; twice {
+		return nil // a second report of it while the first is on its way
+	}
 	w.reserved++
+	if w.passing == nil {
+		w.passing = map[string]struct{}{}
+	}
+	w.passing[jobID] = struct{}{}
 	return s
 }
 
@@ -51,6 +58,9 @@ func (h *Hub) reserveNext(workerID, jobID string) *stream {
 func (h *Hub) reported(workerID, jobID string, freed bool, s *stream, r *Result) (orphans []*Job) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if s != nil {
+		delete(s.w.passing, jobID) // with the reservation, below
+	}
 	if freed {
 		if w := h.owner[jobID]; w != nil && w.id == workerID {
 			h.untrackLocked(jobID)

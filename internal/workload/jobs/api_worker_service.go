@@ -172,7 +172,7 @@ func (h *Hub) beat(id string, active int32, sent int64, held [][]string) {
 	}
 	for jid, at := range w.inflight {
 		if at < sent && !still[jid] {
-			delete(w.inflight, jid)
+			w.forget(jid)
 			delete(h.owner, jid)
 		}
 	}

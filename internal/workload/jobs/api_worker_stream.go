@@ -180,6 +180,9 @@ func (h *Hub) adopt(s *stream, jobs []*Job) bool {
 		}
 	}
 	clear(w.inflight)
+	// A report in flight now counts its job and its successor apart
+	// again, as before reserveNext: fewer slots, never more.
+	clear(w.passing)
 	now := h.now().UnixNano()
 	for _, j := range jobs {
 		w.inflight[j.ID] = now
@@ -261,6 +264,7 @@ func (h *Hub) reserveLease(s *stream, want int) int {
 	defer h.mu.Unlock()
 	k := max(0, min(s.w.free(), want, MaxLeaseBatch))
 	s.w.reserved += k
+	s.leasing += k
 	return k
 }
 
@@ -269,6 +273,7 @@ func (h *Hub) unreserve(s *stream, k int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.w.reserved -= k
+	s.leasing -= k
 }
 
 // track records jobs leased for the stream's worker and ends the
@@ -279,6 +284,7 @@ func (h *Hub) track(s *stream, jobs []*Job, reserved int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.w.reserved -= reserved
+	s.leasing -= reserved
 	if s.end != nil || s.w.stream != s {
 		return false
 	}

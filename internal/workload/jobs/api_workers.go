@@ -89,13 +89,27 @@ type worker struct {
 	// reserved: slots of jobs being reported whose report also leases
 	// the next job (api_report_lease.go).
 	reserved int
+	// passing: the jobs being reported whose report leases the next
+	// (reserveNext), each in inflight while its successor is in
+	// reserved: one slot counted twice until the report returns, which
+	// free counts once. Always a subset of inflight (forget).
+	passing map[string]struct{}
 }
 
+// free is how many more jobs the worker may be given: its concurrency
+// less the jobs it holds and the slots reserved for jobs on their way,
+// a reported job and its successor counting as one.
 func (w *worker) free() int {
 	if w.draining {
 		return 0
 	}
-	return w.concurrency - len(w.inflight) - w.reserved
+	return w.concurrency - len(w.inflight) - w.reserved + len(w.passing)
+}
+
+// forget drops jobID from what the worker holds.
+func (w *worker) forget(jobID string) {
+	delete(w.inflight, jobID)
+	delete(w.passing, jobID)
 }
 
 // stream is one open StreamJobs call. Its session names it in the leases
@@ -118,6 +132,9 @@ type stream struct {
 	// worker's inflight, to push (api_report_lease.go).
 	pending       []*Job
 	pendingTraces map[string]engine.TraceContext
+	// leasing: the slots its own Lease reserved (reserveLease), counted
+	// in its worker's reserved too.
+	leasing int
 }
 
 var errDrained = errors.New("drained")
@@ -144,7 +161,9 @@ func (h *Hub) Notify(v any) {
 		left := n.Ready
 		for i := 0; i < len(ss) && left > 0; i++ {
 			s := ss[(start+i)%len(ss)]
-			if f := s.w.free(); f > 0 {
+			// The slots its own Lease holds count: that Lease may have
+			// been applied before these jobs were, and found none.
+			if f := s.w.free() + s.leasing; f > 0 {
 				s.poke()
 				left -= f
 				h.next[n.Queue] = start + i + 1
@@ -168,7 +187,7 @@ func (h *Hub) untrackLocked(jobID string) {
 		return
 	}
 	delete(h.owner, jobID)
-	delete(w.inflight, jobID)
+	w.forget(jobID)
 	if w.stream != nil {
 		w.stream.poke()
 	}
@@ -219,5 +238,6 @@ func (h *Hub) dropLocked(w *worker) {
 		}
 	}
 	clear(w.inflight)
+	clear(w.passing)
 	delete(h.workers, w.id)
 }

@@ -43,3 +43,91 @@ func TestStreamLeaseReservesItsSlots(t *testing.T) {
 		t.Fatalf("reserved %d, want the submit's 1", w.reserved)
 	}
 }
+
+// A report that leases its job's successor reserves a slot while the
+// reported job still counts as held: free counts the two once, so that
+// a full worker's reports in flight at once each lease a successor (the
+// second used to find free() below zero and lease none), and the worker
+// still never gets more than its concurrency.
+func TestReportsInFlightCountTheirSlotOnce(t *testing.T) {
+	h := NewHub(0)
+	w := &worker{id: "w1", concurrency: 2, inflight: map[string]int64{}, queues: []string{DefaultQueue}}
+	h.workers[w.id] = w
+	s, err := h.open(w.id, nil, false, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.adopt(s, nil) {
+		t.Fatal("stream not adopted")
+	}
+	if !h.track(s, []*Job{{ID: "a"}, {ID: "b"}}, h.reserveLease(s, 2)) {
+		t.Fatal("jobs not tracked")
+	}
+	for _, id := range []string{"a", "b"} {
+		if h.reserveNext(w.id, id) != s {
+			t.Fatalf("the report of %s leases no successor", id)
+		}
+		if f := w.free(); f != 0 {
+			t.Fatalf("free %d with both jobs reported and their successors reserved, want 0", f)
+		}
+	}
+	if h.reserveNext(w.id, "a") != nil {
+		t.Fatal("a second report of a job on its way leased a successor too")
+	}
+	if st, k := h.reserveFor(DefaultQueue, nextJobs); st != nil || k != 0 {
+		t.Fatalf("a submit reserved %d slots of a full worker", k)
+	}
+	for _, id := range []string{"a", "b"} {
+		if orphans := h.reported(w.id, id, true, s, &Result{Next: []*Job{{ID: id + "2"}}}); len(orphans) != 0 {
+			t.Fatalf("orphans %v", orphans)
+		}
+	}
+	if len(w.inflight) != 2 || w.reserved != 0 || len(w.passing) != 0 || w.free() != 0 {
+		t.Fatalf("after the reports: in flight %d, reserved %d, passing %d, free %d; want 2, 0, 0, 0", len(w.inflight), w.reserved, len(w.passing), w.free())
+	}
+	// A job ended elsewhere while its report is on its way: its slot is
+	// its successor's alone.
+	if h.reserveNext(w.id, "a2") != s {
+		t.Fatal("no successor for a2")
+	}
+	h.untrack([]*Job{{ID: "a2"}})
+	if f := w.free(); f != 0 {
+		t.Fatalf("free %d after a reported job ended elsewhere, want 0 (its successor holds the slot)", f)
+	}
+	h.reported(w.id, "a2", true, s, nil)
+	if f := w.free(); f != 1 || len(w.passing) != 0 {
+		t.Fatalf("free %d, passing %d after a report that leased nothing, want 1, 0", f, len(w.passing))
+	}
+}
+
+// A note that jobs are ready wakes a stream whose own Lease holds its
+// free slots: that Lease may have been applied before the jobs were and
+// found none, and with its slots reserved the note used to pass the
+// stream by (free() 0), which then slept with jobs ready (a CI run:
+// "no assignment in 10 s" after a SubmitJobs).
+func TestReadyNoteWakesAStreamWhoseLeaseHoldsItsSlots(t *testing.T) {
+	h := NewHub(0)
+	w := &worker{id: "w1", concurrency: 2, inflight: map[string]int64{}, queues: []string{DefaultQueue}}
+	h.workers[w.id] = w
+	s, err := h.open(w.id, nil, false, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.adopt(s, nil) {
+		t.Fatal("stream not adopted")
+	}
+	<-s.wake // the opening's
+	if k := h.reserveLease(s, 2); k != 2 {
+		t.Fatalf("reserved %d, want 2", k)
+	}
+	h.Notify(QueueReady{Queue: DefaultQueue, Ready: 1})
+	select {
+	case <-s.wake:
+	default:
+		t.Fatal("the note did not wake the stream whose Lease holds its slots")
+	}
+	h.unreserve(s, 2)
+	if s.leasing != 0 || w.reserved != 0 {
+		t.Fatalf("leasing %d, reserved %d after the Lease, want 0", s.leasing, w.reserved)
+	}
+}
