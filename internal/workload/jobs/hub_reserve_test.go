@@ -2,12 +2,10 @@ package jobs
 
 import "testing"
 
-// Every lease for a stream reserves its slots first, the stream's own
-// Lease too: a slot the stream counted free while its Lease waited for
-// the log was also free to a submit (SubmitLease), and both leased it.
-// A worker of concurrency 2 was pushed a third job that way when the
-// engine began to hold commands for the batch in flight.
-func TestStreamLeaseReservesItsSlots(t *testing.T) {
+// settledStream is a hub with one worker of concurrency 2 on the default
+// queue, and its stream open and settled (nothing to reclaim).
+func settledStream(t *testing.T) (*Hub, *worker, *stream) {
+	t.Helper()
 	h := NewHub(0)
 	w := &worker{id: "w1", concurrency: 2, inflight: map[string]int64{}, queues: []string{DefaultQueue}}
 	h.workers[w.id] = w
@@ -18,6 +16,16 @@ func TestStreamLeaseReservesItsSlots(t *testing.T) {
 	if !h.adopt(s, nil) {
 		t.Fatal("stream not adopted")
 	}
+	return h, w, s
+}
+
+// Every lease for a stream reserves its slots first, the stream's own
+// Lease too: a slot the stream counted free while its Lease waited for
+// the log was also free to a submit (SubmitLease), and both leased it.
+// A worker of concurrency 2 was pushed a third job that way when the
+// engine began to hold commands for the batch in flight.
+func TestStreamLeaseReservesItsSlots(t *testing.T) {
+	h, w, s := settledStream(t)
 	if k := h.reserveLease(s, MaxLeaseBatch); k != 2 {
 		t.Fatalf("the stream's lease reserved %d slots, want its 2 free", k)
 	}
@@ -50,16 +58,7 @@ func TestStreamLeaseReservesItsSlots(t *testing.T) {
 // second used to find free() below zero and lease none), and the worker
 // still never gets more than its concurrency.
 func TestReportsInFlightCountTheirSlotOnce(t *testing.T) {
-	h := NewHub(0)
-	w := &worker{id: "w1", concurrency: 2, inflight: map[string]int64{}, queues: []string{DefaultQueue}}
-	h.workers[w.id] = w
-	s, err := h.open(w.id, nil, false, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !h.adopt(s, nil) {
-		t.Fatal("stream not adopted")
-	}
+	h, w, s := settledStream(t)
 	if !h.track(s, []*Job{{ID: "a"}, {ID: "b"}}, h.reserveLease(s, 2)) {
 		t.Fatal("jobs not tracked")
 	}
@@ -106,16 +105,7 @@ func TestReportsInFlightCountTheirSlotOnce(t *testing.T) {
 // stream by (free() 0), which then slept with jobs ready (a CI run:
 // "no assignment in 10 s" after a SubmitJobs).
 func TestReadyNoteWakesAStreamWhoseLeaseHoldsItsSlots(t *testing.T) {
-	h := NewHub(0)
-	w := &worker{id: "w1", concurrency: 2, inflight: map[string]int64{}, queues: []string{DefaultQueue}}
-	h.workers[w.id] = w
-	s, err := h.open(w.id, nil, false, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !h.adopt(s, nil) {
-		t.Fatal("stream not adopted")
-	}
+	h, w, s := settledStream(t)
 	<-s.wake // the opening's
 	if k := h.reserveLease(s, 2); k != 2 {
 		t.Fatalf("reserved %d, want 2", k)
