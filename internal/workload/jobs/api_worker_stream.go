@@ -272,6 +272,10 @@ func (h *Hub) reserveLease(s *stream, want int) int {
 func (h *Hub) unreserve(s *stream, k int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s.unreserveLocked(k)
+}
+
+func (s *stream) unreserveLocked(k int) {
 	s.w.reserved -= k
 	s.leasing -= k
 }
@@ -283,8 +287,7 @@ func (h *Hub) unreserve(s *stream, k int) {
 func (h *Hub) track(s *stream, jobs []*Job, reserved int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s.w.reserved -= reserved
-	s.leasing -= reserved
+	s.unreserveLocked(reserved)
 	if s.end != nil || s.w.stream != s {
 		return false
 	}
