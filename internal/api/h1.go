@@ -147,10 +147,7 @@ func (h *h1Server) serve(tc *trackedConn) {
 		tc.Close()
 		return
 	}
-	// Not cancellable, unlike net/http's: each request's context is, and
-	// a child of a cancellable parent would register with it, a map
-	// insertion per request.
-	c.ctx = context.WithValue(h.s.connContext(tc), h1ConnKey{}, c)
+	c.ctx = connCtx(h.s.connContext(tc), c)
 	tc.t.setState(tc, http.StateNew)
 	if tc.rb == nil {
 		// A connection whose bytes cannot be put back (not a socket):

@@ -179,7 +179,9 @@ func TestLeanH1LeavesH2CToNetHTTP(t *testing.T) {
 func TestLeanH1ContextEndsWithTheRequest(t *testing.T) {
 	ctxs := make(chan context.Context, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Context().Value(http.ServerContextKey) == nil || StreamsOf(r.Context()) == nil {
+		ctx := r.Context()
+		if ctx.Value(http.ServerContextKey) == nil || ctx.Value(http.LocalAddrContextKey) == nil ||
+			ctx.Value(streamsKey{}) == nil || ctx.Value(bodiesKey{}) == nil || ctx.Value(h1ConnKey{}) == nil {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 		ctxs <- r.Context()
@@ -196,6 +198,31 @@ func TestLeanH1ContextEndsWithTheRequest(t *testing.T) {
 		t.Fatal("the request's context is not done after its answer")
 	}
 	leanServed(t, s, 1)
+}
+
+// TestLeanConnContextEndsWithItsValues: a connection's context is flat
+// only over values that never end; over a cancellable one (a
+// ConnContext's own) it keeps the chain, so that requests end with it.
+func TestLeanConnContextEndsWithItsValues(t *testing.T) {
+	c := &h1Conn{}
+	key := struct{ k string }{"k"}
+	flat := connCtx(context.WithValue(context.Background(), key, "v"), c)
+	if _, ok := flat.(*h1Ctx); !ok || flat.Value(key) != "v" || flat.Value(h1ConnKey{}) != c || flat.Done() != nil {
+		t.Fatalf("over values: %T, %v, %v", flat, flat.Value(key), flat.Value(h1ConnKey{}))
+	}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key, "v"))
+	ctx := connCtx(parent, c)
+	req, stop := context.WithCancel(ctx)
+	defer stop()
+	cancel()
+	select {
+	case <-req.Done():
+	case <-time.After(hang):
+		t.Fatal("a request's context outlived its connection's cancelled values")
+	}
+	if ctx.Value(key) != "v" || ctx.Value(h1ConnKey{}) != c {
+		t.Fatal("the chain lost a value")
+	}
 }
 
 // TestLeanH1OffByDefault: without Limits.Lean every request goes to
