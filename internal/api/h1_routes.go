@@ -94,14 +94,18 @@ type leanMemo struct {
 type leanMemoEntry struct {
 	m                           *leanMarked
 	method, host, path, rawPath string
-	lean, used                  bool
+	// path's last byte, kept here: the path's own bytes are an earlier
+	// request's, out of the cache by now, and reading them for every
+	// miss was 2 % of the server's CPU in compat profiles.
+	last       byte
+	lean, used bool
 }
 
 func (e *leanMemoEntry) is(m *leanMarked, r *http.Request) bool {
 	p := r.URL.Path
 	// Paths of one length mostly differ in an id at their end: look
 	// there before comparing the whole.
-	if len(e.path) != len(p) || len(p) > 0 && e.path[len(p)-1] != p[len(p)-1] {
+	if len(e.path) != len(p) || len(p) > 0 && e.last != p[len(p)-1] {
 		return false
 	}
 	return e.m == m && e.path == p && e.method == r.Method &&
@@ -123,7 +127,11 @@ func (memo *leanMemo) keep(m *leanMarked, r *http.Request, lean bool) {
 		memo.e[memo.hand].used = false
 		memo.hand = (memo.hand + 1) % len(memo.e)
 	}
-	memo.e[memo.hand] = leanMemoEntry{m: m, method: r.Method, host: r.Host,
+	e := leanMemoEntry{m: m, method: r.Method, host: r.Host,
 		path: r.URL.Path, rawPath: r.URL.RawPath, lean: lean}
+	if p := r.URL.Path; len(p) > 0 {
+		e.last = p[len(p)-1]
+	}
+	memo.e[memo.hand] = e
 	memo.hand = (memo.hand + 1) % len(memo.e)
 }
