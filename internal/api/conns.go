@@ -80,21 +80,33 @@ func fileLimit() (uint64, error) {
 }
 
 // connTracker counts open connections and keeps the sheddable ones in two
-// lists, oldest first: idle ones (between requests) and new ones (nothing
-// read yet). Only list heads are ever taken, so every operation is O(1).
+// kinds of list, oldest first: idle ones (between requests) and new ones
+// (nothing read yet). The lists are in shards, each with its own lock,
+// a connection in its stripe's (stripes.go): an HTTP/1.1 connection
+// goes idle and active again with every request, and one lock for all
+// of them was two thirds of the server's lock contention at GOMAXPROCS 8
+// (docs/BENCHMARKS.md, "Many cores"). Shedding, which is rare (at the
+// cap only), looks at every shard's heads for the oldest.
 type connTracker struct {
 	max int
 
+	// mu guards open and grace, and is taken before any shard's lock by
+	// whatever takes more than one shard's (shedding, closeSilent).
+	mu    sync.Mutex
+	open  int
 	grace time.Duration // newConnGrace; tests shorten it
 	// The server's idle and header timeouts: a new connection waits for
 	// its first request as long as a kept-alive one waits for its next,
 	// and its header timeout runs from the request's first byte.
 	idleTimeout, headerTimeout time.Duration
 
-	mu   sync.Mutex
-	open int
-	idle connList
-	new  connList
+	shards []connShard
+	// releases counts connections closed or gone idle (each frees a slot
+	// a newcomer may take), in stripes; admit and refusal fold them into
+	// retry (folded so far, guarded by mu), which would otherwise be one
+	// more lock per request.
+	releases stripedCounter
+	folded   uint64
 
 	refusing atomic.Int64
 	// coalesce serves small reads from one socket read (readbuf.go) and
@@ -118,9 +130,35 @@ type connTracker struct {
 	refused atomic.Uint64
 }
 
+// connShard is one shard of the tracker's lists, alone on its cache
+// lines.
+type connShard struct {
+	mu        sync.Mutex
+	idle, new connList
+	_         [64]byte
+}
+
 func newConnTracker(max int, idle, header time.Duration) *connTracker {
 	return &connTracker{max: max, grace: newConnGrace, idleTimeout: idle, headerTimeout: header, yields: newYielder(),
+		shards: make([]connShard, stripeCount()), releases: newStripedCounter(),
 		socketReads: newStripedCounter(), socketWrites: newStripedCounter()}
+}
+
+func (t *connTracker) shard(c *trackedConn) *connShard {
+	return &t.shards[c.stripe%uint32(len(t.shards))]
+}
+
+// lockShards takes every shard's lock, in order (t.mu held).
+func (t *connTracker) lockShards() {
+	for i := range t.shards {
+		t.shards[i].mu.Lock()
+	}
+}
+
+func (t *connTracker) unlockShards() {
+	for i := range t.shards {
+		t.shards[i].mu.Unlock()
+	}
 }
 
 // trackedConn is a connection the tracker counts; closing it frees its slot.
@@ -132,11 +170,12 @@ type trackedConn struct {
 	stripe        uint32
 	reads, writes *atomic.Uint64
 
-	// Guarded by t.mu.
+	// Guarded by the connection's shard's mu (t.shard).
 	closed     bool
 	list       *connList
 	prev, next *trackedConn
 	since      time.Time // accept time, for the new list
+	idleSince  time.Time // when it last went idle, for the idle list
 
 	// waiting is set while the server waits for a request's first bytes
 	// (on a new connection or between requests); fresh until the
@@ -204,12 +243,15 @@ func (c *trackedConn) unlink() {
 func (c *trackedConn) Close() error {
 	t := c.t
 	t.mu.Lock()
+	sh := t.shard(c)
+	sh.mu.Lock()
 	if !c.closed {
 		c.closed = true
 		c.unlink()
 		t.open--
-		t.retry.Released()
+		t.releases.at(c.stripe).Add(1)
 	}
+	sh.mu.Unlock()
 	t.mu.Unlock()
 	return closeQuietly(c.Conn)
 }
@@ -346,19 +388,21 @@ func (t *connTracker) setState(nc net.Conn, st http.ConnState) {
 	if !ok {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	sh := t.shard(c)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if c.closed {
 		return
 	}
 	c.unlink()
 	switch st {
 	case http.StateNew:
-		t.new.push(c)
+		sh.new.push(c)
 	case http.StateIdle:
 		c.waiting.Store(true)
-		t.idle.push(c)
-		t.retry.Released()
+		c.idleSince = time.Now()
+		sh.idle.push(c)
+		t.releases.at(c.stripe).Add(1)
 	}
 }
 
@@ -383,16 +427,14 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	c.fresh.Store(true)
 	c.freshFrom.Store(c.since.UnixNano())
 	t.mu.Lock()
+	t.foldReleasesLocked()
 	var victim *trackedConn
 	if t.open >= t.max {
-		victim = t.victimLocked(c.since)
+		victim = t.takeVictimLocked(c.since)
 		if victim == nil {
 			t.mu.Unlock()
 			return nil
 		}
-		victim.closed = true
-		victim.unlink()
-		t.open--
 	}
 	t.open++
 	t.mu.Unlock()
@@ -403,25 +445,74 @@ func (t *connTracker) admit(nc net.Conn) *trackedConn {
 	return c
 }
 
-// victimLocked picks the connection to shed: the one idle longest, else the
-// oldest one that has sent nothing for newConnGrace. One whose client's
-// bytes have arrived, unread yet, is passed over, not closed on them, and
-// stays where it is: an HTTP/1.1 request takes it out of the list when
-// the server reads it, but an HTTP/2 control frame (a PING, a
-// WINDOW_UPDATE) opens no stream, so the server would never report that
-// connection idle again, and dropped from the list it could never be
-// shed. At most maxVictimScan connections are looked at (one peek each).
-func (t *connTracker) victimLocked(now time.Time) *trackedConn {
-	n := 0
-	for c := t.idle.head; c != nil && n < maxVictimScan; c, n = c.next, n+1 {
-		if !c.hasUnread() {
-			return c
-		}
+// foldReleasesLocked tells retry of the slots freed since the last fold
+// (t.mu held).
+func (t *connTracker) foldReleasesLocked() {
+	if n := t.releases.Load(); n != t.folded {
+		t.retry.ReleasedMany(n - t.folded)
+		t.folded = n
 	}
-	for c := t.new.head; c != nil && n < maxVictimScan && now.Sub(c.since) >= t.grace; c, n = c.next, n+1 {
+}
+
+// takeVictimLocked sheds (marks closed and unlists; the caller closes
+// it) the connection idle longest, else the oldest one that has sent
+// nothing for newConnGrace, and returns it; nil if there is none (t.mu
+// held). One whose client's bytes have arrived, unread yet, is passed
+// over, not closed on them, and stays where it is: an HTTP/1.1 request
+// takes it out of the list when the server reads it, but an HTTP/2
+// control frame (a PING, a WINDOW_UPDATE) opens no stream, so the server
+// would never report that connection idle again, and dropped from the
+// list it could never be shed. At most maxVictimScan connections are
+// looked at (one peek each), over all shards.
+func (t *connTracker) takeVictimLocked(now time.Time) *trackedConn {
+	t.lockShards()
+	defer t.unlockShards()
+	n := 0
+	idleSince := func(c *trackedConn) time.Time { return c.idleSince }
+	victim := t.oldestLocked(&n, func(sh *connShard) *connList { return &sh.idle }, idleSince, nil)
+	if victim == nil {
+		silent := func(c *trackedConn) bool { return now.Sub(c.since) >= t.grace }
+		since := func(c *trackedConn) time.Time { return c.since }
+		victim = t.oldestLocked(&n, func(sh *connShard) *connList { return &sh.new }, since, silent)
+	}
+	if victim != nil {
+		victim.closed = true
+		victim.unlink()
+		t.open--
+	}
+	return victim
+}
+
+// oldestLocked walks the shards' lists (each oldest first, by age) as one
+// list, oldest first, and returns the first connection with no unread
+// bytes; it stops at one that is not eligible (nil: all are), and after
+// *n connections in all have been looked at, maxVictimScan (every shard
+// locked).
+func (t *connTracker) oldestLocked(n *int, list func(*connShard) *connList, age func(*trackedConn) time.Time, eligible func(*trackedConn) bool) *trackedConn {
+	var at [maxStripes]*trackedConn
+	heads := at[:len(t.shards)]
+	for i := range t.shards {
+		heads[i] = list(&t.shards[i]).head
+	}
+	for *n < maxVictimScan {
+		oldest := -1
+		for i, c := range heads {
+			if c != nil && (oldest < 0 || age(c).Before(age(heads[oldest]))) {
+				oldest = i
+			}
+		}
+		if oldest < 0 {
+			return nil
+		}
+		c := heads[oldest]
+		if eligible != nil && !eligible(c) {
+			return nil
+		}
+		*n++
 		if !c.hasUnread() {
 			return c
 		}
+		heads[oldest] = c.next
 	}
 	return nil
 }
@@ -436,12 +527,7 @@ const maxVictimScan = 64
 // in the process holds more files than the reserve allows for).
 func (t *connTracker) shedOne() {
 	t.mu.Lock()
-	victim := t.victimLocked(time.Now())
-	if victim != nil {
-		victim.closed = true
-		victim.unlink()
-		t.open--
-	}
+	victim := t.takeVictimLocked(time.Now())
 	t.mu.Unlock()
 	if victim != nil {
 		t.shed.Add(1)
@@ -454,14 +540,19 @@ func (t *connTracker) shedOne() {
 func (t *connTracker) closeSilent(now time.Time, grace time.Duration) {
 	t.mu.Lock()
 	var victims []*trackedConn
-	for c := t.new.head; c != nil && now.Sub(c.since) >= grace; c = t.new.head {
-		c.unlink()
-		if c.hasUnread() {
-			continue // not silent: its request is here
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for c := sh.new.head; c != nil && now.Sub(c.since) >= grace; c = sh.new.head {
+			c.unlink()
+			if c.hasUnread() {
+				continue // not silent: its request is here
+			}
+			c.closed = true
+			t.open--
+			victims = append(victims, c)
 		}
-		c.closed = true
-		t.open--
-		victims = append(victims, c)
+		sh.mu.Unlock()
 	}
 	t.mu.Unlock()
 	for _, c := range victims {
@@ -481,6 +572,9 @@ func (t *connTracker) openConns() int {
 // Its Retry-After is the connection's own turn for a freed connection
 // (SlotRetry), so refused clients come back spread out, not together.
 func (t *connTracker) refusal() []byte {
+	t.mu.Lock()
+	t.foldReleasesLocked()
+	t.mu.Unlock()
 	after := strconv.Itoa(RetryAfterSeconds(t.retry.Refused()))
 	body := `{"error":"the server is at its connection limit (` + strconv.Itoa(t.max) +
 		` connections, all busy); retry after ` + after + ` s (Retry-After)"}` + "\n"

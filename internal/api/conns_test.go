@@ -102,13 +102,32 @@ func (c *rawConn) closedByServer() bool {
 }
 
 func (t *connTracker) idleConns() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	n := 0
-	for c := t.idle.head; c != nil; c = c.next {
-		n++
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for c := sh.idle.head; c != nil; c = c.next {
+			n++
+		}
+		sh.mu.Unlock()
 	}
 	return n
+}
+
+// longestIdle is the idle connection the tracker sheds first, if none
+// has unread bytes.
+func (t *connTracker) longestIdle() *trackedConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lockShards()
+	defer t.unlockShards()
+	var oldest *trackedConn
+	for i := range t.shards {
+		if c := t.shards[i].idle.head; c != nil && (oldest == nil || c.idleSince.Before(oldest.idleSince)) {
+			oldest = c
+		}
+	}
+	return oldest
 }
 
 func waitIdle(t *testing.T, s *Server, n int) {
@@ -503,9 +522,7 @@ func TestBusyConnsRefuseNewOne(t *testing.T) {
 	// The server marks a connection idle just after its answer went out;
 	// wait for that, and note which one became idle first.
 	waitIdle(t, s, len(busy))
-	s.conns.mu.Lock()
-	oldest := s.conns.idle.head.RemoteAddr().String()
-	s.conns.mu.Unlock()
+	oldest := s.conns.longestIdle().RemoteAddr().String()
 	r, body, err = dial(t, addr).get("/healthz")
 	if err != nil || r.StatusCode != http.StatusOK {
 		t.Fatalf("new connection once the others are idle: %v %v %q", err, r, body)

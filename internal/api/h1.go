@@ -439,9 +439,10 @@ func (c *trackedConn) putBack(p []byte) {
 // in StateNew, and a connection the lean path served for longer than
 // newConnGrace must not look silent for that.
 func (c *trackedConn) handedOff() {
-	c.t.mu.Lock()
+	sh := c.t.shard(c)
+	sh.mu.Lock()
 	c.since = time.Now()
-	c.t.mu.Unlock()
+	sh.mu.Unlock()
 }
 
 func (h *h1Server) register(reg prometheus.Registerer) {

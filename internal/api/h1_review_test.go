@@ -12,10 +12,14 @@ import (
 func (t *connTracker) listed() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.lockShards()
+	defer t.unlockShards()
 	n := 0
-	for _, l := range []*connList{&t.new, &t.idle} {
-		for c := l.head; c != nil; c = c.next {
-			n++
+	for i := range t.shards {
+		for _, l := range []*connList{&t.shards[i].new, &t.shards[i].idle} {
+			for c := l.head; c != nil; c = c.next {
+				n++
+			}
 		}
 	}
 	return n

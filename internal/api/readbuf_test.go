@@ -138,7 +138,7 @@ func TestBufferedRequestIsNotIdle(t *testing.T) {
 		t.Fatal("the socket still holds bytes: the request was not read into the buffer")
 	}
 	tr.mu.Lock()
-	victim := tr.victimLocked(time.Now())
+	victim := tr.takeVictimLocked(time.Now())
 	tr.mu.Unlock()
 	if victim != nil {
 		t.Fatal("the connection whose request waits in the buffer was picked to be shed")

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -44,6 +45,29 @@ func (s *SlotRetry) Released() {
 	now := s.now()
 	if !s.last.IsZero() {
 		gap := now.Sub(s.last)
+		if s.every == 0 {
+			s.every = gap
+		} else {
+			s.every += (gap - s.every) / 4
+		}
+	}
+	s.last = now
+}
+
+// ReleasedMany records n slots freed since the last record, for a caller
+// that counts releases itself because a call per release would be a lock
+// every core takes (the connection tracker: a connection goes idle with
+// every request). The interval learnt is the time since the last record
+// over n.
+func (s *SlotRetry) ReleasedMany(n uint64) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if !s.last.IsZero() {
+		gap := now.Sub(s.last) / time.Duration(min(n, math.MaxInt64))
 		if s.every == 0 {
 			s.every = gap
 		} else {

@@ -37,6 +37,27 @@ func TestSlotRetryGivesEachRefusalItsTurn(t *testing.T) {
 	}
 }
 
+// TestSlotRetryLearnsFromCountedReleases: releases counted by the
+// caller and recorded together teach the same interval as one call per
+// release: the time between records over the releases counted.
+func TestSlotRetryLearnsFromCountedReleases(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := &SlotRetry{nowFunc: func() time.Time { return now }}
+	s.ReleasedMany(5) // the first record only starts the clock
+	if got := s.Refused(); got != MinRetryDelay {
+		t.Fatalf("refusal after one record: %v, want %v", got, MinRetryDelay)
+	}
+	now = now.Add(2 * time.Second) // past the turn handed out
+	s.ReleasedMany(0)              // nothing counted: nothing learnt
+	for range 30 { // the average moves a quarter of the way each record
+		now = now.Add(time.Second)
+		s.ReleasedMany(20) // every 50 ms
+	}
+	if got := s.Refused(); got < 49*time.Millisecond || got > 51*time.Millisecond {
+		t.Fatalf("refusal with 20 releases a second: %v, want about 50 ms", got)
+	}
+}
+
 // TestBudgetRefusalPredictsItsWait: a wait for room in a byte budget
 // (bodies, streams) that runs out is refused with the time its queue
 // would take to drain at the rate bytes were freed while it waited: here

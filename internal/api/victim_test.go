@@ -1,6 +1,8 @@
 package api
 
 import (
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -44,4 +46,67 @@ func TestIdleConnWithUnreadBytesStaysSheddable(t *testing.T) {
 	if tr.openConns() != 1 {
 		t.Fatalf("open connections %d, want 1", tr.openConns())
 	}
+}
+
+// TestShedsTheLongestIdleOverAllShards: whatever the connections' states
+// went through, the one shed at the cap is the one idle longest over all
+// shards, else the oldest new one past its grace (the model: one list
+// per kind, as before the lists were sharded).
+func TestShedsTheLongestIdleOverAllShards(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for round := range 300 {
+		tr := newConnTracker(1<<20, DefaultIdleTimeout, DefaultReadHeaderTimeout)
+		tr.shards = make([]connShard, 1+rng.IntN(5))
+		tr.grace = 0
+		var conns []*trackedConn
+		for range 1 + rng.IntN(12) {
+			a, b := net.Pipe()
+			t.Cleanup(func() { a.Close(); b.Close() })
+			c := tr.admit(a)
+			tr.setState(c, http.StateNew)
+			conns = append(conns, c)
+		}
+		states := []http.ConnState{http.StateActive, http.StateIdle}
+		for range rng.IntN(40) {
+			tr.setState(conns[rng.IntN(len(conns))], states[rng.IntN(len(states))])
+		}
+		type listed struct {
+			idle bool
+			age  time.Time
+		}
+		model := map[*trackedConn]listed{}
+		var want *trackedConn
+		for _, c := range conns {
+			if c.list == nil {
+				continue // active
+			}
+			l := listed{idle: c.list.kindIdle(tr), age: c.since}
+			if l.idle {
+				l.age = c.idleSince
+			}
+			model[c] = l
+			if w, ok := model[want]; !ok || l.idle && !w.idle || l.idle == w.idle && l.age.Before(w.age) {
+				want = c
+			}
+		}
+		tr.mu.Lock()
+		got := tr.takeVictimLocked(time.Now())
+		tr.mu.Unlock()
+		if got != want && (got == nil || want == nil || model[got] != model[want]) { // a tie may go either way
+			t.Fatalf("round %d: shed %v, want %v (the longest idle, else the oldest new)", round, model[got], model[want])
+		}
+		if got != nil && (!got.closed || got.list != nil) {
+			t.Fatalf("round %d: the shed connection is still open or listed", round)
+		}
+	}
+}
+
+// kindIdle says whether l is one of the tracker's idle lists.
+func (l *connList) kindIdle(t *connTracker) bool {
+	for i := range t.shards {
+		if l == &t.shards[i].idle {
+			return true
+		}
+	}
+	return false
 }
