@@ -49,7 +49,8 @@ func TestSlotRetryLearnsFromCountedReleases(t *testing.T) {
 	}
 	now = now.Add(2 * time.Second) // past the turn handed out
 	s.ReleasedMany(0)              // nothing counted: nothing learnt
-	for range 30 { // the average moves a quarter of the way each record
+	// The average moves a quarter of the way with each record.
+	for range 30 {
 		now = now.Add(time.Second)
 		s.ReleasedMany(20) // every 50 ms
 	}
