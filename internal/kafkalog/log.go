@@ -494,8 +494,47 @@ func (l *Log) Close() error {
 // slow broker. A variable for the tests.
 var readStall = 2 * time.Minute
 
-// readPoll is the longest one poll waits, so that a stall is noticed.
-const readPoll = 5 * time.Second
+// readRestart is how long a read may go without a record while Kafka
+// lists records past its position before it replaces its consumer with a
+// new one (new connections, new fetch session) starting there. A working
+// consumer shows the next record within about one fetch wait (franz-go's
+// FetchMaxWait, 5 s by default) of its being listed, so waiting twice that
+// restarts none that works; the stall it cuts short was seen once in CI,
+// a replay that heard nothing for readStall while the last stable offset
+// stood past the record it waited for. A variable for the tests.
+var readRestart = 10 * time.Second
+
+// readPoll is the longest one poll waits, so that a stall is noticed. A
+// variable for the tests.
+var readPoll = 5 * time.Second
+
+// testReadClient, set only by tests, sees each consumer a read makes.
+var testReadClient func(*kgo.Client)
+
+// listedEnd is where a read's consumer should be able to get to: the last
+// stable offset for read_committed, else the high watermark.
+func listedEnd(ctx context.Context, cl *kgo.Client, topic string, partition int32, committed bool) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	list := adm.ListEndOffsets
+	if committed {
+		list = adm.ListCommittedOffsets
+	}
+	return listedOffset(ctx, list, topic, partition)
+}
+
+func listedOffset(ctx context.Context, list func(context.Context, ...string) (kadm.ListedOffsets, error), topic string, partition int32) (int64, error) {
+	offs, err := list(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	o, ok := offs.Lookup(topic, partition)
+	if !ok {
+		return 0, fmt.Errorf("no partition %d listed", partition)
+	}
+	return o.Offset, o.Err
+}
 
 // stallOffsets says where the partition's high watermark and last stable
 // offset stand, for a stalled read's error: an LSO below the offset the
@@ -507,42 +546,58 @@ func stallOffsets(ctx context.Context, cl *kgo.Client, topic string, partition i
 	defer cancel()
 	adm := kadm.NewClient(cl)
 	at := func(list func(context.Context, ...string) (kadm.ListedOffsets, error)) string {
-		offs, err := list(ctx, topic)
+		o, err := listedOffset(ctx, list, topic, partition)
 		if err != nil {
 			return "unknown (" + err.Error() + ")"
 		}
-		o, ok := offs.Lookup(topic, partition)
-		if !ok || o.Err != nil {
-			return "unknown"
-		}
-		return strconv.FormatInt(o.Offset, 10)
+		return strconv.FormatInt(o, 10)
 	}
 	return "high watermark " + at(adm.ListEndOffsets) + ", last stable offset " + at(adm.ListCommittedOffsets)
 }
 
 // readPartition calls fn for each record of topic/partition with an offset
-// in [from, until], in order. until must be an offset that the reader will
-// see (a committed record); a read that sees no record for readStall
-// before reaching it ends with an error.
+// in [from, until] that the isolation level shows (committed:
+// read_committed), in order. It ends at until, or at the first record or
+// transaction marker past it: the consumer has then shown everything up
+// to until, so an until whose transaction aborted does not hold the read.
+// until should be a record that is there: a read that sees nothing for
+// readStall short of it ends with an error.
 func readPartition(ctx context.Context, cfg Config, topic string, partition int32, from, until int64, committed bool, fn func(*kgo.Record) error) error {
-	opts := []kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
-			topic: {partition: kgo.NewOffset().At(from)},
-		}),
-		// Reading from a position retention has deleted must fail, not
-		// silently start at whatever is left.
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
+	cfg = cfg.withDefaults() // for its Logger
+	newClient := func(at int64) (*kgo.Client, error) {
+		opts := []kgo.Opt{
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+				topic: {partition: kgo.NewOffset().At(at)},
+			}),
+			// Reading from a position retention has deleted must fail, not
+			// silently start at whatever is left.
+			kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+			// Transaction markers are not passed to fn, but they tell
+			// how far the consumer has read: read_committed shows no
+			// record of an aborted transaction, only its marker, and a
+			// consumer past until has shown everything up to it.
+			kgo.KeepControlRecords(),
+			kgo.WithLogger(KgoLogger(cfg.Logger, "kafka: ")),
+		}
+		if committed {
+			opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		}
+		cl, err := cfg.NewClient(opts...)
+		if err == nil && testReadClient != nil {
+			testReadClient(cl)
+		}
+		return cl, err
 	}
-	if committed {
-		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	}
-	cl, err := cfg.NewClient(opts...)
+	cl, err := newClient(from)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	last, next := time.Now(), from
+	defer func() { cl.Close() }()
+	// next is the consumer's position as far as its records tell: every
+	// record before it that the isolation level shows has been seen.
+	next := from
+	last := time.Now() // of the last record, or the last restart
+	lastRecord, restarts := last, 0
 	for {
 		pctx, cancel := context.WithTimeout(ctx, readPoll)
 		fetches := cl.PollFetches(pctx)
@@ -552,14 +607,34 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 				return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, err)
 			}
 			// Only this poll's wait ran out.
-			if time.Since(last) < readStall {
+			if time.Since(lastRecord) >= readStall {
+				return fmt.Errorf("kafkalog: reading %s partition %d: no record for %v at offset %d, short of %d (a transaction left open holds what read_committed may show, or the broker stopped answering; consumer restarted %d times; %s)",
+					topic, partition, readStall, next, until, restarts, stallOffsets(ctx, cl, topic, partition))
+			}
+			if time.Since(last) < readRestart {
 				continue
 			}
-			return fmt.Errorf("kafkalog: reading %s partition %d: no record for %v at offset %d, short of %d (a transaction left open holds what read_committed may show, or the broker stopped answering; %s)",
-				topic, partition, readStall, next, until, stallOffsets(ctx, cl, topic, partition))
+			last = time.Now()
+			// Records past next are there for the consumer to show, and it
+			// has shown nothing: a new consumer (new connections, new fetch
+			// session) starts at next. It cannot skip anything, and a record
+			// it shows twice is dropped below.
+			end, err := listedEnd(ctx, cl, topic, partition, committed)
+			if err != nil || end <= next {
+				continue
+			}
+			cfg.Logger.Warn("kafkalog: a read got no record while the partition has more; restarting its consumer",
+				"topic", topic, "partition", partition, "offset", next, "until", until, "listed_end", end, "quiet", time.Since(lastRecord).Round(time.Millisecond))
+			fresh, err := newClient(next)
+			if err != nil {
+				return err
+			}
+			cl.Close()
+			cl = fresh
+			restarts++
+			continue
 		}
 		var ferr error
-		done := false
 		fetches.EachError(func(_ string, _ int32, err error) {
 			if ferr == nil {
 				ferr = err
@@ -568,27 +643,31 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 		if ferr != nil {
 			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, ferr)
 		}
-		iter := fetches.RecordIter()
-		if !iter.Done() {
-			last = time.Now()
-		}
-		for !iter.Done() {
+		for iter := fetches.RecordIter(); !iter.Done(); {
 			r := iter.Next()
-			next = r.Offset + 1
-			if r.Offset > until {
-				done = true
-				break
+			if r.Offset < next {
+				continue
 			}
-			if err := fn(r); err != nil {
-				return err
+			next = r.Offset + 1
+			last, lastRecord = time.Now(), time.Now()
+			if r.Offset > until {
+				if committed {
+					// Harmless to the read (everything before until that
+					// read_committed shows has been seen), but until was
+					// meant to be a committed record.
+					cfg.Logger.Warn("kafkalog: a read passed its end without seeing it: the record there is not committed",
+						"topic", topic, "partition", partition, "until", until, "offset", r.Offset)
+				}
+				return nil
+			}
+			if !r.Attrs.IsControl() {
+				if err := fn(r); err != nil {
+					return err
+				}
 			}
 			if r.Offset == until {
-				done = true
-				break
+				return nil
 			}
-		}
-		if done {
-			return nil
 		}
 	}
 }

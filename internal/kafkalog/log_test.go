@@ -392,3 +392,140 @@ func TestReadShortOfItsEndStops(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// openTxn begins a transaction of a producer of its own on the log's
+// partition 0 and produces one record in it, which it returns with the
+// producer: read_committed shows nothing from its offset on until the
+// test ends the transaction.
+func openTxn(t *testing.T, cfg Config) (*kgo.Client, *kgo.Record) {
+	t.Helper()
+	cl, err := cfg.NewClient(
+		kgo.TransactionalID("surge-test."+cfg.Cluster),
+		kgo.DefaultProduceTopic(cfg.LogTopic()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Partition: 0, Value: []byte("end"), Headers: []kgo.RecordHeader{{Key: headerMarker, Value: []byte("1")}}}
+	if err := cl.ProduceSync(ctxT(t), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return cl, rec
+}
+
+// setReadTimes shortens the read's waits for a test.
+func setReadTimes(t *testing.T, poll, restart, stall time.Duration) {
+	oldPoll, oldRestart, oldStall := readPoll, readRestart, readStall
+	readPoll, readRestart, readStall = poll, restart, stall
+	t.Cleanup(func() { readPoll, readRestart, readStall = oldPoll, oldRestart, oldStall })
+}
+
+// TestReadRestartsAStuckConsumer: the read's end is committed after its
+// consumer has caught up with everything before it (as when a replay
+// starts before Kafka has written the commit marker of Open's marker
+// transaction), and that consumer never shows it. The read starts a new
+// consumer where it stands instead of waiting out readStall. The stuck
+// consumer is made by pausing the partition: once, in CI, a replay's
+// consumer showed nothing for readStall while the last stable offset
+// stood past the record it waited for.
+func TestReadRestartsAStuckConsumer(t *testing.T) {
+	setReadTimes(t, 200*time.Millisecond, time.Second, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := testCluster(t, 1)
+	a := mustOpen(t, cfg, 0)
+	acks := appendAll(t, a, 1, 3, "x")
+	txn, end := openTxn(t, cfg)
+
+	var (
+		mu      sync.Mutex
+		clients []*kgo.Client
+	)
+	testReadClient = func(cl *kgo.Client) {
+		mu.Lock()
+		clients = append(clients, cl)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { testReadClient = nil })
+	lastAcked := int64(acks[len(acks)-1].end) - 1
+	paused := make(chan struct{})
+	var got []int64
+	read := make(chan error, 1)
+	go func() {
+		read <- readPartition(ctx, cfg, cfg.LogTopic(), 0, 0, end.Offset, true, func(r *kgo.Record) error {
+			got = append(got, r.Offset)
+			if r.Offset == lastAcked {
+				mu.Lock()
+				clients[0].PauseFetchPartitions(map[string][]int32{cfg.LogTopic(): {0}})
+				mu.Unlock()
+				close(paused)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-paused:
+	case err := <-read:
+		t.Fatalf("read ended before reaching offset %d: %v", lastAcked, err)
+	}
+	if err := txn.EndTransaction(ctxT(t), kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[len(got)-1] != end.Offset {
+		t.Fatalf("read records %v, want them to end at %d", got, end.Offset)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			t.Fatalf("read records %v: out of order or twice", got)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(clients) < 2 {
+		t.Fatalf("%d consumers, want the stuck one replaced", len(clients))
+	}
+}
+
+// TestReadEndsPastAnAbortedEnd: a read whose end read_committed never
+// shows (its transaction aborted) ends at the abort marker past it, with
+// every committed record before it read, instead of stalling.
+func TestReadEndsPastAnAbortedEnd(t *testing.T) {
+	setReadTimes(t, readPoll, readRestart, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := testCluster(t, 1)
+	a := mustOpen(t, cfg, 0)
+	acks := appendAll(t, a, 1, 3, "x")
+	txn, end := openTxn(t, cfg)
+	if err := txn.EndTransaction(ctxT(t), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	var datas []string
+	err := readPartition(ctx, cfg, cfg.LogTopic(), 0, 0, end.Offset, true, func(r *kgo.Record) error {
+		if r.Offset == end.Offset {
+			t.Errorf("aborted record at %d read", r.Offset)
+		}
+		if hasHeader(r, headerMarker) {
+			return nil
+		}
+		return unpackEntries(r.Value, func(d []byte) error { datas = append(datas, string(d)); return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range expected(acks) {
+		want = append(want, r.data)
+	}
+	if fmt.Sprint(datas) != fmt.Sprint(want) {
+		t.Fatalf("read %v, want %v", datas, want)
+	}
+}
