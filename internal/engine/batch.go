@@ -144,6 +144,7 @@ func (p *partition) commit(b *batch) {
 	p.holdSlots(b)
 	p.mu.Lock()
 	p.last = b
+	p.inflight.Store(true)
 	p.mu.Unlock()
 	b.appendNano = time.Now().UnixNano()
 	p.ops.appliedBatch(b.applyCount, b.appendNano-b.startedNano)
@@ -188,13 +189,14 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 	b.durable = true
 	if p.last == b {
 		p.last = nil
+		p.inflight.Store(false)
 	}
 	p.mu.Unlock()
 	// Commands queued behind this batch did not kick the processor
 	// (coalescing): this does, before the releases ready their
 	// handlers, so that their batch is built while the log's writer
 	// finishes this commit.
-	if len(p.inbox) > 0 {
+	if p.coalesced.Swap(false) || len(p.inbox) > 0 {
 		p.kickProcessor()
 	}
 	releaseAll(b.reqs, err)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,5 +100,60 @@ func TestCommandsWaitingForTheLogShareABatch(t *testing.T) {
 	// to the account's partition), and later ones the others'.
 	if sz := hl.sizes[0]; len(sz) < 2 || sz[0] != 1 || sz[1] < requests-1 {
 		t.Errorf("partition 0's appends carried %v entries; want 1, then the %d commands queued behind it in one batch", sz, requests-1)
+	}
+}
+
+// slowDoneLog reports each append's durability after a random pause of
+// up to 200 µs, on the log's completion goroutine (so in order): dones
+// land at every point of the submitters' coalescing check.
+type slowDoneLog struct {
+	*wal.Log
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (l *slowDoneLog) Append(es []cmdlog.Entry, done cmdlog.DoneFunc) {
+	l.mu.Lock()
+	pause := time.Duration(l.rng.IntN(200)) * time.Microsecond
+	l.mu.Unlock()
+	l.Log.Append(es, func(first, end cmdlog.Position, err error) {
+		time.Sleep(pause)
+		done(first, end, err)
+	})
+}
+
+// TestNoCommandIsStrandedBehindABatch: commands that wait for their
+// partition's batch in flight (coalescing) are always taken by a later
+// batch, whenever that batch's done comes. Rounds of concurrent commands
+// to one partition each end only when every command of the round is
+// answered: a command left in the inbox with no kick coming, the last
+// of its round, would hold its round until the deadline.
+func TestNoCommandIsStrandedBehindABatch(t *testing.T) {
+	const rounds, submitters = 300, 8
+	dir := t.TempDir()
+	e := openEngineWith(t, dir, func(o *engine.Options) {
+		o.Log = &slowDoneLog{Log: openWAL(t, dir, o.Partitions), rng: rand.New(rand.NewPCG(1, 2))}
+	})
+	defer e.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range rounds {
+		// Far more than a round takes on a busy machine (milliseconds).
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		n := 1 + rng.IntN(submitters)
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				// No mail, no timer: nothing but a kick wakes the
+				// processor for it.
+				_, err := e.Do(ctx, 0, 7, &cancelAlarm{ID: "none"})
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d of %d commands: %v (a command stranded in the inbox?)", round, n, err)
+			}
+		}
 	}
 }

@@ -218,6 +218,7 @@ func (p *partition) resetState() {
 	p.snapPos.Store(0)
 	p.mu.Lock()
 	p.last = nil
+	p.inflight.Store(false)
 	p.mu.Unlock()
 	p.mail.reset()
 }

@@ -38,6 +38,11 @@ type partition struct {
 	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches
 	last *batch     // the newest batch appended to the log
+	// inflight is last != nil, stored with it, for the submit path,
+	// which reads it per command without p.mu (inline.go, coalescing);
+	// coalesced: a command queued since a batch's done waits for the
+	// next one's (a done swaps it, and kicks).
+	inflight, coalesced atomic.Bool
 
 	// Engine-level durable state, rebuilt exactly by snapshot + replay.
 	outSeq uint64
