@@ -418,6 +418,18 @@ func openTxn(t *testing.T, cfg Config) (*kgo.Client, *kgo.Record) {
 	return cl, rec
 }
 
+// appendsThenOpenTxn appends three entries to a fresh log's partition 0
+// and opens a transaction after them (openTxn), for a read bounded by
+// the context it returns.
+func appendsThenOpenTxn(t *testing.T) (context.Context, Config, []acked, *kgo.Client, *kgo.Record) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cfg := testCluster(t, 1)
+	acks := appendAll(t, mustOpen(t, cfg, 0), 1, 3, "x")
+	txn, end := openTxn(t, cfg)
+	return ctx, cfg, acks, txn, end
+}
+
 // setReadTimes shortens the read's waits for a test.
 func setReadTimes(t *testing.T, poll, restart, stall time.Duration) {
 	oldPoll, oldRestart, oldStall := readPoll, readRestart, readStall
@@ -435,12 +447,7 @@ func setReadTimes(t *testing.T, poll, restart, stall time.Duration) {
 // stood past the record it waited for.
 func TestReadRestartsAStuckConsumer(t *testing.T) {
 	setReadTimes(t, 200*time.Millisecond, time.Second, time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cfg := testCluster(t, 1)
-	a := mustOpen(t, cfg, 0)
-	acks := appendAll(t, a, 1, 3, "x")
-	txn, end := openTxn(t, cfg)
+	ctx, cfg, acks, txn, end := appendsThenOpenTxn(t)
 
 	var (
 		mu      sync.Mutex
@@ -499,12 +506,7 @@ func TestReadRestartsAStuckConsumer(t *testing.T) {
 // every committed record before it read, instead of stalling.
 func TestReadEndsPastAnAbortedEnd(t *testing.T) {
 	setReadTimes(t, readPoll, readRestart, 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cfg := testCluster(t, 1)
-	a := mustOpen(t, cfg, 0)
-	acks := appendAll(t, a, 1, 3, "x")
-	txn, end := openTxn(t, cfg)
+	ctx, cfg, acks, txn, end := appendsThenOpenTxn(t)
 	if err := txn.EndTransaction(ctxT(t), kgo.TryAbort); err != nil {
 		t.Fatal(err)
 	}
