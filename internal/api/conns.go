@@ -85,8 +85,9 @@ func fileLimit() (uint64, error) {
 // a connection in its stripe's (stripes.go): an HTTP/1.1 connection
 // goes idle and active again with every request, and one lock for all
 // of them was two thirds of the server's lock contention at GOMAXPROCS 8
-// (docs/BENCHMARKS.md, "Many cores"). Shedding, which is rare (at the
-// cap only), looks at every shard's heads for the oldest.
+// (docs/BENCHMARKS.md, "The connection tracker's lock"). Shedding, which
+// is rare (at the cap only), looks at every shard's heads for the oldest.
+// There are at most maxStripes shards (oldestLocked's array).
 type connTracker struct {
 	max int
 
