@@ -139,7 +139,6 @@ func TestNoCommandIsStrandedBehindABatch(t *testing.T) {
 	for round := range rounds {
 		// Far more than a round takes on a busy machine (milliseconds).
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
 		n := 1 + rng.IntN(submitters)
 		errs := make(chan error, n)
 		for range n {
@@ -155,5 +154,6 @@ func TestNoCommandIsStrandedBehindABatch(t *testing.T) {
 				t.Fatalf("round %d of %d commands: %v (a command stranded in the inbox?)", round, n, err)
 			}
 		}
+		cancel()
 	}
 }
