@@ -469,12 +469,9 @@ func (t *connTracker) takeVictimLocked(now time.Time) *trackedConn {
 	t.lockShards()
 	defer t.unlockShards()
 	n := 0
-	idleSince := func(c *trackedConn) time.Time { return c.idleSince }
-	victim := t.oldestLocked(&n, func(sh *connShard) *connList { return &sh.idle }, idleSince, nil)
+	victim := t.oldestLocked(&n, true, now)
 	if victim == nil {
-		silent := func(c *trackedConn) bool { return now.Sub(c.since) >= t.grace }
-		since := func(c *trackedConn) time.Time { return c.since }
-		victim = t.oldestLocked(&n, func(sh *connShard) *connList { return &sh.new }, since, silent)
+		victim = t.oldestLocked(&n, false, now)
 	}
 	if victim != nil {
 		victim.closed = true
@@ -484,21 +481,25 @@ func (t *connTracker) takeVictimLocked(now time.Time) *trackedConn {
 	return victim
 }
 
-// oldestLocked walks the shards' lists (each oldest first, by age) as one
-// list, oldest first, and returns the first connection with no unread
-// bytes; it stops at one that is not eligible (nil: all are), and after
-// *n connections in all have been looked at, maxVictimScan (every shard
-// locked).
-func (t *connTracker) oldestLocked(n *int, list func(*connShard) *connList, age func(*trackedConn) time.Time, eligible func(*trackedConn) bool) *trackedConn {
+// oldestLocked walks the shards' idle lists, or new ones, (each oldest
+// first) as one list, oldest first, and returns the first connection
+// with no unread bytes; a new one only if silent for t.grace, the walk
+// ending at the first that is not. It stops after *n connections in all
+// have been looked at, maxVictimScan (every shard locked).
+func (t *connTracker) oldestLocked(n *int, idle bool, now time.Time) *trackedConn {
 	var at [maxStripes]*trackedConn
 	heads := at[:len(t.shards)]
 	for i := range t.shards {
-		heads[i] = list(&t.shards[i]).head
+		if idle {
+			heads[i] = t.shards[i].idle.head
+		} else {
+			heads[i] = t.shards[i].new.head
+		}
 	}
 	for *n < maxVictimScan {
 		oldest := -1
 		for i, c := range heads {
-			if c != nil && (oldest < 0 || age(c).Before(age(heads[oldest]))) {
+			if c != nil && (oldest < 0 || c.listedSince(idle).Before(heads[oldest].listedSince(idle))) {
 				oldest = i
 			}
 		}
@@ -506,7 +507,7 @@ func (t *connTracker) oldestLocked(n *int, list func(*connShard) *connList, age 
 			return nil
 		}
 		c := heads[oldest]
-		if eligible != nil && !eligible(c) {
+		if !idle && now.Sub(c.since) < t.grace {
 			return nil
 		}
 		*n++
@@ -516,6 +517,14 @@ func (t *connTracker) oldestLocked(n *int, list func(*connShard) *connList, age 
 		heads[oldest] = c.next
 	}
 	return nil
+}
+
+// listedSince is what orders c in its idle list, or new one.
+func (c *trackedConn) listedSince(idle bool) time.Time {
+	if idle {
+		return c.idleSince
+	}
+	return c.since
 }
 
 // maxVictimScan bounds the connections one shedding peeks at, so that a
