@@ -179,10 +179,9 @@ func (h *Hub) adopt(s *stream, jobs []*Job) bool {
 			delete(h.owner, jid)
 		}
 	}
-	clear(w.inflight)
 	// A report in flight now counts its job and its successor apart
 	// again, as before reserveNext: fewer slots, never more.
-	clear(w.passing)
+	w.forgetAll()
 	now := h.now().UnixNano()
 	for _, j := range jobs {
 		w.inflight[j.ID] = now

@@ -112,6 +112,12 @@ func (w *worker) forget(jobID string) {
 	delete(w.passing, jobID)
 }
 
+// forgetAll drops every job the worker holds.
+func (w *worker) forgetAll() {
+	clear(w.inflight)
+	clear(w.passing)
+}
+
 // stream is one open StreamJobs call. Its session names it in the leases
 // of the jobs it pushes.
 type stream struct {
@@ -237,7 +243,6 @@ func (h *Hub) dropLocked(w *worker) {
 			delete(h.owner, jid)
 		}
 	}
-	clear(w.inflight)
-	clear(w.passing)
+	w.forgetAll()
 	delete(h.workers, w.id)
 }
