@@ -643,13 +643,13 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 		if ferr != nil {
 			return fmt.Errorf("kafkalog: reading %s partition %d from offset %d: %w", topic, partition, from, ferr)
 		}
+		progressed := false
 		for iter := fetches.RecordIter(); !iter.Done(); {
 			r := iter.Next()
 			if r.Offset < next {
 				continue
 			}
-			next = r.Offset + 1
-			last, lastRecord = time.Now(), time.Now()
+			next, progressed = r.Offset+1, true
 			if r.Offset > until {
 				if committed {
 					// Harmless to the read (everything before until that
@@ -668,6 +668,12 @@ func readPartition(ctx context.Context, cfg Config, topic string, partition int3
 			if r.Offset == until {
 				return nil
 			}
+		}
+		if progressed {
+			// One clock reading per fetch; the waits are checked only
+			// when a poll comes back empty.
+			last = time.Now()
+			lastRecord = last
 		}
 	}
 }
