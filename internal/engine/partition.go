@@ -38,8 +38,9 @@ type partition struct {
 	ops  opsStats   // figures for operators (opsstats.go)
 	mu   sync.Mutex // guards last and the fenced lists of batches
 	last *batch     // the newest batch appended to the log
-	// inflight is last != nil, stored with it, for the submit path,
-	// which reads it per command without p.mu (inline.go, coalescing);
+	// inflight is last != nil, stored with it, for whoever needs only
+	// that without p.mu: the submit path, per command (inline.go,
+	// coalescing), and the snapshot timer;
 	// coalesced: a command queued since a batch's done waits for the
 	// next one's (a done swaps it, and kicks).
 	inflight, coalesced atomic.Bool

@@ -95,10 +95,7 @@ func (p *partition) snapshotIdle() {
 		p.snapRetryNs = now + int64(p.e.opts.SnapshotInterval)
 		return
 	}
-	p.mu.Lock()
-	busy := p.last != nil
-	p.mu.Unlock()
-	if busy {
+	if p.inflight.Load() {
 		p.snapRetryNs = now + int64(snapshotRetryDelay)
 		return
 	}
