@@ -31,7 +31,7 @@ func (t *connTracker) listed() int {
 // freed once: none leaks in the count or the tracker's lists.
 func TestLeanH1CountsEveryConnOnce(t *testing.T) {
 	h, lean := h1TestMux()
-	s, addr := startServer(t, h, Limits{Lean: lean}, nil)
+	s, addr := startServer(t, h, h1Limits(Limits{Lean: lean}), nil)
 	for _, tc := range h1Cases {
 		exchange(t, addr, tc.segs)
 		deadline := time.Now().Add(hang)
@@ -74,8 +74,8 @@ func trickle(t *testing.T, addr string, gap time.Duration) (int, string, bool) {
 func TestLeanH1BodyWithinReadTimeout(t *testing.T) {
 	const readTimeout, gap = time.Second, 200 * time.Millisecond // the body's last byte at 1.6 s
 	h, lean := h1TestMux()
-	_, leanAddr := startServer(t, h, Limits{Lean: lean, ReadTimeout: readTimeout}, nil)
-	_, stdAddr := startServer(t, h, Limits{ReadTimeout: readTimeout}, nil)
+	_, leanAddr := startServer(t, h, h1Limits(Limits{Lean: lean, ReadTimeout: readTimeout}), nil)
+	_, stdAddr := startServer(t, h, h1Limits(Limits{ReadTimeout: readTimeout}), nil)
 	wantStatus, wantBody, wantClose := trickle(t, stdAddr, gap)
 	if wantStatus != http.StatusBadRequest || !strings.Contains(wantBody, "timeout") || !wantClose {
 		t.Fatalf("net/http answered %d %q (close %v); the test expects it to cut the body", wantStatus, wantBody, wantClose)

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,11 +62,11 @@ func TestLeanMemoKeepsARepeatedLine(t *testing.T) {
 	lean.serves(post, &memo)
 	for i := range 10 {
 		get := httptest.NewRequest("GET", "/v1/reservation/r"+string(rune('a'+i)), nil)
-		if _, ok := memo.find(lean.marked.Load(), get); ok {
+		if memo.find(lean.marked.Load(), get) != nil {
 			t.Fatalf("GET %d was never asked yet is in the memo", i)
 		}
 		lean.serves(get, &memo)
-		if _, ok := memo.find(lean.marked.Load(), post); !ok {
+		if memo.find(lean.marked.Load(), post) == nil {
 			t.Fatalf("the repeated POST fell out of the memo after GET %d", i)
 		}
 	}
@@ -78,4 +80,100 @@ func compatLeanRoutes() (*Metrics, *http.ServeMux) {
 	m.HandleLean(mux, "POST /v1/event/{id}/reservation", noop)
 	m.HandleLean(mux, "GET /v1/reservation/{id}", noop)
 	return m, mux
+}
+
+// TestPathValuesAsTheMux: for random paths, the wildcard values
+// pathValues finds for the pattern the mux matched are the values the
+// mux gives the handler, and it finds them for every pattern the lean
+// routes use (a path of whole-segment wildcards) on every path the mux
+// does not clean (and redirect).
+func TestPathValuesAsTheMux(t *testing.T) {
+	patterns := []string{"GET /a/{x}", "GET /a/{x}/b/{y}", "POST /v1/event/{id}/reservation",
+		"GET  /v1/reservation/{id}", "GET /v1/reservation/stats", "/plain/path", "GET /tree/{rest...}",
+		"GET /lit/{$}", "/sub/{x}/", "example.com/h/{x}"}
+	mux := http.NewServeMux()
+	var seen *http.Request
+	for _, p := range patterns {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { seen = r })
+	}
+	wildcard := regexp.MustCompile(`\{([^}]*)\}`)
+	segs := []string{"a", "b", "x%2Fy", "%20", "%41", "é", "", "v1", "event", "reservation", "stats",
+		"e1", "tree", "lit", "sub", "h", "plain", "path", "id", ".", "..", ".x"}
+	rng := rand.New(rand.NewPCG(5, 6))
+	found := 0
+	for range 50000 {
+		path := ""
+		if rng.IntN(2) == 0 {
+			// A pattern's path, its wildcards filled in.
+			_, pp, _ := strings.Cut(patterns[rng.IntN(len(patterns))], "/")
+			path = "/" + wildcard.ReplaceAllStringFunc(pp, func(string) string { return segs[rng.IntN(len(segs))] })
+		} else {
+			for range 1 + rng.IntN(5) {
+				path += "/" + segs[rng.IntN(len(segs))]
+			}
+		}
+		r := httptest.NewRequest([]string{"GET", "POST"}[rng.IntN(2)], "http://x"+path, nil)
+		r.Host = []string{"x", "example.com"}[rng.IntN(2)]
+		_, pat := mux.Handler(r)
+		if pat == "" {
+			continue
+		}
+		names, vals, ok := pathValues(pat, r.URL.EscapedPath())
+		esc := r.URL.EscapedPath()
+		simple := !strings.Contains(pat, "...") && !strings.Contains(pat, "$") &&
+			!strings.HasSuffix(pat, "/") && !strings.Contains(pat, "example.com") &&
+			!strings.Contains(esc, "//") && !strings.Contains(esc, "/.")
+		if simple != ok {
+			t.Fatalf("%s %s (escaped %s): pathValues ok=%v, want %v", pat, path, r.URL.EscapedPath(), ok, simple)
+		}
+		if !ok {
+			continue
+		}
+		seen = nil
+		mux.ServeHTTP(httptest.NewRecorder(), r)
+		want := wildcard.FindAllStringSubmatch(pat, -1)
+		if seen == nil || len(names) != len(want) {
+			t.Fatalf("%s %s: names %q, pattern has %d wildcards", pat, path, names, len(want))
+		}
+		for i, n := range names {
+			if n != want[i][1] || vals[i] != seen.PathValue(n) {
+				t.Fatalf("%s %s: %s=%q, the mux says %s=%q", pat, path, n, vals[i], want[i][1], seen.PathValue(want[i][1]))
+			}
+		}
+		found += len(names)
+	}
+	if found < 2000 {
+		t.Fatalf("only %d values compared", found)
+	}
+}
+
+// TestLeanDispatchUsesTheMatch: a lean request with its match goes to the
+// match's handler with the mux's pattern and values, without the mux; a
+// request that is not the one matched (rewritten by a gate), or a match
+// on another mux, goes to the mux.
+func TestLeanDispatchUsesTheMatch(t *testing.T) {
+	mux := http.NewServeMux()
+	var viaMux, viaMatch int
+	mux.HandleFunc("GET /v1/reservation/{id}", func(w http.ResponseWriter, r *http.Request) { viaMux++ })
+	direct := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		viaMatch++
+		if r.Pattern != "GET /v1/reservation/{id}" || r.PathValue("id") != "r/1" {
+			t.Errorf("dispatched with pattern %q, id %q", r.Pattern, r.PathValue("id"))
+		}
+	})
+	r := httptest.NewRequest("GET", "/v1/reservation/r%2F1", nil)
+	names, vals, ok := pathValues("GET /v1/reservation/{id}", r.URL.EscapedPath())
+	c := &h1Conn{pre: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", names: names, vals: vals, ok: ok}, preReq: r}
+	d := leanDispatch{next: mux}
+	d.ServeHTTP(&h1Writer{c: c}, r)
+	if viaMatch != 1 || viaMux != 0 {
+		t.Fatalf("the matched request went %d times to the match, %d to the mux; want 1, 0", viaMatch, viaMux)
+	}
+	d.ServeHTTP(&h1Writer{c: c}, r.Clone(r.Context()))
+	c.pre.mux = http.NewServeMux()
+	d.ServeHTTP(&h1Writer{c: c}, r)
+	d.ServeHTTP(httptest.NewRecorder(), r)
+	if viaMatch != 1 || viaMux != 3 {
+		t.Fatalf("unmatched requests went %d times to the match, %d to the mux; want 1, 3", viaMatch-1, viaMux)
+	}
 }

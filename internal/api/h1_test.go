@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
@@ -17,8 +18,8 @@ import (
 )
 
 // h1TestMux has lean routes that answer in every way net/http's writer
-// distinguishes, a plain route, and a wrapper that can panic outside
-// any route.
+// distinguishes, and a plain route. Served with the limits h1Limits
+// makes: their gate can panic outside any route.
 func h1TestMux() (http.Handler, *LeanRoutes) {
 	mux := http.NewServeMux()
 	m := NewMetrics(prometheus.NewRegistry())
@@ -55,13 +56,22 @@ func h1TestMux() (http.Handler, *LeanRoutes) {
 		return h1Describe(w, r, "plain")
 	})
 	m.HandleFallback(mux)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Panic") != "" {
-			panic("outside any route")
-		}
-		mux.ServeHTTP(w, r)
-	})
-	return h, m.Lean()
+	return mux, m.Lean()
+}
+
+// h1Limits are lim with a gate that panics, outside any route, on a
+// request with X-Panic. The mux stays the server's handler, so that the
+// lean path's dispatch (leanDispatch) runs as in Surge.
+func h1Limits(lim Limits) Limits {
+	lim.Gate = func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Panic") != "" {
+				panic("outside any route")
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	return lim
 }
 
 // h1Describe answers with what the handler saw of the request.
@@ -268,8 +278,8 @@ func exchange(t *testing.T, addr string, segs []string) string {
 // with the lean path as from one without.
 func TestLeanH1AnswersAsNetHTTP(t *testing.T) {
 	h, lean := h1TestMux()
-	leanSrv, leanAddr := startServer(t, h, Limits{Lean: lean}, nil)
-	_, stdAddr := startServer(t, h, Limits{}, nil)
+	leanSrv, leanAddr := startServer(t, h, h1Limits(Limits{Lean: lean}), nil)
+	_, stdAddr := startServer(t, h, h1Limits(Limits{}), nil)
 	for _, tc := range h1Cases {
 		t.Run(tc.name, func(t *testing.T) {
 			want := exchange(t, stdAddr, tc.segs)
@@ -281,5 +291,35 @@ func TestLeanH1AnswersAsNetHTTP(t *testing.T) {
 	}
 	if n := leanSrv.h1.served.Load(); n < 30 {
 		t.Errorf("the lean path served %d requests of the corpus; it is not exercised", n)
+	}
+}
+
+// TestLooselyKeepsDeadlinesWithinTheirSlack: over asks at random times,
+// a loosened deadline never falls before the one asked for nor more than
+// the slack after it, and moves at most once per slack of time passed.
+func TestLooselyKeepsDeadlinesWithinTheirSlack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, timeout := range []time.Duration{0, time.Millisecond, 30 * time.Second, DefaultIdleTimeout} {
+		slack := timeout / deadlineSlack
+		start := time.Unix(1_700_000_000, 0)
+		now, set, moves := start, time.Time{}, 0
+		for range 10_000 {
+			now = now.Add(time.Duration(rng.Int64N(int64(slack/3) + 2)))
+			if rng.IntN(50) == 0 {
+				set = aLongTimeAgo // the watch's abort, or a hand-off's zero
+			}
+			d := now.Add(timeout)
+			got := loosely(set, d, timeout)
+			if got.Before(d) || got.After(d.Add(slack)) {
+				t.Fatalf("timeout %v: asked %v, got %v: outside [d, d+%v]", timeout, d, got, slack)
+			}
+			if got != set {
+				moves++
+				set = got
+			}
+		}
+		if bound := 10_000/50*2 + int(now.Sub(start)/max(slack, 1)) + 1; slack > 0 && moves > bound {
+			t.Errorf("timeout %v: %d moves over %v, more than %d", timeout, moves, now.Sub(start), bound)
+		}
 	}
 }
