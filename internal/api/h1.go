@@ -138,9 +138,10 @@ type h1Conn struct {
 	out        []byte
 	leanMemo   leanMemo
 	// The request's match (in leanMemo) and the request it is for, while
-	// its handler runs: leanDispatch's.
+	// its handler runs: leanDispatch's; direct: it dispatched with it.
 	pre    *leanMatch
 	preReq *http.Request
+	direct bool
 }
 
 func (h *h1Server) serve(tc *trackedConn) {
@@ -312,7 +313,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 	r := c.req.WithContext(ctx)
 	c.cancel, c.preReq = cancel, r
 	defer func() {
-		c.preReq = nil
+		c.preReq, c.direct = nil, false
 		c.unwatch()
 		if v := recover(); v != nil {
 			keep = false

@@ -56,7 +56,7 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 		}
 		// The match the dispatch uses is this request's, not a
 		// remembered one's.
-		if names, vals, ok := pathValues(pat, r.URL.EscapedPath()); got != nil &&
+		if names, vals, ok := pathValues(pat, r.URL.EscapedPath(), nil, nil); got != nil &&
 			(got.pattern != pat || got.ok != ok || !slices.Equal(got.names, names) || !slices.Equal(got.vals, vals)) {
 			t.Fatalf("request %d, %s %s%s: memo matched %q %q=%q, the mux %q %q=%q",
 				i, r.Method, r.Host, r.URL.Path, got.pattern, got.names, got.vals, pat, names, vals)
@@ -131,7 +131,7 @@ func TestPathValuesAsTheMux(t *testing.T) {
 		if pat == "" {
 			continue
 		}
-		names, vals, ok := pathValues(pat, r.URL.EscapedPath())
+		names, vals, ok := pathValues(pat, r.URL.EscapedPath(), nil, nil)
 		esc := r.URL.EscapedPath()
 		simple := !strings.Contains(pat, "...") && !strings.Contains(pat, "$") &&
 			!strings.HasSuffix(pat, "/") && !strings.Contains(pat, "example.com") &&
@@ -167,15 +167,20 @@ func TestPathValuesAsTheMux(t *testing.T) {
 func TestLeanDispatchUsesTheMatch(t *testing.T) {
 	mux := http.NewServeMux()
 	var viaMux, viaMatch int
-	mux.HandleFunc("GET /v1/reservation/{id}", func(w http.ResponseWriter, r *http.Request) { viaMux++ })
+	mux.HandleFunc("GET /v1/reservation/{id}", func(w http.ResponseWriter, r *http.Request) {
+		viaMux++
+		if PathValue(w, r, "id") != "r/1" {
+			t.Errorf("through the mux, id %q", PathValue(w, r, "id"))
+		}
+	})
 	direct := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		viaMatch++
-		if r.Pattern != "GET /v1/reservation/{id}" || r.PathValue("id") != "r/1" {
-			t.Errorf("dispatched with pattern %q, id %q", r.Pattern, r.PathValue("id"))
+		if r.Pattern != "GET /v1/reservation/{id}" || PathValue(w, r, "id") != "r/1" || PathValue(w, r, "x") != "" {
+			t.Errorf("dispatched with pattern %q, id %q, x %q", r.Pattern, PathValue(w, r, "id"), PathValue(w, r, "x"))
 		}
 	})
 	r := httptest.NewRequest("GET", "/v1/reservation/r%2F1", nil)
-	names, vals, ok := pathValues("GET /v1/reservation/{id}", r.URL.EscapedPath())
+	names, vals, ok := pathValues("GET /v1/reservation/{id}", r.URL.EscapedPath(), nil, nil)
 	c := &h1Conn{pre: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", names: names, vals: vals, ok: ok}, preReq: r}
 	d := leanDispatch{next: mux}
 	d.ServeHTTP(&h1Writer{c: c}, r)

@@ -78,7 +78,7 @@ func h1Limits(lim Limits) Limits {
 func h1Describe(w http.ResponseWriter, r *http.Request, body string) int {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %q %q %q %q %s len=%d host=%q body=%q pattern=%q x=%q id=%q rest=%q\n", r.Method, r.RequestURI, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.Proto, r.ContentLength, r.Host, body,
-		r.Pattern, r.PathValue("x"), r.PathValue("id"), r.PathValue("rest"))
+		r.Pattern, PathValue(w, r, "x"), PathValue(w, r, "id"), PathValue(w, r, "rest"))
 	keys := slices.Sorted(func(yield func(string) bool) {
 		for k := range r.Header {
 			if !yield(k) {
@@ -132,7 +132,7 @@ func h1Items(w http.ResponseWriter, r *http.Request) int {
 		h["lower"] = []string{"v"}
 		return h1Describe(w, r, "")
 	default:
-		return h1Describe(w, r, r.PathValue("id"))
+		return h1Describe(w, r, PathValue(w, r, "id"))
 	}
 	return 200
 }

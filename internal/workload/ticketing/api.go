@@ -178,7 +178,7 @@ func validateEvent(d *EventDef) string {
 }
 
 func (a *API) getEvent(w http.ResponseWriter, r *http.Request) int {
-	name := r.PathValue("id")
+	name := api.PathValue(w, r, "id")
 	def, err := engine.Query[*EventDef](r.Context(), a.eng, a.eventPartition(name), WorkloadID, GetEvent{Name: name})
 	if err != nil {
 		return engineError(w, err)
@@ -298,7 +298,7 @@ func (a *API) compatReserve(w http.ResponseWriter, r *http.Request) int {
 	body := reservePool.Get().(*reserveBody)
 	defer reservePool.Put(body)
 	body.reset()
-	if st := parseReserve(w, r, body, r.PathValue("id")); st != 0 {
+	if st := parseReserve(w, r, body, api.PathValue(w, r, "id")); st != 0 {
 		return st
 	}
 	cmd, part := a.newReserve(body)
@@ -371,7 +371,7 @@ func (a *API) nativeReserve(w http.ResponseWriter, r *http.Request) int {
 // lookup finds a reservation by the id in the path. An id that is not a
 // UUID, or names a partition this server does not have, was never issued.
 func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
-	raw := r.PathValue("id")
+	raw := api.PathValue(w, r, "id")
 	id, ok := ids.Parse(raw)
 	part := partitionOfID(id)
 	if !ok || part >= a.eng.Partitions() {
@@ -390,7 +390,7 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (*Result, int) {
 // compatGet is the peer's long poll. Reservations are final before their
 // id is handed out, so it never has to wait.
 func (a *API) compatGet(w http.ResponseWriter, r *http.Request) int {
-	if id, ok := ids.Parse(r.PathValue("id")); ok {
+	if id, ok := ids.Parse(api.PathValue(w, r, "id")); ok {
 		if body, ok := a.failed.get(id, time.Now().UnixNano()); ok {
 			api.Write(w, http.StatusOK, true, body)
 			return http.StatusOK
@@ -407,7 +407,7 @@ func (a *API) compatGet(w http.ResponseWriter, r *http.Request) int {
 func (a *API) nativeGet(w http.ResponseWriter, r *http.Request) int { return a.compatGet(w, r) }
 
 func (a *API) nativeCancel(w http.ResponseWriter, r *http.Request) int {
-	raw := r.PathValue("id")
+	raw := api.PathValue(w, r, "id")
 	id, ok := ids.Parse(raw)
 	part := partitionOfID(id)
 	if !ok || part >= a.eng.Partitions() {
