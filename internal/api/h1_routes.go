@@ -233,8 +233,8 @@ func (memo *leanMemo) keep(m *leanMarked, r *http.Request, lean bool) *leanMemoE
 
 // leanDispatch is the server's handler behind its gates: a lean
 // HTTP/1.1 request that match matched goes straight to its route's
-// handler, with the pattern and path values the mux would have set;
-// anything else to next, as before. The request must be the very one
+// handler, with the pattern the mux would have set and the path values
+// it would have found (for PathValue); anything else to next, as before. The request must be the very one
 // the lean path built (a gate that rewrote it, like collapseSlashes,
 // sends it to the mux), and next the mux that matched it.
 type leanDispatch struct{ next http.Handler }
