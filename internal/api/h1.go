@@ -137,11 +137,7 @@ type h1Conn struct {
 	rw         h1Writer
 	out        []byte
 	leanMemo   leanMemo
-	// The request's match (in leanMemo) and the request it is for, while
-	// its handler runs: leanDispatch's; direct: it dispatched with it.
-	pre    *leanMatch
-	preReq *http.Request
-	direct bool
+	route      leanTarget // the request's match, in leanMemo
 }
 
 func (h *h1Server) serve(tc *trackedConn) {
@@ -261,7 +257,7 @@ func (c *h1Conn) routed() headStatus {
 		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
 		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
 	}
-	if c.pre = c.h.routes.match(&c.req, &c.leanMemo); c.pre == nil {
+	if c.route.m = c.h.routes.match(&c.req, &c.leanMemo); c.route.m == nil {
 		return headHandOff
 	}
 	return headLean
@@ -311,9 +307,9 @@ func (c *h1Conn) serveOne() (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	r := c.req.WithContext(ctx)
-	c.cancel, c.preReq = cancel, r
+	c.cancel, c.route.req = cancel, r
 	defer func() {
-		c.preReq, c.direct = nil, false
+		c.route.req, c.route.direct = nil, false
 		c.unwatch()
 		if v := recover(); v != nil {
 			keep = false

@@ -231,21 +231,43 @@ func (memo *leanMemo) keep(m *leanMarked, r *http.Request, lean bool) *leanMemoE
 	return e
 }
 
-// leanDispatch is the server's handler behind its gates: a lean
-// HTTP/1.1 request that match matched goes straight to its route's
+// leanTarget is what a lean request carries from its match to its
+// route: the match, the request it is for (set when its handler starts),
+// and whether leanDispatch dispatched with it.
+type leanTarget struct {
+	m      *leanMatch
+	req    *http.Request
+	direct bool
+}
+
+// leanTargetOf is the lean route of the request w answers, nil for a
+// writer of net/http's.
+func leanTargetOf(w http.ResponseWriter) *leanTarget {
+	switch lw := w.(type) {
+	case *h1Writer:
+		return &lw.c.route
+	case *h2Writer:
+		return &lw.st.route
+	}
+	return nil
+}
+
+// leanDispatch is the server's handler behind its gates: a lean request
+// (HTTP/1.1 or HTTP/2) that match matched goes straight to its route's
 // handler, with the pattern the mux would have set and the path values
-// it would have found (for PathValue); anything else to next, as before. The request must be the very one
-// the lean path built (a gate that rewrote it, like collapseSlashes,
-// sends it to the mux), and next the mux that matched it.
+// it would have found (for PathValue); anything else to next, as before.
+// The request must be the very one the lean path built (a gate that
+// rewrote it, like collapseSlashes, sends it to the mux), and next the
+// mux that matched it.
 type leanDispatch struct{ next http.Handler }
 
 func (d leanDispatch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	lw, ok := w.(*h1Writer)
-	if !ok || lw.c.pre == nil || lw.c.preReq != r {
+	rt := leanTargetOf(w)
+	if rt == nil || rt.m == nil || rt.req != r {
 		d.next.ServeHTTP(w, r)
 		return
 	}
-	m := lw.c.pre
+	m := rt.m
 	if mux, ok := d.next.(*http.ServeMux); !ok || mux != m.mux || !m.ok {
 		d.next.ServeHTTP(w, r)
 		return
@@ -254,18 +276,18 @@ func (d leanDispatch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// a map per request (r.SetPathValue's, without the mux's pattern),
 	// two allocations and 1.7 % of a compat reservation's CPU.
 	r.Pattern = m.pattern
-	lw.c.direct = true
+	rt.direct = true
 	m.h.ServeHTTP(w, r)
 }
 
 // PathValue is r.PathValue(name) for the handler of a lean route
 // (HandleLean), which must read its path values with it: a request the
-// lean HTTP/1.1 path dispatched straight to its route (leanDispatch) has
-// its values in the match, not in r. Any other request, served through
-// the mux, has them in r.
+// lean path dispatched straight to its route (leanDispatch) has its
+// values in the match, not in r. Any other request, served through the
+// mux, has them in r.
 func PathValue(w http.ResponseWriter, r *http.Request, name string) string {
-	if lw, ok := w.(*h1Writer); ok && lw.c.direct && lw.c.preReq == r {
-		m := lw.c.pre
+	if rt := leanTargetOf(w); rt != nil && rt.direct && rt.req == r {
+		m := rt.m
 		for i, n := range m.names {
 			if n == name {
 				return m.vals[i]
@@ -274,4 +296,16 @@ func PathValue(w http.ResponseWriter, r *http.Request, name string) string {
 		return ""
 	}
 	return r.PathValue(name)
+}
+
+// copyMatch copies m into dst, its values into dst's own room: an HTTP/2
+// stream keeps its match while the connection's memo, which the reader
+// changes, goes on to other streams.
+func copyMatch(dst, m *leanMatch) *leanMatch {
+	*dst = *m
+	if m.names != nil {
+		dst.names = append(dst.nameBuf[:0], m.names...)
+		dst.vals = append(dst.valBuf[:0], m.vals...)
+	}
+	return dst
 }

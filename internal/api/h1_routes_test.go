@@ -181,14 +181,14 @@ func TestLeanDispatchUsesTheMatch(t *testing.T) {
 	})
 	r := httptest.NewRequest("GET", "/v1/reservation/r%2F1", nil)
 	names, vals, ok := pathValues("GET /v1/reservation/{id}", r.URL.EscapedPath(), nil, nil)
-	c := &h1Conn{pre: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", names: names, vals: vals, ok: ok}, preReq: r}
+	c := &h1Conn{route: leanTarget{m: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", names: names, vals: vals, ok: ok}, req: r}}
 	d := leanDispatch{next: mux}
 	d.ServeHTTP(&h1Writer{c: c}, r)
 	if viaMatch != 1 || viaMux != 0 {
 		t.Fatalf("the matched request went %d times to the match, %d to the mux; want 1, 0", viaMatch, viaMux)
 	}
 	d.ServeHTTP(&h1Writer{c: c}, r.Clone(r.Context()))
-	c.pre.mux = http.NewServeMux()
+	c.route.m.mux = http.NewServeMux()
 	d.ServeHTTP(&h1Writer{c: c}, r)
 	d.ServeHTTP(httptest.NewRecorder(), r)
 	if viaMatch != 1 || viaMux != 3 {

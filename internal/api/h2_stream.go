@@ -43,6 +43,10 @@ type h2Stream struct {
 	bodyClosed, needsContinue  bool
 	wake                       chan struct{}
 	readTimer, writeTimer      *time.Timer
+	// A lean stream's match, its own copy, and its route to it
+	// (leanDispatch).
+	match leanMatch
+	route leanTarget
 }
 
 var errH2StreamClosed = errors.New("http2: stream closed")
@@ -116,8 +120,13 @@ func (c *h2Conn) route(st *h2Stream, truncated bool) error {
 	} else if err := h2CheckRequestHeaders(st.req.Header); err != nil {
 		handler = h2BadRequest(err)
 	}
-	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize && c.h.s.h1.routes.serves(st.req, &c.leanMemo) {
-		st.lean = true
+	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize {
+		if m := c.h.s.h1.routes.match(st.req, &c.leanMemo); m != nil {
+			st.route.m = copyMatch(&st.match, m)
+			st.lean = true
+		}
+	}
+	if st.lean {
 		if !st.recvDone {
 			return nil // dispatched at END_STREAM (or as generic if the body outgrows leanBufSize)
 		}
@@ -455,6 +464,7 @@ func (c *h2Conn) finishRun(st *h2Stream, run func()) {
 	}()
 	if run == nil {
 		c.h.served.at(c.tc.stripe).Add(1)
+		st.route.req = st.req
 		rw.handler.ServeHTTP(rw, st.req)
 		if run, parked = rw.returnParked(); parked {
 			didPanic = false

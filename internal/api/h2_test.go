@@ -760,3 +760,35 @@ func TestH2LeanSettingsAsNetHTTP(t *testing.T) {
 		t.Fatalf("net/http opens with %s\nlean opens with %s", a, b)
 	}
 }
+
+// TestH2LeanRoutesGetTheirPathValues: lean routes served by the lean
+// HTTP/2 server, dispatched with the match that routed them, see the
+// pattern and path values net/http's server gives them, escaped ones
+// and a route the match cannot take (a {rest...}) included, on one
+// connection whose memo keeps changing.
+func TestH2LeanRoutesGetTheirPathValues(t *testing.T) {
+	h, lean := h1TestMux()
+	_, std := startServer(t, h, h1Limits(Limits{}), nil)
+	s, leanAddr := startServer(t, h, h1Limits(leanH2(Limits{Lean: lean})), nil)
+	std, leanAddr = "http://"+std, "http://"+leanAddr
+	paths := []string{"/items/1", "/items/a%2Fb", "/items/%C3%A9", "/pair/x/and/y", "/pair/lit/and/z",
+		"/tree/a/b%2Fc", "/items/1", "/items/2", "/pair/x/and/y"}
+	stdc, leanc := xh2Client(), xh2Client()
+	for range 3 {
+		for _, p := range paths {
+			a := h2Do(t, stdc, "GET", std+p, nil, false)
+			b := h2Do(t, leanc, "GET", leanAddr+p, nil, false)
+			// The bodies differ only in the host each server was asked as.
+			b.body = bytes.ReplaceAll(b.body, []byte(strings.TrimPrefix(leanAddr, "http://")), []byte(strings.TrimPrefix(std, "http://")))
+			if a.status != b.status || !bytes.Equal(a.body, b.body) {
+				t.Errorf("GET %s:\n net/http %d %q\n lean     %d %q", p, a.status, a.body, b.status, b.body)
+			}
+			if !bytes.Contains(b.body, []byte("pattern=")) || bytes.Contains(b.body, []byte(`id=""`)) && p != "/tree/a/b%2Fc" {
+				t.Errorf("GET %s: the route saw %q", p, b.body)
+			}
+		}
+	}
+	if s.h2.served.Load() < uint64(3*len(paths)) {
+		t.Fatalf("the lean HTTP/2 server served %d streams", s.h2.served.Load())
+	}
+}
