@@ -298,6 +298,16 @@ func PathValue(w http.ResponseWriter, r *http.Request, name string) string {
 	return r.PathValue(name)
 }
 
+// LeanPattern is the pattern mux matched r to, when the lean path
+// matched it already (a gate in front of the mux asks without matching
+// again); ok false otherwise.
+func LeanPattern(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) (pattern string, ok bool) {
+	if rt := leanTargetOf(w); rt != nil && rt.m != nil && rt.req == r && rt.m.mux == mux {
+		return rt.m.pattern, true
+	}
+	return "", false
+}
+
 // copyMatch copies m into dst, its values into dst's own room: an HTTP/2
 // stream keeps its match while the connection's memo, which the reader
 // changes, goes on to other streams.

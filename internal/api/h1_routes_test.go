@@ -195,3 +195,28 @@ func TestLeanDispatchUsesTheMatch(t *testing.T) {
 		t.Fatalf("unmatched requests went %d times to the match, %d to the mux; want 1, 3", viaMatch-1, viaMux)
 	}
 }
+
+// TestLeanPatternIsTheMatchs: a gate asking for the pattern of the
+// request the lean path matched gets the match's; of any other request,
+// or for another mux, or through net/http's writer, nothing.
+func TestLeanPatternIsTheMatchs(t *testing.T) {
+	mux := http.NewServeMux()
+	r := httptest.NewRequest("GET", "/v1/reservation/r1", nil)
+	c := &h1Conn{route: leanTarget{m: &leanMatch{mux: mux, pattern: "GET /v1/reservation/{id}"}, req: r}}
+	w := &h1Writer{c: c}
+	if p, ok := LeanPattern(w, r, mux); !ok || p != "GET /v1/reservation/{id}" {
+		t.Fatalf("the matched request: %q, %v", p, ok)
+	}
+	for name, ask := range map[string]func() (string, bool){
+		"another request": func() (string, bool) { return LeanPattern(w, r.Clone(r.Context()), mux) },
+		"another mux":     func() (string, bool) { return LeanPattern(w, r, http.NewServeMux()) },
+		"net/http's writer": func() (string, bool) {
+			return LeanPattern(httptest.NewRecorder(), r, mux)
+		},
+		"no match": func() (string, bool) { return LeanPattern(&h1Writer{c: &h1Conn{route: leanTarget{req: r}}}, r, mux) },
+	} {
+		if p, ok := ask(); ok || p != "" {
+			t.Errorf("%s: %q, %v; want nothing", name, p, ok)
+		}
+	}
+}

@@ -167,7 +167,7 @@ func testGate(t *testing.T, table *Table, failures *Failures, maxOpen int) (http
 	mux.HandleFunc("GET /v1/wait", func(w http.ResponseWriter, r *http.Request) { <-release })
 	mux.HandleFunc("GET /v1/unscoped", ok)
 	g := NewGate(GateConfig{Table: table, Routes: rs, Failures: failures, MaxOpen: maxOpen,
-		Route: func(r *http.Request) string { _, p := mux.Handler(r); return p }})
+		Route: func(_ http.ResponseWriter, r *http.Request) string { _, p := mux.Handler(r); return p }})
 	return g.Wrap(mux), release
 }
 

@@ -45,7 +45,7 @@ type Gate struct {
 	failures *Failures
 	maxOpen  int64
 	// route returns the mux pattern a request matches (ServeMux.Handler).
-	route   func(*http.Request) string
+	route   func(http.ResponseWriter, *http.Request) string
 	logger  *slog.Logger
 	refused [reasons]prometheus.Counter
 	// unscoped logs the first request to a route without a scope.
@@ -57,8 +57,9 @@ type Gate struct {
 type GateConfig struct {
 	Table  *Table
 	Routes *Routes
-	// Route returns the mux pattern a request matches.
-	Route func(*http.Request) string
+	// Route returns the mux pattern a request matches; w is its writer,
+	// which may know the match already (api.LeanPattern).
+	Route func(w http.ResponseWriter, r *http.Request) string
 	// MaxOpen is each token's limit on open streams and waiting calls;
 	// 0: DefaultMaxOpenPerToken.
 	MaxOpen int
@@ -107,7 +108,7 @@ func (g *Gate) serve(next http.Handler, w http.ResponseWriter, r *http.Request) 
 	rt, ok := g.routes.procedure(r.URL.Path)
 	var pattern string
 	if !ok {
-		pattern = g.route(r)
+		pattern = g.route(w, r)
 		rt, ok = g.routes.Find(pattern, r.URL.Path)
 	}
 	if !ok {

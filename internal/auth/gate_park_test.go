@@ -51,7 +51,7 @@ func TestLongLivedCallParkedStillCountsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := NewGate(GateConfig{Table: table, Routes: routes, MaxOpen: 1,
-		Route: func(r *http.Request) string { _, p := mux.Handler(r); return p }})
+		Route: func(_ http.ResponseWriter, r *http.Request) string { _, p := mux.Handler(r); return p }})
 	s := api.NewServer("127.0.0.1:0", mux, api.Limits{Lean: m.Lean(), LeanH2: true, MaxInflight: 1, Gate: g.Wrap}, reg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

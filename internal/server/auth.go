@@ -203,7 +203,10 @@ func (s *Server) installGate() {
 	g := auth.NewGate(auth.GateConfig{
 		Table:  s.cfg.Auth.Tokens,
 		Routes: s.routes,
-		Route: func(r *http.Request) string {
+		Route: func(w http.ResponseWriter, r *http.Request) string {
+			if p, ok := api.LeanPattern(w, r, mux); ok {
+				return p // the lean path's match: no second one
+			}
 			_, p := mux.Handler(r)
 			return p
 		},
