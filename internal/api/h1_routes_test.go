@@ -37,11 +37,11 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 			// A line answered before its route is marked is asked again
 			// right after.
 			r := httptest.NewRequest("POST", "/v2/reservations", nil)
-			if lean.serves(r, &memo) {
+			if lean.match(r, &memo) != nil {
 				t.Fatal("POST /v2/reservations is lean before it is marked")
 			}
 			m.HandleLean(mux, "POST /v2/reservations", noop)
-			if !lean.serves(r, &memo) {
+			if lean.match(r, &memo) == nil {
 				t.Fatal("POST /v2/reservations is not lean once marked")
 			}
 		}
@@ -72,13 +72,13 @@ func TestLeanMemoKeepsARepeatedLine(t *testing.T) {
 	lean := m.Lean()
 	var memo leanMemo
 	post := httptest.NewRequest("POST", "/v1/event/e1/reservation", nil)
-	lean.serves(post, &memo)
+	lean.match(post, &memo)
 	for i := range 10 {
 		get := httptest.NewRequest("GET", "/v1/reservation/r"+string(rune('a'+i)), nil)
 		if memo.find(lean.marked.Load(), get) != nil {
 			t.Fatalf("GET %d was never asked yet is in the memo", i)
 		}
-		lean.serves(get, &memo)
+		lean.match(get, &memo)
 		if memo.find(lean.marked.Load(), post) == nil {
 			t.Fatalf("the repeated POST fell out of the memo after GET %d", i)
 		}
@@ -218,5 +218,34 @@ func TestLeanPatternIsTheMatchs(t *testing.T) {
 		if p, ok := ask(); ok || p != "" {
 			t.Errorf("%s: %q, %v; want nothing", name, p, ok)
 		}
+	}
+}
+
+// TestSharedMatchOutlivesItsEntry: the streams of one request line share
+// one match, which keeps its route and values after the memo has moved
+// on to other lines, and is not the entry's own (which the next match
+// of a new line rewrites).
+func TestSharedMatchOutlivesItsEntry(t *testing.T) {
+	m, _ := compatLeanRoutes()
+	lean := m.Lean()
+	var memo leanMemo
+	get := func(id string) *http.Request { return httptest.NewRequest("GET", "/v1/reservation/"+id, nil) }
+	a := lean.sharedMatch(get("a%2F1"), &memo)
+	if a == nil || lean.sharedMatch(get("a%2F1"), &memo) != a {
+		t.Fatal("two streams of one line do not share its match")
+	}
+	if own := lean.match(get("a%2F1"), &memo); own == a {
+		t.Fatal("the shared match is the memo entry's own")
+	}
+	for _, id := range []string{"b", "c", "d", "e"} {
+		if lean.sharedMatch(get(id), &memo) == a {
+			t.Fatalf("line %s got the match of a", id)
+		}
+	}
+	if a.pattern != "GET /v1/reservation/{id}" || !a.ok || len(a.vals) != 1 || a.vals[0] != "a/1" || a.names[0] != "id" {
+		t.Fatalf("after the memo moved on, the shared match is %q %q=%q ok=%v", a.pattern, a.names, a.vals, a.ok)
+	}
+	if lean.sharedMatch(httptest.NewRequest("GET", "/v2/other", nil), &memo) != nil {
+		t.Fatal("a line of no lean route has a match")
 	}
 }

@@ -43,9 +43,8 @@ type h2Stream struct {
 	bodyClosed, needsContinue  bool
 	wake                       chan struct{}
 	readTimer, writeTimer      *time.Timer
-	// A lean stream's match, its own copy, and its route to it
-	// (leanDispatch).
-	match leanMatch
+	// A lean stream's match, shared with the other streams of its
+	// request line (sharedMatch), for leanDispatch.
 	route leanTarget
 }
 
@@ -121,8 +120,8 @@ func (c *h2Conn) route(st *h2Stream, truncated bool) error {
 		handler = h2BadRequest(err)
 	}
 	if handler == nil && c.h.s.h1 != nil && st.declLen <= leanBufSize {
-		if m := c.h.s.h1.routes.match(st.req, &c.leanMemo); m != nil {
-			st.route.m = copyMatch(&st.match, m)
+		if m := c.h.s.h1.routes.sharedMatch(st.req, &c.leanMemo); m != nil {
+			st.route.m = m
 			st.lean = true
 		}
 	}
