@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,10 +83,10 @@ func (l *LeanRoutes) sharedMatch(r *http.Request, memo *leanMemo) *leanMatch {
 		return nil
 	}
 	if e.shared == nil {
-		m := e.match
-		m.names, m.vals = slices.Clone(m.names), slices.Clone(m.vals)
-		m.nameBuf, m.valBuf = [4]string{}, [4]string{}
-		e.shared = &m
+		sm := &sharedLeanMatch{m: e.match}
+		sm.m.names = append(sm.room[:0:1], e.match.names...)
+		sm.m.vals = append(sm.room[1:1], e.match.vals...)
+		e.shared = &sm.m
 	}
 	return e.shared
 }
@@ -110,7 +109,7 @@ func (l *LeanRoutes) entry(r *http.Request, memo *leanMemo) *leanMemoEntry {
 	if e.lean {
 		e.match = leanMatch{mux: m.mux, h: h, pattern: pat}
 		mt := &e.match
-		mt.names, mt.vals, mt.ok = pathValues(pat, r.URL.EscapedPath(), mt.nameBuf[:0], mt.valBuf[:0])
+		mt.names, mt.vals, mt.ok = pathValues(pat, r.URL.EscapedPath(), e.nameBuf[:0], e.valBuf[:0])
 	}
 	return e
 }
@@ -128,9 +127,13 @@ type leanMatch struct {
 	// ok says they were found (pathValues), else the mux matches again.
 	names, vals []string
 	ok          bool
-	// Room for the values of up to four wildcards, so that a match
-	// allocates nothing.
-	nameBuf, valBuf [4]string
+}
+
+// sharedLeanMatch is a shared match (sharedMatch) and room for the names
+// and values of one wildcard, the lean routes' most, in one allocation.
+type sharedLeanMatch struct {
+	m    leanMatch
+	room [2]string
 }
 
 // pathValues returns the values of pattern's wildcards in the escaped
@@ -205,6 +208,9 @@ type leanMemoEntry struct {
 	lean, used bool
 	match      leanMatch  // a lean route's
 	shared     *leanMatch // match's copy for HTTP/2 streams (sharedMatch)
+	// Room for the names and values of up to four wildcards, so that a
+	// match allocates nothing.
+	nameBuf, valBuf [4]string
 }
 
 // leanMemoInline is the longest path an entry keeps a copy of.
