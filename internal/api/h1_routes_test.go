@@ -249,3 +249,44 @@ func TestSharedMatchOutlivesItsEntry(t *testing.T) {
 		t.Fatal("a line of no lean route has a match")
 	}
 }
+
+// FuzzPathValues: for any path a request can carry, where the mux sends
+// it to a pattern pathValues takes, the values are the mux's.
+func FuzzPathValues(f *testing.F) {
+	patterns := []string{"GET /a/{x}", "GET /a/{x}/b/{y}", "POST /v1/event/{id}/reservation", "GET /v1/reservation/{id}",
+		"GET /v1/reservation/stats", "GET /tree/{rest...}", "/sub/{x}/"}
+	mux := http.NewServeMux()
+	var seen *http.Request
+	for _, p := range patterns {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { seen = r })
+	}
+	for _, s := range []string{"/a/1", "/a/x%2Fy/b/%20", "/v1/event/e1/reservation", "/v1/reservation/r%2F1", "/v1/reservation/stats",
+		"/a/./b", "/a//b", "/a/%zz", "/tree/a/b", "/sub/x/y"} {
+		f.Add("GET", s)
+	}
+	f.Add("POST", "/v1/event/%C3%A9/reservation")
+	f.Fuzz(func(t *testing.T, method, target string) {
+		r, err := http.NewRequest(method, "http://x"+target, nil)
+		if err != nil || r.URL.Host != "x" || !strings.HasPrefix(r.URL.Path, "/") {
+			return // no request a server would route
+		}
+		_, pat := mux.Handler(r)
+		if pat == "" {
+			return
+		}
+		names, vals, ok := pathValues(pat, r.URL.EscapedPath(), nil, nil)
+		if !ok {
+			return
+		}
+		seen = nil
+		mux.ServeHTTP(httptest.NewRecorder(), r)
+		if seen == nil {
+			t.Fatalf("%s %s: pathValues took %q, but the mux did not serve it", method, target, pat)
+		}
+		for i, n := range names {
+			if seen.PathValue(n) != vals[i] {
+				t.Fatalf("%s %s (%q): %s=%q, the mux says %q", method, target, pat, n, vals[i], seen.PathValue(n))
+			}
+		}
+	})
+}
