@@ -23,7 +23,16 @@ type LeanRoutes struct {
 
 type leanMarked struct {
 	mux *http.ServeMux
-	set map[string]bool
+	set map[string]*leanRouteInfo // by pattern
+}
+
+// leanRouteInfo is what the lean path learns of a marked route.
+type leanRouteInfo struct {
+	// readsPathValue: its handler reads its path values with PathValue,
+	// so a request dispatched by its match need not have them set in r.
+	// Learnt at the first call, so that a route reading r.PathValue
+	// still finds them there.
+	readsPathValue atomic.Bool
 }
 
 // Lean returns the routes m's HandleLean marked (shared by every view
@@ -36,8 +45,9 @@ func (m *Metrics) Lean() *LeanRoutes {
 }
 
 // HandleLean is Handle for a route the lean HTTP/1.1 path may serve
-// (LeanRoutes says which routes qualify). Its handler reads its path
-// values with PathValue, not r.PathValue.
+// (LeanRoutes says which routes qualify). A handler that reads its path
+// values with PathValue, not r.PathValue, spares each request a map; it
+// must then read them all so.
 func (m *Metrics) HandleLean(mux *http.ServeMux, pattern string, h HandlerFunc) {
 	m.Handle(mux, pattern, h)
 	if m != nil && m.lean != nil {
@@ -48,13 +58,13 @@ func (m *Metrics) HandleLean(mux *http.ServeMux, pattern string, h HandlerFunc) 
 func (l *LeanRoutes) mark(mux *http.ServeMux, pattern string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next := &leanMarked{mux: mux, set: map[string]bool{pattern: true}}
+	next := &leanMarked{mux: mux, set: map[string]*leanRouteInfo{pattern: {}}}
 	if old := l.marked.Load(); old != nil {
 		if old.mux != mux {
 			panic("api: lean routes " + pattern + " marked on a second mux; one Metrics serves one mux")
 		}
-		for p := range old.set {
-			next.set[p] = true
+		for p, info := range old.set {
+			next.set[p] = info
 		}
 	}
 	l.marked.Store(next)
@@ -105,9 +115,10 @@ func (l *LeanRoutes) entry(r *http.Request, memo *leanMemo) *leanMemoEntry {
 		return e
 	}
 	h, pat := m.mux.Handler(r)
-	e := memo.keep(m, r, m.set[pat])
+	info := m.set[pat]
+	e := memo.keep(m, r, info != nil)
 	if e.lean {
-		e.match = leanMatch{mux: m.mux, h: h, pattern: pat}
+		e.match = leanMatch{mux: m.mux, h: h, pattern: pat, route: info}
 		mt := &e.match
 		mt.names, mt.vals, mt.ok = pathValues(pat, r.URL.EscapedPath(), e.nameBuf[:0], e.valBuf[:0])
 	}
@@ -123,6 +134,7 @@ type leanMatch struct {
 	mux     *http.ServeMux
 	h       http.Handler
 	pattern string
+	route   *leanRouteInfo
 	// The pattern's wildcards and their values in r's path, in order;
 	// ok says they were found (pathValues), else the mux matches again.
 	names, vals []string
@@ -304,22 +316,32 @@ func (d leanDispatch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.next.ServeHTTP(w, r)
 		return
 	}
-	// The values stay in the match, for PathValue: set in r, they were
+	// The values stay in the match, for PathValue: set in r, they are
 	// a map per request (r.SetPathValue's, without the mux's pattern),
-	// two allocations and 1.7 % of a compat reservation's CPU.
+	// two allocations and 1.7 % of a compat reservation's CPU. So they
+	// are set only for a route not known to read them with PathValue.
 	r.Pattern = m.pattern
+	if !m.route.readsPathValue.Load() {
+		for i, n := range m.names {
+			r.SetPathValue(n, m.vals[i])
+		}
+	}
 	rt.direct = true
 	m.h.ServeHTTP(w, r)
 }
 
 // PathValue is r.PathValue(name) for the handler of a lean route
-// (HandleLean), which must read its path values with it: a request the
-// lean path dispatched straight to its route (leanDispatch) has its
-// values in the match, not in r. Any other request, served through the
-// mux, has them in r.
+// (HandleLean): a request the lean path dispatched straight to its route
+// (leanDispatch) has its values in the match, and, once the route is
+// seen reading them here, no longer in r. Any other request, served
+// through the mux, has them in r. A route that reads one value with
+// PathValue must read them all with it.
 func PathValue(w http.ResponseWriter, r *http.Request, name string) string {
 	if rt := leanTargetOf(w); rt != nil && rt.direct && rt.req == r {
 		m := rt.m
+		if !m.route.readsPathValue.Load() {
+			m.route.readsPathValue.Store(true) // once: the flag is read by every request
+		}
 		for i, n := range m.names {
 			if n == name {
 				return m.vals[i]

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -48,7 +50,7 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 		r := httptest.NewRequest(methods[rng.IntN(len(methods))], "http://x"+paths[rng.IntN(len(paths))], nil)
 		r.Host = hosts[rng.IntN(len(hosts))]
 		_, pat := mux.Handler(r)
-		want := lean.marked.Load().set[pat]
+		want := lean.marked.Load().set[pat] != nil
 		got := lean.match(r, &memo)
 		if (got != nil) != want {
 			t.Fatalf("request %d, %s %s%s: memo says lean=%v, the mux's pattern %q says %v",
@@ -181,7 +183,7 @@ func TestLeanDispatchUsesTheMatch(t *testing.T) {
 	})
 	r := httptest.NewRequest("GET", "/v1/reservation/r%2F1", nil)
 	names, vals, ok := pathValues("GET /v1/reservation/{id}", r.URL.EscapedPath(), nil, nil)
-	c := &h1Conn{route: leanTarget{m: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", names: names, vals: vals, ok: ok}, req: r}}
+	c := &h1Conn{route: leanTarget{m: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", route: &leanRouteInfo{}, names: names, vals: vals, ok: ok}, req: r}}
 	d := leanDispatch{next: mux}
 	d.ServeHTTP(&h1Writer{c: c}, r)
 	if viaMatch != 1 || viaMux != 0 {
@@ -289,4 +291,48 @@ func FuzzPathValues(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLeanRoutesGetValuesEitherWay: over the lean paths, a lean route
+// that reads r.PathValue gets its values on every request, and one that
+// reads PathValue gets them too, without r holding them once the route
+// is known to read them so.
+func TestLeanRoutesGetValuesEitherWay(t *testing.T) {
+	mux := http.NewServeMux()
+	m := NewMetrics(prometheus.NewRegistry())
+	m.HandleLean(mux, "GET /old/{id}", func(w http.ResponseWriter, r *http.Request) int {
+		io.WriteString(w, r.PathValue("id"))
+		return 200
+	})
+	m.HandleLean(mux, "GET /new/{id}", func(w http.ResponseWriter, r *http.Request) int {
+		io.WriteString(w, PathValue(w, r, "id")+"|"+r.PathValue("id"))
+		return 200
+	})
+	for _, mode := range []string{"http1", "h2c"} {
+		t.Run(mode, func(t *testing.T) {
+			lim, hc := Limits{Lean: m.Lean()}, http.DefaultClient
+			if mode == "h2c" {
+				lim, hc = leanH2(lim), xh2Client()
+			}
+			_, addr := startServer(t, mux, lim, nil)
+			get := func(path string) string {
+				resp, err := hc.Get("http://" + addr + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return string(b)
+			}
+			for i := range 3 {
+				if got := get("/old/a%2Fb"); got != "a/b" {
+					t.Errorf("request %d to a route reading r.PathValue: %q", i, got)
+				}
+				got := get("/new/x" + strconv.Itoa(i))
+				if v, inR, _ := strings.Cut(got, "|"); v != "x"+strconv.Itoa(i) || i > 0 && inR != "" {
+					t.Errorf("request %d to a route reading PathValue: %q", i, got)
+				}
+			}
+		})
+	}
 }
