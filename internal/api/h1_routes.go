@@ -303,19 +303,23 @@ func leanTargetOf(w http.ResponseWriter) *leanTarget {
 // The request must be the very one the lean path built (a gate that
 // rewrote it, like collapseSlashes, sends it to the mux), and next the
 // mux that matched it.
-type leanDispatch struct{ next http.Handler }
+type leanDispatch struct {
+	next http.Handler
+	mux  *http.ServeMux // next, if it is a mux; nil if not (tracing)
+}
+
+func newLeanDispatch(next http.Handler) leanDispatch {
+	mux, _ := next.(*http.ServeMux)
+	return leanDispatch{next: next, mux: mux}
+}
 
 func (d leanDispatch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := leanTargetOf(w)
-	if rt == nil || rt.m == nil || rt.req != r {
+	if rt == nil || rt.m == nil || rt.req != r || rt.m.mux != d.mux || !rt.m.ok {
 		d.next.ServeHTTP(w, r)
 		return
 	}
 	m := rt.m
-	if mux, ok := d.next.(*http.ServeMux); !ok || mux != m.mux || !m.ok {
-		d.next.ServeHTTP(w, r)
-		return
-	}
 	// The values stay in the match, for PathValue: set in r, they are
 	// a map per request (r.SetPathValue's, without the mux's pattern),
 	// two allocations and 1.7 % of a compat reservation's CPU. So they

@@ -184,7 +184,7 @@ func TestLeanDispatchUsesTheMatch(t *testing.T) {
 	r := httptest.NewRequest("GET", "/v1/reservation/r%2F1", nil)
 	names, vals, ok := pathValues("GET /v1/reservation/{id}", r.URL.EscapedPath(), nil, nil)
 	c := &h1Conn{route: leanTarget{m: &leanMatch{mux: mux, h: direct, pattern: "GET /v1/reservation/{id}", route: &leanRouteInfo{}, names: names, vals: vals, ok: ok}, req: r}}
-	d := leanDispatch{next: mux}
+	d := newLeanDispatch(mux)
 	d.ServeHTTP(&h1Writer{c: c}, r)
 	if viaMatch != 1 || viaMux != 0 {
 		t.Fatalf("the matched request went %d times to the match, %d to the mux; want 1, 0", viaMatch, viaMux)

@@ -203,7 +203,7 @@ func NewServer(addr string, h http.Handler, lim Limits, reg prometheus.Registere
 	s.conns = newConnTracker(lim.MaxConns, lim.IdleTimeout, lim.ReadHeaderTimeout)
 	s.conns.coalesce = !lim.StandardConns
 	if lim.Lean != nil && !lim.StandardConns {
-		h = leanDispatch{h}
+		h = newLeanDispatch(h)
 	}
 	s.inflight = newInflightLimiter(h, lim.MaxInflight, lim.Exempt, lim.MaxWait, lim.WaitingRoom)
 	s.streams = NewStreams(lim.StallTimeout, lim.StreamBuffer)
