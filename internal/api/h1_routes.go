@@ -196,10 +196,11 @@ func pathValues(pattern, path string, names, vals []string) ([]string, []string,
 // leanMemo is one connection's last answers of match, so that a client
 // repeating a request line (the same event's reservation POSTs, the
 // native flow's one route) is matched by the mux once per connection,
-// not per request: a match is a few per cent of such a request's CPU, and
-// the dispatch matches again anyway. The mux's answer depends only on the
-// method, host and path (and on the routes marked, m), so an entry with
-// all of them equal is that answer. Two entries, replaced by the clock
+// not per request: a match is a few per cent of such a request's CPU,
+// and the dispatch uses the entry's match (leanDispatch) rather than
+// matching again. The mux's answer depends only on the method, host and
+// path (and on the routes marked, m), so an entry with all of them equal
+// is that answer. Two entries, replaced by the clock
 // rule: a miss takes an entry not used since the last miss, so an
 // alternating line that never repeats (a GET by a new id each time)
 // does not push out one that does.
