@@ -102,9 +102,11 @@ type Options struct {
 	// OnSync, if set, is called by the writer after each batch is written and
 	// synced, with the time the write+fsync took and its size.
 	OnSync func(d time.Duration, records, bytes int)
-	// SyncInterval is the least time between the starts of two group
-	// commits. Appends that arrive sooner wait and share the next fsync:
-	// fewer, larger commits for a little latency. Zero means no wait.
+	// SyncInterval is how long after a group commit starts the next may
+	// wait. Appends that arrive meanwhile share the next fsync: fewer,
+	// larger commits for a little latency. A commit starts sooner once as
+	// many bytes wait as the largest of the last recentCommits commits
+	// carried (early.go). Zero means no wait.
 	SyncInterval time.Duration
 }
 
@@ -180,6 +182,7 @@ type Log struct {
 	batch      []request
 	failErr    error
 	lastSync   time.Time
+	early      *earlyCommit
 }
 
 // Open opens or creates the log in opts.Dir, validating every record and
@@ -213,6 +216,7 @@ func Open(opts Options) (*Log, error) {
 		queue:      make(chan request, opts.QueueLen),
 		writerDone: make(chan struct{}),
 		sealed:     true,
+		early:      newEarlyCommit(),
 	}
 	if err := l.recover(); err != nil {
 		return nil, err
@@ -284,6 +288,7 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 	}
 	l.queue <- req
 	l.mu.RUnlock()
+	l.early.appended(requestBytes(&req))
 }
 
 // End is the position just past the last durable record.
@@ -362,9 +367,10 @@ func (l *Log) writer() {
 		}
 		l.batch = append(l.batch[:0], req)
 		size := requestBytes(&req)
+		l.early.taken(size)
 		open := true
 		if d := l.opts.SyncInterval - time.Since(l.lastSync); d > 0 {
-			time.Sleep(d)
+			l.early.wait(d, size)
 		}
 	gather:
 		for size < l.opts.MaxBatchBytes {
@@ -375,12 +381,15 @@ func (l *Log) writer() {
 					break gather
 				}
 				l.batch = append(l.batch, r)
-				size += requestBytes(&r)
+				n := requestBytes(&r)
+				l.early.taken(n)
+				size += n
 			default:
 				break gather
 			}
 		}
 		l.lastSync = time.Now()
+		l.early.committed(size)
 		l.commit(l.batch)
 		// Drop references to callers' data and callbacks.
 		clear(l.batch)
