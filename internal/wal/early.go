@@ -78,11 +78,17 @@ func (e *earlyCommit) wait(d time.Duration, had int) {
 	e.want.Store(want)
 	if e.queued.Load() < want {
 		e.timer.Reset(d)
-		select {
-		case <-e.timer.C:
-		case <-e.wake:
-			e.timer.Stop()
+	wait:
+		// A wake-up can be stale: an appender that read want just before
+		// the last wait ended sends it after the drain below.
+		for e.queued.Load() < want {
+			select {
+			case <-e.timer.C:
+				break wait
+			case <-e.wake:
+			}
 		}
+		e.timer.Stop()
 	}
 	e.want.Store(0)
 	select {

@@ -117,3 +117,23 @@ func TestEarlyCommitForgetsOldCommits(t *testing.T) {
 	}()
 	waitDone(t, done, "a 100-byte append once the recent commits were all of 100 bytes")
 }
+
+// A wake-up left in the channel by an appender that saw the previous
+// wait's target does not end the next wait early.
+func TestEarlyCommitIgnoresAStaleWake(t *testing.T) {
+	e := newEarlyCommit()
+	e.committed(1_000)
+	e.wake <- struct{}{}
+	done := make(chan struct{})
+	go func() {
+		e.wait(time.Hour, 100)
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("a stale wake-up ended a wait with 100 of 1,000 bytes queued")
+	case <-time.After(20 * time.Millisecond):
+	}
+	e.appended(900)
+	waitDone(t, done, "the wait once 900 more bytes were queued")
+}
