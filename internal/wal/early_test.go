@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -69,11 +70,7 @@ func TestAppendsWaitForACommitAsLargeAsTheLargestRecent(t *testing.T) {
 		})
 		if i < n-1 {
 			// Fewer bytes than the first commit: each must still wait.
-			select {
-			case <-dones[0]:
-				t.Fatalf("%d of %d records were committed before they made a commit as large as the last one", i+1, n)
-			case <-time.After(20 * time.Millisecond):
-			}
+			stillWaiting(t, dones[0], fmt.Sprintf("%d of %d records were committed before they made a commit as large as the last one", i+1, n))
 		}
 	}
 	for i := range dones {
@@ -86,6 +83,29 @@ func TestAppendsWaitForACommitAsLargeAsTheLargestRecent(t *testing.T) {
 	}
 }
 
+// waitAnHour starts e's wait of an hour for an append of had bytes; the
+// channel closes when it ends.
+func waitAnHour(e *earlyCommit, had int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		e.wait(time.Hour, had)
+		close(done)
+	}()
+	return done
+}
+
+// stillWaiting fails the test if done closes within 20 ms. A bound the
+// other way round cannot fail a correct wait, only miss a wrong one on a
+// host stalled that long.
+func stillWaiting(t *testing.T, done <-chan struct{}, why string) {
+	t.Helper()
+	select {
+	case <-done:
+		t.Fatal(why)
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
 // The target is the largest of the last recentCommits commits: an old
 // large one stops holding appends back once that many smaller ones came
 // after it.
@@ -95,27 +115,14 @@ func TestEarlyCommitForgetsOldCommits(t *testing.T) {
 	for range recentCommits - 1 {
 		e.committed(100)
 	}
-	held := make(chan struct{})
-	go func() {
-		e.wait(time.Hour, 100)
-		close(held)
-	}()
-	select {
-	case <-held:
-		t.Fatal("a 100-byte append did not wait with a 10,000-byte commit among the recent ones")
-	case <-time.After(20 * time.Millisecond):
-	}
+	held := waitAnHour(e, 100)
+	stillWaiting(t, held, "a 100-byte append did not wait with a 10,000-byte commit among the recent ones")
 	e.appended(9_900)
 	waitDone(t, held, "the wait once 9,900 more bytes were queued")
 	e.taken(9_900)
 
 	e.committed(100) // the 10,000-byte commit leaves the window
-	done := make(chan struct{})
-	go func() {
-		e.wait(time.Hour, 100)
-		close(done)
-	}()
-	waitDone(t, done, "a 100-byte append once the recent commits were all of 100 bytes")
+	waitDone(t, waitAnHour(e, 100), "a 100-byte append once the recent commits were all of 100 bytes")
 }
 
 // A wake-up left in the channel by an appender that saw the previous
@@ -124,16 +131,8 @@ func TestEarlyCommitIgnoresAStaleWake(t *testing.T) {
 	e := newEarlyCommit()
 	e.committed(1_000)
 	e.wake <- struct{}{}
-	done := make(chan struct{})
-	go func() {
-		e.wait(time.Hour, 100)
-		close(done)
-	}()
-	select {
-	case <-done:
-		t.Fatal("a stale wake-up ended a wait with 100 of 1,000 bytes queued")
-	case <-time.After(20 * time.Millisecond):
-	}
+	done := waitAnHour(e, 100)
+	stillWaiting(t, done, "a stale wake-up ended a wait with 100 of 1,000 bytes queued")
 	e.appended(900)
 	waitDone(t, done, "the wait once 900 more bytes were queued")
 }
