@@ -293,7 +293,7 @@ func (s *serveFlags) clusterFlags(cmd *cobra.Command) {
 	f.IntVar(&s.cfg.Cluster.Replication, "kafka-replication", 1, s.env.help("kafka-replication", "SURGE_KAFKA_REPLICATION", "with --kafka: replication factor of the topics the cluster creates; use 3 in production"))
 	f.DurationVar(&s.cfg.Cluster.SessionTimeout, "kafka-session-timeout", 6*time.Second, s.env.help("kafka-session-timeout", "SURGE_KAFKA_SESSION_TIMEOUT", "with --kafka: how long a silent node keeps its partitions before the others take them over"))
 	f.DurationVar(&s.cfg.Cluster.LogRetention, "kafka-log-retention", 168*time.Hour, s.env.help("kafka-log-retention", "SURGE_KAFKA_LOG_RETENTION", "with --kafka: how long the log topic keeps records when the cluster creates it; every partition must take a snapshot more often"))
-	f.DurationVar(&s.cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, s.env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: a partition starts a Kafka transaction at most this often; appends arriving meanwhile share the next (each transaction costs the broker CPU whatever it holds); negative for none"))
+	f.DurationVar(&s.cfg.Cluster.MinCycle, "kafka-min-cycle", kafkalog.DefaultMinCycle, s.env.help("kafka-min-cycle", "SURGE_KAFKA_MIN_CYCLE", "with --kafka: how long after a partition's Kafka transaction starts the next may wait, so that appends arriving meanwhile share it (each transaction costs the broker CPU whatever it holds); it starts sooner once as many bytes wait as the largest of the last 16 carried; negative for none"))
 }
 
 // snapshotTriggers puts --snapshot-bytes and --snapshot-interval into cfg.

@@ -42,12 +42,13 @@ type Config struct {
 	// QueueLen bounds the appends waiting for the writer; Append blocks
 	// beyond it (default 256).
 	QueueLen int
-	// MinCycle is the shortest time from the start of one transaction to
-	// the start of the next: appends arriving meanwhile wait and share the
-	// next one. Each transaction costs the broker a few milliseconds of
-	// CPU whatever it holds, so under load fewer, larger ones are cheaper;
-	// idle, an append still goes at once. Default DefaultMinCycle;
-	// negative: none.
+	// MinCycle is how long after one transaction starts the next may
+	// wait: appends arriving meanwhile wait and share the next one. Each
+	// transaction costs the broker a few milliseconds of CPU whatever it
+	// holds, so under load fewer, larger ones are cheaper; idle, an append
+	// still goes at once, and the next transaction starts sooner once as
+	// many bytes wait as the largest recent ones carried
+	// (internal/groupcommit). Default DefaultMinCycle; negative: none.
 	MinCycle time.Duration
 	// SnapshotTimeout bounds one snapshot write or read (default 2 min).
 	SnapshotTimeout time.Duration

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/groupcommit"
 )
 
 // ErrCommitUnknown is wrapped by the error an append's done gets when Kafka
@@ -55,6 +56,7 @@ type Log struct {
 	closed     bool
 	queue      chan *request
 	writerDone chan struct{}
+	early      *groupcommit.Early // when the next transaction may start before MinCycle
 
 	// err is the writer's sticky failure: after any failed cycle nothing
 	// more is produced, since later batches were applied on top of the
@@ -118,6 +120,7 @@ func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
 		cancel:     cancel,
 		queue:      make(chan *request, cfg.QueueLen),
 		writerDone: make(chan struct{}),
+		early:      groupcommit.New(),
 	}
 	if err := l.writeMarker(ctx); err != nil {
 		cancel()
@@ -191,23 +194,29 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 		done(0, 0, cmdlog.ErrClosed)
 		return
 	}
-	l.queue <- &request{entries: entries, done: done, queued: time.Now()}
+	r := &request{entries: entries, done: done, queued: time.Now()}
+	l.queue <- r
 	l.mu.RUnlock()
+	l.early.Appended(requestBytes(r))
 }
 
 // writer is the group commit: every append queued while one transaction
-// commits goes into the next one.
+// commits goes into the next one, which starts MinCycle after the last one
+// started, or as soon as as many bytes wait as the largest recent
+// transactions carried (internal/groupcommit: callers that each wait for
+// their own append need not sit out the cycle once they are all back).
 func (l *Log) writer() {
 	defer close(l.writerDone)
 	batch := make([]*request, 0, 64)
 	var last time.Time // start of the previous cycle
 	for r := range l.queue {
+		size := requestBytes(r)
+		l.early.Taken(size)
 		if wait := l.cfg.MinCycle - time.Since(last); wait > 0 {
-			time.Sleep(wait)
+			l.early.Wait(wait, size)
 		}
 		last = time.Now()
 		batch = append(batch[:0], r)
-		size := requestBytes(r)
 	drain:
 		for len(batch) < maxTxnAppends && size < maxTxnBytes {
 			select {
@@ -216,11 +225,14 @@ func (l *Log) writer() {
 					break drain
 				}
 				batch = append(batch, r)
-				size += requestBytes(r)
+				n := requestBytes(r)
+				l.early.Taken(n)
+				size += n
 			default:
 				break drain
 			}
 		}
+		l.early.Committed(size)
 		l.cycle(batch)
 		clear(batch)
 	}

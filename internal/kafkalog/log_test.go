@@ -531,3 +531,32 @@ func TestReadEndsPastAnAbortedEnd(t *testing.T) {
 		t.Fatalf("read %v, want %v", datas, want)
 	}
 }
+
+// A caller that appends one record at a time, each after the last is
+// committed, does not sit out MinCycle: with nothing else coming, the next
+// transaction starts once its record is there (internal/groupcommit).
+func TestSequentialAppendsDoNotWaitOutTheCycle(t *testing.T) {
+	cfg := testCluster(t, 1)
+	cfg.MinCycle = time.Hour
+	l := mustOpen(t, cfg, 0)
+	done := make(chan error, 1)
+	go func() {
+		for i := range 20 {
+			errc := make(chan error, 1)
+			l.Append([]cmdlog.Entry{{Data: fmt.Appendf(nil, "seq-%02d", i)}}, func(_, _ cmdlog.Position, err error) { errc <- err })
+			if err := <-errc; err != nil {
+				done <- fmt.Errorf("append %d: %w", i, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("20 sequential appends still waiting after a minute, with MinCycle at an hour")
+	}
+}

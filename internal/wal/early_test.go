@@ -2,7 +2,6 @@ package wal
 
 import (
 	"bytes"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -62,16 +61,24 @@ func TestAppendsWaitForACommitAsLargeAsTheLargestRecent(t *testing.T) {
 	dones := make([]chan struct{}, n)
 	for i := range dones {
 		dones[i] = make(chan struct{})
+		if i == n-1 {
+			// Fewer bytes than the first commit so far: none may have
+			// been committed. (20 ms cannot fail a right writer, only
+			// miss a wrong one on a host stalled that long.)
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			early := len(commits) - 1
+			mu.Unlock()
+			if early != 0 {
+				t.Fatalf("%d of %d records were committed before they made a commit as large as the last one", n-1, n)
+			}
+		}
 		l.Append(entry(), func(_, _ cmdlog.Position, err error) {
 			if err != nil {
 				t.Errorf("append %d: %v", i, err)
 			}
 			close(dones[i])
 		})
-		if i < n-1 {
-			// Fewer bytes than the first commit: each must still wait.
-			stillWaiting(t, dones[0], fmt.Sprintf("%d of %d records were committed before they made a commit as large as the last one", i+1, n))
-		}
 	}
 	for i := range dones {
 		waitDone(t, dones[i], "the append that completes the batch")
@@ -81,58 +88,4 @@ func TestAppendsWaitForACommitAsLargeAsTheLargestRecent(t *testing.T) {
 	if len(commits) != 2 || commits[1] != n {
 		t.Fatalf("commits carried %v records, want [%d %d]", commits, n, n)
 	}
-}
-
-// waitAnHour starts e's wait of an hour for an append of had bytes; the
-// channel closes when it ends.
-func waitAnHour(e *earlyCommit, had int) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		e.wait(time.Hour, had)
-		close(done)
-	}()
-	return done
-}
-
-// stillWaiting fails the test if done closes within 20 ms. A bound the
-// other way round cannot fail a correct wait, only miss a wrong one on a
-// host stalled that long.
-func stillWaiting(t *testing.T, done <-chan struct{}, why string) {
-	t.Helper()
-	select {
-	case <-done:
-		t.Fatal(why)
-	case <-time.After(20 * time.Millisecond):
-	}
-}
-
-// The target is the largest of the last recentCommits commits: an old
-// large one stops holding appends back once that many smaller ones came
-// after it.
-func TestEarlyCommitForgetsOldCommits(t *testing.T) {
-	e := newEarlyCommit()
-	e.committed(10_000)
-	for range recentCommits - 1 {
-		e.committed(100)
-	}
-	held := waitAnHour(e, 100)
-	stillWaiting(t, held, "a 100-byte append did not wait with a 10,000-byte commit among the recent ones")
-	e.appended(9_900)
-	waitDone(t, held, "the wait once 9,900 more bytes were queued")
-	e.taken(9_900)
-
-	e.committed(100) // the 10,000-byte commit leaves the window
-	waitDone(t, waitAnHour(e, 100), "a 100-byte append once the recent commits were all of 100 bytes")
-}
-
-// A wake-up left in the channel by an appender that saw the previous
-// wait's target does not end the next wait early.
-func TestEarlyCommitIgnoresAStaleWake(t *testing.T) {
-	e := newEarlyCommit()
-	e.committed(1_000)
-	e.wake <- struct{}{}
-	done := waitAnHour(e, 100)
-	stillWaiting(t, done, "a stale wake-up ended a wait with 100 of 1,000 bytes queued")
-	e.appended(900)
-	waitDone(t, done, "the wait once 900 more bytes were queued")
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/surge-run/surge/internal/cmdlog"
+	"github.com/surge-run/surge/internal/groupcommit"
 	"github.com/surge-run/surge/internal/vfs"
 )
 
@@ -105,8 +106,8 @@ type Options struct {
 	// SyncInterval is how long after a group commit starts the next may
 	// wait. Appends that arrive meanwhile share the next fsync: fewer,
 	// larger commits for a little latency. A commit starts sooner once as
-	// many bytes wait as the largest of the last recentCommits commits
-	// carried (early.go). Zero means no wait.
+	// many bytes wait as the largest of the last few commits carried
+	// (internal/groupcommit). Zero means no wait.
 	SyncInterval time.Duration
 }
 
@@ -182,7 +183,7 @@ type Log struct {
 	batch      []request
 	failErr    error
 	lastSync   time.Time
-	early      *earlyCommit
+	early      *groupcommit.Early
 }
 
 // Open opens or creates the log in opts.Dir, validating every record and
@@ -216,7 +217,7 @@ func Open(opts Options) (*Log, error) {
 		queue:      make(chan request, opts.QueueLen),
 		writerDone: make(chan struct{}),
 		sealed:     true,
-		early:      newEarlyCommit(),
+		early:      groupcommit.New(),
 	}
 	if err := l.recover(); err != nil {
 		return nil, err
@@ -288,7 +289,7 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 	}
 	l.queue <- req
 	l.mu.RUnlock()
-	l.early.appended(requestBytes(&req))
+	l.early.Appended(requestBytes(&req))
 }
 
 // End is the position just past the last durable record.
@@ -367,10 +368,10 @@ func (l *Log) writer() {
 		}
 		l.batch = append(l.batch[:0], req)
 		size := requestBytes(&req)
-		l.early.taken(size)
+		l.early.Taken(size)
 		open := true
 		if d := l.opts.SyncInterval - time.Since(l.lastSync); d > 0 {
-			l.early.wait(d, size)
+			l.early.Wait(d, size)
 		}
 	gather:
 		for size < l.opts.MaxBatchBytes {
@@ -382,14 +383,14 @@ func (l *Log) writer() {
 				}
 				l.batch = append(l.batch, r)
 				n := requestBytes(&r)
-				l.early.taken(n)
+				l.early.Taken(n)
 				size += n
 			default:
 				break gather
 			}
 		}
 		l.lastSync = time.Now()
-		l.early.committed(size)
+		l.early.Committed(size)
 		l.commit(l.batch)
 		// Drop references to callers' data and callbacks.
 		clear(l.batch)

@@ -1,11 +1,14 @@
-package wal
+// Package groupcommit decides when a log's writer starts its next group
+// commit (the embedded log's fsync, a Kafka partition's transaction).
+package groupcommit
 
 import (
 	"sync/atomic"
 	"time"
 )
 
-// Early commits. SyncInterval makes appends that arrive soon after a
+// Early commits. A log's interval (the embedded log's SyncInterval, a
+// Kafka partition's MinCycle) makes appends that arrive soon after a
 // commit started wait for the next one, so that an open stream of appends
 // (requests at a fixed rate) shares one fsync per interval instead of
 // paying one each. Callers that each wait for their own append before
@@ -24,9 +27,9 @@ import (
 // wait (docs/BENCHMARKS.md).
 const recentCommits = 16
 
-// earlyCommit is the writer's side of an early commit; queued and want
-// are shared with Append.
-type earlyCommit struct {
+// Early is a log writer's view of what waits for it: Appended is called by
+// appenders, the rest by the writer alone.
+type Early struct {
 	queued atomic.Int64 // bytes appended and not yet taken by the writer
 	want   atomic.Int64 // while the writer waits: queued bytes that end the wait; 0 otherwise
 	wake   chan struct{}
@@ -36,15 +39,16 @@ type earlyCommit struct {
 	next   int
 }
 
-func newEarlyCommit() *earlyCommit {
+// New returns an Early with no commit to go by yet.
+func New() *Early {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &earlyCommit{wake: make(chan struct{}, 1), timer: t}
+	return &Early{wake: make(chan struct{}, 1), timer: t}
 }
 
-// appended counts n bytes just queued by Append, and wakes the writer if
-// they complete what it waits for.
-func (e *earlyCommit) appended(n int) {
+// Appended counts n bytes just queued by an appender, and wakes the
+// writer if they complete what it waits for.
+func (e *Early) Appended(n int) {
 	if n == 0 {
 		return
 	}
@@ -57,12 +61,12 @@ func (e *earlyCommit) appended(n int) {
 	}
 }
 
-// taken counts n queued bytes the writer took.
-func (e *earlyCommit) taken(n int) { e.queued.Add(-int64(n)) }
+// Taken counts n queued bytes the writer took.
+func (e *Early) Taken(n int) { e.queued.Add(-int64(n)) }
 
-// wait waits d, or less once as many bytes are queued (besides had,
+// Wait waits d, or less once as many bytes are queued (besides had,
 // taken already) as the largest recent commit carried.
-func (e *earlyCommit) wait(d time.Duration, had int) {
+func (e *Early) Wait(d time.Duration, had int) {
 	largest := int64(0)
 	for _, b := range e.recent {
 		largest = max(largest, b)
@@ -97,8 +101,8 @@ func (e *earlyCommit) wait(d time.Duration, had int) {
 	}
 }
 
-// committed notes a commit's bytes.
-func (e *earlyCommit) committed(n int) {
+// Committed notes the bytes of a commit the writer starts.
+func (e *Early) Committed(n int) {
 	e.recent[e.next] = int64(n)
 	e.next = (e.next + 1) % recentCommits
 }
