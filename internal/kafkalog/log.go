@@ -195,9 +195,10 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 		return
 	}
 	r := &request{entries: entries, done: done, queued: time.Now()}
+	n := requestBytes(r) // before the send: r is the writer's after it
 	l.queue <- r
 	l.mu.RUnlock()
-	l.early.Appended(requestBytes(r))
+	l.early.Appended(n)
 }
 
 // writer is the group commit: every append queued while one transaction
