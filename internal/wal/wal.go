@@ -289,7 +289,9 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 	}
 	l.queue <- req
 	l.mu.RUnlock()
-	l.early.Appended(requestBytes(&req))
+	if req.err == nil {
+		l.early.Appended(total) // requestBytes(&req), which the loop above summed
+	}
 }
 
 // End is the position just past the last durable record.
