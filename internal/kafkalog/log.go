@@ -34,6 +34,9 @@ const (
 	maxTxnBytes   = 16 << 20
 )
 
+// metadataMinAge spaces the producer's metadata refreshes (see Open).
+const metadataMinAge = 100 * time.Millisecond
+
 // Log is one Surge partition's command log: one partition of the log topic,
 // written by the partition's transactional producer. It implements
 // cmdlog.PartitionLog. Positions are Kafka offsets; every entry of one
@@ -101,6 +104,15 @@ func Open(ctx context.Context, cfg Config, partition int) (*Log, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// Each cycle flushes at once; lingering would only add latency.
 		kgo.ProducerLinger(0),
+		// A transaction's first produce that reaches Kafka while the
+		// previous transaction's markers are still being written is
+		// refused with CONCURRENT_TRANSACTIONS, and franz-go retries it
+		// only after a metadata refresh, which it spaces by this age
+		// (default 5 s). A transaction started right after one that
+		// followed a refresh (the first append after Open, or after an
+		// earlier refusal) stalled for up to 5 s, past a short
+		// transaction timeout. 100 ms is the Java client's retry backoff.
+		kgo.MetadataMinAge(metadataMinAge),
 		// The default (1 MB) would refuse a record holding one large
 		// entry; the topic takes this much (EnsureTopics checks).
 		kgo.ProducerBatchMaxBytes(MaxMessageBytes),
@@ -163,11 +175,40 @@ func (l *Log) writeMarker(ctx context.Context) error {
 		_ = l.cl.EndTransaction(ctx, kgo.TryAbort)
 		return fmt.Errorf("kafkalog: partition %d: writing the ownership marker: %w", l.partition, err)
 	}
+	if err := l.awaitPartitionKnown(ctx); err != nil {
+		_ = l.cl.EndTransaction(ctx, kgo.TryAbort)
+		return fmt.Errorf("kafkalog: partition %d: writing the ownership marker: %w", l.partition, err)
+	}
 	if err := l.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("kafkalog: partition %d: committing the ownership marker: %w", l.partition, err)
 	}
 	l.marker = rec.Offset
 	return nil
+}
+
+// awaitPartitionKnown waits until the client's producer lists the log's
+// partition. The marker is this client's first produce to the topic, and
+// franz-go (v1.22.2 and v1.22.3) publishes a new topic's partitions to its
+// producer only after the records it held for them are buffered: the
+// marker can be acknowledged first. EndTransaction then finds no partition
+// in the transaction, aborts it instead of committing, and returns nil;
+// the marker is gone and the next produce fails with
+// OUT_OF_ORDER_SEQUENCE_NUMBER (its sequences were not reset either). A
+// test opening a log and appending at once hit it about once in a few
+// hundred opens on a loaded machine. PartitionLeader reads the same list
+// EndTransaction walks.
+func (l *Log) awaitPartitionKnown(ctx context.Context) error {
+	for {
+		leader, _, err := l.cl.PartitionLeader(l.topic, l.partition)
+		if err == nil && leader >= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the producer did not list the partition after its first record was acknowledged (%v): %w", err, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 func (l *Log) listStart(ctx context.Context) (int64, error) {
