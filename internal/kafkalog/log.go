@@ -205,7 +205,10 @@ func (l *Log) awaitPartitionKnown(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the producer did not list the partition after its first record was acknowledged (%v): %w", err, ctx.Err())
+			if err != nil {
+				return fmt.Errorf("the producer did not list the partition after its first record was acknowledged (%v): %w", err, ctx.Err())
+			}
+			return fmt.Errorf("the producer did not list the partition after its first record was acknowledged: %w", ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}
