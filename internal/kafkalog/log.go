@@ -75,6 +75,7 @@ type request struct {
 	entries []cmdlog.Entry
 	done    cmdlog.DoneFunc
 	queued  time.Time
+	bytes   int // of the entries' data, summed once by Append
 	recs    []*kgo.Record
 }
 
@@ -238,9 +239,11 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 		done(0, 0, cmdlog.ErrClosed)
 		return
 	}
-	r := &request{entries: entries, done: done, queued: time.Now()}
-	n := requestBytes(r) // before the send: r is the writer's after it
-	l.queue <- r
+	n := 0
+	for _, e := range entries {
+		n += len(e.Data)
+	}
+	l.queue <- &request{entries: entries, done: done, queued: time.Now(), bytes: n}
 	l.mu.RUnlock()
 	l.early.Appended(n)
 }
@@ -255,7 +258,7 @@ func (l *Log) writer() {
 	batch := make([]*request, 0, 64)
 	var last time.Time // start of the previous cycle
 	for r := range l.queue {
-		size := requestBytes(r)
+		size := r.bytes
 		l.early.Taken(size)
 		if wait := l.cfg.MinCycle - time.Since(last); wait > 0 {
 			l.early.Wait(wait, size)
@@ -270,9 +273,8 @@ func (l *Log) writer() {
 					break drain
 				}
 				batch = append(batch, r)
-				n := requestBytes(r)
-				l.early.Taken(n)
-				size += n
+				l.early.Taken(r.bytes)
+				size += r.bytes
 			default:
 				break drain
 			}
@@ -281,14 +283,6 @@ func (l *Log) writer() {
 		l.cycle(batch)
 		clear(batch)
 	}
-}
-
-func requestBytes(r *request) int {
-	n := 0
-	for _, e := range r.entries {
-		n += len(e.Data)
-	}
-	return n
 }
 
 // cycle commits one batch of appends in one transaction and reports each.
