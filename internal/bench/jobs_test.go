@@ -325,3 +325,23 @@ func TestJobsE2EOverGRPCGo(t *testing.T) {
 			rep.ErrorSamples, rep.Submitted, rep.Executed, rep.SubmitToStart.Count)
 	}
 }
+
+// With --target the unary run loads the one address it names, the
+// server's --addr, and says so: it was reported as "surge --grpc-addr"
+// and judged against the do-nothing grpc-go server as if it were.
+func TestUnaryAgainstATargetNamesItsAddr(t *testing.T) {
+	base := startNullInProcess(t)
+	var out, errOut bytes.Buffer
+	o := testJobsOptions()
+	o.Phase, o.Total, o.Concurrency, o.Connections, o.Baseline, o.Target = JobsPhaseUnary, 20, 2, 1, false, base
+	o.Stdout, o.Stderr = &out, &errOut
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := RunJobs(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), unarySurgeAddr+" ") || strings.Contains(out.String(), unarySurgeGRPC) {
+		t.Errorf("the report does not name the target's --addr alone:\n%s", out.String())
+	}
+}

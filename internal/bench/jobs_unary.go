@@ -75,8 +75,8 @@ func runUnaryPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) e
 		}
 	}
 	for _, name := range []string{unarySurgeGRPC, unarySurgeAddr} {
-		if o.Target != "" && name == unarySurgeAddr {
-			break // a running server: the one address --target names
+		if o.Target != "" && name == unarySurgeGRPC {
+			continue // a running server: the one address --target names, its --addr
 		}
 		if err := unaryAgainstSurge(ctx, o, rig, p, name, 1); err != nil {
 			return err
@@ -122,7 +122,7 @@ func unaryAgainstSurge(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhas
 		return err
 	}
 	addr := strings.TrimPrefix(srv.base, "http://")
-	if name == unarySurgeGRPC && o.Target == "" {
+	if name == unarySurgeGRPC {
 		addr = grpcAddr
 	}
 	run, err := unaryLoad(ctx, o, name, addr, srv.cpu(ctx), rig)
