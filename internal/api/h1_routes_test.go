@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // TestLeanMemoAnswersAsTheMux: through any sequence of requests, serves
@@ -23,8 +25,13 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 	m.Handle(mux, "GET /v1/reservation/stats", noop)
 	m.Handle(mux, "GET example.com/v1/reservation/{id}", noop)
 	m.Handle(mux, "/debug/", noop)
+	m.Handle(mux, "DELETE /v1/reservation/{id}", noop)
+	m.Handle(mux, "GET /v1/reservation/"+strings.Repeat("s", ids.Len), noop) // an id's length, not one
+	m.Handle(mux, "GET /v1/reservation/{id}/{rest...}", noop)
+	m.HandleLean(mux, "GET /v2/events/{id}", noop)
+	m.Handle(mux, "/v2/events/", noop)
 	lean := m.Lean()
-	methods := []string{"GET", "POST", "PUT"}
+	methods := []string{"GET", "POST", "PUT", "DELETE", "HEAD"}
 	hosts := []string{"localhost", "example.com", "example.com:8080"}
 	paths := []string{"/v1/event/e1/reservation", "/v1/event/e2/reservation", "/v1/reservation/r1",
 		"/v1/reservation/stats", "/v1/reservation/r%2F1", "/debug", "/debug/x", "/v2/reservations", "/v1/./reservation/r1",
@@ -32,7 +39,20 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 		"/v1/event/" + strings.Repeat("e", 60) + "/reservation", "/v1/event/" + strings.Repeat("e", 59) + "f/reservation",
 		"/v1/reservation/" + strings.Repeat("r", 60) + "1", "/v1/reservation/" + strings.Repeat("r", 60) + "2",
 		"/v1/reservation/" + strings.Repeat("r", 47) + "1", "/v1/reservation/" + strings.Repeat("r", 47) + "2"}
+	// Ids, which a request by a new one is matched by (leanMemo.byID):
+	// in every place, escaped, upper case, or only shaped like one.
 	rng := rand.New(rand.NewPCG(3, 4))
+	for range 8 {
+		var u ids.UUID
+		for i := range u {
+			u[i] = byte(rng.Uint32())
+		}
+		id := u.String()
+		paths = append(paths, "/v1/reservation/"+id, "/v1/reservation/"+id, "/v1/reservation/"+strings.ToUpper(id),
+			"/v1/reservation/%"+strconv.FormatInt(int64(id[0]), 16)+id[1:], "/v1/reservation/"+id+"/x", "/v1/reservation/"+id+"/",
+			"/v1/event/"+id+"/reservation", "/v2/events/"+id, "/v2/events/x/"+id, "/v1//reservation/"+id, "/v1/./reservation/"+id,
+			"/v1/reservation/"+strings.Repeat("z", 8)+id[8:], "/v1/reservation/"+strings.Repeat("s", ids.Len), "/v1/reservation/"+id[:35]+"/", "/v2/events/"+id+strings.Repeat("e", 30))
+	}
 	var memo leanMemo
 	for i := range 20000 {
 		if i == 10000 {
@@ -64,6 +84,32 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 				i, r.Method, r.Host, r.URL.Path, got.pattern, got.names, got.vals, pat, names, vals)
 		}
 	}
+}
+
+// TestLeanMemoMatchesANewIDAsTheLast: a GET by a new id each time, the
+// compat flow's, is matched by the memo (leanMemo.byID), not the mux, and
+// a pattern with an id as a literal, which would break that, is refused.
+func TestLeanMemoMatchesANewIDAsTheLast(t *testing.T) {
+	m, _ := compatLeanRoutes()
+	lean := m.Lean()
+	var memo leanMemo
+	get := func(id string) *leanMatch {
+		return lean.match(httptest.NewRequest("GET", "/v1/reservation/"+id, nil), &memo)
+	}
+	get("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9")
+	id := "aa1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
+	if memo.byID(lean.marked.Load(), httptest.NewRequest("GET", "/v1/reservation/"+id, nil)) == nil {
+		t.Fatal("a GET by a new id was not matched as the last")
+	}
+	if mt := get(id); mt == nil || mt.pattern != "GET /v1/reservation/{id}" || !mt.ok || !slices.Equal(mt.vals, []string{id}) {
+		t.Fatalf("GET by a new id matched %+v", mt)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a pattern with an id as a literal segment was registered")
+		}
+	}()
+	m.Handle(http.NewServeMux(), "GET /v1/reservation/"+id, func(http.ResponseWriter, *http.Request) int { return 200 })
 }
 
 // TestLeanMemoKeepsARepeatedLine: a request line that repeats stays in

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surge-run/surge/internal/ids"
 )
 
 // Metrics counts requests per route and status and times them.
@@ -44,6 +47,12 @@ type HandlerFunc func(w http.ResponseWriter, r *http.Request) int
 // Handle registers h under pattern on mux, counting and timing it. The
 // per-code counters are resolved once and cached.
 func (m *Metrics) Handle(mux *http.ServeMux, pattern string, h HandlerFunc) {
+	if literalID(pattern) {
+		// The lean path routes a request by an id the way it routed one
+		// differing only in that id (leanMemo.byID): a route for one id
+		// would break that, and no API names a route by one.
+		panic("api: pattern " + pattern + " has a UUID as a literal segment")
+	}
 	if m != nil && m.onRoute != nil {
 		m.onRoute(pattern)
 	}
@@ -127,4 +136,25 @@ func (m *Metrics) HandleFallback(mux *http.ServeMux) {
 		}
 		return Error(w, http.StatusNotFound, "no route "+Quote(r.URL.Path)+"; see docs/API.md for the routes")
 	})
+}
+
+// literalID says whether a segment of pattern's path is a UUID literal
+// (as the mux reads it, unescaped).
+func literalID(pattern string) bool {
+	i := strings.IndexByte(pattern, '/')
+	if i < 0 {
+		return false
+	}
+	for _, seg := range strings.Split(pattern[i+1:], "/") {
+		if strings.HasPrefix(seg, "{") {
+			continue
+		}
+		if v, err := url.PathUnescape(seg); err == nil {
+			seg = v
+		}
+		if _, ok := ids.Parse(seg); ok {
+			return true
+		}
+	}
+	return false
 }
