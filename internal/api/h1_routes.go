@@ -134,7 +134,7 @@ func (e *leanMemoEntry) setMatch(mt leanMatch, r *http.Request) {
 	e.match = mt
 	p := &e.match
 	p.names, p.vals, p.ok = pathValues(p.pattern, r.URL.EscapedPath(), e.nameBuf[:0], e.valBuf[:0])
-	e.byID = p.ok && endsInID(p.pattern, r)
+	e.byID = p.ok && len(p.vals) <= len(e.valBuf) && endsInID(p.pattern, r)
 }
 
 // leanMatch is the mux's match of a lean request: its route's handler,
@@ -305,9 +305,14 @@ func (memo *leanMemo) byID(m *leanMarked, r *http.Request) *leanMemoEntry {
 		if _, ok := ids.Parse(p[cut:]); !ok {
 			return nil
 		}
-		mt := leanMatch{mux: src.match.mux, h: src.match.h, pattern: src.match.pattern, route: src.match.route}
+		// The values are the entry's but the last, this id (which has
+		// nothing to unescape); copied first, since the new entry may
+		// take the place of src.
+		mt, names, vals := src.match, src.nameBuf, src.valBuf
 		e := memo.keep(m, r, true)
-		e.setMatch(mt, r)
+		e.match, e.byID, e.nameBuf, e.valBuf = mt, true, names, vals
+		e.match.names, e.match.vals = e.nameBuf[:len(mt.names)], e.valBuf[:len(mt.vals)]
+		e.match.vals[len(mt.vals)-1] = p[cut:]
 		return e
 	}
 	return nil

@@ -29,6 +29,7 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 	m.Handle(mux, "GET /v1/reservation/"+strings.Repeat("s", ids.Len), noop) // an id's length, not one
 	m.Handle(mux, "GET /v1/reservation/{id}/{rest...}", noop)
 	m.HandleLean(mux, "GET /v2/events/{id}", noop)
+	m.HandleLean(mux, "GET /w/{a}/{b}/{c}/{d}/{id}", noop) // more values than an entry has room for
 	m.Handle(mux, "/v2/events/", noop)
 	lean := m.Lean()
 	methods := []string{"GET", "POST", "PUT", "DELETE", "HEAD"}
@@ -51,7 +52,8 @@ func TestLeanMemoAnswersAsTheMux(t *testing.T) {
 		paths = append(paths, "/v1/reservation/"+id, "/v1/reservation/"+id, "/v1/reservation/"+strings.ToUpper(id),
 			"/v1/reservation/%"+strconv.FormatInt(int64(id[0]), 16)+id[1:], "/v1/reservation/"+id+"/x", "/v1/reservation/"+id+"/",
 			"/v1/event/"+id+"/reservation", "/v2/events/"+id, "/v2/events/x/"+id, "/v1//reservation/"+id, "/v1/./reservation/"+id,
-			"/v1/reservation/"+strings.Repeat("z", 8)+id[8:], "/v1/reservation/"+strings.Repeat("s", ids.Len), "/v1/reservation/"+id[:35]+"/", "/v2/events/"+id+strings.Repeat("e", 30))
+			"/v1/reservation/"+strings.Repeat("z", 8)+id[8:], "/v1/reservation/"+strings.Repeat("s", ids.Len), "/v1/reservation/"+id[:35]+"/", "/v2/events/"+id+strings.Repeat("e", 30),
+			"/w/1/2/3/4/"+id, "/w/1/2/3/5/"+id)
 	}
 	var memo leanMemo
 	for i := range 20000 {
