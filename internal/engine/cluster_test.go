@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/workload/ticketing"
@@ -339,4 +341,59 @@ func forwardedBatch(part int, wl uint8, cmd []byte) []byte {
 	n := len(cmd)
 	b = append(b, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
 	return append(b, cmd...)
+}
+
+// Every takeover is counted, and timed, per partition: the gauge of owned
+// partitions alone cannot show one that left and came back between two
+// scrapes.
+func TestClusterTakeoversAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	store, net := enginetest.NewStore(), &enginetest.Net{}
+	e, err := engine.Open(engine.Options{Partitions: 2, Snapshots: store, Logger: quiet, Metrics: engine.NewMetrics(reg),
+		Cluster: &engine.Cluster{Transport: net.Transport(0), ForwardTimeout: time.Second}}, bank{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	net.Add(e)
+	t.Cleanup(func() { e.Close() })
+	for _, step := range []struct {
+		acquire bool
+		part    int
+	}{{true, 0}, {true, 1}, {false, 0}, {true, 0}} {
+		if step.acquire {
+			err = e.Acquire(step.part, store.Open(step.part))
+		} else {
+			err = e.Release(step.part)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += "/" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				got[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				got[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				got[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for key, want := range map[string]float64{"surge_partition_acquired_total/0": 2, "surge_partition_acquired_total/1": 1,
+		"surge_partition_acquire_seconds": 3, "surge_partition_owned/0": 1, "surge_partition_owned/1": 1} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
+	}
 }

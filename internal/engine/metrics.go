@@ -27,7 +27,13 @@ type Metrics struct {
 	shed [len(shedReasons)]prometheus.Counter
 	// Cluster mode: which partitions this node serves (1) or not (0), and
 	// requests sent to other nodes, by outcome.
-	owned          *prometheus.GaugeVec
+	owned *prometheus.GaugeVec
+	// Cluster mode: each time this node took a partition over, and how
+	// long the takeover (snapshot and replay) kept it unserved here. The
+	// gauge alone misses a partition that left and came back between
+	// two scrapes.
+	acquired       *prometheus.CounterVec
+	acquireSeconds prometheus.Histogram
 	forwarded      *prometheus.CounterVec
 	forwardBatch   prometheus.Histogram
 	forwardSeconds prometheus.Histogram
@@ -80,6 +86,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "surge_partition_owned",
 		Help: "Cluster mode: 1 for each partition this node serves, 0 for one it served before.",
 	}, []string{"partition"})
+	m.acquired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "surge_partition_acquired_total",
+		Help: "Cluster mode: times this node took the partition over (restored its snapshot, replayed its log and began serving it): at start, and at each failover or rebalance that moved it here.",
+	}, []string{"partition"})
+	m.acquireSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "surge_partition_acquire_seconds",
+		Help:    "Cluster mode: time a takeover took on this node once the partition's log was open (which fences the previous owner): restoring its snapshot and replaying the log until it served it.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
 	m.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "surge_cluster_forwarded_total",
 		Help: "Cluster mode: requests for partitions served by other nodes, sent to their owner (sent), and retries while a partition had no reachable owner (retry).",
@@ -95,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 	})
 	m.timersFired = newTimersFired()
-	reg.MustRegister(m.owned, m.forwarded, m.forwardBatch, m.forwardSeconds, m.timersFired)
+	reg.MustRegister(m.owned, m.acquired, m.acquireSeconds, m.forwarded, m.forwardBatch, m.forwardSeconds, m.timersFired)
 	reg.MustRegister(m.Snapshots, m.SnapshotForkSeconds, m.SnapshotEncodeSeconds, m.Dropped, m.Shed)
 	return m
 }

@@ -51,6 +51,8 @@ func (e *Engine) Acquire(part int, lg cmdlog.PartitionLog) (err error) {
 	e.log.Info("partition acquired", "partition", part, "snapshot_pos", uint64(pos), "replayed_records", replayed, "took", time.Since(start).Round(time.Millisecond))
 	if m := e.opts.Metrics; m != nil {
 		m.owned.WithLabelValues(partLabel(part)).Set(1)
+		m.acquired.WithLabelValues(partLabel(part)).Inc()
+		m.acquireSeconds.Observe(time.Since(start).Seconds())
 	}
 	return nil
 }
