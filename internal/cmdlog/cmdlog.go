@@ -90,6 +90,19 @@ type PartitionLog interface {
 	Close() error
 }
 
+// CommitWaiter is a log whose writer waits to gather appends into a group
+// commit. Wanted is how many more entries would end that wait and start
+// the commit now (0 while it is not waiting); OnWait sets fn, called when
+// the writer starts such a wait and when an append during it leaves it
+// short (fn must not block); Hurry
+// ends the wait and every later one, for an owner that is closing and
+// waits for its appends in flight.
+type CommitWaiter interface {
+	Wanted() int
+	OnWait(fn func())
+	Hurry()
+}
+
 // ErrFenced is passed to DoneFunc when another node has taken over the
 // partition: the append did not happen.
 var ErrFenced = errors.New("cmdlog: another node has taken over this partition; the append was not made")

@@ -246,6 +246,14 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	if err := e.recover(); err != nil {
 		return nil, err
 	}
+	if w, ok := opts.Log.(cmdlog.CommitWaiter); ok {
+		// Every partition's batches share the log's group commits.
+		w.OnWait(func() {
+			if want := w.Wanted(); want > 0 {
+				releaseHeld(e.parts, want, 0, nil)
+			}
+		})
+	}
 	return e, nil
 }
 
@@ -508,6 +516,11 @@ func (e *Engine) Close() error {
 	}
 	if e.clusterMode() {
 		return e.closeCluster()
+	}
+	if w, ok := e.opts.Log.(cmdlog.CommitWaiter); ok {
+		// The batches in flight are all that comes: no reason to wait
+		// for more to share their commit.
+		w.Hurry()
 	}
 	close(e.stop)
 	e.wg.Wait()

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"runtime/debug"
+
+	"github.com/surge-run/surge/internal/cmdlog"
 )
 
 // Serving a batch on the submitter's goroutine.
@@ -113,13 +115,82 @@ const coalesceBelow = 16
 // when it is not set yet, so while a batch waits the submitters mostly
 // read lines no one writes.
 func (p *partition) coalescing() bool {
-	if len(p.inbox) >= coalesceBelow || !p.inflight.Load() {
+	n := len(p.inbox)
+	if n >= coalesceBelow || !p.inflight.Load() {
 		return false
 	}
 	if !p.coalesced.Load() {
 		p.coalesced.Store(true)
 	}
+	// Set before the log's wait is read, as the log sets its wait before
+	// its OnWait reads coalesced: one of the two sees the other.
+	if p.wouldStartCommit(n) {
+		return false
+	}
 	return p.inflight.Load()
+}
+
+// commitWaiter boxes a log's cmdlog.CommitWaiter for an atomic pointer.
+type commitWaiter struct{ cmdlog.CommitWaiter }
+
+// wouldStartCommit says whether the partition's n queued requests, as
+// log records, would start the group commit the log is waiting to gather
+// (with those the other partitions sharing the log hold back, which it
+// then releases too). Then they go now, not after the done of the batch
+// in flight: the log waits for records the engine holds back, and a
+// closed loop of a few callers (one in the batch in flight, the others
+// queued behind it) would wait out the log's interval, then the fsync,
+// then the interval again for those queued. Nothing changes while the log
+// is not waiting (it is writing the batch in flight: that is when
+// holding back saves a batch), nor for requests that would not start the
+// commit. Queries counted among them append nothing: at worst a batch
+// goes early. A request held back just before the log began to wait is
+// checked again then (the log's OnWait).
+func (p *partition) wouldStartCommit(n int) bool {
+	w := p.waiter.Load()
+	if w == nil {
+		return false
+	}
+	want := w.Wanted()
+	switch {
+	case want <= 0:
+		return false
+	case n >= want:
+		return true
+	case p.e.clusterMode():
+		return false // its log is its own
+	}
+	return releaseHeld(p.e.parts, want, n, p)
+}
+
+// held is how many requests p holds back for the done of its batch in
+// flight (coalescing): its queue while it does, else none.
+func (p *partition) held() int {
+	if !p.coalesced.Load() {
+		return 0
+	}
+	return len(p.inbox)
+}
+
+// releaseHeld kicks the partitions of parts (but skip) that hold requests
+// back if those, and extra more, make the want records a log waits for,
+// and says whether they do.
+func releaseHeld(parts []*partition, want, extra int, skip *partition) bool {
+	total := extra
+	for _, q := range parts {
+		if q != skip {
+			total += q.held()
+		}
+	}
+	if total < want {
+		return false
+	}
+	for _, q := range parts {
+		if q != skip && q.held() > 0 {
+			q.kickProcessor()
+		}
+	}
+	return true
 }
 
 // kickProcessor tells the processor there is work in its inbox. The

@@ -103,6 +103,15 @@ func (p *partition) recoverFrom(lg cmdlog.PartitionLog) (pos cmdlog.Position, re
 func (p *partition) serve(lg cmdlog.PartitionLog) {
 	e := p.e
 	p.plog = lg
+	if w, ok := lg.(cmdlog.CommitWaiter); ok {
+		// The partition's batches alone share this log's commits.
+		w.OnWait(func() {
+			if want := w.Wanted(); want > 0 && p.held() >= want {
+				p.kickProcessor()
+			}
+		})
+		p.waiter.Store(&commitWaiter{w})
+	}
 	p.failed.Store(false)
 	p.gen.Add(1)
 	p.stopCh = make(chan struct{})
@@ -168,6 +177,9 @@ func (p *partition) release() error {
 	p.subMu.Lock()
 	//lint:ignore SA2001 the empty section is the barrier: it waits out every submitter inside.
 	p.subMu.Unlock()
+	if w := p.waiter.Load(); w != nil {
+		w.Hurry() // nothing more comes to share the commit in flight
+	}
 	close(p.stopCh)
 	<-p.stopped
 	// The processor answered what it took; what is still queued was never

@@ -44,6 +44,9 @@ type partition struct {
 	// coalesced: a command queued since a batch's done waits for the
 	// next one's (a done swaps it, and kicks).
 	inflight, coalesced atomic.Bool
+	// waiter is the log gathering this partition's batches into group
+	// commits, when it says what would start the next one (nil if not).
+	waiter atomic.Pointer[commitWaiter]
 
 	// Engine-level durable state, rebuilt exactly by snapshot + replay.
 	outSeq uint64
@@ -120,6 +123,9 @@ func newPartition(e *Engine, id int) *partition {
 	}
 	p.mail.signal = make(chan struct{}, 1)
 	p.stopCh = e.stop
+	if w, ok := e.opts.Log.(cmdlog.CommitWaiter); ok && e.opts.Cluster == nil {
+		p.waiter.Store(&commitWaiter{w})
+	}
 	p.fx.check = p.checkDecode
 	maxID := 0
 	for id := range e.workloads {

@@ -72,3 +72,43 @@ func TestEarlyCommitIgnoresAStaleWake(t *testing.T) {
 	e.Appended(900)
 	waitDone(t, done, "the wait once 900 more bytes were queued")
 }
+
+// While the writer waits, Wanted says how many entries would end the wait,
+// and OnWait's function runs when the wait starts and after each append
+// that leaves it short, so that an appender holding entries back can
+// check again; Hurry ends the wait and every later one.
+func TestEarlyCommitSaysWhatItWants(t *testing.T) {
+	e := New()
+	if n := e.Wanted(); n != 0 {
+		t.Fatalf("Wanted %d before any wait", n)
+	}
+	calls := make(chan int, 10)
+	e.OnWait(func() { calls <- e.Wanted() })
+	e.Committed(5)
+	done := waitAnHour(e, 1)
+	if n := <-calls; n != 4 {
+		t.Fatalf("OnWait at the wait's start saw Wanted %d, want 4", n)
+	}
+	e.Appended(2)
+	if n := <-calls; n != 2 {
+		t.Fatalf("OnWait after an append of 2 saw Wanted %d, want 2", n)
+	}
+	stillWaiting(t, done, "the wait ended with 2 of 4 entries")
+	e.Appended(2)
+	waitDone(t, done, "the wait once 4 entries were appended")
+	e.Taken(4)
+	if n := e.Wanted(); n != 0 {
+		t.Fatalf("Wanted %d after the wait", n)
+	}
+	select {
+	case n := <-calls:
+		t.Fatalf("OnWait ran with Wanted %d for the append that ended the wait", n)
+	default:
+	}
+
+	held := waitAnHour(e, 1)
+	<-calls
+	e.Hurry()
+	waitDone(t, held, "a wait once hurried")
+	waitDone(t, waitAnHour(e, 1), "a wait after Hurry")
+}

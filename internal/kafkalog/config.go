@@ -47,7 +47,7 @@ type Config struct {
 	// transaction costs the broker a few milliseconds of CPU whatever it
 	// holds, so under load fewer, larger ones are cheaper; idle, an append
 	// still goes at once, and the next transaction starts sooner once as
-	// many bytes wait as the largest recent ones carried
+	// many entries wait as the largest recent ones carried
 	// (internal/groupcommit). Default DefaultMinCycle; negative: none.
 	MinCycle time.Duration
 	// SnapshotTimeout bounds one snapshot write or read (default 2 min).

@@ -230,6 +230,15 @@ func (l *Log) listStart(ctx context.Context) (int64, error) {
 	return o.Offset, nil
 }
 
+// Wanted and OnWait are cmdlog.CommitWaiter's, for the writer's wait for
+// the partition's next transaction.
+func (l *Log) Wanted() int { return l.early.Wanted() }
+
+func (l *Log) OnWait(fn func()) { l.early.OnWait(fn) }
+
+// Hurry is cmdlog.CommitWaiter's.
+func (l *Log) Hurry() { l.early.Hurry() }
+
 // Append queues entries for the next transaction; it blocks while the
 // queue is full. done is called from the writer goroutine, in Append order.
 func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
@@ -245,12 +254,12 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 	}
 	l.queue <- &request{entries: entries, done: done, queued: time.Now(), bytes: n}
 	l.mu.RUnlock()
-	l.early.Appended(n)
+	l.early.Appended(len(entries))
 }
 
 // writer is the group commit: every append queued while one transaction
 // commits goes into the next one, which starts MinCycle after the last one
-// started, or as soon as as many bytes wait as the largest recent
+// started, or as soon as as many entries wait as the largest recent
 // transactions carried (internal/groupcommit: callers that each wait for
 // their own append need not sit out the cycle once they are all back).
 func (l *Log) writer() {
@@ -258,10 +267,10 @@ func (l *Log) writer() {
 	batch := make([]*request, 0, 64)
 	var last time.Time // start of the previous cycle
 	for r := range l.queue {
-		size := r.bytes
-		l.early.Taken(size)
+		size, count := r.bytes, len(r.entries)
+		l.early.Taken(count)
 		if wait := l.cfg.MinCycle - time.Since(last); wait > 0 {
-			l.early.Wait(wait, size)
+			l.early.Wait(wait, count)
 		}
 		last = time.Now()
 		batch = append(batch[:0], r)
@@ -273,13 +282,14 @@ func (l *Log) writer() {
 					break drain
 				}
 				batch = append(batch, r)
-				l.early.Taken(r.bytes)
+				l.early.Taken(len(r.entries))
 				size += r.bytes
+				count += len(r.entries)
 			default:
 				break drain
 			}
 		}
-		l.early.Committed(size)
+		l.early.Committed(count)
 		l.cycle(batch)
 		clear(batch)
 	}

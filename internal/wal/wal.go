@@ -106,7 +106,7 @@ type Options struct {
 	// SyncInterval is how long after a group commit starts the next may
 	// wait. Appends that arrive meanwhile share the next fsync: fewer,
 	// larger commits for a little latency. A commit starts sooner once as
-	// many bytes wait as the largest of the last few commits carried
+	// many entries wait as the largest of the last few commits carried
 	// (internal/groupcommit). Zero means no wait.
 	SyncInterval time.Duration
 }
@@ -290,12 +290,21 @@ func (l *Log) Append(entries []cmdlog.Entry, done cmdlog.DoneFunc) {
 	l.queue <- req
 	l.mu.RUnlock()
 	if req.err == nil {
-		l.early.Appended(total) // requestBytes(&req), which the loop above summed
+		l.early.Appended(len(entries))
 	}
 }
 
 // End is the position just past the last durable record.
 func (l *Log) End() cmdlog.Position { return cmdlog.Position(l.end.Load()) }
+
+// Wanted and OnWait are cmdlog.CommitWaiter's, for the writer's wait for
+// the group commit.
+func (l *Log) Wanted() int { return l.early.Wanted() }
+
+func (l *Log) OnWait(fn func()) { l.early.OnWait(fn) }
+
+// Hurry is cmdlog.CommitWaiter's.
+func (l *Log) Hurry() { l.early.Hurry() }
 
 // Epoch is constant: an embedded log has exactly one owner.
 func (l *Log) Epoch() uint64 { return 1 }
@@ -369,11 +378,11 @@ func (l *Log) writer() {
 			break
 		}
 		l.batch = append(l.batch[:0], req)
-		size := requestBytes(&req)
-		l.early.Taken(size)
+		size, count := requestBytes(&req), requestEntries(&req)
+		l.early.Taken(count)
 		open := true
 		if d := l.opts.SyncInterval - time.Since(l.lastSync); d > 0 {
-			l.early.Wait(d, size)
+			l.early.Wait(d, count)
 		}
 	gather:
 		for size < l.opts.MaxBatchBytes {
@@ -384,15 +393,16 @@ func (l *Log) writer() {
 					break gather
 				}
 				l.batch = append(l.batch, r)
-				n := requestBytes(&r)
-				l.early.Taken(n)
-				size += n
+				c := requestEntries(&r)
+				l.early.Taken(c)
+				size += requestBytes(&r)
+				count += c
 			default:
 				break gather
 			}
 		}
 		l.lastSync = time.Now()
-		l.early.Committed(size)
+		l.early.Committed(count)
 		l.commit(l.batch)
 		// Drop references to callers' data and callbacks.
 		clear(l.batch)
@@ -481,6 +491,15 @@ func (l *Log) activePath() string {
 	l.segMu.Lock()
 	defer l.segMu.Unlock()
 	return l.segs[len(l.segs)-1].path
+}
+
+// requestEntries is what an append counts for the early commit: its
+// entries, as Append counted them (a refused append or a seal: none).
+func requestEntries(r *request) int {
+	if r.err != nil || r.seal != nil {
+		return 0
+	}
+	return len(r.entries)
 }
 
 func requestBytes(r *request) int {
