@@ -159,9 +159,19 @@ func (p *partition) wouldStartCommit(n int) bool {
 		return true
 	case p.e.clusterMode():
 		return false // its log is its own
+	case want > maxScanWant:
+		return false
 	}
 	return releaseHeld(p.e.parts, want, n, p)
 }
+
+// maxScanWant bounds the commits a submitter counts the other partitions'
+// held requests for. The count reads every partition's queue, lines other
+// cores write, on every held command while the log waits: on many cores a
+// cost per command the engine otherwise avoids. A loop of more callers
+// than this spreads over several commits anyway, like a pipeline; the
+// log's callback, once per append, still counts them all.
+const maxScanWant = 2 * coalesceBelow
 
 // held is how many requests p holds back for the done of its batch in
 // flight (coalescing): its queue while it does, else none.
