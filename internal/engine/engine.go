@@ -248,11 +248,7 @@ func recovered(opts Options, workloads ...Workload) (*Engine, error) {
 	}
 	if w, ok := opts.Log.(cmdlog.CommitWaiter); ok {
 		// Every partition's batches share the log's group commits.
-		w.OnWait(func() {
-			if want := w.Wanted(); want > 0 {
-				releaseHeld(e.parts, want, 0, nil)
-			}
-		})
+		w.OnWait(releaseOnWait(w, e.parts))
 	}
 	return e, nil
 }

@@ -182,6 +182,16 @@ func (p *partition) held() int {
 	return len(p.inbox)
 }
 
+// releaseOnWait is the OnWait callback of log w, which parts share: what
+// they hold back goes once it would start the commit w waits to gather.
+func releaseOnWait(w cmdlog.CommitWaiter, parts []*partition) func() {
+	return func() {
+		if want := w.Wanted(); want > 0 {
+			releaseHeld(parts, want, 0, nil)
+		}
+	}
+}
+
 // releaseHeld kicks the partitions of parts (but skip) that hold requests
 // back if those, and extra more, make the want records a log waits for,
 // and says whether they do.

@@ -105,11 +105,7 @@ func (p *partition) serve(lg cmdlog.PartitionLog) {
 	p.plog = lg
 	if w, ok := lg.(cmdlog.CommitWaiter); ok {
 		// The partition's batches alone share this log's commits.
-		w.OnWait(func() {
-			if want := w.Wanted(); want > 0 && p.held() >= want {
-				p.kickProcessor()
-			}
-		})
+		w.OnWait(releaseOnWait(w, []*partition{p}))
 		p.waiter.Store(&commitWaiter{w})
 	}
 	p.failed.Store(false)
