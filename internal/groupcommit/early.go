@@ -65,10 +65,7 @@ func (e *Early) Appended(n int) {
 		default:
 		}
 	case w > 0:
-		// Fewer wanted now: what appenders hold back may be enough.
-		if fn := e.onWait.Load(); fn != nil {
-			(*fn)()
-		}
+		e.waiting() // fewer wanted now: what appenders hold back may be enough
 	}
 }
 
@@ -102,18 +99,25 @@ func (e *Early) Hurry() {
 // again. fn must not block.
 func (e *Early) OnWait(fn func()) { e.onWait.Store(&fn) }
 
+// waiting calls OnWait's function, if one is set.
+func (e *Early) waiting() {
+	if fn := e.onWait.Load(); fn != nil {
+		(*fn)()
+	}
+}
+
 // Taken counts n queued entries the writer took.
 func (e *Early) Taken(n int) { e.queued.Add(-int64(n)) }
 
 // Wait waits d, or less once as many entries are queued (besides had,
 // taken already) as the largest recent commit carried.
 func (e *Early) Wait(d time.Duration, had int) {
+	if e.hurry.Load() {
+		return
+	}
 	largest := int64(0)
 	for _, b := range e.recent {
 		largest = max(largest, b)
-	}
-	if e.hurry.Load() {
-		return
 	}
 	if largest == 0 {
 		time.Sleep(d) // no commit yet to go by
@@ -124,9 +128,7 @@ func (e *Early) Wait(d time.Duration, had int) {
 		return // the first append alone is as large
 	}
 	e.want.Store(want)
-	if fn := e.onWait.Load(); fn != nil {
-		(*fn)()
-	}
+	e.waiting()
 	if e.queued.Load() < want {
 		e.timer.Reset(d)
 	wait:
