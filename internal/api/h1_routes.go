@@ -123,18 +123,12 @@ func (l *LeanRoutes) entry(r *http.Request, memo *leanMemo) *leanMemoEntry {
 	info := m.set[pat]
 	e := memo.keep(m, r, info != nil)
 	if e.lean {
-		e.setMatch(leanMatch{mux: m.mux, h: h, pattern: pat, route: info}, r)
+		e.match = leanMatch{mux: m.mux, h: h, pattern: pat, route: info}
+		mt := &e.match
+		mt.names, mt.vals, mt.ok = pathValues(pat, r.URL.EscapedPath(), e.nameBuf[:0], e.valBuf[:0])
+		e.byID = mt.ok && len(mt.vals) <= len(e.valBuf) && endsInID(pat, r)
 	}
 	return e
-}
-
-// setMatch makes mt, without its path values, the entry's match of r,
-// and finds the values.
-func (e *leanMemoEntry) setMatch(mt leanMatch, r *http.Request) {
-	e.match = mt
-	p := &e.match
-	p.names, p.vals, p.ok = pathValues(p.pattern, r.URL.EscapedPath(), e.nameBuf[:0], e.valBuf[:0])
-	e.byID = p.ok && len(p.vals) <= len(e.valBuf) && endsInID(p.pattern, r)
 }
 
 // leanMatch is the mux's match of a lean request: its route's handler,
