@@ -34,14 +34,18 @@ type h1Head struct {
 	size          int // bytes of the head, its blank line included
 }
 
-var crlfcrlf = []byte("\r\n\r\n")
-
 // leanMethods are the methods the lean path serves; HEAD (an answer
 // without its body), CONNECT, OPTIONS and TRACE go to net/http.
 var leanMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // parseHead parses the head at the start of b into hd and hdr (cleared by
 // the caller). maxBody bounds the body the lean path takes.
+//
+// One pass over the lines, each found by IndexByte: every line must end
+// in CRLF and hold no other CR (net/http also takes a bare LF or CR, and
+// those requests are its to judge). A line the lean path will not serve
+// hands the request off before the rest of its head has arrived: the
+// whole head could only be handed off too, and net/http reads the rest.
 func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus {
 	if hd.url == nil {
 		hd.url = new(url.URL)
@@ -50,33 +54,49 @@ func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus 
 		hd.vals = new(headerVals)
 	}
 	hd.vals.reset()
-	end := bytes.Index(b, crlfcrlf)
-	scan := b
-	if end >= 0 {
-		scan = b[:end+4]
-	}
-	if !crlfOnly(scan) {
-		return headHandOff
-	}
-	if end < 0 {
-		return headMore
-	}
-	hd.size = end + 4
-	line, rest, _ := bytes.Cut(b[:end+2], []byte("\r\n"))
-	if !parseRequestLine(line, hd) {
-		return headHandOff
-	}
 	hd.host, hd.contentLength = "", -1
-	for len(rest) > 0 {
-		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
-		if !parseHeaderLine(line, hd, hdr) {
+	for pos, first := 0, true; ; first = false {
+		n := bytes.IndexByte(b[pos:], '\n')
+		if n < 0 {
+			// A CR may end what has arrived: the start of a CRLF.
+			if cr := bytes.IndexByte(b[pos:], '\r'); cr >= 0 && pos+cr != len(b)-1 {
+				return headHandOff
+			}
+			return headMore
+		}
+		line := b[pos : pos+n]
+		pos += n + 1
+		if len(line) == 0 || line[len(line)-1] != '\r' {
+			return headHandOff
+		}
+		line = line[:len(line)-1]
+		if bytes.IndexByte(line, '\r') >= 0 {
+			return headHandOff
+		}
+		switch {
+		case first:
+			if !parseRequestLine(line, hd) {
+				return headHandOff
+			}
+		case len(line) == 0:
+			hd.size = pos
+			return finishHead(hd, maxBody)
+		case !parseHeaderLine(line, hd, hdr):
 			return headHandOff
 		}
 	}
+}
+
+// finishHead checks a whole head's host and length and parses its target.
+func finishHead(hd *h1Head, maxBody int64) headStatus {
 	if hd.host == "" || hd.contentLength > maxBody {
 		return headHandOff
 	}
-	hd.uri = string(hd.target)
+	if hd.uri != string(hd.target) {
+		// The same target as the connection's last request (a client's
+		// POSTs) keeps its string.
+		hd.uri = string(hd.target)
+	}
 	if !parseTarget(hd.uri, hd.url) {
 		u, err := url.ParseRequestURI(hd.uri)
 		if err != nil {
@@ -85,25 +105,6 @@ func parseHead(b []byte, hd *h1Head, hdr http.Header, maxBody int64) headStatus 
 		*hd.url = *u
 	}
 	return headLean
-}
-
-// crlfOnly: every line ends in CRLF (net/http also takes a bare LF or
-// CR, and those requests are its to judge). A CR at the very end may be
-// the start of a CRLF still on its way.
-func crlfOnly(b []byte) bool {
-	for i, c := range b {
-		switch c {
-		case '\n':
-			if i == 0 || b[i-1] != '\r' {
-				return false
-			}
-		case '\r':
-			if i+1 < len(b) && b[i+1] != '\n' {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func parseRequestLine(line []byte, hd *h1Head) bool {
@@ -133,11 +134,11 @@ func parseRequestLine(line []byte, hd *h1Head) bool {
 }
 
 func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
-	name, value, ok := bytes.Cut(line, []byte(":"))
-	if !ok || len(name) == 0 || len(name) > maxLeanHeaderName {
+	colon := bytes.IndexByte(line, ':')
+	if colon <= 0 || colon > maxLeanHeaderName {
 		return false // also a line folded onto the previous one
 	}
-	value = bytes.Trim(value, " \t")
+	name, value := line[:colon], trimOWS(line[colon+1:])
 	for _, c := range value {
 		if c < ' ' && c != '\t' || c == 0x7f {
 			return false
@@ -174,6 +175,17 @@ func parseHeaderLine(line []byte, hd *h1Head, hdr http.Header) bool {
 		hdr[key] = hd.vals.one(v)
 	}
 	return true
+}
+
+// trimOWS cuts the spaces and tabs around a header value.
+func trimOWS(v []byte) []byte {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
 }
 
 // headerVals is a connection's store for header lines: one backing
