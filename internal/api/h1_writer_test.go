@@ -1,0 +1,52 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"testing"
+)
+
+// BenchmarkRenderAnswer renders the compatibility flow's two answers, an
+// id as text and a reservation as JSON, as a connection's writer does.
+func BenchmarkRenderAnswer(b *testing.B) {
+	c := &h1Conn{}
+	c.rw = h1Writer{c: c, header: http.Header{}, clen: -1}
+	id := []byte("0b1f6a52-5f0c-4e55-9a4e-0d6a8e1b2c3d")
+	res := []byte(`{"id":"0b1f6a52-5f0c-4e55-9a4e-0d6a8e1b2c3d","eventId":"e1","areaId":"a1","userId":"u1","numOfSeats":2,"state":"FAILED","seats":[]}`)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.rw.reset()
+		if i&1 == 0 {
+			Write(&c.rw, http.StatusOK, false, id)
+		} else {
+			Write(&c.rw, http.StatusOK, true, res)
+		}
+		c.rw.render(false)
+	}
+}
+
+// FuzzAppendHeader: appendHeader writes every header as net/http's
+// Header.Write does, byte for byte: names odd or invalid, values with
+// CRs, LFs and whitespace around or inside, one key or many.
+func FuzzAppendHeader(f *testing.F) {
+	f.Add("Content-Type", "application/json", "X-Id", " a\r\nb \t", "bad name", "v")
+	f.Add("A", "", "a", "\n", "Ü", "x\ry")
+	f.Add("Set-Cookie", "a=1", "Set-Cookie", "b=2", "Date", "Mon, 01 Jan 2024 00:00:00 GMT")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		h := http.Header{}
+		for _, kv := range [][2]string{{k1, v1}, {k2, v2}, {k3, v3}} {
+			h[kv[0]] = append(h[kv[0]], kv[1])
+		}
+		for i := range 10 * len(k3) % 12 {
+			h[k3+strconv.Itoa(i)] = []string{v1, v2}
+		}
+		var want bytes.Buffer
+		if err := h.Write(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := appendHeader([]byte("x"), h); string(got[1:]) != want.String() {
+			t.Fatalf("appendHeader wrote\n%q\nHeader.Write\n%q", got[1:], want.String())
+		}
+	})
+}
