@@ -10,8 +10,8 @@ import (
 	"io/fs"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/surge-run/surge/internal/cmdlog"
@@ -187,10 +187,10 @@ type Log struct {
 	df         vfs.DirectFile
 	tail, dbuf []byte
 	direct     atomic.Bool // df != nil, for Direct
-	activeSize int64       // record bytes in the active segment
-	aheadEnd   int64       // file offset up to which the active segment is written (frames, then zeros)
-	counts     []uint64    // records of each partition written so far
-	sealed     bool        // the last write was a seal (or nothing was written)
+	activeSize int64    // record bytes in the active segment
+	aheadEnd   int64    // file offset up to which the active segment is written (frames, then zeros)
+	counts     []uint64 // records of each partition written so far
+	sealed     bool     // the last write was a seal (or nothing was written)
 	buf        []byte
 	batch      []request
 	failErr    error
