@@ -3,10 +3,8 @@ package engine
 // The crash simulation. A seeded random workload of transfers between
 // partitions (a debit at one key sends a credit to another) and durable
 // timers runs on a strict in-memory file system that loses every write not
-// yet fsynced. Even seeds write the log directly (each write durable as it
-// returns, no fsync), odd seeds through the page cache with fsyncs. At a
-// random point the file system crashes: mid-write (a prefix of the write
-// applied), between a write and its fsync, in the
+// yet fsynced. At a random point the file system crashes: mid-write (a
+// prefix of the write applied), between a write and its fsync, in the
 // middle of a snapshot, a segment roll, a segment release, a seal, or a
 // clean shutdown. The machine then "restarts" with what a power cut would
 // have left on disk (synced data, plus a seeded random subset of the
@@ -274,7 +272,7 @@ func (r *simRun) options(lg cmdlog.Log, snaps SnapshotStore) Options {
 // on fsys.
 func (r *simRun) open(fsys vfs.FS) (*Engine, *wal.Log, error) {
 	lg, err := wal.Open(wal.Options{Dir: "wal", FS: fsys, Partitions: simParts, SegmentBytes: 1 << 10,
-		SealDelay: -1, NoSync: r.nosync, QueueLen: 64, NoDirect: r.seed%2 == 1})
+		SealDelay: -1, NoSync: r.nosync, QueueLen: 64})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -404,7 +402,7 @@ func simCategory(op strictfs.Op) string {
 	case op.Kind == strictfs.OpRemove:
 		return "segment release"
 	case op.Kind == strictfs.OpCreate || op.Kind == strictfs.OpRename || op.Kind == strictfs.OpSyncDir ||
-		op.Kind == strictfs.OpMkdir || op.Kind == strictfs.OpWrite && strings.HasSuffix(op.Path, ".tmp"):
+		op.Kind == strictfs.OpMkdir || op.Kind == strictfs.OpWrite && op.Off == 0:
 		return "segment roll"
 	case op.Kind == strictfs.OpWrite:
 		return "log write"

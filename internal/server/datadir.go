@@ -157,7 +157,7 @@ func (s *Server) openDataDir(opts *engine.Options) (closeLog func(), err error) 
 	s.undo = append(s.undo, unlock)
 	fsync := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "surge_wal_fsync_seconds",
-		Help:    "Time of one group commit: write plus fsync, or one direct synchronous write (surge_wal_direct_writes).",
+		Help:    "Time of one group commit: write plus fsync.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
 	})
 	syncRecords := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -177,15 +177,6 @@ func (s *Server) openDataDir(opts *engine.Options) (closeLog func(), err error) 
 	if err != nil {
 		return nil, err
 	}
-	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "surge_wal_direct_writes",
-		Help: "1 while the log writes its segment directly, each group commit durable as the write returns (O_DIRECT|O_DSYNC); 0 while it writes through the page cache and fsyncs (a file system that cannot).",
-	}, func() float64 {
-		if lg.Direct() {
-			return 1
-		}
-		return 0
-	}))
 	if rec := lg.Recovery(); rec.File != "" {
 		s.logger.Warn("cut a torn write (never acknowledged) from the end of the log", "file", rec.File, "bytes", rec.TruncatedBytes)
 	}

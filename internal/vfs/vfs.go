@@ -57,8 +57,6 @@ type File interface {
 // OS is the operating system's file system.
 var OS FS = osFS{}
 
-var _ DirectFS = osFS{}
-
 type osFS struct{}
 
 type osFile struct{ *os.File }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/surge-run/surge/internal/cmdlog"
-	"github.com/surge-run/surge/internal/vfs"
 	"github.com/surge-run/surge/internal/vfs/strictfs"
 )
 
@@ -19,27 +18,18 @@ import (
 // aheadStep of them, and none past the segment's size limit segBytes.
 func aheadCheck(t *testing.T, what string, b []byte, hdr int64, base, end uint64, segBytes int64) {
 	t.Helper()
-	aheadCheckAligned(t, what, b, hdr, base, end, segBytes, 1)
-}
-
-// aheadCheckAligned is aheadCheck for a writer whose writes end on
-// multiples of align (direct writes: vfs.DirectAlign), so its file may
-// reach past the log's end, and the segment's limit, to the next one.
-func aheadCheckAligned(t *testing.T, what string, b []byte, hdr int64, base, end uint64, segBytes, align int64) {
-	t.Helper()
-	up := func(n int64) int64 { return (n + align - 1) / align * align }
 	logEnd := hdr + int64(end-base)
-	if end == base && int64(len(b)) <= up(hdr) {
+	if end == base && int64(len(b)) == hdr {
 		return // rolled by a seal: nothing written to it yet
 	}
-	if logEnd >= hdr+segBytes && int64(len(b)) == up(logEnd) {
+	if logEnd >= hdr+segBytes && int64(len(b)) == logEnd {
 		return // full: the next write goes to a new segment
 	}
-	if int64(len(b)) > up(max(logEnd, hdr+segBytes)) {
+	if int64(len(b)) > max(logEnd, hdr+segBytes) {
 		t.Fatalf("%s: file of %d bytes, zeros past the segment's limit (%d)", what, len(b), hdr+segBytes)
 	}
-	if int64(len(b)) <= logEnd || int64(len(b))-logEnd > aheadStep+align-1 {
-		t.Fatalf("%s: file of %d bytes, log ends at offset %d: want between 1 and %d bytes written ahead", what, len(b), logEnd, aheadStep+align-1)
+	if int64(len(b)) <= logEnd || int64(len(b))-logEnd > aheadStep {
+		t.Fatalf("%s: file of %d bytes, log ends at offset %d: want between 1 and %d bytes written ahead", what, len(b), logEnd, aheadStep)
 	}
 	if !isZeroTail(b[logEnd:]) {
 		t.Fatalf("%s: the bytes written ahead of the log's end are not all zeros", what)
@@ -51,20 +41,10 @@ func aheadCheckAligned(t *testing.T, what string, b []byte, hdr int64, base, end
 // zeros, and all of it synced by that commit's one fsync (a power loss
 // keeps it). A segment that rolled keeps its zeros. Old code: the file
 // ended at the log's end, so every fsync extended it.
-func TestWriterKeepsBlocksWrittenAhead(t *testing.T) { keepsBlocksAhead(t, false) }
-
-// keepsBlocksAhead is TestWriterKeepsBlocksWrittenAhead's check, for
-// direct writes too: then no fsync at all, each write durable as it
-// returns, the zeros ahead included.
-func keepsBlocksAhead(t *testing.T, direct bool) {
+func TestWriterKeepsBlocksWrittenAhead(t *testing.T) {
 	fs := strictfs.New()
 	opts := durOptions(fs)
-	opts.NoDirect = !direct
 	opts.SegmentBytes = 3 << 20
-	align, wantSyncs := int64(1), int64(1)
-	if direct {
-		align, wantSyncs = vfs.DirectAlign, 0
-	}
 	var syncs atomic.Int64
 	fs.SetHook(func(op strictfs.Op) {
 		if op.Kind == strictfs.OpSync {
@@ -91,18 +71,15 @@ func keepsBlocksAhead(t *testing.T, direct bool) {
 		}
 		before := syncs.Load()
 		durAppend(t, l, []cmdlog.Entry{{Partition: uint32(i % 4), Data: d}})
-		if s := syncs.Load() - before; s != wantSyncs && durLastSeg(l).base == seg.base {
-			t.Fatalf("append %d: %d fsyncs, want %d (the zeros go with the commit)", i, s, wantSyncs)
-		}
-		if direct != (l.df != nil) {
-			t.Fatalf("append %d: writing directly is %v, want %v", i, l.df != nil, direct)
+		if s := syncs.Load() - before; s != 1 && durLastSeg(l).base == seg.base {
+			t.Fatalf("append %d: %d fsyncs, want 1 (the zeros go with the commit)", i, s)
 		}
 		seg = durLastSeg(l)
 		b, err := fs.ReadFile(seg.path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		aheadCheckAligned(t, fmt.Sprintf("append %d", i), b, hdr, seg.base, uint64(l.End()), opts.SegmentBytes, align)
+		aheadCheck(t, fmt.Sprintf("append %d", i), b, hdr, seg.base, uint64(l.End()), opts.SegmentBytes)
 		synced, err := fs.Restart(nil, 0).ReadFile(seg.path)
 		if err != nil || string(synced) != string(b) {
 			t.Fatalf("append %d: the zeros written ahead are not durable with the commit", i)
@@ -119,7 +96,7 @@ func keepsBlocksAhead(t *testing.T, direct bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		aheadCheckAligned(t, "rolled "+segs[i].path, b, hdr, segs[i].base, segs[i+1].base, opts.SegmentBytes, align)
+		aheadCheck(t, "rolled "+segs[i].path, b, hdr, segs[i].base, segs[i+1].base, opts.SegmentBytes)
 	}
 }
 

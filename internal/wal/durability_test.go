@@ -27,11 +27,8 @@ const durDir = "/data/wal"
 
 // durOptions: sealing only on Seal and Close, so a test decides whether a
 // seal follows the last write.
-// durOptions are the durability tests' options: writes through the page
-// cache and fsyncs, whose crash points these tests pin; the direct
-// writes' are pinned by the tests that say so (direct_test.go).
 func durOptions(fsys vfs.FS) Options {
-	return Options{Dir: durDir, FS: fsys, Partitions: 4, SealDelay: -1, NoDirect: true}
+	return Options{Dir: durDir, FS: fsys, Partitions: 4, SealDelay: -1}
 }
 
 type durRec struct {
@@ -226,7 +223,7 @@ func TestTornUnacknowledgedWriteIsAlwaysRepaired(t *testing.T) {
 	}
 	var st tornStats
 	for seed := range seeds {
-		tornScenario(t, seed, &st, false)
+		tornScenario(t, seed, &st)
 		if t.Failed() {
 			return
 		}
@@ -240,15 +237,11 @@ func TestTornUnacknowledgedWriteIsAlwaysRepaired(t *testing.T) {
 	}
 }
 
-// tornScenario is one seed of the torn-write property; direct writes
-// without the page cache (a crash then tears the direct write itself:
-// there is no fsync after it).
-func tornScenario(t *testing.T, seed uint64, st *tornStats, direct bool) {
+func tornScenario(t *testing.T, seed uint64, st *tornStats) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x70a2))
 	fs := strictfs.New()
 	opts := durOptions(fs)
-	opts.NoDirect = !direct
 	if seed%4 == 1 {
 		opts.SegmentBytes = 6 << 10 // rolls, some of them just before the big write
 	}
@@ -268,16 +261,11 @@ func tornScenario(t *testing.T, seed uint64, st *tornStats, direct bool) {
 	pending := durRecs(first, big)
 
 	mode := seed % 3
-	if direct && mode == 1 {
-		mode = 0 // no fsync to crash at
-	}
 	switch mode {
-	case 0: // the crash hits the write: a random prefix of it reaches the page cache (or, direct, the disk)
+	case 0: // the crash hits the write: a random prefix of it reaches the page cache
 		tear := rand.New(rand.NewPCG(seed, 0x7ea2))
 		fs.SetHook(func(op strictfs.Op) {
-			// A direct write also rewrites the log's last partial block
-			// and fills its own last one.
-			if op.Kind == strictfs.OpWrite && (op.Len == bigLen || direct && op.Len >= bigLen && op.Len < bigLen+2*vfs.DirectAlign) {
+			if op.Kind == strictfs.OpWrite && op.Len == bigLen {
 				fs.CrashAt(fs.Ops()+1, tear)
 			}
 		})

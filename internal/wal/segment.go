@@ -305,7 +305,6 @@ func (l *Log) recover() error {
 		l.f, l.hdrSize, l.counts = f, segmentHeaderSize(len(counts)), slices.Clone(counts)
 		l.aheadEnd = l.hdrSize
 		l.segs = []segment{{base: 0, path: path, counts: counts}}
-		l.openDirect(path)
 		return nil
 	}
 	fr := newFrameReader(1 << 20)
@@ -344,7 +343,6 @@ func (l *Log) recover() error {
 	l.segs = segs
 	l.end.Store(expect)
 	l.sealed = fr.sealed
-	l.openDirect(lastSeg.path)
 	return nil
 }
 

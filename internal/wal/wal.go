@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"slices"
 	"sync"
-	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -101,10 +100,6 @@ type Options struct {
 	MaxBatchBytes int
 	// NoSync skips every fsync. Only for tests and benchmarks that say so.
 	NoSync bool
-	// NoDirect writes through the page cache and fsyncs even where the
-	// file system takes direct writes (vfs.DirectFS): for tests that
-	// compare the two.
-	NoDirect bool
 	// OnSync, if set, is called by the writer after each batch is written and
 	// synced, with the time the write+fsync took and its size.
 	OnSync func(d time.Duration, records, bytes int)
@@ -179,14 +174,7 @@ type Log struct {
 	salt    uint32 // checksum state after logID
 
 	// Owned by the writer goroutine (and by Open before it starts).
-	f vfs.File
-	// df is the active segment open for direct writes, nil when the
-	// writer writes through the page cache; tail is then the segment's
-	// bytes from its last DirectAlign boundary to its end, which the
-	// next write rewrites, and dbuf the aligned buffer writes go out of.
-	df         vfs.DirectFile
-	tail, dbuf []byte
-	direct     atomic.Bool // df != nil, for Direct
+	f          vfs.File
 	activeSize int64    // record bytes in the active segment
 	aheadEnd   int64    // file offset up to which the active segment is written (frames, then zeros)
 	counts     []uint64 // records of each partition written so far
@@ -427,7 +415,6 @@ func (l *Log) writer() {
 	if err == nil && !l.opts.NoSync {
 		err = l.f.Sync()
 	}
-	l.closeDirect()
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
@@ -464,29 +451,13 @@ func (l *Log) writeSeal() {
 
 // write writes buf at the end of the active segment and syncs it.
 func (l *Log) write(buf []byte) error {
-	var err error
-	if l.df != nil {
-		var end int64
-		if end, err = l.writeDirect(buf); err == nil {
-			l.writeAhead(end)
-		} else if errors.Is(err, syscall.EINVAL) {
-			// Refused before anything was written: a write the file
-			// system will not take directly (past a file size limit, the
-			// kernel shortens it out of alignment). The page cache's
-			// write then gets the real answer, an error or success.
-			l.closeDirect()
-			err = nil
-		}
+	off := l.hdrSize + l.activeSize
+	_, err := l.f.WriteAt(buf, off)
+	if err == nil {
+		l.writeAhead(off + int64(len(buf)))
 	}
-	if l.df == nil && err == nil {
-		off := l.hdrSize + l.activeSize
-		_, err = l.f.WriteAt(buf, off)
-		if err == nil {
-			l.writeAhead(off + int64(len(buf)))
-		}
-		if err == nil && !l.opts.NoSync {
-			err = l.f.Sync()
-		}
+	if err == nil && !l.opts.NoSync {
+		err = l.f.Sync()
 	}
 	if err != nil {
 		// After a failed write or fsync the file's contents are unknown
@@ -511,95 +482,9 @@ func (l *Log) writeAhead(end int64) {
 	if end < l.aheadEnd || ahead <= end {
 		return
 	}
-	if l.df == nil {
-		if _, err := l.f.WriteAt(zeros[:ahead-end], end); err == nil {
-			l.aheadEnd = ahead
-		}
-		return
-	}
-	// end is a block boundary; so is ahead, rounded up past the segment's
-	// size limit.
-	ahead = (ahead + vfs.DirectAlign - 1) &^ (vfs.DirectAlign - 1)
-	if _, err := l.df.WriteAt(directZeros()[:ahead-end], end); err == nil {
+	if _, err := l.f.WriteAt(zeros[:ahead-end], end); err == nil {
 		l.aheadEnd = ahead
 	}
-}
-
-// directZeros is zeros for direct writes ahead: aligned, made once.
-var directZeros = sync.OnceValue(func() []byte { return vfs.AlignedBuf(aheadStep) })
-
-// openDirect opens the active segment, at path, for direct writes when the
-// file system can, and reads the bytes of its last partial block, which
-// every direct write rewrites whole. Otherwise, or if the first direct
-// write fails (a disk whose blocks are larger than vfs.DirectAlign), the
-// writer writes through the page cache and fsyncs.
-func (l *Log) openDirect(path string) {
-	dfs, ok := l.fs.(vfs.DirectFS)
-	if !ok || l.opts.NoSync || l.opts.NoDirect {
-		return
-	}
-	df, err := dfs.OpenDirect(path)
-	if err != nil {
-		return
-	}
-	off := l.hdrSize + l.activeSize
-	tail := make([]byte, off%vfs.DirectAlign, vfs.DirectAlign)
-	if n, _ := l.f.ReadAt(tail, off-int64(len(tail))); n != len(tail) {
-		df.Close()
-		return
-	}
-	// Past the log's end the block holds zeros or nothing (what Open
-	// accepts), so the first write, of that block as it is, changes
-	// nothing but shows that the disk takes it.
-	l.df, l.tail = df, tail
-	if _, err := l.writeDirect(nil); err != nil {
-		l.closeDirect()
-		return
-	}
-	l.direct.Store(true)
-}
-
-func (l *Log) closeDirect() {
-	if l.df != nil {
-		l.df.Close()
-	}
-	l.df, l.tail = nil, nil
-	l.direct.Store(false)
-}
-
-// Direct reports whether the writer writes the active segment directly,
-// each write durable as it returns (FORMAT.md, "Direct writes"), rather
-// than through the page cache with an fsync.
-func (l *Log) Direct() bool { return l.direct.Load() }
-
-// writeDirect writes buf at the end of the active segment as whole
-// blocks: the last partial block's bytes first, buf, then zeros to the
-// block's end. It is durable when it returns; it keeps the bytes of its
-// own last partial block for the next write, and returns the file offset
-// its blocks end at.
-func (l *Log) writeDirect(buf []byte) (int64, error) {
-	start := l.hdrSize + l.activeSize - int64(len(l.tail))
-	n := len(l.tail) + len(buf)
-	size := max((n+vfs.DirectAlign-1)&^(vfs.DirectAlign-1), vfs.DirectAlign)
-	if cap(l.dbuf) < size {
-		l.dbuf = vfs.AlignedBuf(max(size, 2*cap(l.dbuf)))
-	}
-	d := l.dbuf[:size]
-	copy(d, l.tail)
-	copy(d[len(l.tail):], buf)
-	clear(d[n:])
-	if w, err := l.df.WriteAt(d, start); err != nil {
-		if w > 0 {
-			// Not to be taken for a write refused whole.
-			err = fmt.Errorf("a direct write of %d bytes stopped after %d: %v", len(d), w, err)
-		}
-		return 0, err
-	}
-	l.tail = append(l.tail[:0], d[n&^(vfs.DirectAlign-1):n]...)
-	if cap(l.dbuf) > 2*l.opts.MaxBatchBytes+MaxEntryBytes {
-		l.dbuf = nil // as l.buf: an unusually large append's is not kept
-	}
-	return start + int64(size), nil
 }
 
 func (l *Log) activePath() string {
@@ -733,13 +618,11 @@ func (l *Log) roll() error {
 		return err
 	}
 	old := l.f
-	l.closeDirect()
 	l.f = f
 	l.activeSize = 0
 	l.aheadEnd = l.hdrSize
 	l.segMu.Lock()
 	l.segs = append(l.segs, segment{base: base, path: path, counts: counts})
 	l.segMu.Unlock()
-	l.openDirect(path)
 	return old.Close()
 }

@@ -418,9 +418,6 @@ func TestWriteFailureFailsLog(t *testing.T) {
 	appendWait(t, l, []cmdlog.Entry{{Data: []byte("ok")}})
 	end := l.End()
 	l.f.Close() // make the writer's next write fail
-	if l.df != nil {
-		l.df.Close()
-	}
 	errc := make(chan error, 2)
 	for i := 0; i < 2; i++ {
 		l.Append([]cmdlog.Entry{{Data: []byte("lost")}}, func(_, _ cmdlog.Position, err error) { errc <- err })

@@ -24,10 +24,7 @@ import (
 	"github.com/surge-run/surge/internal/vfs"
 )
 
-var (
-	_ vfs.FS       = (*FS)(nil)
-	_ vfs.DirectFS = (*FS)(nil)
-)
+var _ vfs.FS = (*FS)(nil)
 
 // ErrCrashed is wrapped by every error returned after the FS has crashed.
 var ErrCrashed = errors.New("strictfs: the file system has crashed")
@@ -41,7 +38,6 @@ var (
 	errNotDir   = errors.New("not a directory")
 	errReadOnly = errors.New("file opened read-only")
 	errNegative = errors.New("negative offset")
-	errAligned  = errors.New("direct write not aligned (offset, length and buffer must be multiples of vfs.DirectAlign)")
 )
 
 // OpKind is the kind of a mutating operation. The zero value is no
@@ -257,43 +253,6 @@ func (f *FS) open(op, name string, writable bool) (vfs.File, error) {
 		return nil, err
 	}
 	return &file{fs: f, n: n, name: name, writable: writable}, nil
-}
-
-// OpenDirect opens name for direct writes (vfs.DirectFS): each is
-// durable when it returns, with the file's length up to its end. A crash
-// during one applies a prefix of it, whose pages survive or not as any
-// unsynced page, as a write in flight to a disk. An unaligned write fails,
-// as the kernel's does.
-func (f *FS) OpenDirect(name string) (vfs.DirectFile, error) {
-	h, err := f.open("opendirect", name, true)
-	if err != nil {
-		return nil, err
-	}
-	return directFile{h.(*file)}, nil
-}
-
-type directFile struct{ *file }
-
-func (d directFile) WriteAt(p []byte, off int64) (int, error) {
-	if off%vfs.DirectAlign != 0 || len(p)%vfs.DirectAlign != 0 || !vfs.Aligned(p) {
-		return 0, &fs.PathError{Op: "write", Path: d.name, Err: errAligned}
-	}
-	n, err := d.file.WriteAt(p, off)
-	if err != nil {
-		return n, err
-	}
-	d.fs.mu.Lock()
-	defer d.fs.mu.Unlock()
-	if d.fs.crashed {
-		return 0, crashErr("write", d.name)
-	}
-	nd := d.n
-	if end := int(off) + len(p); len(nd.synced) < end {
-		// Blocks before the write that were never synced read as zeros.
-		nd.synced = append(nd.synced, make([]byte, end-len(nd.synced))...)
-	}
-	copy(nd.synced[off:], p)
-	return n, nil
 }
 
 func (f *FS) lookup(op, name string) (*node, error) {
