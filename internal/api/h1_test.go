@@ -150,6 +150,10 @@ var h1Cases = []struct {
 	{"repeated and odd headers", []string{"GET /items/1 HTTP/1.1\r\nhost: a:80\r\nx-a: 1\r\nX-A: 2\r\nX-Empty:\r\nX-Tab: \tv \t\r\nX-Utf8: caf\xc3\xa9\r\n\r\n"}},
 	{"post json", []string{"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{\"a\":\"b\"}"}},
 	{"post split head and body", []string{"POST /echo HTTP/1.1\r\nHost: a\r\nConte", "nt-Length: 9\r\n\r\n{\"a\"", ":\"b\"}"}},
+	// A line net/http is to serve, in a head still arriving: handed off
+	// before the rest of it.
+	{"expect in a split head", []string{"POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nConte", "nt-Length: 2\r\n\r\n", "{}"}},
+	{"close in a split head", []string{"GET /items/1 HTTP/1.1\r\nConnection: close\r\nHo", "st: a\r\n\r\n"}},
 	{"post bad json", []string{"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n{nope"}},
 	{"post not json", []string{"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi"}},
 	{"post over the declared limit", []string{"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n" + strings.Repeat("x", 100)}},
