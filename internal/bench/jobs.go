@@ -40,15 +40,19 @@ type JobsOptions struct {
 	Concurrency int // submit phase: callers, each a closed loop of SubmitJob
 	Connections int // HTTP/2 connections the callers (or the generator) share
 	SubmitWork  bool
-	Rate        float64 // e2e phase: jobs/s offered
-	Batch       int     // e2e phase: jobs per SubmitJobs call; 1 for SubmitJob
-	MaxInflight int     // e2e phase: submit calls in flight at once
-	Workers     int
-	WorkerConc  int
-	Ack         bool
-	Drain       time.Duration // e2e phase: how long to wait for submitted jobs to finish
-	Baseline    bool
-	Total       int // unary phase: SubmitJob calls in all (ghz --total)
+	Rate        float64 // e2e phase: jobs/s offered (with RateOfCapacity, where the probe starts)
+	// RateOfCapacity (e2e phase): when > 0, a probe first finds the
+	// highest rate fresh servers sustain (jobs_capacity.go), and the phase
+	// offers this fraction of it.
+	RateOfCapacity float64
+	Batch          int // e2e phase: jobs per SubmitJobs call; 1 for SubmitJob
+	MaxInflight    int // e2e phase: submit calls in flight at once
+	Workers        int
+	WorkerConc     int
+	Ack            bool
+	Drain          time.Duration // e2e phase: how long to wait for submitted jobs to finish
+	Baseline       bool
+	Total          int // unary phase: SubmitJob calls in all (ghz --total)
 	// Rounds (unary phase): after the first round, which runs all four
 	// servers, each round runs the do-nothing grpc-go server and Surge's
 	// --grpc-addr again, the order turned each round; the goals judge
@@ -90,6 +94,10 @@ func (o JobsOptions) validate() error {
 		return errors.New("--drain must not be negative")
 	case o.Phase == JobsPhaseUnary && o.Total < 1:
 		return fmt.Errorf("--total %d: the unary phase makes at least one call", o.Total)
+	case o.RateOfCapacity < 0 || o.RateOfCapacity > 1:
+		return fmt.Errorf("--rate-of-capacity %v: want a fraction in (0, 1], or 0 for --rate itself", o.RateOfCapacity)
+	case o.RateOfCapacity > 0 && o.Phase != JobsPhaseE2E:
+		return errors.New("--rate-of-capacity is for --phase e2e")
 	case o.Rounds < 0:
 		return fmt.Errorf("--rounds %d: want at least 1", o.Rounds)
 	case o.Rounds > 1 && o.Phase != JobsPhaseUnary:
@@ -698,6 +706,7 @@ type JobsConfig struct {
 	Connections       int     `json:"connections"`
 	SubmitWork        bool    `json:"workersDuringSubmit"`
 	Rate              float64 `json:"ratePerSecond"`
+	RateOfCapacity    float64 `json:"rateOfCapacity,omitempty"`
 	Batch             int     `json:"batch"`
 	MaxInflight       int     `json:"maxInflight"`
 	Workers           int     `json:"workers"`
@@ -724,9 +733,11 @@ var jobsPeer = JobsPeer{SubmitRate: 1044, SubmitP50Ms: 148, SubmitP99Ms: 661, VC
 // JobsPhase is one phase against the server and, if run, the do-nothing
 // baseline, with the issue's goals.
 type JobsPhase struct {
-	Phase    string         `json:"phase"`
-	Server   *JobsRunReport `json:"server"`
-	Baseline *JobsRunReport `json:"baseline,omitempty"`
+	Phase string `json:"phase"`
+	// Capacity is the --rate-of-capacity probe's finding (e2e).
+	Capacity *CapacityReport `json:"capacity,omitempty"`
+	Server   *JobsRunReport  `json:"server"`
+	Baseline *JobsRunReport  `json:"baseline,omitempty"`
 	// Unary are the unary phase's runs, one per server.
 	Unary []*UnaryRun `json:"unary,omitempty"`
 	Goals []Goal      `json:"goals"`
@@ -790,7 +801,7 @@ func RunJobs(ctx context.Context, o JobsOptions) error {
 	phases, _ := o.phases()
 	rep := &JobsReport{Benchmark: "jobs", Peer: jobsPeer, Config: JobsConfig{
 		DurationSeconds: o.Duration.Seconds(), Concurrency: o.Concurrency, Connections: o.Connections, SubmitWork: o.SubmitWork,
-		Rate: o.Rate, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
+		Rate: o.Rate, RateOfCapacity: o.RateOfCapacity, Batch: o.Batch, MaxInflight: o.MaxInflight, Workers: o.Workers, WorkerConcurrency: o.WorkerConc,
 		Ack: o.Ack, Baseline: o.Baseline, Target: o.Target, Partitions: o.Partitions, GRPC: o.GRPC}}
 	if o.Phase == JobsPhaseUnary {
 		rep.Config.Total, rep.Config.Rounds = o.Total, o.Rounds
@@ -879,6 +890,23 @@ func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) er
 		}
 		grpcArgs = []string{"--grpc-addr", grpcAddr}
 	}
+	dialFor := func(srv *target) jobsDialer {
+		if o.GRPC {
+			return grpcDialer(grpcAddr)
+		}
+		return connectDialer(srv.base)
+	}
+	if o.RateOfCapacity > 0 {
+		c, err := probeCapacity(ctx, o, rig, label, dialFor, grpcArgs)
+		if err != nil {
+			return err
+		}
+		p.Capacity = c
+		if c.Rate <= 0 {
+			return errors.New("capacity probe: no job was executed")
+		}
+		o.Rate = c.Rate
+	}
 	if o.Baseline {
 		null, err := rig.startNull(ctx, label, "null-jobs-"+p.Phase, grpcArgs...)
 		if err != nil {
@@ -907,10 +935,7 @@ func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) er
 	if err != nil {
 		return err
 	}
-	dial := connectDialer(srv.base)
-	if o.GRPC {
-		dial = grpcDialer(grpcAddr)
-	}
+	dial := dialFor(srv)
 	r := newJobsRun(o, label)
 	r.serverBase = srv.base
 	rep, err := r.measure(ctx, p.Phase, dial, srv.cpu(ctx))

@@ -12,7 +12,12 @@ import (
 // writeJobsPhase prints one phase: the server and the do-nothing baseline
 // side by side, the goals and the peer's figures.
 func writeJobsPhase(out io.Writer, rep *JobsReport, p *JobsPhase) {
-	writeJobsPhaseHeader(out, rep.Config, p.Phase)
+	writeCapacity(out, p.Capacity)
+	c := rep.Config
+	if p.Capacity != nil {
+		c.Rate = p.Capacity.Rate
+	}
+	writeJobsPhaseHeader(out, c, p.Phase)
 	var runs []*JobsRunReport
 	for _, r := range []*JobsRunReport{p.Server, p.Baseline} {
 		if r != nil {

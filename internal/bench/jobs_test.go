@@ -180,14 +180,17 @@ func TestJobsOptionsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, bad := range map[string]func(*JobsOptions){
-		"phase":            func(o *JobsOptions) { o.Phase = "all" },
-		"batch":            func(o *JobsOptions) { o.Batch = 1001 },
-		"rate":             func(o *JobsOptions) { o.Rate = 0 },
-		"workers":          func(o *JobsOptions) { o.Workers = 0 },
-		"target":           func(o *JobsOptions) { o.Target = "127.0.0.1:8080" },
-		"worker-con":       func(o *JobsOptions) { o.WorkerConc = 1001 },
-		"rounds":           func(o *JobsOptions) { o.Rounds = -1 },
-		"rounds not unary": func(o *JobsOptions) { o.Rounds = 2 },
+		"phase":                     func(o *JobsOptions) { o.Phase = "all" },
+		"batch":                     func(o *JobsOptions) { o.Batch = 1001 },
+		"rate":                      func(o *JobsOptions) { o.Rate = 0 },
+		"workers":                   func(o *JobsOptions) { o.Workers = 0 },
+		"target":                    func(o *JobsOptions) { o.Target = "127.0.0.1:8080" },
+		"worker-con":                func(o *JobsOptions) { o.WorkerConc = 1001 },
+		"rounds":                    func(o *JobsOptions) { o.Rounds = -1 },
+		"rounds not unary":          func(o *JobsOptions) { o.Rounds = 2 },
+		"rate-of-capacity over 1":   func(o *JobsOptions) { o.Phase, o.RateOfCapacity = JobsPhaseE2E, 1.5 },
+		"rate-of-capacity negative": func(o *JobsOptions) { o.Phase, o.RateOfCapacity = JobsPhaseE2E, -0.8 },
+		"rate-of-capacity not e2e":  func(o *JobsOptions) { o.Phase, o.RateOfCapacity = JobsPhaseBoth, 0.8 },
 		"rounds without baseline": func(o *JobsOptions) {
 			o.Phase, o.Total, o.Rounds, o.Baseline = JobsPhaseUnary, 10, 2, false
 		},
