@@ -56,7 +56,7 @@ func (w *h1Writer) WriteHeader(code int) {
 	}
 	if code < 200 && code != http.StatusSwitchingProtocols {
 		w.info = appendStatusLine(w.info, code)
-		w.header.WriteSubset(appender{&w.info}, map[string]bool{"Content-Length": true, "Transfer-Encoding": true})
+		w.info = appendHeader(w.info, w.header, true)
 		w.info = append(w.info, "\r\n"...)
 		return
 	}
@@ -123,7 +123,7 @@ func (w *h1Writer) render(shutting bool) {
 	out := &w.c.out
 	*out = append((*out)[:0], w.info...)
 	*out = appendStatusLine(*out, w.status)
-	*out = appendHeader(*out, w.header)
+	*out = appendHeader(*out, w.header, false)
 	if x.date != "" {
 		*out = append(append(append(*out, "Date: "...), x.date...), "\r\n"...)
 	}
@@ -240,17 +240,20 @@ func get(h http.Header, key string) string {
 	return ""
 }
 
-// appendHeader appends h as net/http's Header.Write writes it: keys
-// sorted, invalid names left out, every value trimmed of surrounding
-// whitespace with its CRs and LFs turned into spaces, without
+// appendHeader appends h as net/http's Header.Write writes it (without
+// Content-Length and Transfer-Encoding if noFraming, as net/http writes a
+// 1xx answer's): keys sorted, invalid names left out, every value trimmed
+// of surrounding whitespace with its CRs and LFs turned into spaces, without
 // Header.Write's pooled sorter, string replacer and four interface writes
 // per line (with get's lookups, an answer renders in 298 ns, not 410:
 // BenchmarkRenderAnswer).
-func appendHeader(b []byte, h http.Header) []byte {
+func appendHeader(b []byte, h http.Header, noFraming bool) []byte {
 	var stack [8]string
 	keys := stack[:0]
 	for k := range h {
-		keys = append(keys, k)
+		if !noFraming || k != "Content-Length" && k != "Transfer-Encoding" {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
@@ -312,21 +315,6 @@ func hasToken(v, token string) bool {
 	}
 	return false
 }
-
-// appender is an io.Writer onto a byte slice, for http.Header.Write.
-type appender struct{ b *[]byte }
-
-func (a appender) Write(p []byte) (int, error) {
-	*a.b = append(*a.b, p...)
-	return len(p), nil
-}
-
-func (a appender) WriteString(s string) (int, error) {
-	*a.b = append(*a.b, s...)
-	return len(s), nil
-}
-
-var _ io.StringWriter = appender{}
 
 // h1Body is a request body the lean path read before the handler:
 // whole, or up to the read timeout, err.
