@@ -901,11 +901,7 @@ func runJobsPhase(ctx context.Context, o JobsOptions, rig *Rig, p *JobsPhase) er
 		if err != nil {
 			return err
 		}
-		p.Capacity = c
-		if c.Rate <= 0 {
-			return errors.New("capacity probe: no job was executed")
-		}
-		o.Rate = c.Rate
+		p.Capacity, o.Rate = c, c.Rate
 	}
 	if o.Baseline {
 		null, err := rig.startNull(ctx, label, "null-jobs-"+p.Phase, grpcArgs...)

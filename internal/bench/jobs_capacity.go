@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -93,6 +94,9 @@ func probeCapacity(ctx context.Context, o JobsOptions, rig *Rig, label string, d
 	})
 	if err != nil {
 		return nil, fmt.Errorf("capacity probe: %w", err)
+	}
+	if c.Capacity <= 0 {
+		return nil, errors.New("capacity probe: no job was executed")
 	}
 	c.Fraction = o.RateOfCapacity
 	c.Rate = c.Fraction * c.Capacity
