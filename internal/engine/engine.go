@@ -35,8 +35,8 @@ const (
 	// docs/BENCHMARKS.md ("Restart after kill -9") for how they were chosen.
 	DefaultSnapshotBytes    = 16 << 20
 	DefaultSnapshotInterval = 60 * time.Second
-	// snapshotLogRatio: the byte trigger waits for at least the last
-	// snapshot's size divided by this (see snapshotDue).
+	// snapshotLogRatio: the count and byte triggers wait for at least
+	// the last snapshot's size divided by this (see snapshotDue).
 	snapshotLogRatio = 2
 	// snapshotRetryDelay is how soon the time trigger tries again on a
 	// partition that still had a batch in flight (its snapshot position

@@ -235,6 +235,72 @@ func TestSnapshotBytesSpentOverAllPartitions(t *testing.T) {
 	}
 }
 
+// TestSnapshotCountWaitsForALargeState: a partition whose last snapshot
+// is more than twice the log it has written since does not snapshot at
+// the command count; it waits for that log, then does. Before, the count
+// trigger ignored the state's size: one busy jobs partition wrote its
+// whole retained state every 100,000 commands, 29 MiB for 12 MiB of log
+// and more as finished jobs piled up.
+func TestSnapshotCountWaitsForALargeState(t *testing.T) {
+	dir := t.TempDir()
+	var p int
+	var big string
+	{ // A state of many long-named accounts, written by the close.
+		e := openEngineWith(t, dir, func(o *engine.Options) {
+			o.SnapshotEvery = neverByCount
+			o.SnapshotBytes = -1
+			o.SnapshotInterval = -1
+		})
+		p = e.PartitionOf("a")
+		name := strings.Repeat("x", 200)
+		for i := range 300 {
+			k := keyOn(e, p, fmt.Sprintf("%s-%d-", name, i))
+			mustDo(t, e, p, &transfer{From: k, To: k, N: 1})
+		}
+		big = keyOn(e, p, "a")
+		settle(t, e)
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pos0, state, ok, err := wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}.Latest(uint32(p))
+	if err != nil || !ok {
+		t.Fatalf("no snapshot of partition %d after close: %v", p, err)
+	}
+
+	const every = 10
+	e := openEngineWith(t, dir, func(o *engine.Options) {
+		o.SnapshotEvery = every
+		o.SnapshotBytes = -1
+		o.SnapshotInterval = -1
+	})
+	defer e.Close()
+	var logged int64 // roughly: it misses the batch that carried the snapshot
+	for i := 0; ; i++ {
+		before := engine.UnsnappedBytes(e)
+		mustDo(t, e, p, &transfer{From: big, To: big, N: 1})
+		if after := engine.UnsnappedBytes(e); after > before {
+			logged += after - before
+		}
+		pos, _, _, err := wal.SnapshotDir{Dir: filepath.Join(dir, "snap")}.Latest(uint32(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos != pos0 {
+			// Only p logged since the first snapshot: the log between the
+			// two is its (with the frames' headers).
+			if n := int64(pos - pos0); n < int64(len(state))/2 {
+				t.Fatalf("partition %d snapshotted its %d-byte state after %d transfers and %d bytes of log, under half the state", p, len(state), i+1, n)
+			}
+			t.Logf("snapshot after %d transfers (the count is %d), %d bytes of log, state %d bytes", i+1, every, pos-pos0, len(state))
+			return
+		}
+		if logged > 2*int64(len(state)) {
+			t.Fatalf("no snapshot of partition %d after %d transfers and %d bytes of log, twice its %d-byte state", p, i+1, logged, len(state))
+		}
+	}
+}
+
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
