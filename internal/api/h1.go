@@ -122,12 +122,14 @@ type h1Conn struct {
 	// the answer's write deadline and the one set last.
 	readBy, readSet, writeBy, writeSet time.Time
 	idle                               atomic.Bool
-	// The request's cancel while its handler runs, and its client
-	// watch (h1_watch.go).
-	cancel     context.CancelFunc
+	// Whether a handler runs, and its client watch (h1_watch.go): the
+	// context the watch cancels and its cancel.
+	serving    bool
 	watching   bool
 	unwatching atomic.Bool
 	watched    chan struct{}
+	watchCtx   context.Context
+	watchStop  context.CancelFunc
 	head       h1Head
 	req        http.Request
 	url        url.URL
@@ -304,10 +306,9 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 // it returns whether the connection stays open.
 func (c *h1Conn) serveOne() (keep bool) {
 	c.rw.reset()
-	ctx, cancel := context.WithCancel(c.ctx)
-	defer cancel()
-	r := c.req.WithContext(ctx)
-	c.cancel, c.route.req = cancel, r
+	// The connection's context, not cancellable (h1_watch.go says why).
+	r := c.req.WithContext(c.ctx)
+	c.serving, c.route.req = true, r
 	defer func() {
 		c.route.req, c.route.direct = nil, false
 		c.unwatch()

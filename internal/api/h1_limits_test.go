@@ -173,31 +173,49 @@ func TestLeanH1LeavesH2CToNetHTTP(t *testing.T) {
 	}
 }
 
-// TestLeanH1ContextEndsWithTheRequest: the request's context is done
-// once the answer is written (net/http's rule; the body budget and
-// other AfterFunc users rely on it), and carries the server's values.
+// TestLeanH1ContextEndsWithTheRequest: a lean request's context carries
+// the server's values and can never be done (h1_watch.go says why), so
+// the engine waits for its answer with a plain receive; the context a
+// watched request gets (watchClient) is done once the answer is written,
+// net/http's rule for a request's context.
 func TestLeanH1ContextEndsWithTheRequest(t *testing.T) {
-	ctxs := make(chan context.Context, 1)
+	ctxs := make(chan [2]context.Context, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		if ctx.Value(http.ServerContextKey) == nil || ctx.Value(http.LocalAddrContextKey) == nil ||
 			ctx.Value(streamsKey{}) == nil || ctx.Value(bodiesKey{}) == nil || ctx.Value(h1ConnKey{}) == nil {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
-		ctxs <- r.Context()
+		var watched context.Context
+		if r.URL.Path == "/watched" {
+			watched = watchClient(ctx)
+		}
+		ctxs <- [2]context.Context{ctx, watched}
 		io.WriteString(w, "ok\n")
 	})
 	s, addr := startLean(t, h, Limits{})
-	r, body, err := dial(t, addr).get("/")
+	c := dial(t, addr)
+	r, body, err := c.get("/")
 	if err != nil || r.StatusCode != http.StatusOK {
 		t.Fatalf("%v %v %q: the context lacks the server's values", err, r, body)
 	}
-	select {
-	case <-(<-ctxs).Done():
-	case <-time.After(hang):
-		t.Fatal("the request's context is not done after its answer")
+	if got := <-ctxs; got[0].Done() != nil {
+		t.Fatal("an unwatched lean request's context can be done: the engine's wait selects on it")
 	}
-	leanServed(t, s, 1)
+	r, body, err = c.get("/watched")
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("%v %v %q", err, r, body)
+	}
+	got := <-ctxs
+	if got[1] == got[0] || got[1].Done() == nil {
+		t.Fatal("watchClient returned the request's own context, which no client's leaving can end")
+	}
+	select {
+	case <-got[1].Done():
+	case <-time.After(hang):
+		t.Fatal("the watched request's context is not done after its answer")
+	}
+	leanServed(t, s, 2)
 }
 
 // TestLeanConnContextEndsWithItsValues: a connection's context is flat

@@ -109,6 +109,45 @@ func TestLeanH1WaiterWhoLeavesFreesItsPlace(t *testing.T) {
 	}
 }
 
+// TestLeanH1ServedWaiterKeepsItsWatch: a lean request that waited in
+// the waiting room is served with the context that watches its client,
+// so a client that leaves while the handler runs still ends it (its
+// plain request context could never be done).
+func TestLeanH1ServedWaiterKeepsItsWatch(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	ended := make(chan bool, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			entered <- struct{}{}
+			<-release
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			ended <- true
+		case <-time.After(hang):
+			ended <- false
+		}
+	})
+	s, addr := startLean(t, h, Limits{MaxInflight: 1})
+	first := dial(t, addr)
+	if err := first.send("/hold"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	waiter := dial(t, addr)
+	if err := waiter.send("/wait"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
+	close(release)
+	awaitCond(t, "the waiter in the handler", func() bool { return s.inflight.queued.Load() == 0 })
+	waiter.Close()
+	if !<-ended {
+		t.Fatal("the served waiter's context was not done when its client left")
+	}
+}
+
 // TestLeanH1WatchedWaiterKeepsPipelinedRequests: the watch of a waiting
 // lean request reads the client's next requests ahead; they are served
 // after it, in order, none lost or doubled, and the connection stays

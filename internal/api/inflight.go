@@ -148,7 +148,8 @@ func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next htt
 			return
 		}
 	}
-	if !l.wait(w, r) {
+	r, ok := l.wait(w, r)
+	if !ok {
 		return
 	}
 	defer l.release()
@@ -178,25 +179,30 @@ func (l *inflightLimiter) release() {
 	g.wake()
 }
 
-// wait queues r for a slot, or refuses it; it reports whether r got one.
-func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) bool {
+// wait queues r for a slot, or refuses it; it reports whether r got one,
+// and r as it is to be served: with the context that watches its client
+// if it waited.
+func (l *inflightLimiter) wait(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	wt := waiterPool.Get().(*waiter)
 	switch l.enter(w, r, wt) {
 	case entered:
-		return true
+		return r, true
 	case refused:
 		waiterPool.Put(wt)
-		return false
+		return r, false
 	}
-	watchClient(r.Context())
+	ctx := watchClient(r.Context())
 	select {
 	case <-wt.ready:
 		l.outcomes[waitServed].Add(1)
 		l.recycle(wt)
-		return true
-	case <-r.Context().Done():
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
+		return r, true
+	case <-ctx.Done():
 		l.leave(wt)
-		return false
+		return r, false
 	}
 }
 

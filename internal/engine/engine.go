@@ -444,11 +444,17 @@ func (e *Engine) submitLocal(ctx context.Context, part int, wl uint8, cmd Comman
 
 // await waits for a queued request's answer and recycles the request.
 func (e *Engine) await(ctx context.Context, r *Request) (any, error) {
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		// The request stays owned by the processor; it is not recycled.
-		return nil, ctx.Err()
+	// A context that can never be done (a lean HTTP/1.1 request's) waits
+	// with a plain receive: a select on two channels locks both.
+	if done := ctx.Done(); done == nil {
+		<-r.done
+	} else {
+		select {
+		case <-r.done:
+		case <-done:
+			// The request stays owned by the processor; it is not recycled.
+			return nil, ctx.Err()
+		}
 	}
 	res, err := r.result, r.err
 	if r.traced {
