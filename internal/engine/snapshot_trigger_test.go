@@ -239,7 +239,7 @@ func TestSnapshotBytesSpentOverAllPartitions(t *testing.T) {
 // is more than twice the log it has written since does not snapshot at
 // the command count; it waits for that log, then does. Before, the count
 // trigger ignored the state's size: one busy jobs partition wrote its
-// whole retained state every 100,000 commands, 29 MiB for 12 MiB of log
+// whole retained state every 100,000 commands, 28.6 MB for 12.5 MB of log
 // and more as finished jobs piled up.
 func TestSnapshotCountWaitsForALargeState(t *testing.T) {
 	dir := t.TempDir()
