@@ -131,7 +131,12 @@ type h1Conn struct {
 	watchCtx   context.Context
 	watchStop  context.CancelFunc
 	head       h1Head
-	req        http.Request
+	// The request its handler gets, made anew from blank (no fields but
+	// the connection's context) for each: a request of its own each time
+	// (http.Request.WithContext) was two allocations per reservation. A
+	// lean route's handler does not keep it past its return (LeanRoutes),
+	// as it does not keep its header map, which the connection reuses too.
+	req, blank http.Request
 	url        url.URL
 	vals       headerVals
 	hdr        http.Header
@@ -151,6 +156,7 @@ func (h *h1Server) serve(tc *trackedConn) {
 		return
 	}
 	c.ctx = connCtx(h.s.connContext(tc), c)
+	c.blank = *new(http.Request).WithContext(c.ctx)
 	tc.t.setState(tc, http.StateNew)
 	if tc.rb == nil {
 		// A connection whose bytes cannot be put back (not a socket):
@@ -254,11 +260,11 @@ func (c *h1Conn) fits() bool {
 
 // routed builds the request and asks the routes whether it is lean.
 func (c *h1Conn) routed() headStatus {
-	c.req = http.Request{
-		Method: c.head.method, URL: c.head.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: c.hdr, Host: c.head.host, RequestURI: c.head.uri, RemoteAddr: c.remoteAddr(),
-		ContentLength: max(c.head.contentLength, 0), Body: http.NoBody,
-	}
+	c.req = c.blank
+	r := &c.req
+	r.Method, r.URL, r.Proto, r.ProtoMajor, r.ProtoMinor = c.head.method, c.head.url, "HTTP/1.1", 1, 1
+	r.Header, r.Host, r.RequestURI, r.RemoteAddr = c.hdr, c.head.host, c.head.uri, c.remoteAddr()
+	r.ContentLength, r.Body = max(c.head.contentLength, 0), http.NoBody
 	if c.route.m = c.h.routes.match(&c.req, &c.leanMemo); c.route.m == nil {
 		return headHandOff
 	}
@@ -307,7 +313,7 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 func (c *h1Conn) serveOne() (keep bool) {
 	c.rw.reset()
 	// The connection's context, not cancellable (h1_watch.go says why).
-	r := c.req.WithContext(c.ctx)
+	r := &c.req
 	c.serving, c.route.req = true, r
 	defer func() {
 		c.route.req, c.route.direct = nil, false

@@ -27,6 +27,7 @@ type h1Head struct {
 	method        string
 	target        []byte
 	uri           string   // target as a string: Request.RequestURI
+	uriBefore     string   // the uri of the request before
 	url           *url.URL // filled in; the caller's
 	vals          *headerVals
 	host          string
@@ -92,10 +93,15 @@ func finishHead(hd *h1Head, maxBody int64) headStatus {
 	if hd.host == "" || hd.contentLength > maxBody {
 		return headHandOff
 	}
-	if hd.uri != string(hd.target) {
-		// The same target as the connection's last request (a client's
-		// POSTs) keeps its string.
-		hd.uri = string(hd.target)
+	// The same target as one of the connection's last two requests (a
+	// client's POSTs, between the GETs of what they made) keeps its
+	// string.
+	switch {
+	case hd.uri == string(hd.target):
+	case hd.uriBefore == string(hd.target):
+		hd.uri, hd.uriBefore = hd.uriBefore, hd.uri
+	default:
+		hd.uri, hd.uriBefore = string(hd.target), hd.uri
 	}
 	if !parseTarget(hd.uri, hd.url) {
 		u, err := url.ParseRequestURI(hd.uri)

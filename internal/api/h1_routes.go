@@ -13,10 +13,12 @@ import (
 // LeanRoutes are the routes the lean HTTP/1.1 path (h1.go) may serve:
 // plain request/answer routes whose handler neither streams, flushes,
 // hijacks nor uses http.ResponseController, whose wait is bounded by
-// the engine's commit and the route's timeouts, and which do not rely on
+// the engine's commit and the route's timeouts, which do not rely on
 // the request's context ending when the handler returns (on the lean
 // path it never ends unless the waiting room watched the client:
-// h1_watch.go). Every other request goes to net/http.
+// h1_watch.go), and which keep nothing of the request (the Request, its
+// header map, its URL) past their return: the connection reuses them.
+// Every other request goes to net/http.
 type LeanRoutes struct {
 	mu sync.Mutex // marks
 	// The routes as marked so far, replaced whole by each mark: every

@@ -165,6 +165,14 @@ var h1Cases = []struct {
 	{"get with a body", []string{"GET /items/1 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET /items/2 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"body larger than the lean buffer", []string{"POST /raw HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n" + strings.Repeat("z", 10000)}},
 	{"pipelined", []string{"GET /items/1 HTTP/1.1\r\nHost: a\r\n\r\nPOST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}GET /items/3 HTTP/1.1\r\nHost: a\r\n\r\n"}},
+	// The connection hands every request the same Request, made anew
+	// from a blank one: nothing of one route's request may show in the
+	// next's (pattern, path values), and a target seen two requests
+	// before (the POST between GETs) keeps its string.
+	{"routes in turn, targets repeated", []string{"GET /pair/p/and/1 HTTP/1.1\r\nHost: a\r\n\r\n", "GET /tree/a/b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}", "GET /items/2?q=1 HTTP/1.1\r\nHost: b\r\nX-Once: 1\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}", "GET /items/3 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}", "GET /pair/p/and/1 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"keep-alive", []string{"GET /items/1 HTTP/1.1\r\nHost: a\r\n\r\n", "GET /items/2 HTTP/1.1\r\nHost: a\r\n\r\n", "GET /items/3 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"lean then plain then lean", []string{"GET /items/1 HTTP/1.1\r\nHost: a\r\n\r\n", "GET /plain HTTP/1.1\r\nHost: a\r\n\r\n", "GET /items/2 HTTP/1.1\r\nHost: a\r\n\r\n"}},
 	{"not found", []string{"GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n"}},
