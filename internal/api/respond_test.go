@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -177,5 +178,39 @@ func TestAppendStringRoundTrips(t *testing.T) {
 		if got != want {
 			t.Errorf("%q: decodes to %q, want %q", s, got, want)
 		}
+	}
+}
+
+// TestLimitedBody: a body declared within the limit is read as it is (its
+// server ends it at its length); one undeclared or declared over the
+// limit stops at the limit with http.MaxBytesError, as MaxBytesReader.
+func TestLimitedBody(t *testing.T) {
+	const limit = 100
+	for _, tc := range []struct {
+		name     string
+		declared int64
+		body     int
+		same     bool // the request's own body
+		over     bool // reading ends in *http.MaxBytesError
+	}{
+		{"declared within", 10, 10, true, false},
+		{"declared at the limit", limit, limit, true, false},
+		{"undeclared within", -1, 10, false, false},
+		{"undeclared over", -1, 2 * limit, false, true},
+		{"declared over", 2 * limit, 2 * limit, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat("x", tc.body)))
+			r.ContentLength = tc.declared
+			b := LimitedBody(httptest.NewRecorder(), r, limit)
+			if same := b == r.Body; same != tc.same {
+				t.Fatalf("the request's own body: %v, want %v", same, tc.same)
+			}
+			_, err := io.ReadAll(b)
+			var mbe *http.MaxBytesError
+			if over := errors.As(err, &mbe); over != tc.over {
+				t.Fatalf("read error %v; want a MaxBytesError: %v", err, tc.over)
+			}
+		})
 	}
 }

@@ -237,7 +237,7 @@ func parseReserve(w http.ResponseWriter, r *http.Request, body *reserveBody, pat
 	buf := api.BodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer api.BodyPool.Put(buf)
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxReservationBody)); err != nil {
+	if _, err := buf.ReadFrom(api.LimitedBody(w, r, maxReservationBody)); err != nil {
 		return api.BodyError(w, err)
 	}
 	if !parseReserveFast(buf.Bytes(), body) {
