@@ -114,12 +114,11 @@ func TestLeanH1WaiterWhoLeavesFreesItsPlace(t *testing.T) {
 // so a client that leaves while the handler runs still ends it (its
 // plain request context could never be done).
 func TestLeanH1ServedWaiterKeepsItsWatch(t *testing.T) {
-	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := newOrderHandler()
 	ended := make(chan bool, 1)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			entered <- struct{}{}
-			<-release
+	waiterSees := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("i") != "1" {
+			h.ServeHTTP(w, r)
 			return
 		}
 		select {
@@ -129,18 +128,9 @@ func TestLeanH1ServedWaiterKeepsItsWatch(t *testing.T) {
 			ended <- false
 		}
 	})
-	s, addr := startLean(t, h, Limits{MaxInflight: 1})
-	first := dial(t, addr)
-	if err := first.send("/hold"); err != nil {
-		t.Fatal(err)
-	}
-	<-entered
-	waiter := dial(t, addr)
-	if err := waiter.send("/wait"); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, "the waiter", func() bool { return s.inflight.queued.Load() == 1 })
-	close(release)
+	s, addr := startLean(t, waiterSees, Limits{MaxInflight: 1})
+	_, waiter := oneInOneWaiting(t, s, h, addr)
+	h.release <- struct{}{}
 	awaitCond(t, "the waiter in the handler", func() bool { return s.inflight.queued.Load() == 0 })
 	waiter.Close()
 	if !<-ended {

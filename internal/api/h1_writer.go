@@ -232,7 +232,7 @@ func appendStatusLine(b []byte, code int) []byte {
 }
 
 // get is h.Get for a key already canonical, without canonicalising it
-// again: the writer asks for constants, a few per answer.
+// again: the lean writers ask for constants, a few per answer.
 func get(h http.Header, key string) string {
 	if v := h[key]; len(v) > 0 {
 		return v[0]

@@ -450,7 +450,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 // startHeaders is the answer's HEADERS frame.
 func (w *h2Writer) startHeaders(p []byte, isHead bool) h2Headers {
 	hh := h2Headers{status: w.status, h: w.snap}
-	if hh.clen = w.snap.Get("Content-Length"); hh.clen != "" {
+	if hh.clen = get(w.snap, "Content-Length"); hh.clen != "" {
 		w.snap.Del("Content-Length")
 		if cl, err := strconv.ParseUint(hh.clen, 10, 63); err == nil {
 			w.sentLen = int64(cl)
@@ -475,7 +475,7 @@ func (w *h2Writer) startHeaders(p []byte, isHead bool) h2Headers {
 		}
 	}
 	if _, ok := w.snap["Connection"]; ok {
-		v := w.snap.Get("Connection")
+		v := get(w.snap, "Connection")
 		delete(w.snap, "Connection")
 		if v == "close" {
 			w.st.c.startGracefulShutdown()
