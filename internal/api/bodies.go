@@ -36,14 +36,32 @@ const (
 // request that does not fit waits, and a later smaller one does not
 // overtake it. The body budget and the streams' buffer (Streams) are
 // each one.
+//
+// While nobody waits, taking and giving back are atomic operations on
+// free, without the lock: every gRPC call on --grpc-addr holds its
+// message's room while it is read, so a lock here was one that every
+// call on every core took twice. The lock orders the waiters. A taker
+// without it takes only while queued is 0; a waiter publishes queued
+// before it looks at free again, and a giver adds to free before it
+// looks at queued, so one of the two always sees the other: no room is
+// given back unseen by a waiter.
 type budget struct {
+	total  int64
+	free   atomic.Int64
+	queued atomic.Int32  // len(waiting), stored under mu
+	peak   atomic.Int64  // the most ever held at once
+	waits  atomic.Uint64 // acquires that had to wait
+	freed  atomic.Int64  // bytes released since the start: the drain rate (see full)
+
 	mu      sync.Mutex
-	total   int64
-	free    int64
-	peak    int64 // the most ever held at once
 	waiting []*budgetWaiter
-	waits   atomic.Uint64 // acquires that had to wait
-	freed   int64         // bytes released since the start: the drain rate (see full)
+}
+
+// init makes b a budget of total bytes, all free.
+func (b *budget) init(total int64) *budget {
+	b.total = total
+	b.free.Store(total)
+	return b
 }
 
 // budgetFull is a wait for room that ran out, with the wait its client is
@@ -69,16 +87,27 @@ type budgetWaiter struct {
 // request never waits for ever), ctx ends, or maxWait passes (then
 // errTimeout). It returns the bytes taken, for release.
 func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, errTimeout error) (int64, error) {
-	b.mu.Lock()
 	n = min(n, b.total)
-	if len(b.waiting) == 0 && b.free >= n {
-		b.takeLocked(n)
+	if b.queued.Load() == 0 && b.take(n) {
+		return n, nil
+	}
+	b.mu.Lock()
+	if len(b.waiting) == 0 && b.take(n) {
 		b.mu.Unlock()
 		return n, nil
 	}
 	w := &budgetWaiter{n: n, ready: make(chan struct{})}
 	b.waiting = append(b.waiting, w)
-	freed0, start := b.freed, time.Now()
+	b.queued.Store(int32(len(b.waiting)))
+	// Room given back before queued was seen is in free: look again.
+	b.wakeLocked()
+	select {
+	case <-w.ready:
+		b.mu.Unlock()
+		return n, nil
+	default:
+	}
+	freed0, start := b.freed.Load(), time.Now()
 	b.mu.Unlock()
 	b.waits.Add(1)
 	t := time.NewTimer(maxWait)
@@ -96,7 +125,7 @@ func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, er
 	defer b.mu.Unlock()
 	select {
 	case <-w.ready: // granted meanwhile: give it back
-		b.free += n
+		b.free.Add(n)
 		b.wakeLocked()
 	default:
 		queued := int64(0)
@@ -109,7 +138,7 @@ func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, er
 		}
 		b.wakeLocked() // a large waiter gone may let smaller ones in
 		if err == errTimeout {
-			err = &budgetFull{err: err, wait: drainTime(queued, b.freed-freed0, time.Since(start))}
+			err = &budgetFull{err: err, wait: drainTime(queued, b.freed.Load()-freed0, time.Since(start))}
 		}
 	}
 	return 0, err
@@ -127,25 +156,41 @@ func drainTime(queued, freed int64, elapsed time.Duration) time.Duration {
 
 // release gives back n bytes that acquire took.
 func (b *budget) release(n int64) {
-	b.mu.Lock()
-	b.free += n
-	b.freed += n
-	b.wakeLocked()
-	b.mu.Unlock()
+	b.free.Add(n)
+	b.freed.Add(n)
+	if b.queued.Load() != 0 {
+		b.mu.Lock()
+		b.wakeLocked()
+		b.mu.Unlock()
+	}
 }
 
-func (b *budget) takeLocked(n int64) {
-	b.free -= n
-	b.peak = max(b.peak, b.total-b.free)
+// take takes n bytes if they are free.
+func (b *budget) take(n int64) bool {
+	for {
+		f := b.free.Load()
+		if f < n {
+			return false
+		}
+		if b.free.CompareAndSwap(f, f-n) {
+			held := b.total - (f - n)
+			for p := b.peak.Load(); held > p && !b.peak.CompareAndSwap(p, held); p = b.peak.Load() {
+			}
+			return true
+		}
+	}
 }
 
+// wakeLocked hands room to the waiters in order while the first fits,
+// and publishes how many still wait.
 func (b *budget) wakeLocked() {
-	for len(b.waiting) > 0 && b.free >= b.waiting[0].n {
+	for len(b.waiting) > 0 && b.take(b.waiting[0].n) {
 		w := b.waiting[0]
+		b.waiting[0] = nil
 		b.waiting = b.waiting[1:]
-		b.takeLocked(w.n)
 		close(w.ready)
 	}
+	b.queued.Store(int32(len(b.waiting)))
 }
 
 // Hold waits for n bytes as Acquire does and returns the bytes taken,
@@ -169,18 +214,16 @@ func (b *BodyBudget) Give(n int64) {
 }
 
 // held is the bytes taken now.
-func (b *budget) held() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total - b.free
-}
+func (b *budget) held() int64 { return b.total - b.free.Load() }
 
 // BodyBudget is the budget of large request bodies.
 type BodyBudget struct{ budget }
 
 // NewBodyBudget returns a budget of total bytes.
 func NewBodyBudget(total int64) *BodyBudget {
-	return &BodyBudget{budget: budget{total: total, free: total}}
+	b := new(BodyBudget)
+	b.init(total)
+	return b
 }
 
 // defaultBodies is the budget of requests served outside a Server (tests,

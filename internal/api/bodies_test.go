@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -71,6 +76,103 @@ func TestBodyBudget(t *testing.T) {
 		t.Fatalf("after a cancelled wait the budget is not whole: %v", err)
 	} else {
 		r()
+	}
+}
+
+// Many takers at once, some giving up while they wait, never hold more
+// than the budget between them, every wait ends (no room given back goes
+// unseen by a waiter), and the budget is whole afterwards: takers that
+// meet nobody waiting take without the lock, waiters queue under it.
+func TestBudgetConcurrentTakers(t *testing.T) {
+	const total, takers, rounds = 100, 16, 2000
+	errFull := errors.New("full")
+	b := new(budget).init(total)
+	var inUse, over, granted, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for g := range takers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range rounds {
+				n := 1 + rng.Int64N(60)
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if rng.IntN(8) == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(50))*time.Microsecond)
+				}
+				got, err := b.acquire(ctx, n, time.Minute, errFull)
+				cancel()
+				if err != nil {
+					if got != 0 || errors.Is(err, errFull) {
+						t.Errorf("a wait that gave up: %d bytes, %v", got, err)
+					}
+					gaveUp.Add(1)
+					continue
+				}
+				if inUse.Add(got) > total {
+					over.Add(1)
+				}
+				if rng.IntN(4) == 0 {
+					runtime.Gosched()
+				}
+				inUse.Add(-got)
+				b.release(got)
+				granted.Add(1)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * hang):
+		t.Fatalf("takers still waiting after %v: a release went unseen (held %d, waiting %d)", 3*hang, b.held(), b.queued.Load())
+	}
+	if over.Load() != 0 {
+		t.Errorf("%d times the takers held more than the budget's %d bytes", over.Load(), total)
+	}
+	if b.held() != 0 || b.queued.Load() != 0 || len(b.waiting) != 0 {
+		t.Errorf("afterwards: held %d, queued %d, waiting %d; want all 0", b.held(), b.queued.Load(), len(b.waiting))
+	}
+	if p := b.peak.Load(); p > total || p == 0 {
+		t.Errorf("peak %d; want 1 to %d", p, total)
+	}
+	if granted.Load() == 0 || b.waits.Load() == 0 {
+		t.Errorf("granted %d, waited %d: the run exercised neither path", granted.Load(), b.waits.Load())
+	}
+	t.Logf("granted %d, gave up %d, waited %d", granted.Load(), gaveUp.Load(), b.waits.Load())
+}
+
+// A release that races a taker on its way into the queue is never lost:
+// here the only bytes held are given back while the only other taker
+// queues for them, again and again, so a waiter that missed them would
+// wait for ever.
+func TestBudgetReleaseRacesAWaiter(t *testing.T) {
+	errFull := errors.New("full")
+	b := new(budget).init(10)
+	ctx := context.Background()
+	for i := range 20000 {
+		if _, err := b.acquire(ctx, 10, time.Minute, errFull); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := b.acquire(ctx, 10, time.Minute, errFull)
+			got <- err
+		}()
+		if i%2 == 1 {
+			runtime.Gosched()
+		}
+		b.release(10)
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(hang):
+			t.Fatalf("round %d: the bytes were given back while a taker queued, and it never got them (held %d, waiting %d)", i, b.held(), b.queued.Load())
+		}
+		b.release(10)
 	}
 }
 

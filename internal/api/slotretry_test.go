@@ -65,7 +65,7 @@ func TestSlotRetryLearnsFromCountedReleases(t *testing.T) {
 // 80 bytes queued while 40 were freed, twice the wait; not a fixed 1 s.
 func TestBudgetRefusalPredictsItsWait(t *testing.T) {
 	errFull := errors.New("full")
-	b := &budget{total: 100, free: 100}
+	b := new(budget).init(100)
 	ctx := context.Background()
 	if _, err := b.acquire(ctx, 60, time.Second, errFull); err != nil {
 		t.Fatal(err)

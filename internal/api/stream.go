@@ -73,7 +73,9 @@ func NewStreams(stall time.Duration, limit int64) *Streams {
 	if limit <= 0 {
 		limit = DefaultStreamBuffer
 	}
-	return &Streams{stall: stall, buf: budget{total: limit, free: limit}}
+	s := &Streams{stall: stall}
+	s.buf.init(limit)
+	return s
 }
 
 // defaultStreams serves handlers run outside a Server (tests, tools).
@@ -98,7 +100,7 @@ func StreamsOf(ctx context.Context) *Streams {
 // Buffered is the bytes reserved now; Peak the most ever reserved at once;
 // Limit the budget.
 func (s *Streams) Buffered() int64 { return s.buf.held() }
-func (s *Streams) Peak() int64     { s.buf.mu.Lock(); defer s.buf.mu.Unlock(); return s.buf.peak }
+func (s *Streams) Peak() int64     { return s.buf.peak.Load() }
 func (s *Streams) Limit() int64    { return s.buf.total }
 
 // Ended counts the streams the server ended for reason.

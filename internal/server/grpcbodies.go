@@ -87,7 +87,7 @@ func (e *grpcEdge) unaryStream(h grpc.MethodHandler) grpc.StreamHandler {
 // newBudgetedRead is a read for the edge's pool, its RecvMsg bound once:
 // made per call, the read and the bound method were two allocations.
 func (e *grpcEdge) newBudgetedRead() any {
-	r := &budgetedRead{e: e}
+	r := &budgetedRead{e: e, shard: e.slow.shard()}
 	r.recv = r.RecvMsg
 	return r
 }
@@ -99,11 +99,13 @@ type budgetedRead struct {
 	e    *grpcEdge
 	held int64
 	recv func(any) error // RecvMsg, bound
-	// reading is what the read in progress holds; since when it began,
-	// idx its place in the edge's slowReads.
+	// reading is what the read in progress holds; since when it began
+	// (the sweep's clock), idx its place in its shard of the edge's
+	// slowReads.
 	reading atomic.Int64
 	since   int64
 	idx     int
+	shard   *slowShard // of the edge's slowReads, for the read's life
 }
 
 func (r *budgetedRead) RecvMsg(m any) error {
@@ -153,50 +155,79 @@ func readSize(ctx context.Context, max int) int64 {
 // --addr the read timeout ends such a request; grpc-go has no read
 // timeout of a call's own, so the sweep gives back the room of a read
 // older than the read timeout instead, and the call goes on uncounted.
+//
+// Every call adds its read and removes it: the reads are spread over
+// shards, each with its own lock, so calls on different cores seldom
+// share one, and a read is stamped with the sweep's clock (its last
+// tick), not the system's.
 type slowReads struct {
+	shards [slowShards]slowShard
+	next   atomic.Uint32 // the shard of the next read made
+	clock  atomic.Int64  // the sweep's last tick, UnixNano
+}
+
+// slowShards: more than the cores a server here runs on.
+const slowShards = 16
+
+type slowShard struct {
 	mu    sync.Mutex
 	reads []*budgetedRead
+	_     [64]byte // its own cache line: no false sharing between shards
+}
+
+// shard is the shard for a new read.
+func (s *slowReads) shard() *slowShard {
+	return &s.shards[s.next.Add(1)%slowShards]
 }
 
 func (s *slowReads) add(r *budgetedRead) {
-	r.since = time.Now().UnixNano()
-	s.mu.Lock()
-	r.idx = len(s.reads)
-	s.reads = append(s.reads, r)
-	s.mu.Unlock()
+	r.since = s.clock.Load()
+	sh := r.shard
+	sh.mu.Lock()
+	r.idx = len(sh.reads)
+	sh.reads = append(sh.reads, r)
+	sh.mu.Unlock()
 }
 
 func (s *slowReads) remove(r *budgetedRead) {
-	s.mu.Lock()
-	last := s.reads[len(s.reads)-1]
-	s.reads[r.idx], last.idx = last, r.idx
-	s.reads[len(s.reads)-1] = nil
-	s.reads = s.reads[:len(s.reads)-1]
-	s.mu.Unlock()
+	sh := r.shard
+	sh.mu.Lock()
+	last := sh.reads[len(sh.reads)-1]
+	sh.reads[r.idx], last.idx = last, r.idx
+	sh.reads[len(sh.reads)-1] = nil
+	sh.reads = sh.reads[:len(sh.reads)-1]
+	sh.mu.Unlock()
 }
 
-// sweep gives back the room of the reads that began before cutoff.
+// sweep gives back the room of the reads stamped before cutoff.
 func (s *slowReads) sweep(cutoff int64, bodies *api.BodyBudget) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.reads {
-		if r.since < cutoff {
-			bodies.Give(r.reading.Swap(0))
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, r := range sh.reads {
+			if r.since < cutoff {
+				bodies.Give(r.reading.Swap(0))
+			}
 		}
+		sh.mu.Unlock()
 	}
 }
 
 // sweepSlowReads sweeps every quarter of the read timeout (at most every
-// second) until quit closes.
+// second) until quit closes. A read is stamped with the tick before it
+// began, up to a tick early, so the cutoff is a tick earlier too: a read
+// is given back between one and one and a half timeouts after it began.
 func (e *grpcEdge) sweepSlowReads(timeout time.Duration, quit <-chan struct{}) {
-	t := time.NewTicker(min(max(timeout/4, 10*time.Millisecond), time.Second))
+	tick := min(max(timeout/4, 10*time.Millisecond), time.Second)
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-quit:
 			return
 		case now := <-t.C:
-			e.slow.sweep(now.Add(-timeout).UnixNano(), e.bodies)
+			e.slow.clock.Store(now.UnixNano())
+			e.slow.sweep(now.Add(-timeout-tick).UnixNano(), e.bodies)
 		}
 	}
 }

@@ -93,6 +93,7 @@ func (s *Server) startGRPC() error {
 	}
 	e := &grpcEdge{logger: s.logger, stats: newGRPCStats(s.reg), bodies: s.srv.Bodies(), maxMessage: s.grpcMaxMessage()}
 	e.reads.New = e.newBudgetedRead
+	e.slow.clock.Store(time.Now().UnixNano()) // the sweep's clock, until its first tick
 	e.quit = make(chan struct{})
 	var chain http.Handler = http.HandlerFunc(e.call)
 	chain = s.srv.Admit(chain)
@@ -276,7 +277,7 @@ func (e *grpcEdge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 		}
 		// One request message, read at the start: through the budget
 		// as a unary call's.
-		r := &budgetedRead{ServerStream: ss, e: e}
+		r := &budgetedRead{ServerStream: ss, e: e, shard: e.slow.shard()}
 		defer r.done()
 		ss = r
 	} else {
