@@ -79,6 +79,11 @@ func (h *Hub) reported(workerID, jobID string, freed bool, s *stream, r *Result)
 // from queue, for the jobs a submit will lease to it; nil if no stream
 // has one. The streams take turns as for QueueReady notes.
 func (h *Hub) reserveFor(queue string, want int) (*stream, int) {
+	if h.linked.Load() == 0 {
+		// No stream at all: the job waits PENDING, and a stream that
+		// links meanwhile finds it when it looks for work on linking.
+		return nil, 0
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ss := h.byQueue[queue]

@@ -160,6 +160,7 @@ func (h *Hub) open(id string, queues []string, acceptsCancel bool, session strin
 	for _, q := range queues {
 		h.byQueue[q] = append(h.byQueue[q], s)
 	}
+	h.linked.Add(int64(len(queues)))
 	s.poke() // look for work at once
 	return s, nil
 }
@@ -221,7 +222,9 @@ func (h *Hub) ended(s *stream) error {
 
 func (h *Hub) unlinkLocked(s *stream) {
 	for _, q := range s.queues {
+		n := len(h.byQueue[q])
 		ss := slices.DeleteFunc(h.byQueue[q], func(x *stream) bool { return x == s })
+		h.linked.Add(int64(len(ss) - n))
 		if len(ss) == 0 {
 			delete(h.byQueue, q)
 			delete(h.next, q)

@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -43,8 +44,12 @@ type Hub struct {
 	lease   time.Duration
 	grace   time.Duration
 	workers map[string]*worker
-	// byQueue: open streams by the queues they take jobs from.
+	// byQueue: open streams by the queues they take jobs from; linked
+	// counts its entries (stored under mu), so that a submit, and a
+	// queue's ready jobs, find that no stream waits without the lock
+	// every submit would otherwise take.
 	byQueue map[string][]*stream
+	linked  atomic.Int64
 	// owner: the worker each pushed, unreported job was pushed to.
 	owner map[string]*worker
 	// next: where the next wake-up starts in a queue's streams, so that
@@ -155,6 +160,11 @@ func (s *stream) poke() {
 // Notify takes the workload's engine notes (engine.Options.Notify). It
 // runs on the log's completion goroutine, so it only wakes streams.
 func (h *Hub) Notify(v any) {
+	if _, ok := v.(QueueReady); ok && h.linked.Load() == 0 {
+		// No stream to wake; one that links later looks for work at
+		// once (open).
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch n := v.(type) {

@@ -121,3 +121,53 @@ func TestReadyNoteWakesAStreamWhoseLeaseHoldsItsSlots(t *testing.T) {
 		t.Fatalf("leasing %d, reserved %d after the Lease, want 0", s.leasing, w.reserved)
 	}
 }
+
+// linked, which submits and ready jobs read without the hub's lock to
+// learn that no stream waits, counts byQueue's entries through streams
+// opened on several queues (one twice), replaced and closed; and a
+// submit finds a stream as soon as one is linked, none once the last is
+// gone.
+func TestHubLinkedCountsItsStreams(t *testing.T) {
+	h := NewHub(0)
+	check := func(when string) {
+		t.Helper()
+		n := 0
+		for _, ss := range h.byQueue {
+			n += len(ss)
+		}
+		if got := h.linked.Load(); got != int64(n) {
+			t.Fatalf("%s: linked %d, byQueue holds %d", when, got, n)
+		}
+	}
+	for i, qs := range [][]string{{DefaultQueue}, {"a", "b"}, {"a", "a"}} {
+		id := string(rune('p' + i))
+		h.workers[id] = &worker{id: id, concurrency: 1, inflight: map[string]int64{}, queues: qs}
+	}
+	if st, _ := h.reserveFor(DefaultQueue, nextJobs); st != nil {
+		t.Fatal("a submit found a stream in an empty hub")
+	}
+	var open []*stream
+	for i, id := range []string{"p", "q", "r", "q"} { // q's second stream replaces its first
+		s, err := h.open(id, nil, false, "s"+string(rune('0'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.adopt(s, nil)
+		open = append(open, s)
+		check("after open " + id)
+	}
+	if st, k := h.reserveFor(DefaultQueue, nextJobs); st != open[0] || k != 1 {
+		t.Fatalf("a submit reserved %d slots of %v, want 1 of p's stream", k, st)
+	}
+	h.unreserve(open[0], 0)
+	for _, s := range open {
+		h.close(s)
+		check("after close " + s.session)
+	}
+	if h.linked.Load() != 0 {
+		t.Fatalf("linked %d with every stream closed", h.linked.Load())
+	}
+	if st, _ := h.reserveFor(DefaultQueue, nextJobs); st != nil {
+		t.Fatal("a submit found a stream after every stream closed")
+	}
+}
