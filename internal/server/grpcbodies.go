@@ -214,9 +214,7 @@ func (s *slowReads) sweep(cutoff int64, bodies *api.BodyBudget) {
 }
 
 // sweepSlowReads sweeps every quarter of the read timeout (at most every
-// second) until quit closes. A read is stamped with the tick before it
-// began, up to a tick early, so the cutoff is a tick earlier too: a read
-// is given back between one and one and a half timeouts after it began.
+// second) until quit closes.
 func (e *grpcEdge) sweepSlowReads(timeout time.Duration, quit <-chan struct{}) {
 	tick := min(max(timeout/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
@@ -226,8 +224,19 @@ func (e *grpcEdge) sweepSlowReads(timeout time.Duration, quit <-chan struct{}) {
 		case <-quit:
 			return
 		case now := <-t.C:
-			e.slow.clock.Store(now.UnixNano())
-			e.slow.sweep(now.Add(-timeout-tick).UnixNano(), e.bodies)
+			e.slow.tick(now.UnixNano(), timeout, tick, e.bodies)
 		}
 	}
+}
+
+// tick moves the sweep's clock to now and gives back the room of the
+// reads older than timeout. A read is stamped with the tick before it
+// began, up to a tick early, so the cutoff is a tick earlier too: a read
+// is given back between one and one and a half timeouts after it began.
+// Nor is a read stamped with the last tick given back: after a pause of
+// the process longer than the timeout, the reads begun since it ended
+// still carry the tick before it.
+func (s *slowReads) tick(now int64, timeout, tick time.Duration, bodies *api.BodyBudget) {
+	last := s.clock.Swap(now)
+	s.sweep(min(now-int64(timeout+tick), last), bodies)
 }

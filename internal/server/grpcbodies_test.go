@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/jqpb"
 	"github.com/surge-run/surge/internal/jqpb/jqpbconnect"
 	"github.com/surge-run/surge/internal/promtest"
@@ -294,4 +295,50 @@ func TestGRPCGoUnendedCallGivesBackItsRoom(t *testing.T) {
 	}
 	wg.Wait()
 	answeredAndFreed(t, s, statuses)
+}
+
+// The sweep gives back a read's room only once the read is older than
+// the read timeout by the sweep's clock: not while it is younger, not
+// when it was stamped with the last tick before a pause of the whole
+// process (it may have begun just after the pause), and at the first
+// tick after that which finds it old.
+func TestSlowReadsSweepByTheirTick(t *testing.T) {
+	const timeout, tick = 4 * time.Second, time.Second
+	bodies := api.NewBodyBudget(1 << 20)
+	var s slowReads
+	read := func(n int64) *budgetedRead {
+		held, err := bodies.Hold(context.Background(), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &budgetedRead{shard: s.shard()}
+		r.reading.Store(held)
+		s.add(r)
+		return r
+	}
+	sec := int64(time.Second)
+	s.clock.Store(100 * sec)
+	old := read(1000) // begun after the tick at 100 s
+	for now := int64(101); now <= 105; now++ {
+		s.tick(now*sec, timeout, tick, bodies)
+	}
+	if old.reading.Load() != 1000 {
+		t.Fatalf("a read at most 5 s old, timeout 4 s plus a tick, gave back its room early (holds %d)", old.reading.Load())
+	}
+	s.tick(106*sec, timeout, tick, bodies)
+	if old.reading.Load() != 0 || bodies.Held() != 0 {
+		t.Fatalf("a read over 5 s old still holds %d (budget %d)", old.reading.Load(), bodies.Held())
+	}
+	// A pause: the next tick comes 60 s late, after a read began.
+	late := read(2000)
+	s.tick(166*sec, timeout, tick, bodies)
+	if late.reading.Load() != 2000 {
+		t.Fatal("a read stamped with the tick before a pause was given back at the first tick after it")
+	}
+	s.tick(167*sec, timeout, tick, bodies)
+	if late.reading.Load() != 0 || bodies.Held() != 0 {
+		t.Fatalf("after the pause and one more tick the read still holds %d", late.reading.Load())
+	}
+	s.remove(old)
+	s.remove(late)
 }
