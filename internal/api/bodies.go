@@ -92,14 +92,11 @@ func (b *budget) acquire(ctx context.Context, n int64, maxWait time.Duration, er
 		return n, nil
 	}
 	b.mu.Lock()
-	if len(b.waiting) == 0 && b.take(n) {
-		b.mu.Unlock()
-		return n, nil
-	}
 	w := &budgetWaiter{n: n, ready: make(chan struct{})}
 	b.waiting = append(b.waiting, w)
 	b.queued.Store(int32(len(b.waiting)))
-	// Room given back before queued was seen is in free: look again.
+	// Room given back before queued was seen is in free: look again (w
+	// first in line and room free: it is granted here).
 	b.wakeLocked()
 	select {
 	case <-w.ready:
