@@ -159,7 +159,7 @@ func TestHubLinkedCountsItsStreams(t *testing.T) {
 	if st, k := h.reserveFor(DefaultQueue, nextJobs); st != open[0] || k != 1 {
 		t.Fatalf("a submit reserved %d slots of %v, want 1 of p's stream", k, st)
 	}
-	h.unreserve(open[0], 0)
+	h.delivered(open[0], 1, nil)
 	for _, s := range open {
 		h.close(s)
 		check("after close " + s.session)
