@@ -181,9 +181,12 @@ func (s *slowReads) shard() *slowShard {
 }
 
 func (s *slowReads) add(r *budgetedRead) {
-	r.since = s.clock.Load()
 	sh := r.shard
 	sh.mu.Lock()
+	// Read under the shard's lock: a late tick moves the clock before it
+	// takes the shards' locks, so a read it does not find has the new
+	// clock, and one it finds with the old one it restamps.
+	r.since = s.clock.Load()
 	r.idx = len(sh.reads)
 	sh.reads = append(sh.reads, r)
 	sh.mu.Unlock()
@@ -233,10 +236,29 @@ func (e *grpcEdge) sweepSlowReads(timeout time.Duration, quit <-chan struct{}) {
 // reads older than timeout. A read is stamped with the tick before it
 // began, up to a tick early, so the cutoff is a tick earlier too: a read
 // is given back between one and one and a half timeouts after it began.
-// Nor is a read stamped with the last tick given back: after a pause of
-// the process longer than the timeout, the reads begun since it ended
-// still carry the tick before it.
+// A tick that comes late (the process was paused, or its sweep starved)
+// cannot tell when the reads stamped with the tick before it began: any
+// time until now. It counts them from now, so a read begun just before
+// the late tick is not given back at the next one; one that was stuck
+// before the pause gets up to a timeout and a half more.
 func (s *slowReads) tick(now int64, timeout, tick time.Duration, bodies *api.BodyBudget) {
 	last := s.clock.Swap(now)
-	s.sweep(min(now-int64(timeout+tick), last), bodies)
+	if now-last > int64(tick)*3/2 {
+		s.restamp(last, now)
+	}
+	s.sweep(now-int64(timeout+tick), bodies)
+}
+
+// restamp moves the reads stamped last to now.
+func (s *slowReads) restamp(last, now int64) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, r := range sh.reads {
+			if r.since == last {
+				r.since = now
+			}
+		}
+		sh.mu.Unlock()
+	}
 }
