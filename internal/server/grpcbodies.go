@@ -246,7 +246,9 @@ func (s *slowReads) tick(now int64, timeout, tick time.Duration, bodies *api.Bod
 	if now-last > int64(tick)*3/2 {
 		s.restamp(last, now)
 	}
-	s.sweep(now-int64(timeout+tick), bodies)
+	// Nor is a read stamped with the last tick given back, however short
+	// the timeout against the tick (10 ms at least).
+	s.sweep(min(now-int64(timeout+tick), last), bodies)
 }
 
 // restamp moves the reads stamped last to now.
