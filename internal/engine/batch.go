@@ -219,14 +219,11 @@ func (b *batch) done(first, end cmdlog.Position, err error) {
 			}
 		}
 		if b.snap != nil {
-			select {
-			case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: end, encode: b.snap, size: b.snapSize}:
-			default:
-				// The writer is behind; skip this one; the partition takes
-				// another at its next trigger.
-				p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
-			}
+			p.e.queueSnapshot(snapJob{p: p, gen: p.gen.Load(), pos: end, encode: b.snap, size: b.snapSize})
 		}
+	} else if b.snap != nil {
+		// Not durable: nothing of it may be written.
+		p.snapOut.Store(false)
 	}
 	p.giveBack(b)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/wal"
 )
@@ -460,4 +462,83 @@ func deliveredChild(dir string) {
 	fmt.Println("SETTLED")
 	os.Stdout.Sync()
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// gatedSnapshots holds every snapshot write until open is closed, and
+// counts the writes begun.
+type gatedSnapshots struct {
+	engine.SnapshotStore
+	open   chan struct{}
+	begun  atomic.Int64
+	failed atomic.Bool // fail the first write, once the gate opens
+}
+
+func (g *gatedSnapshots) Write(part uint32, pos cmdlog.Position, data []byte) error {
+	g.begun.Add(1)
+	<-g.open
+	if g.failed.CompareAndSwap(false, true) {
+		return errors.New("a full disk")
+	}
+	return g.SnapshotStore.Write(part, pos, data)
+}
+
+// A partition captures its next snapshot only once its last is written:
+// each capture holds the state it saw (payloads, retained jobs), so
+// captures queued behind a slow writer each pinned a whole state. A
+// storm of 1 MiB jobs queued 22 of them and took the process to 14 GB.
+// The count trigger here fires every 2 commands while the writer is
+// stuck on the first snapshot; then the first write fails, and the
+// partition must go on snapshotting after it.
+func TestSnapshotWaitsForItsPartitionsLast(t *testing.T) {
+	dir := t.TempDir()
+	sd, err := wal.OpenSnapshotDir(nil, filepath.Join(dir, "snap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedSnapshots{SnapshotStore: sd, open: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	e := openEngineWith(t, dir, func(o *engine.Options) {
+		o.Snapshots = g
+		o.SnapshotEvery = 2
+		o.SnapshotBytes = -1
+		o.SnapshotInterval = -1
+		o.Metrics = engine.NewMetrics(reg)
+	})
+	defer e.Close()
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(g.open) }) }
+	defer openGate() // before the close, which waits for the writer
+	p := e.PartitionOf("a")
+	k := keyOn(e, p, "a")
+	forks := func() uint64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "surge_engine_snapshot_fork_seconds" {
+				return f.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no snapshot fork histogram")
+		return 0
+	}
+	for range 40 {
+		mustDo(t, e, p, &transfer{From: k, To: k, N: 1})
+	}
+	if n := forks(); n != 1 {
+		t.Fatalf("%d snapshots captured while the first waits to be written; want 1", n)
+	}
+	openGate() // the first write fails; the partition must try again
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mustDo(t, e, p, &transfer{From: k, To: k, N: 1})
+		if _, ok := latestSnapshot(t, dir, p); ok && forks() >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot of partition %d written after the failed one (%d captured, %d writes begun)", p, forks(), g.begun.Load())
+		}
+	}
 }

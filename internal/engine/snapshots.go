@@ -21,6 +21,9 @@ import (
 // loads that state anyway and replays half its size more. The time
 // trigger does not wait: it is what lets the log go.
 func (p *partition) snapshotDue(now int64) bool {
+	if p.snapOut.Load() {
+		return false // the last is still being written: see snapOut
+	}
 	o := &p.e.opts
 	if o.SnapshotInterval > 0 && p.records > p.snapRecords && now-p.snapAtNs >= int64(o.SnapshotInterval) {
 		return true
@@ -68,6 +71,7 @@ func (p *partition) logged(n int64) {
 func (p *partition) captureSnapshot(now int64) (encode func(dst []byte) []byte, size int) {
 	start := time.Now()
 	encode, size = p.forkSnapshot(), p.snapshotBufSize()
+	p.snapOut.Store(true)
 	p.markSnapshot(now)
 	if mt := p.e.opts.Metrics; mt != nil {
 		mt.SnapshotForkSeconds.Observe(time.Since(start).Seconds())
@@ -110,16 +114,23 @@ func (p *partition) snapshotIdle() {
 		p.snapRetryNs = now + int64(p.e.opts.SnapshotInterval)
 		return
 	}
-	if p.inflight.Load() {
+	if p.inflight.Load() || p.snapOut.Load() {
 		p.snapRetryNs = now + int64(snapshotRetryDelay)
 		return
 	}
 	pos := cmdlog.Position(p.lastEnd.Load())
 	encode, size := p.captureSnapshot(now)
+	p.e.queueSnapshot(snapJob{p: p, gen: p.gen.Load(), pos: pos, encode: encode, size: size})
+}
+
+// queueSnapshot hands j to the snapshotter; if its queue is full, j is
+// given up and the partition takes another at its next trigger.
+func (e *Engine) queueSnapshot(j snapJob) {
 	select {
-	case p.e.snapCh <- snapJob{p: p, gen: p.gen.Load(), pos: pos, encode: encode, size: size}:
+	case e.snapCh <- j:
 	default:
-		p.e.log.Warn("snapshot queue full; skipping a snapshot", "partition", p.id)
+		j.p.snapOut.Store(false)
+		e.log.Warn("snapshot queue full; skipping a snapshot", "partition", j.p.id)
 	}
 }
 
@@ -162,6 +173,8 @@ func (e *Engine) snapshotter() {
 }
 
 func (e *Engine) writeSnapshot(j snapJob) {
+	// Written, failed or stale: the partition may capture its next.
+	defer j.p.snapOut.Store(false)
 	if e.clusterMode() && j.p.gen.Load() != j.gen {
 		return // taken while an earlier owner's term; a newer one exists
 	}
