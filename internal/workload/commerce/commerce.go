@@ -70,7 +70,11 @@
 // cancelled, and no change once confirmed. A saga payment is refunded
 // only by its order's saga or cancel (refunding it by hand would leave a
 // CONFIRMED order unpaid); payments created directly by POST
-// /api/payments refund by hand. Late and duplicate answers to a terminal order change nothing.
+// /api/payments refund by hand. A direct payment for an order whose saga
+// has not charged it yet is taken by the saga when it charged what the
+// saga would, and becomes a saga payment; any other makes the saga fail,
+// and the order's compensation refunds it (processPayment). Late and
+// duplicate answers to a terminal order change nothing.
 //
 // Only a command that changes state is logged: every rejection is
 // declared Unchanged.

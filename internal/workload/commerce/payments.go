@@ -106,11 +106,22 @@ func (m *Machine) processPayment(c *ProcessPaymentForOrder, now int64, fx *engin
 		return answer("", "order was cancelled")
 	}
 	if old := m.payments[c.OrderID]; old != nil {
-		// Exactly one payment per order: one made directly for this order
-		// id is not the saga's to take.
+		// Exactly one payment per order. A client of the peer's payment
+		// service pays for the order it just placed (POST /api/payments):
+		// when that payment charged what the saga would (captured, the
+		// order's customer, amount and currency), it is the order's
+		// payment, and the saga takes it rather than cancel a paid order.
+		// Any other is not the saga's to take: the order is cancelled and
+		// its RefundForOrder refunds it (refundForOrder).
+		if !old.Saga && old.Status == PaymentCaptured && old.CustomerID == c.CustomerID &&
+			old.AmountCents == c.AmountCents && old.Currency == sagaCurrency {
+			old.Saga, old.UpdatedAt = true, now
+			m.event(PaymentKey(c.OrderID), "PaymentTakenForOrder", now, "transactionId", old.TransactionID)
+			return answer(old.ID, "")
+		}
 		return answer("", fmt.Sprintf("order already has payment %s", old.ID))
 	}
-	p := m.pay(c.OrderID, c.CustomerID, c.AmountCents, "USD", c.Method, true, now)
+	p := m.pay(c.OrderID, c.CustomerID, c.AmountCents, sagaCurrency, c.Method, true, now)
 	if p.Status == PaymentFailedSt {
 		return answer("", p.FailureReason)
 	}
@@ -128,9 +139,15 @@ func (m *Machine) refundForOrder(c *RefundForOrder, now int64, fx *engine.Effect
 		m.event(PaymentKey(c.OrderID), "PaymentRefusedForCancelledOrder", now, "reason", c.Reason)
 		return &Result{Outcome: OK}
 	}
-	if !p.Saga || p.Status != PaymentCaptured {
+	if p.Status != PaymentCaptured {
 		return &Result{Outcome: Ignored}
 	}
+	// The saga's payment, or one made directly for the order that the
+	// saga could not take (processPayment): the order is cancelled, so
+	// what was captured for it goes back.
 	m.refund(p, c.Reason, now)
 	return &Result{Outcome: OK}
 }
+
+// sagaCurrency is what a saga charges in: the peer's orders carry none.
+const sagaCurrency = "USD"

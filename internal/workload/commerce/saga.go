@@ -261,8 +261,10 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 	}
 	if failure != "" {
 		m.sagaStep(s, "PAYMENT", "FAILED", now)
-		// The payment failed, so there is nothing to refund.
-		s.paymentAsked = false
+		// Its own payment was declined (RefundForOrder ignores it), or the
+		// order's one payment is one made directly for it that the saga
+		// could not take (processPayment), which must not stay captured
+		// for a cancelled order: compensate asks for the refund either way.
 		return m.compensate(o, s, SagaCompensated, "payment failed: "+failure, now, fx)
 	}
 	for _, p := range s.Products {
