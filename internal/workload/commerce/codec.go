@@ -55,6 +55,10 @@ const (
 	tagVerifyCustomerForOrder
 	tagCustomerVerified
 	tagReleaseConfirmedOrder
+	// tagProcessPaymentTake is a ProcessPaymentForOrder with Take set:
+	// the flag is the tag, so a request logged before it (whose answer
+	// receivers have already numbered) replays as it was answered.
+	tagProcessPaymentTake
 )
 
 // Client commands.
@@ -132,6 +136,9 @@ type (
 		OrderID, CustomerID string
 		AmountCents         int64
 		Method              string
+		// Take: a payment made directly for the order that charged what
+		// this request would is the order's (processPayment).
+		Take bool
 	}
 	// RefundForOrder carries the saga's retention: a closed-order marker
 	// it leaves is purged after it, like the saga.
@@ -308,6 +315,9 @@ func (x *StockReserved) AppendBinary(b []byte) ([]byte, error) {
 }
 func (x *StockFailed) AppendBinary(b []byte) ([]byte, error) { return encode(b, tagStockFailed, x) }
 func (x *ProcessPaymentForOrder) AppendBinary(b []byte) ([]byte, error) {
+	if x.Take {
+		return encode(b, tagProcessPaymentTake, x)
+	}
 	return encode(b, tagProcessPaymentForOrder, x)
 }
 func (x *RefundForOrder) AppendBinary(b []byte) ([]byte, error) {
@@ -396,6 +406,8 @@ func newCommand(tag byte) coded {
 		return &CustomerVerified{}
 	case tagReleaseConfirmedOrder:
 		return &ReleaseConfirmedOrder{}
+	case tagProcessPaymentTake:
+		return &ProcessPaymentForOrder{Take: true}
 	}
 	return nil
 }

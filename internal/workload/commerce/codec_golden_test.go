@@ -19,7 +19,8 @@ func TestCodecGolden(t *testing.T) {
 		&CreateOrder{OrderID: "o2", CustomerID: "c9", VerifyCustomer: true, RetentionNs: 1e12},
 		&VerifyCustomerForOrder{OrderID: "o2", CustomerID: "c9"}, &CustomerVerified{OrderID: "o2", CustomerID: "c9", Reason: "r"},
 		&ReleaseConfirmedOrder{OrderID: "o1", ProductID: "p1", Quantity: 2, Reason: "r"},
-		&SetFault{Enabled: true, Message: "m"}, &ReplayDLQ{ID: "dlq-0-1"}, &DiscardDLQ{ID: "dlq-0-2"}, &PurgeSagas{})
+		&SetFault{Enabled: true, Message: "m"}, &ReplayDLQ{ID: "dlq-0-1"}, &DiscardDLQ{ID: "dlq-0-2"}, &PurgeSagas{},
+		&ProcessPaymentForOrder{OrderID: "o2", CustomerID: "c9", AmountCents: 1100, Method: "CREDIT_CARD", Take: true})
 	h := newHarness(t, 1, 1)
 	for _, c := range sampleCommands() {
 		h.Client("", c)

@@ -73,8 +73,8 @@
 // /api/payments refund by hand. A direct payment for an order whose saga
 // has not charged it yet is taken by the saga when it charged what the
 // saga would, and becomes a saga payment; any other makes the saga fail,
-// and the order's compensation refunds it (processPayment). Late and
-// duplicate answers to a terminal order change nothing.
+// and the payment's partition refunds it as it answers (processPayment).
+// Late and duplicate answers to a terminal order change nothing.
 //
 // Only a command that changes state is logged: every rejection is
 // declared Unchanged.

@@ -111,13 +111,18 @@ func (m *Machine) processPayment(c *ProcessPaymentForOrder, now int64, fx *engin
 		// when that payment charged what the saga would (captured, the
 		// order's customer, amount and currency), it is the order's
 		// payment, and the saga takes it rather than cancel a paid order.
-		// Any other is not the saga's to take: the order is cancelled and
-		// its RefundForOrder refunds it (refundForOrder).
-		if !old.Saga && old.Status == PaymentCaptured && old.CustomerID == c.CustomerID &&
+		if c.Take && !old.Saga && old.Status == PaymentCaptured && old.CustomerID == c.CustomerID &&
 			old.AmountCents == c.AmountCents && old.Currency == sagaCurrency {
 			old.Saga, old.UpdatedAt = true, now
 			m.event(PaymentKey(c.OrderID), "PaymentTakenForOrder", now, "transactionId", old.TransactionID)
 			return answer(old.ID, "")
+		}
+		// Any other is not the saga's to take, and this answer cancels
+		// the order (or it is cancelled already): what was captured for
+		// it goes back now. No message: a log written before this was
+		// done replays with the same messages, only this refund added.
+		if !old.Saga && old.Status == PaymentCaptured {
+			m.refund(old, "order cancelled: its saga could not take this payment", now)
 		}
 		return answer("", fmt.Sprintf("order already has payment %s", old.ID))
 	}
@@ -139,12 +144,9 @@ func (m *Machine) refundForOrder(c *RefundForOrder, now int64, fx *engine.Effect
 		m.event(PaymentKey(c.OrderID), "PaymentRefusedForCancelledOrder", now, "reason", c.Reason)
 		return &Result{Outcome: OK}
 	}
-	if p.Status != PaymentCaptured {
+	if !p.Saga || p.Status != PaymentCaptured {
 		return &Result{Outcome: Ignored}
 	}
-	// The saga's payment, or one made directly for the order that the
-	// saga could not take (processPayment): the order is cancelled, so
-	// what was captured for it goes back.
 	m.refund(p, c.Reason, now)
 	return &Result{Outcome: OK}
 }

@@ -215,7 +215,7 @@ func (m *Machine) payWhenReady(o *Order, s *Saga, now int64, fx *engine.Effects)
 	if s.waiting > 0 {
 		return &Result{Outcome: OK}
 	}
-	if err := fx.Send(PaymentKey(o.ID), WorkloadID, &ProcessPaymentForOrder{OrderID: o.ID, CustomerID: o.CustomerID, AmountCents: o.Total, Method: o.PaymentMethod}); err != nil {
+	if err := fx.Send(PaymentKey(o.ID), WorkloadID, &ProcessPaymentForOrder{OrderID: o.ID, CustomerID: o.CustomerID, AmountCents: o.Total, Method: o.PaymentMethod, Take: true}); err != nil {
 		return invalid("%v", err)
 	}
 	s.paymentAsked = true
@@ -261,10 +261,12 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 	}
 	if failure != "" {
 		m.sagaStep(s, "PAYMENT", "FAILED", now)
-		// Its own payment was declined (RefundForOrder ignores it), or the
-		// order's one payment is one made directly for it that the saga
-		// could not take (processPayment), which must not stay captured
-		// for a cancelled order: compensate asks for the refund either way.
+		// Nothing to refund: the payment was declined, or the order's one
+		// payment is one made directly for it, which the payment's
+		// partition refunded as it answered (processPayment). A refund
+		// request here would also shift the numbers of every later
+		// message when a log written before it is replayed.
+		s.paymentAsked = false
 		return m.compensate(o, s, SagaCompensated, "payment failed: "+failure, now, fx)
 	}
 	for _, p := range s.Products {
