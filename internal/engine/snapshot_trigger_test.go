@@ -23,6 +23,7 @@ import (
 
 	"github.com/surge-run/surge/internal/cmdlog"
 	"github.com/surge-run/surge/internal/engine"
+	"github.com/surge-run/surge/internal/promtest"
 	"github.com/surge-run/surge/internal/wal"
 )
 
@@ -512,17 +513,11 @@ func TestSnapshotWaitsForItsPartitionsLast(t *testing.T) {
 	k := keyOn(e, p, "a")
 	forks := func() uint64 {
 		t.Helper()
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
+		m := promtest.Series(t, reg, "surge_engine_snapshot_fork_seconds", nil)
+		if m == nil {
+			t.Fatal("no snapshot fork histogram")
 		}
-		for _, f := range families {
-			if f.GetName() == "surge_engine_snapshot_fork_seconds" {
-				return f.GetMetric()[0].GetHistogram().GetSampleCount()
-			}
-		}
-		t.Fatal("no snapshot fork histogram")
-		return 0
+		return m.GetHistogram().GetSampleCount()
 	}
 	for range 40 {
 		mustDo(t, e, p, &transfer{From: k, To: k, N: 1})
