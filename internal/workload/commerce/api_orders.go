@@ -117,7 +117,8 @@ func (a *API) orderCommand(b *orderBody) (*CreateOrder, string) {
 		return nil, fmt.Sprintf("customerId must be at most %d characters", MaxTextLen)
 	}
 	cmd := &CreateOrder{OrderID: newID(), CustomerID: b.CustomerID, ShippingAddress: b.ShippingAddress,
-		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline), RetentionNs: int64(a.retention)}
+		CustomerName: b.CustomerName, CustomerEmail: b.CustomerEmail, PaymentMethod: b.PaymentMethod, DeadlineNs: int64(a.deadline), RetentionNs: int64(a.retention),
+		ClosePayment: true}
 	if cmd.PaymentMethod == "" {
 		cmd.PaymentMethod = DefaultPaymentMethod
 	}

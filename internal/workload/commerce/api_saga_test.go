@@ -109,3 +109,33 @@ func TestUnknownIDsCancelledBySaga(t *testing.T) {
 		t.Fatalf("%v", o)
 	}
 }
+
+// TestDirectPaymentOfACancelledOrderAPI: a client pays for the order it
+// just placed (POST /api/payments with its total), and the order is then
+// cancelled before its saga asks for the payment, here because the
+// product has too few units. The payment is refunded, or, if the order
+// was cancelled first, refused (409); never left captured.
+func TestDirectPaymentOfACancelledOrderAPI(t *testing.T) {
+	srv := newServer(t, time.Minute)
+	cid, pid := seed(t, srv, "10.00", 10)
+	refunded, refused := 0, 0
+	for range 20 {
+		o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":11}]}`, cid, pid))
+		id := o["orderId"].(string)
+		st, body := do(t, srv, "POST", "/api/payments", fmt.Sprintf(`{"orderId":%q,"customerId":%q,"amount":%v,"currency":"USD","method":"CREDIT_CARD"}`,
+			id, cid, o["paymentAmount"]))
+		if o = waitOrder(t, srv, id); o["status"] != "CANCELLED" {
+			t.Fatalf("order of 11 of 10 units: %v", o)
+		}
+		switch st {
+		case 201:
+			pollGet(t, srv, "/api/payments/order/"+id, func(p map[string]any) bool { return p["status"] == "REFUNDED" })
+			refunded++
+		case 409:
+			refused++
+		default:
+			t.Fatalf("direct payment: %d %s", st, body)
+		}
+	}
+	t.Logf("%d refunded, %d refused", refunded, refused)
+}

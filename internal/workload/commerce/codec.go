@@ -59,6 +59,11 @@ const (
 	// the flag is the tag, so a request logged before it (whose answer
 	// receivers have already numbered) replays as it was answered.
 	tagProcessPaymentTake
+	// tagCreateOrderClose and tagCreateOrderVerifyClose are a CreateOrder
+	// with ClosePayment set (and VerifyCustomer): the flag is the tag, so
+	// an order logged before it replays with the messages it sent then.
+	tagCreateOrderClose
+	tagCreateOrderVerifyClose
 )
 
 // Client commands.
@@ -103,6 +108,11 @@ type (
 		// lookup found none): the order is accepted, and the saga cancels
 		// it if the customer is still unknown.
 		VerifyCustomer bool
+		// ClosePayment has a saga that ends without its payment tell the
+		// payment's partition all the same (RefundForOrder): a payment the
+		// client made directly for the order is refunded, and a later one
+		// refused. The API sets it on every order.
+		ClosePayment bool
 	}
 	ConfirmOrder struct{ OrderID string }
 	CancelOrder  struct{ OrderID, Reason, CancelledBy string }
@@ -288,8 +298,13 @@ func (x *ReplenishStock) AppendBinary(b []byte) ([]byte, error) {
 	return encode(b, tagReplenishStock, x)
 }
 func (x *CreateOrder) AppendBinary(b []byte) ([]byte, error) {
-	if x.VerifyCustomer {
+	switch {
+	case x.VerifyCustomer && x.ClosePayment:
+		return encode(b, tagCreateOrderVerifyClose, x)
+	case x.VerifyCustomer:
 		return encode(b, tagCreateOrderVerify, x)
+	case x.ClosePayment:
+		return encode(b, tagCreateOrderClose, x)
 	}
 	return encode(b, tagCreateOrder, x)
 }
@@ -408,6 +423,10 @@ func newCommand(tag byte) coded {
 		return &ReleaseConfirmedOrder{}
 	case tagProcessPaymentTake:
 		return &ProcessPaymentForOrder{Take: true}
+	case tagCreateOrderClose:
+		return &CreateOrder{ClosePayment: true}
+	case tagCreateOrderVerifyClose:
+		return &CreateOrder{VerifyCustomer: true, ClosePayment: true}
 	}
 	return nil
 }
@@ -425,12 +444,12 @@ func Decode(data []byte) (engine.Command, error) {
 	return cmd, nil
 }
 
-// Snapshot encoding, version 4 (2 added the saga retention and the purge
+// Snapshot encoding, version 5 (2 added the saga retention and the purge
 // queue; 3 the sku index and event histories as eventLog encodes them; 4
-// the dead-letter queue; 2 and 3 are still read). Every map is written in sorted key order, and the purge
+// the dead-letter queue; 5 a saga's closePayment; 2 to 4 are still read). Every map is written in sorted key order, and the purge
 // queue in queue order, so the same state always encodes to the same
 // bytes.
-const snapshotVersion = 4
+const snapshotVersion = 5
 
 // oldestSnapshotVersion is the oldest version Restore still reads.
 const oldestSnapshotVersion = 2
@@ -502,6 +521,9 @@ func (x *Saga) code(c *wire.Coder) {
 	c.Bool(&x.paymentAsked)
 	c.Str(&x.FailureReason)
 	c.I64(&x.RetentionNs)
+	if !c.Reading() || c.Version >= 5 {
+		c.Bool(&x.closePayment)
+	}
 }
 
 func (x *Payment) code(c *wire.Coder) {

@@ -74,6 +74,9 @@
 // has not charged it yet is taken by the saga when it charged what the
 // saga would, and becomes a saga payment; any other makes the saga fail,
 // and the payment's partition refunds it as it answers (processPayment).
+// One made before the saga ends some other way (a cancel, stock, the
+// deadline) is refunded by the RefundForOrder that a saga created with
+// ClosePayment sends as it compensates, asked for its payment or not.
 // Late and duplicate answers to a terminal order change nothing.
 //
 // Only a command that changes state is logged: every rejection is
@@ -283,6 +286,9 @@ type Saga struct {
 	// RetentionNs is how long the saga is kept once it has ended (0: for
 	// ever), from its logged CreateOrder.
 	RetentionNs int64
+	// closePayment: the saga's CreateOrder had ClosePayment, so its
+	// compensation tells the payment's partition, asked or not.
+	closePayment bool
 }
 
 // Terminal reports whether the saga has ended.

@@ -34,6 +34,10 @@ type model struct {
 	// afterConfirm: orders cancelled by hand once CONFIRMED (their saga
 	// stays COMPLETED).
 	afterConfirm map[string]bool
+	// closed: orders whose RefundForOrder the payment's partition
+	// applied; late: those paid directly after it (once its marker was
+	// purged), which nothing refunds.
+	closed, late map[string]bool
 }
 
 type ending struct {
@@ -52,6 +56,7 @@ type stats struct {
 	confirmed, cancelled, timedOut, compensated, steps int
 	sagasPurged, sagasKept, markersPurged, heldBack    int
 	cancelledConfirmed, unknownCustomer, paidDirectly  int
+	refundedOnClose                                    int
 }
 
 // watch has the model note every saga ending (OrderChanged) and every
@@ -60,6 +65,7 @@ type stats struct {
 func (md *model) watch(h *harness) {
 	md.ended = map[string]ending{}
 	md.taken, md.asked = map[string]bool{}, map[string]bool{}
+	md.closed, md.late = map[string]bool{}, map[string]bool{}
 	md.queued = make([][]queuedPurge, h.N)
 	h.OnApply = func(p int, cmd engine.Command, res *Result, notes []any) {
 		for _, n := range notes {
@@ -78,8 +84,15 @@ func (md *model) watch(h *harness) {
 		if c, ok := cmd.(*ProcessPaymentForOrder); ok {
 			md.asked[c.OrderID] = true
 		}
-		if c, ok := cmd.(*RefundForOrder); ok && res.Outcome == OK && h.Machines[p].payments[c.OrderID] == nil && c.RetentionNs > 0 {
-			md.queued[p] = append(md.queued[p], queuedPurge{id: c.OrderID, marker: true, at: h.Now + c.RetentionNs})
+		if c, ok := cmd.(*RefundForOrder); ok {
+			md.closed[c.OrderID] = true
+			pay := h.Machines[p].payments[c.OrderID]
+			if res.Outcome == OK && pay == nil && c.RetentionNs > 0 {
+				md.queued[p] = append(md.queued[p], queuedPurge{id: c.OrderID, marker: true, at: h.Now + c.RetentionNs})
+			}
+			if res.Outcome == OK && pay != nil && !pay.Saga && !md.asked[c.OrderID] {
+				md.stats.refundedOnClose++
+			}
 		}
 	}
 }
@@ -225,11 +238,14 @@ func checkEnd(h *harness, md *model) {
 			default:
 				h.T.Fatalf("order %s CANCELLED with saga %s", id, s.Status)
 			}
-			if pay := h.payment(id); pay != nil && (pay.Saga || md.asked[id]) && pay.Status == PaymentCaptured {
+			closes := md.orders[id].ClosePayment && !md.late[id]
+			if pay := h.payment(id); pay != nil && (pay.Saga || md.asked[id] || closes) && pay.Status == PaymentCaptured {
 				// A direct payment the saga could not take is refunded as
-				// the order is cancelled; one made before the saga asked
-				// for its payment is not told (it is the client's to
-				// refund by hand).
+				// the order is cancelled, and so is one made before the
+				// saga asked for its payment if the order was created with
+				// ClosePayment (an older order's is the client's to refund
+				// by hand), unless it was made after the order was closed
+				// and its marker purged.
 				var evs []Event
 				if l := h.Machines[h.Part(PaymentKey(id))].events[PaymentKey(id)]; l != nil {
 					evs = l.newest(50)
@@ -274,6 +290,8 @@ func checkEnd(h *harness, md *model) {
 }
 
 var methods = []string{"CREDIT_CARD", "DEBIT_CARD", "BANK_TRANSFER", "DIGITAL_WALLET"}
+
+const unknownMethod = "its payment method is unknown"
 
 func runSeed(t testing.TB, seed uint64, st *stats) {
 	h := newHarness(t, seed, 4)
@@ -329,7 +347,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			id := fmt.Sprintf("o%d", nOrders)
 			nOrders++
 			c := &CreateOrder{OrderID: id, CustomerID: fmt.Sprintf("c%d", r.IntN(3)), PaymentMethod: methods[r.IntN(4)],
-				DeadlineNs: (1 + r.Int64N(150)) * ms, RetentionNs: retention()}
+				DeadlineNs: (1 + r.Int64N(150)) * ms, RetentionNs: retention(), ClosePayment: r.IntN(4) != 0}
 			if r.IntN(3) == 0 {
 				// As the API sends an order whose customer it did not find.
 				c.VerifyCustomer, c.CustomerID = true, fmt.Sprintf("c%d", r.IntN(4))
@@ -339,7 +357,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 			}
 			if r.IntN(10) == 0 {
 				c.PaymentMethod = "BITCOIN"
-				md.doomed[id] = "its payment method is unknown"
+				md.doomed[id] = unknownMethod
 			}
 			for range 1 + r.IntN(4) {
 				pid := pick()
@@ -438,6 +456,9 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 				closed = h.Machines[h.Part(PaymentKey(oid))].closedOrders[oid]
 			} else if nOrders > 0 && r.IntN(6) == 0 {
 				oid = fmt.Sprintf("o%d", r.IntN(nOrders)) // takes the order's one payment
+				if r.IntN(2) == 0 {
+					oid = fmt.Sprintf("o%d", nOrders-1) // the order just placed, as its client pays for it
+				}
 				o, s := h.order(oid)
 				if r.IntN(2) == 0 && o.Total >= 1 {
 					// Paid as the saga would (a client of the peer's
@@ -449,6 +470,9 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 					// Too late to matter, or its request is already on the way.
 				case pay.Currency == sagaCurrency && pay.AmountCents <= MaxPaymentCents:
 					md.taken[oid] = true
+					if md.doomed[oid] == unknownMethod {
+						delete(md.doomed, oid) // the saga takes the payment; it pays by no method of its own
+					}
 				case md.doomed[oid] == "":
 					md.doomed[oid] = "a direct payment it cannot take took its one payment"
 				}
@@ -459,6 +483,7 @@ func runSeed(t testing.TB, seed uint64, st *stats) {
 				t.Fatalf("direct payment for closed order %s: %+v", oid, res)
 			}
 			if res.Outcome == Created {
+				md.late[oid] = md.closed[oid]
 				md.payments = append(md.payments, oid)
 				if (res.Payment.Status == PaymentFailedSt) != (res.Payment.AmountCents > MaxPaymentCents) {
 					t.Fatalf("payment of %d ended %s", res.Payment.AmountCents, res.Payment.Status)
@@ -552,7 +577,7 @@ func TestPropertySagas(t *testing.T) {
 	t.Logf("%+v", *st)
 	// The mix must reach every ending, or the checks above prove little.
 	if st.confirmed == 0 || st.timedOut == 0 || st.compensated == 0 || st.sagasPurged == 0 || st.sagasKept == 0 || st.markersPurged == 0 || st.heldBack == 0 ||
-		st.cancelledConfirmed == 0 || st.unknownCustomer == 0 || st.paidDirectly == 0 {
+		st.cancelledConfirmed == 0 || st.unknownCustomer == 0 || st.paidDirectly == 0 || st.refundedOnClose == 0 {
 		t.Fatalf("the random mix missed an ending: %+v", *st)
 	}
 }

@@ -44,7 +44,8 @@ func (m *Machine) createOrder(c *CreateOrder, now int64, fx *engine.Effects) *Re
 	if r != nil {
 		return r
 	}
-	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: waiting, RetentionNs: c.RetentionNs}
+	s := &Saga{ID: c.OrderID, Type: SagaType, Status: SagaStarted, StartedAt: now, UpdatedAt: now, Products: products, waiting: waiting, RetentionNs: c.RetentionNs,
+		closePayment: c.ClosePayment}
 	m.orders[c.OrderID] = o
 	m.sagas[c.OrderID] = s
 	key := OrderKey(c.OrderID)
@@ -158,14 +159,17 @@ func (m *Machine) setOrderStatus(o *Order, status, reason string, now int64) {
 
 // compensate ends a saga that will not complete: the order is cancelled,
 // every product is told to release (those that reserved nothing ignore
-// it) and a requested payment is told to refund.
+// it) and the payment's partition to refund: always, when the order was
+// created with ClosePayment, since a client may have paid for it directly
+// before the saga asked (and stock, a cancel or the deadline came first);
+// for an older order only if the saga asked.
 func (m *Machine) compensate(o *Order, s *Saga, final, reason string, now int64, fx *engine.Effects) *Result {
 	for _, p := range s.Products {
 		if err := fx.Send(ProductKey(p), WorkloadID, &ReleaseForOrder{OrderID: o.ID, ProductID: p, Reason: reason}); err != nil {
 			return invalid("%v", err)
 		}
 	}
-	if s.paymentAsked {
+	if s.paymentAsked || s.closePayment {
 		// The retention goes along so the payment partition can retire a
 		// closed-order marker as this partition retires the saga.
 		if err := fx.Send(PaymentKey(o.ID), WorkloadID, &RefundForOrder{OrderID: o.ID, Reason: reason, RetentionNs: s.RetentionNs}); err != nil {

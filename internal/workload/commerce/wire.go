@@ -34,11 +34,12 @@ type sagaWire struct {
 	S            sagaFields
 	Waiting      int
 	PaymentAsked bool
+	ClosePayment bool
 }
 
 // GobEncode implements gob.GobEncoder.
 func (s *Saga) GobEncode() ([]byte, error) {
-	return wire.GobBytes(sagaWire{sagaFields(*s), s.waiting, s.paymentAsked})
+	return wire.GobBytes(sagaWire{sagaFields(*s), s.waiting, s.paymentAsked, s.closePayment})
 }
 
 // GobDecode implements gob.GobDecoder.
@@ -48,7 +49,7 @@ func (s *Saga) GobDecode(b []byte) error {
 		return err
 	}
 	*s = Saga(w.S)
-	s.waiting, s.paymentAsked = w.Waiting, w.PaymentAsked
+	s.waiting, s.paymentAsked, s.closePayment = w.Waiting, w.PaymentAsked, w.ClosePayment
 	return nil
 }
 
