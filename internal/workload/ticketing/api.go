@@ -221,7 +221,13 @@ type reserveBody struct {
 	Type       string `json:"type"`
 }
 
+// reset empties a pooled body. The seats' array is zeroed, not only cut
+// to length 0: encoding/json decodes an array into the elements it
+// reuses without zeroing them, so a seat that leaves out a coordinate
+// (which means 0) kept an earlier request's value, and its client was
+// given a seat it did not ask for.
 func (b *reserveBody) reset() {
+	clear(b.Seats[:cap(b.Seats)])
 	*b = reserveBody{Seats: b.Seats[:0]}
 }
 
