@@ -795,3 +795,53 @@ func TestH2LeanRoutesGetTheirPathValues(t *testing.T) {
 		t.Fatalf("the lean HTTP/2 server served %d streams", s.h2.served.Load())
 	}
 }
+
+// TestH2ClientNotReadingFreesItsSlot: the in-flight slots bound the
+// handlers' work, not the clients' reading. A client that opens streams
+// with a shut window (SETTINGS_INITIAL_WINDOW_SIZE 0) and never reads
+// made each handler wait with its slot until the write timeout, so
+// enough of them took every slot and nobody else was served. A handler
+// whose answer waits for its client's window lends its slot back, up to
+// as many as there are slots; one more keeps its slot.
+func TestH2ClientNotReadingFreesItsSlot(t *testing.T) {
+	const slots = 2
+	entered := make(chan struct{}, slots+1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		w.Write(make([]byte, 64<<10))
+	})
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	s, addr := startServer(t, mux, leanH2(Limits{MaxInflight: slots, WriteTimeout: time.Hour}), nil)
+	c := dialH2(t, addr)
+	c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	for i := range slots + 1 {
+		c.open(t, uint32(2*i+1), "GET", "/big", true)
+	}
+	for range slots + 1 {
+		select {
+		case <-entered:
+		case <-time.After(hang):
+			t.Fatal("the handlers of the unread streams did not all start: their slots are still held")
+		}
+	}
+	hc := xh2Client()
+	hc.Timeout = hang
+	resp, err := hc.Get("http://" + addr + "/small")
+	if err != nil {
+		t.Fatalf("another client's request while %d streams wait for their reader: %v", slots+1, err)
+	}
+	resp.Body.Close()
+	l := s.inflight
+	if lent, held := l.lent.Load(), l.n.Load(); lent != slots || held != 1 {
+		t.Fatalf("%d slots lent and %d held by the waiting handlers; want %d lent (the bound) and 1 held", lent, held, slots)
+	}
+	c.Close()
+	deadline := time.Now().Add(hang)
+	for l.lent.Load() != 0 || l.lentB.Load() != 0 || l.n.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the reader left, %d slots still lent and %d held", l.lent.Load(), l.n.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

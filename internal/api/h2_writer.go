@@ -248,6 +248,15 @@ func (c *h2Conn) writeData(st *h2Stream, p []byte, end bool) error {
 			c.kick(true)
 			c.mu.Lock()
 			if !st.closed && c.werr == nil && c.mustWaitLocked(min(st.sendWin, c.sendWin), len(p)) {
+				if w := st.rw; w != nil && w.slot != nil && w.slotState == slotHeld {
+					// The rest is up to the client: the slot goes back
+					// first (its release may hand it to a stream of this
+					// connection, so not under c.mu).
+					c.mu.Unlock()
+					w.lendSlot(len(p))
+					c.mu.Lock()
+					continue
+				}
 				if len(c.pend.b) >= h2MaxPending || c.sendWin <= 0 {
 					c.blocked = append(c.blocked, st) // woken by the drain or the connection's window
 				}
@@ -315,6 +324,47 @@ type h2Writer struct {
 	wrote, sentLen    int64
 	trailers          []string
 	parking           h2Parking
+	// slot is the in-flight slot its handler holds (holdSlot), and
+	// slotState whether it was lent while the handler waits for its
+	// client (lendSlot); the handler's goroutine alone reads and writes
+	// them.
+	slot      *inflightLimiter
+	slotState uint8
+	lentBytes int64
+}
+
+const (
+	slotHeld = iota
+	slotLent // given back while the answer waits for the client
+	slotKept // lending was refused: freed when the handler returns
+)
+
+func (w *h2Writer) holdSlot(l *inflightLimiter) { w.slot, w.slotState = l, slotHeld }
+
+func (w *h2Writer) dropSlot() {
+	l := w.slot
+	w.slot = nil
+	if l == nil {
+		return
+	}
+	if w.slotState == slotLent {
+		l.returnLent(w.lentBytes)
+		return
+	}
+	l.release()
+}
+
+// lendSlot gives the handler's slot back, once, as its answer starts to
+// wait for the client's window with n bytes left to write
+// (inflightLimiter.lend).
+func (w *h2Writer) lendSlot(n int) {
+	if w.slot == nil || w.slotState != slotHeld {
+		return
+	}
+	w.slotState = slotKept
+	if w.slot.lend(int64(n)) {
+		w.slotState, w.lentBytes = slotLent, int64(n)
+	}
 }
 
 func (w *h2Writer) stripe() uint32 { return w.st.c.tc.stripe }

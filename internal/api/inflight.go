@@ -73,6 +73,8 @@ type inflightLimiter struct {
 	exempt   map[string]bool
 	prefixes []string
 	n        atomic.Int64 // slots taken
+	lent     atomic.Int64 // slots given back by handlers still writing (lend)
+	lentB    atomic.Int64 // bytes those handlers have left to write
 	queued   atomic.Int64 // waiters in the room: release reads it without mu
 	refused  atomic.Uint64
 	outcomes [waitOutcomes]atomic.Uint64
@@ -138,8 +140,7 @@ func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	if l.queued.Load() == 0 && l.tryTake() {
-		defer l.release()
-		next.ServeHTTP(w, r)
+		l.runHolding(w, r, next)
 		return
 	}
 	if pw, ok := mayPark(w, r); ok {
@@ -152,8 +153,67 @@ func (l *inflightLimiter) serve(w http.ResponseWriter, r *http.Request, next htt
 	if !ok {
 		return
 	}
-	defer l.release()
+	l.runHolding(w, r, next)
+}
+
+// slotHolder is a ResponseWriter that can give its request's in-flight
+// slot back before the handler returns (lend), once what is left is its
+// client's reading of the answer.
+type slotHolder interface {
+	// holdSlot tells the writer its request holds a slot of l.
+	holdSlot(l *inflightLimiter)
+	// dropSlot, when the handler has returned, frees the slot or ends
+	// its lending.
+	dropSlot()
+}
+
+// runHolding runs next for r, which holds a slot, and frees the slot
+// when next returns (or, through a slotHolder, earlier).
+func (l *inflightLimiter) runHolding(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if h, ok := w.(slotHolder); ok {
+		h.holdSlot(l)
+		defer h.dropSlot()
+	} else {
+		defer l.release()
+	}
 	next.ServeHTTP(w, r)
+}
+
+// lend gives back the slot of a handler that now waits only for its
+// client to read the answer (its flow-control window is shut). The slots
+// bound the handlers' work: a client that does not read would otherwise
+// hold its slots until the write timeout, and forty connections of 128
+// such streams every slot, so that nobody else was served for 30 s. At
+// most max handlers wait so at once, so that their goroutines and
+// answers stay bounded as those holding slots are; beyond it a waiting
+// writer keeps its slot (false), and so does one whose unwritten bytes
+// (n, what its write has left) would take those of the lent answers past
+// maxLentBytes. A lent slot's handler calls returnLent(n) when it
+// returns.
+func (l *inflightLimiter) lend(n int64) bool {
+	if l.lent.Add(1) > l.max {
+		l.lent.Add(-1)
+		return false
+	}
+	if l.lentB.Add(n) > maxLentBytes {
+		l.lentB.Add(-n)
+		l.lent.Add(-1)
+		return false
+	}
+	l.release()
+	return true
+}
+
+// maxLentBytes bounds the answers whose handlers lent their slots: 64 MiB
+// is 3,900 of the seat maps of the ticketing peer's load test, or 200 of
+// its largest event's.
+const maxLentBytes = 64 << 20
+
+// returnLent: a handler that lent its slot with n bytes to write has
+// returned.
+func (l *inflightLimiter) returnLent(n int64) {
+	l.lentB.Add(-n)
+	l.lent.Add(-1)
 }
 
 func (l *inflightLimiter) tryTake() bool {

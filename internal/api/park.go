@@ -65,15 +65,13 @@ func (l *inflightLimiter) park(pw parkingWriter, resume func(func()), r *http.Re
 				stop()
 			}
 			l.outcomes[waitServed].Add(1)
-			defer l.release()
-			next.ServeHTTP(pw, r)
+			l.runHolding(pw, r, next)
 		})
 	}
 	switch l.enter(pw, r, wt) {
 	case entered:
 		resume(func() {
-			defer l.release()
-			next.ServeHTTP(pw, r)
+			l.runHolding(pw, r, next)
 		})
 		return
 	case refused:
