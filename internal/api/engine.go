@@ -40,7 +40,8 @@ func EngineError(w http.ResponseWriter, err error, busy string) int {
 // too large for the log are RESOURCE_EXHAUSTED (the command was refused
 // before it was applied, so a retry is safe; an overload carries the
 // partition's predicted wait, see GRPCRetryError), a failed or closing
-// node UNAVAILABLE (retry, elsewhere if possible).
+// node and a partition moving between nodes UNAVAILABLE (retry, elsewhere
+// if possible; all but a failed log's with the floor's RetryInfo).
 func GRPCEngineError(err error) error {
 	switch {
 	case errors.Is(err, engine.ErrOverloaded):
@@ -50,9 +51,12 @@ func GRPCEngineError(err error) error {
 	case errors.Is(err, engine.ErrFailed):
 		return connect.NewError(connect.CodeUnavailable, errors.New("the command log failed; this node refuses all requests until it is restarted"))
 	case errors.Is(err, engine.ErrClosed):
-		return connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down; retry"))
+		return GRPCRetryError(connect.CodeUnavailable, "the server is shutting down; retry", MinRetryDelay)
 	case errors.Is(err, engine.ErrNotOwner), errors.Is(err, engine.ErrOutcomeUnknown):
-		return connect.NewError(connect.CodeUnavailable, err)
+		// As HTTP's 503 with Retry-After 1: the partition has a new
+		// owner within a session timeout, and a client told nothing
+		// retries at once, or not at all.
+		return GRPCRetryError(connect.CodeUnavailable, err.Error(), MinRetryDelay)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	case errors.Is(err, context.Canceled):

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -61,6 +62,11 @@ func TestGRPCEngineOverloadCarriesDelay(t *testing.T) {
 	// Relayed from another node, the prediction is lost: the floor.
 	err = GRPCEngineError(engine.ErrOverloaded)
 	checkGRPCRetry(t, "overloaded without a prediction", err, connect.CodeResourceExhausted, MinRetryDelay)
+	// A partition between owners, or an outcome lost with its owner, is
+	// a second's wait over gRPC as over HTTP (503, Retry-After 1).
+	for _, e := range []error{engine.ErrNotOwner, engine.ErrOutcomeUnknown, fmt.Errorf("relayed: %w", engine.ErrNotOwner)} {
+		checkGRPCRetry(t, e.Error(), GRPCEngineError(e), connect.CodeUnavailable, MinRetryDelay)
+	}
 }
 
 // h2cClient speaks cleartext HTTP/2, as gRPC clients do.

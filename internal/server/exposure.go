@@ -38,7 +38,7 @@ func (s *Server) checkExposed(flag, addr string) error {
 		missing = append(missing, "tokens (--tokens, or SURGE_ADMIN_TOKEN)")
 	}
 	if s.cfg.Cluster.enabled() && len(s.cfg.Cluster.Secret) == 0 {
-		missing = append(missing, "a cluster secret (SURGE_CLUSTER_SECRET or --cluster-secret-file)")
+		missing = append(missing, "cluster secret (SURGE_CLUSTER_SECRET or --cluster-secret-file)")
 	}
 	if len(missing) == 0 {
 		return nil
