@@ -3,7 +3,7 @@ package jobs
 import "github.com/surge-run/surge/internal/engine"
 
 func (m *Machine) cancel(c *Cancel, now int64, fx *engine.Effects) *Result {
-	j := m.jobs[c.JobID]
+	j := m.liveJob(c.JobID)
 	if j == nil {
 		if e, ok := m.ended.get(keyOf(c.JobID)); ok {
 			return fail(Conflict, "jobs: job %q is already %s", c.JobID, e.status)
@@ -38,7 +38,7 @@ func (m *Machine) cancel(c *Cancel, now int64, fx *engine.Effects) *Result {
 }
 
 func (m *Machine) retry(c *Retry, now int64, fx *engine.Effects) *Result {
-	j := m.jobs[c.JobID]
+	j := m.liveJob(c.JobID)
 	if j == nil {
 		k := keyOf(c.JobID)
 		e, ok := m.ended.get(k)

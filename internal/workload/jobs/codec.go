@@ -524,6 +524,8 @@ func (m *Machine) AppendSnapshot(dst []byte) []byte {
 				r.j.code(c)
 			case r.cached:
 				w.B = append(w.B, m.forkEnc[r.rec.off]...)
+			case r.seq != 0 && r.status == Pending:
+				w.B = append(w.B, jobBytes(m.pend.rec(r.rec))...)
 			case r.seq != 0:
 				// An ended job's record holds its encoding as it is.
 				w.B = append(w.B, jobBytes(m.ended.rec(r.rec))...)
@@ -648,7 +650,7 @@ func (m *Machine) checkJob(j *Job, lastSeq uint64) error {
 // past the length the copy holds) and encodes later, off the partition.
 func (m *Machine) ForkSnapshot() func(dst []byte) []byte {
 	f := &Machine{opts: m.opts, queues: make(map[string]*Queue, len(m.queues)), seq: m.seq,
-		purgeQ: m.purgeQ.View(), ended: m.ended.view(), forkEnc: make([][]byte, 0, len(m.jobs))}
+		purgeQ: m.purgeQ.View(), ended: m.ended.view(), pend: m.pend.view(), forkEnc: make([][]byte, 0, len(m.jobs))}
 	size := m.purgeQ.Len() * (snapPurgeBytes + ids.Len)
 	for n, q := range m.queues {
 		size += snapQueueBytes + len(n)

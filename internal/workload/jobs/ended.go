@@ -126,13 +126,18 @@ func (s *endedJobs) set(k jobKey, e endedEntry) {
 // what dropping the job needs: a purge decodes no payload), then the
 // job's snapshot encoding.
 func (s *endedJobs) put(queue string, j *Job) endedEntry {
+	return s.putKey(keyOf(j.ID), queue, j)
+}
+
+// putKey is put for a job whose key the caller has.
+func (s *endedJobs) putKey(k jobKey, queue string, j *Job) endedEntry {
 	w := wire.Writer{B: s.scratch[:0]}
 	w.Str(queue)
 	w.Str(j.IdemKey)
 	j.code(&wire.Coder{W: &w, Version: snapshotVersion})
 	s.scratch = w.B
 	e := endedEntry{loc: s.store(w.B), seq: j.Seq, purgeAt: j.purgeAt, status: j.Status}
-	s.set(keyOf(j.ID), e)
+	s.set(k, e)
 	if len(s.scratch) > endedChunkBytes {
 		s.scratch = nil // one large record's buffer is not kept
 	}

@@ -314,6 +314,9 @@ type Machine struct {
 	ended    endedJobs
 	toEnd    []*Job
 	seq      uint64
+	// pend: pending jobs kept as records until their first lease
+	// (pending.go).
+	pend endedJobs
 	// leases: worker → its ASSIGNED/RUNNING jobs here, for heartbeats.
 	leases map[string]map[string]*Job
 	// purgeQ: finished jobs in the order they finished; see purge.
@@ -357,6 +360,7 @@ func (m *Machine) reset() {
 	m.queues = map[string]*Queue{}
 	m.jobs = map[string]*Job{}
 	m.ended = newEndedJobs()
+	m.pend = newEndedJobs()
 	m.toEnd = nil
 	m.leases = map[string]map[string]*Job{}
 	m.seq = 0

@@ -481,10 +481,12 @@ func (md *model) checkAll() {
 			t.Fatalf("partition %d holds %d finished jobs, counted %d, cap %d", p, n, m.finished, m.opts.Limits.MaxFinished)
 		}
 		// The payload bytes a submit's limit is checked against are
-		// those of the live jobs.
+		// those of the unfinished jobs (live, or pending records).
 		var payloads int64
-		for _, j := range m.jobs {
-			payloads += int64(len(j.Payload))
+		for _, j := range m.allJobs() {
+			if !j.Status.Finished() || m.jobs[j.ID] != nil {
+				payloads += int64(len(j.Payload))
+			}
 		}
 		if payloads != m.payloads {
 			t.Fatalf("partition %d counts %d bytes of payloads; its jobs hold %d", p, m.payloads, payloads)

@@ -134,7 +134,10 @@ func (m *Machine) listJobs(l ListJobs) *JobPage {
 			continue
 		}
 		j := r.j
-		if j == nil {
+		switch {
+		case j == nil && status == Pending:
+			_, j = m.pend.decode(r.rec)
+		case j == nil:
 			_, j = m.ended.decode(r.rec)
 		}
 		n := len(j.Payload) + len(j.Result)

@@ -44,6 +44,11 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx *engine.Effects) *Result {
 	}
 	// dropJob compacts q.order as it goes: iterate over a copy.
 	for _, r := range slices.Clone(q.order) {
+		if r.j == nil && r.seq != 0 && r.status == Pending {
+			// Kept as a record (pending.go): live, then dropped.
+			_, j := m.pend.decode(r.rec)
+			r.j = m.liveJob(j.ID)
+		}
 		switch {
 		case r.j != nil:
 			m.dropJob(r.j, fx)
@@ -82,7 +87,7 @@ func (m *Machine) notifyReady(q *Queue, fx *engine.Effects) {
 func (q *Queue) readyCount() int {
 	n := 0
 	for i := range q.ready {
-		n += len(q.ready[i])
+		n += q.ready[i].len()
 	}
 	return n
 }

@@ -54,7 +54,7 @@ func TestReportLeasesNextForItsStream(t *testing.T) {
 	if r.Outcome != OK || len(r.Next) != 0 {
 		t.Fatalf("a report from another session: outcome %v, next %+v; want none leased", r.Outcome, r.Next)
 	}
-	if st := m.queues[DefaultQueue].ready; len(st[1]) != 1 {
+	if st := m.queues[DefaultQueue].ready; st[1].len() != 1 {
 		t.Fatalf("the priority-1 job should still be ready")
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 // held finds a job the worker holds a lease on.
 func (m *Machine) held(id, worker string) (*Job, *Result) {
-	j := m.jobs[id]
+	j := m.liveJob(id)
 	if j == nil {
 		if e, ok := m.ended.get(keyOf(id)); ok {
 			return nil, fail(Conflict, "jobs: job %q is %s, not leased to %q", id, e.status, worker)
@@ -169,7 +169,7 @@ func (m *Machine) unsent(c *Unsent, now int64, fx *engine.Effects) *Result {
 	}
 	res := &Result{Outcome: Same}
 	for _, id := range c.JobIDs {
-		j := m.jobs[id]
+		j := m.liveJob(id)
 		if j == nil || (j.Status != Assigned && j.Status != Running) || j.Worker != c.Worker || j.Session != c.Session {
 			continue // given back already, or another session's now
 		}
@@ -284,7 +284,7 @@ func Backoff(id string, n int32) int64 {
 }
 
 func (m *Machine) retryDue(c *RetryDue, now int64, fx *engine.Effects) *Result {
-	j := m.jobs[c.JobID]
+	j := m.liveJob(c.JobID)
 	if j == nil || j.Status != Failed {
 		return fail(Same, "jobs: job %q no longer waits for a retry", c.JobID)
 	}
@@ -296,7 +296,7 @@ func (m *Machine) retryDue(c *RetryDue, now int64, fx *engine.Effects) *Result {
 }
 
 func (m *Machine) leaseExpired(c *LeaseExpired, now int64, fx *engine.Effects) *Result {
-	j := m.jobs[c.JobID]
+	j := m.liveJob(c.JobID)
 	if j == nil || (j.Status != Assigned && j.Status != Running) || j.LeaseUntil > now {
 		return fail(Same, "jobs: job %q holds no expired lease", c.JobID)
 	}
@@ -322,7 +322,7 @@ func (m *Machine) loseAttempt(q *Queue, j *Job, reason string, now int64, fx *en
 }
 
 func (m *Machine) readyDue(c *ReadyDue, now int64, fx *engine.Effects) *Result {
-	j := m.jobs[c.JobID]
+	j := m.liveJob(c.JobID)
 	if j == nil || j.Status != Pending || j.heapIdx >= 0 {
 		return fail(Same, "jobs: job %q is not waiting for its start time", c.JobID)
 	}
@@ -333,7 +333,7 @@ func (m *Machine) readyDue(c *ReadyDue, now int64, fx *engine.Effects) *Result {
 }
 
 func (m *Machine) ttlExpired(c *TTLExpired, now int64, fx *engine.Effects) *Result {
-	j := m.jobs[c.JobID]
+	j := m.liveJob(c.JobID)
 	if j == nil || j.Status != Pending {
 		// Not pending now: makePending checks the TTL when it returns.
 		return fail(Same, "jobs: job %q is not pending", c.JobID)

@@ -55,7 +55,7 @@ func (m *Machine) checkSubmit(q *Queue, c *Submit) *Result {
 			return &Result{Outcome: Same, Jobs: []*Job{copyJob(m.job(id))}}
 		}
 	}
-	if m.jobs[c.JobID] != nil || m.hasEnded(keyOf(c.JobID)) {
+	if k := keyOf(c.JobID); m.jobs[c.JobID] != nil || m.hasPending(k) || m.hasEnded(k) {
 		return fail(Conflict, "jobs: job id %q is taken", c.JobID)
 	}
 	return nil
@@ -73,11 +73,9 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 	j := allocJob(Job{ID: c.JobID, Queue: q.Name, Payload: c.Payload, Priority: c.Priority, MaxRetries: mr, Status: Pending,
 		CreatedAt: now, TTLFrom: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
 		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1})
-	m.jobs[j.ID] = j
 	m.payloads += int64(len(j.Payload))
 	m.keepTrace(j.ID)
 	q.jobs++
-	q.order = append(q.order, jobRef{j: j, seq: j.Seq})
 	if j.IdemKey != "" {
 		q.keys[j.IdemKey] = j.ID
 	}
@@ -86,7 +84,13 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 	if ttl > 0 {
 		m.setTimer(fx, "ttl/"+j.ID, addSat(now, ttl), &TTLExpired{JobID: j.ID})
 	}
-	m.makePending(q, j, now, fx)
+	if m.keepPending(q, j, now) {
+		m.notifyReady(q, fx) // as makePending does once it has pushed j
+	} else {
+		m.jobs[j.ID] = j
+		q.order = append(q.order, jobRef{j: j, seq: j.Seq})
+		m.makePending(q, j, now, fx)
+	}
 	return createdReply(j)
 }
 
@@ -232,8 +236,11 @@ func (m *Machine) lease(c *Lease, now int64, fx *engine.Effects) *Result {
 	var traces map[string]engine.TraceContext
 	for p := MaxPriority; p >= 0 && len(out) < int(c.Max); p-- {
 		h := &q.ready[p]
-		for len(*h) > 0 && len(out) < int(c.Max) {
-			j := h.pop()
+		for len(out) < int(c.Max) {
+			j := m.popReady(h)
+			if j == nil {
+				break
+			}
 			m.move(q, j, Assigned, c.Worker, ReasonLeased, now)
 			j.Worker, j.Session = c.Worker, c.Session
 			// jq's workers never ack, so the attempt starts at the lease;

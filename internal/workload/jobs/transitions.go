@@ -128,10 +128,12 @@ func (m *Machine) endFinished() {
 		q.order[q.mustIndex(j.Seq)] = jobRef{seq: j.Seq, rec: e.loc, status: j.Status, created: j.CreatedAt, started: j.StartedAt}
 	}
 	m.toEnd = m.toEnd[:0]
-	m.ended.compact(func(queue string, seq uint64, to recLoc) {
+	moved := func(queue string, seq uint64, to recLoc) {
 		q := m.queues[queue]
 		q.order[q.mustIndex(seq)].rec = to
-	})
+	}
+	m.ended.compact(moved)
+	m.pend.compact(moved)
 }
 
 // dropEnded drops the ended job whose record is at loc without decoding
@@ -165,7 +167,12 @@ func (m *Machine) job(id string) *Job {
 	if j := m.jobs[id]; j != nil {
 		return j
 	}
-	if e, ok := m.ended.get(keyOf(id)); ok {
+	k := keyOf(id)
+	if e, ok := m.pend.get(k); ok {
+		_, j := m.pend.decode(e.loc)
+		return j
+	}
+	if e, ok := m.ended.get(k); ok {
 		_, j := m.ended.decode(e.loc)
 		return j
 	}
