@@ -26,7 +26,9 @@ package jobs
 // entries in q's order and ready heap; false if j is not one to keep so
 // (the caller makes it live).
 func (m *Machine) keepPending(q *Queue, j *Job, now int64) bool {
-	if len(j.Payload) > snapCacheMaxPayload || j.NotBefore > now || (j.TTLNs > 0 && now >= addSat(j.TTLFrom, j.TTLNs)) {
+	if m.holdNotes || len(j.Payload) > snapCacheMaxPayload || j.NotBefore > now || (j.TTLNs > 0 && now >= addSat(j.TTLFrom, j.TTLNs)) {
+		// holdNotes: a lease for a waiting stream follows in this command
+		// (submitLease), most likely of this very job.
 		return false
 	}
 	j.heapIdx = 0 // encoded as in its ready heap, where it goes below
