@@ -17,16 +17,27 @@ package jobs
 // (liveJob), and from then on it is handled as any other; queries
 // decode a copy.
 //
-// Only a job that goes straight into its queue's ready heap, with a
-// payload of at most snapCacheMaxPayload bytes, is kept so: one whose
-// not_before is ahead waits behind a timer as a live job, and a large
-// payload is not worth copying into a chunk.
+// Only a job that goes straight into its queue's ready heap behind more
+// than liveBacklog pending ones, with a payload of at most
+// snapCacheMaxPayload bytes, is kept so: one whose not_before is ahead
+// waits behind a timer as a live job, and a large payload is not worth
+// copying into a chunk.
+
+// liveBacklog is how many pending jobs a queue holds before new ones are
+// kept as records: while workers keep up, a job is leased soon after its
+// submit, and a record would only be encoded to be decoded back (the
+// jobs bench's end-to-end run, whose queue holds a few dozen, spent its
+// submit→start p95 on it: 13–16 ms live, 22–31 ms as records). The
+// package's tests set it to 0, so that their every job goes through
+// records.
+var liveBacklog int64 = 1024
 
 // keepPending stores the new job j, ready now, as a record with its
 // entries in q's order and ready heap; false if j is not one to keep so
 // (the caller makes it live).
 func (m *Machine) keepPending(q *Queue, j *Job, now int64) bool {
-	if m.holdNotes || len(j.Payload) > snapCacheMaxPayload || j.NotBefore > now || (j.TTLNs > 0 && now >= addSat(j.TTLFrom, j.TTLNs)) {
+	if q.counts[Pending] <= liveBacklog || m.holdNotes || len(j.Payload) > snapCacheMaxPayload ||
+		j.NotBefore > now || (j.TTLNs > 0 && now >= addSat(j.TTLFrom, j.TTLNs)) {
 		// holdNotes: a lease for a waiting stream follows in this command
 		// (submitLease), most likely of this very job.
 		return false

@@ -74,3 +74,23 @@ func TestPendingJobsKeptAsRecords(t *testing.T) {
 	}
 	h.CheckReplay()
 }
+
+// TestLiveBacklog: a queue's first liveBacklog pending jobs stay live
+// (a worker that keeps up leases them soon); the ones behind them are
+// kept as records.
+func TestLiveBacklog(t *testing.T) {
+	defer func(v int64) { liveBacklog = v }(liveBacklog)
+	liveBacklog = 3
+	h := newHarness(t, 1, 1, Limits{})
+	m := h.Machines[0]
+	for i := range 5 {
+		id := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+		if r := h.Client("", &Submit{JobID: id, Queue: DefaultQueue, Payload: []byte("p")}); r.Outcome != Created {
+			t.Fatalf("submit: %+v", r)
+		}
+	}
+	if len(m.jobs) != 3 || m.pend.len() != 2 {
+		t.Fatalf("%d live jobs and %d records; want 3 and 2", len(m.jobs), m.pend.len())
+	}
+	h.CheckReplay()
+}
