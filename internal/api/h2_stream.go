@@ -43,6 +43,9 @@ type h2Stream struct {
 	bodyClosed, needsContinue  bool
 	wake                       chan struct{}
 	readTimer, writeTimer      *time.Timer
+	// stallTimer ends the stream when its answer has waited for the
+	// client's window this long with no progress (h2Conn.stallFor).
+	stallTimer *time.Timer
 	// A lean stream's match, shared with the other streams of its
 	// request line (sharedMatch), for leanDispatch.
 	route leanTarget
@@ -506,6 +509,9 @@ func (c *h2Conn) closeStreamLocked(st *h2Stream, err error) {
 	}
 	if st.writeTimer != nil {
 		st.writeTimer.Stop()
+	}
+	if st.stallTimer != nil {
+		st.stallTimer.Stop()
 	}
 	delete(c.streams, st.id)
 	if len(st.in) > 0 {

@@ -260,7 +260,11 @@ func (c *h2Conn) writeData(st *h2Stream, p []byte, end bool) error {
 				if len(c.pend.b) >= h2MaxPending || c.sendWin <= 0 {
 					c.blocked = append(c.blocked, st) // woken by the drain or the connection's window
 				}
+				stalled := c.armStallLocked(st)
 				st.waitLocked()
+				if stalled {
+					st.stallTimer.Stop()
+				}
 			}
 			continue
 		}
@@ -283,6 +287,34 @@ func (c *h2Conn) writeData(st *h2Stream, p []byte, end bool) error {
 		c.writeLoop()
 	}
 	return nil
+}
+
+// keptStall is how long an answer that kept its slot (its lending was
+// refused: the server already holds --max-inflight such handlers or
+// maxLentBytes of their answers) may wait for its client with no
+// progress. A client that reads sends WINDOW_UPDATEs as it goes; one that
+// makes none for a second while the server is that full loses the
+// stream, so that clients that do not read cannot hold the slots and the
+// memory of the rest for the write timeout.
+const keptStall = time.Second
+
+// armStallLocked starts the stream's stall timer for a wait for its
+// client (--stall-timeout, or keptStall for a handler that kept its
+// slot); false if it has none.
+func (c *h2Conn) armStallLocked(st *h2Stream) bool {
+	d := c.lim.StallTimeout
+	if w := st.rw; w != nil && w.slot != nil && w.slotState == slotKept {
+		d = min(d, keptStall)
+	}
+	if d <= 0 {
+		return false
+	}
+	if st.stallTimer == nil {
+		st.stallTimer = time.AfterFunc(d, st.onWriteTimeout)
+	} else {
+		st.stallTimer.Reset(d)
+	}
+	return true
 }
 
 // queueLastLocked queues p as the stream's last DATA frame if it fits

@@ -542,6 +542,14 @@ func registerMetrics(reg prometheus.Registerer, t *connTracker, l *inflightLimit
 			Name: "surge_http_requests_inflight",
 			Help: "Requests being handled now (exempt paths not counted).",
 		}, func() float64 { return float64(l.n.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_requests_lent",
+			Help: "Handlers whose answer waits for its client's HTTP/2 window and that gave their in-flight slot back meanwhile (not in surge_http_requests_inflight; at most --max-inflight).",
+		}, func() float64 { return float64(l.lent.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "surge_http_requests_lent_bytes",
+			Help: "Bytes those handlers have left to write (at most 64 MiB; past either bound a waiting handler keeps its slot, and loses its stream after a second without progress).",
+		}, func() float64 { return float64(l.lentB.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "surge_http_requests_refused_total",
 			Help: "Requests answered 503 past --max-inflight: the waiting room was full or the predicted wait was beyond --max-wait.",
