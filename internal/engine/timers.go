@@ -16,6 +16,9 @@ type timer struct {
 	atNs     int64
 	data     []byte // the encoded command to apply when due
 	gen      uint64
+	// queued: its entry is in the heap (popDue takes it out while its
+	// FromTimer record is on its way).
+	queued bool
 }
 
 type timerRef struct {
@@ -27,6 +30,11 @@ type timerRef struct {
 // timerTable is the partition's durable timer set (rebuilt exactly by
 // snapshot + replay) plus a min-heap used only to find the next due one.
 // The heap is lazily pruned: entries whose gen no longer matches are stale.
+// Stale entries leave the heap at its top, so one cancelled long before
+// its time stayed until then: every finished job with a TTL (a day, or up
+// to a year) left one, about 100 B each, under a single timer further
+// ahead. Once stale entries outnumber the live ones the heap is rebuilt
+// from the live timers (compact), which costs O(1) per cancel amortized.
 type timerTable struct {
 	byKey map[timerKey]*timer
 	due   timerHeap
@@ -38,19 +46,45 @@ func newTimerTable() timerTable { return timerTable{byKey: make(map[timerKey]*ti
 func (t *timerTable) set(wl uint8, id string, atNs int64, data []byte) {
 	t.gen++
 	k := timerKey{wl, id}
-	t.byKey[k] = &timer{workload: wl, id: id, atNs: atNs, data: data, gen: t.gen}
+	t.byKey[k] = &timer{workload: wl, id: id, atNs: atNs, data: data, gen: t.gen, queued: true}
 	heap.Push(&t.due, timerRef{atNs: atNs, key: k, gen: t.gen})
+	t.compact()
 }
 
-func (t *timerTable) cancel(wl uint8, id string) { delete(t.byKey, timerKey{wl, id}) }
+func (t *timerTable) cancel(wl uint8, id string) {
+	delete(t.byKey, timerKey{wl, id})
+	t.compact()
+}
 
 func (t *timerTable) take(wl uint8, id string) *timer {
 	k := timerKey{wl, id}
 	tm := t.byKey[k]
 	if tm != nil {
 		delete(t.byKey, k)
+		t.compact()
 	}
 	return tm
+}
+
+// compactSlack is how many stale heap entries are left before any
+// rebuild: a small heap is not worth rebuilding.
+const compactSlack = 1024
+
+// compact rebuilds the heap from the queued live timers once it holds
+// more than twice as many entries as there are timers. A timer popDue
+// took out (its record on its way) is not put back.
+func (t *timerTable) compact() {
+	if len(t.due) <= 2*len(t.byKey)+compactSlack {
+		return
+	}
+	due := make(timerHeap, 0, len(t.byKey)+len(t.byKey)/4)
+	for k, tm := range t.byKey {
+		if tm.queued {
+			due = append(due, timerRef{atNs: tm.atNs, key: k, gen: tm.gen})
+		}
+	}
+	heap.Init(&due)
+	t.due = due
 }
 
 // next returns the earliest live deadline, pruning stale heap entries.
@@ -81,6 +115,7 @@ func (t *timerTable) popDue(nowNs int64, dst []timerKey, max, maxBytes int) []ti
 			return dst
 		}
 		r := heap.Pop(&t.due).(timerRef)
+		t.byKey[r.key].queued = false // live: next found it so
 		dst = append(dst, r.key)
 	}
 	return dst
