@@ -58,8 +58,9 @@ fails the job with the exit status and the tail of stderr.
 
 Without --id the worker's id is <host>-<hash>-<n>: the hostname, a hash of --server
 and the queues, and the first free slot n (a lock file in --state-dir). A restarted
-worker gets its old id back, so the server gives back at once the jobs its old process
-held; workers running at once on one host get different ids.
+worker gets its old id back when no lower slot is free, so the server gives back at once
+the jobs its old process held; workers running at once on one host get different ids.
+Give --id for an id that never moves.
 
 SIGTERM or SIGINT drains: no new jobs, running ones finish and are reported, then the
 worker deregisters and exits. A second signal kills the running commands and exits now
