@@ -46,8 +46,8 @@ func (m *Machine) deleteQueue(c *DeleteQueue, fx *engine.Effects) *Result {
 	for _, r := range slices.Clone(q.order) {
 		if r.j == nil && r.seq != 0 && r.status == Pending {
 			// Kept as a record (pending.go): live, then dropped.
-			_, j := m.pend.decode(r.rec)
-			r.j = m.liveJob(j.ID)
+			_, _, id := recordHead(m.pend.rec(r.rec))
+			r.j = m.liveJob(id)
 		}
 		switch {
 		case r.j != nil:
