@@ -105,7 +105,7 @@ func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
 	m.Handle(mux, "GET /api/orders/{id}", a.getOrder)
 	// One pattern for customer/{customerId}, {id}/events and {id}/stream:
 	// as separate patterns they would overlap (/api/orders/customer/events).
-	m.Handle(mux, "GET /api/orders/{id}/{sub}", a.heavy(a.orderSub))
+	m.Handle(mux, "GET /api/orders/{id}/{sub}", a.orderSub)
 	m.Handle(mux, "PATCH /api/orders/{id}/confirm", a.confirmOrder)
 	m.Handle(mux, "PATCH /api/orders/{id}/cancel", a.cancelOrder)
 

@@ -323,7 +323,9 @@ func (a *API) orderSub(w http.ResponseWriter, r *http.Request) int {
 	id, sub := r.PathValue("id"), r.PathValue("sub")
 	switch {
 	case id == "customer":
-		return a.ordersByCustomer(w, r, sub)
+		// Only this list is heavy: an order's stream or events holding a
+		// turn (a stream for its whole life) would stall the large lists.
+		return a.heavy(func(w http.ResponseWriter, r *http.Request) int { return a.ordersByCustomer(w, r, sub) })(w, r)
 	case sub == "events":
 		if _, ok := pathID(r, "id"); !ok {
 			return notFound(w, "order", id)

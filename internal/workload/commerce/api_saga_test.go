@@ -1,8 +1,11 @@
 package commerce_test
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +141,50 @@ func TestDirectPaymentOfACancelledOrderAPI(t *testing.T) {
 		}
 	}
 	t.Logf("%d refunded, %d refused", refunded, refused)
+}
+
+// TestOrderStreamsTakeNoListTurn: an order's event stream holds no turn
+// of the large lists (API.heavy), whatever its query says: streams open
+// with ?limit=1000 on orders that stay PENDING, more than there are
+// turns, and a 1,000-item list is still answered.
+func TestOrderStreamsTakeNoListTurn(t *testing.T) {
+	srv := newServer(t, 10*time.Minute)
+	cid, pid := seed(t, srv, "10.00", 10)
+	must(t, srv, 200, "POST", "/api/admin/fault?enabled=true", "") // sagas park: orders stay PENDING
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var orders []string
+	for range runtime.GOMAXPROCS(0) + 1 {
+		o := must(t, srv, 201, "POST", "/api/orders", fmt.Sprintf(`{"customerId":%q,"lineItems":[{"productId":%q,"quantity":1}]}`, cid, pid))
+		orders = append(orders, o["orderId"].(string))
+	}
+	opened := make(chan error, len(orders))
+	for _, id := range orders {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/orders/"+id+"/stream?limit=1000", nil)
+			if err == nil {
+				var resp *http.Response
+				if resp, err = srv.Client().Do(req); err == nil {
+					if resp.StatusCode != 200 {
+						err = fmt.Errorf("stream: %d", resp.StatusCode)
+					}
+					go func() { <-ctx.Done(); resp.Body.Close() }()
+				}
+			}
+			opened <- err
+		}()
+	}
+	for range orders {
+		select {
+		case err := <-opened:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("an order stream waits for a turn of the large lists")
+		}
+	}
+	if st, body := do(t, srv, "GET", "/api/orders?limit=1000", ""); st != 200 {
+		t.Fatalf("list: %d %s", st, body)
+	}
 }
