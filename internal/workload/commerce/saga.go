@@ -267,9 +267,11 @@ func (m *Machine) paymentAnswer(orderID, paymentID, failure string, now int64, f
 		m.sagaStep(s, "PAYMENT", "FAILED", now)
 		// Nothing to refund: the payment was declined, or the order's one
 		// payment is one made directly for it, which the payment's
-		// partition refunded as it answered (processPayment). A refund
-		// request here would also shift the numbers of every later
-		// message when a log written before it is replayed.
+		// partition refunded as it answered (processPayment). For an
+		// order logged before ClosePayment no refund request goes out:
+		// one would shift the numbers of every later message when such a
+		// log is replayed (a ClosePayment order's goes out all the same,
+		// and finds nothing captured).
 		s.paymentAsked = false
 		return m.compensate(o, s, SagaCompensated, "payment failed: "+failure, now, fx)
 	}
