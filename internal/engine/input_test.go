@@ -90,3 +90,37 @@ func TestAppliedCommandsAreNotKept(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// canonKeeper is a keeperMachine that vouches for its even commands.
+type canonKeeper struct{ *keeperMachine }
+
+func (canonKeeper) Canonical(cmd engine.Command) bool { return cmd.(*kept).N%2 == 0 }
+
+type canonKeepers struct{ m canonKeeper }
+
+func (canonKeepers) ID() uint8                       { return 10 }
+func (canonKeepers) Name() string                    { return "keepers" }
+func (w canonKeepers) NewMachine(int) engine.Machine { return w.m }
+
+// A command its machine calls canonical is applied as the caller made
+// it; any other, as decoded from the bytes the engine logs.
+func TestCanonicalCommandsApplyAsTheyAre(t *testing.T) {
+	m := canonKeeper{&keeperMachine{}}
+	e := openOnePartition(t, nil, canonKeepers{m})
+	defer e.Close()
+	var sent []*kept
+	for n := range byte(4) {
+		c := &kept{N: n}
+		sent = append(sent, c)
+		if got, err := e.Do(context.Background(), 0, 10, c); err != nil || got != n {
+			t.Fatalf("Do(%d) = %v, %v", n, got, err)
+		}
+	}
+	for i, c := range sent {
+		same := m.applied[i].Value() == c
+		if want := c.N%2 == 0; same != want {
+			t.Errorf("command %d: applied the caller's own %v, want %v", i, same, want)
+		}
+	}
+	runtime.KeepAlive(sent)
+}

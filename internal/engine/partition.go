@@ -211,11 +211,14 @@ func (p *partition) handle(b *batch, r *Request, now int64) {
 	}
 	// Apply what replay will apply: the command decoded from the bytes
 	// being logged. One that does not decode is refused and never logged.
-	cmd, err := m.Decode(b.buf[start+envHeader:])
-	if err != nil {
-		b.buf = b.buf[:start]
-		r.err = fmt.Errorf("%w: %v", ErrUndecodable, err)
-		return
+	// A command its machine vouches for applies as it is (Canonical).
+	cmd := r.cmd
+	if c, ok := m.(Canonical); !ok || !c.Canonical(cmd) {
+		if cmd, err = m.Decode(b.buf[start+envHeader:]); err != nil {
+			b.buf = b.buf[:start]
+			r.err = fmt.Errorf("%w: %v", ErrUndecodable, err)
+			return
+		}
 	}
 	b.record(start)
 	if err := p.apply(b, r.workload, Input{Kind: FromClient, TimeNs: now, Cmd: cmd, Trace: r.tc}); err != nil {

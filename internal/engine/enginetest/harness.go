@@ -92,14 +92,21 @@ func (h *Harness[M, R]) NewMachine(p int) M {
 func (h *Harness[M, R]) Part(key string) int { return engine.PartitionOfHash(engine.Hash(key), h.N) }
 
 // Client applies cmd as a client command at key's partition and returns
-// the reply.
+// the reply. A command the machine calls canonical (engine.Canonical) is
+// applied as it is, as the engine applies it, once its bytes are seen to
+// decode; CheckReplay then tells whether its decoded copy would have
+// left the same state.
 func (h *Harness[M, R]) Client(key string, cmd engine.Command) R {
 	h.T.Helper()
 	data, err := cmd.AppendBinary(nil)
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	return h.Apply(h.Part(key), engine.FromClient, "", data)
+	p := h.Part(key)
+	if c, ok := any(h.Machines[p]).(engine.Canonical); !ok || !c.Canonical(cmd) {
+		cmd = nil
+	}
+	return h.apply(p, engine.FromClient, "", data, cmd)
 }
 
 // Apply applies the encoded command data to partition p's machine as the
@@ -110,10 +117,20 @@ func (h *Harness[M, R]) Client(key string, cmd engine.Command) R {
 // message or timer command does not decode.
 func (h *Harness[M, R]) Apply(p int, kind engine.InputKind, timerID string, data []byte) R {
 	h.T.Helper()
+	return h.apply(p, kind, timerID, data, nil)
+}
+
+// apply is Apply, of orig instead of data's decoded copy if orig is not
+// nil.
+func (h *Harness[M, R]) apply(p int, kind engine.InputKind, timerID string, data []byte, orig engine.Command) R {
+	h.T.Helper()
 	m := h.Machines[p]
 	cmd, err := m.Decode(data)
 	if err != nil {
 		h.T.Fatalf("decode: %v", err)
+	}
+	if orig != nil {
+		cmd = orig
 	}
 	fx := new(engine.Effects)
 	m.Apply(&engine.Input{Kind: kind, TimeNs: h.Now, Cmd: cmd, TimerID: timerID}, fx)

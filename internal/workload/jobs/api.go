@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unsafe"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -343,12 +342,14 @@ func (a *API) submitJob(ctx context.Context, msg *jqpb.SubmitJobRequest) (*jqpb.
 	if c.cmd, err = a.submitOf(msg); err != nil {
 		return nil, err
 	}
-	if err = a.putJobID(&c.id, c.cmd.Queue); err != nil {
+	var id [ids.Len]byte
+	if err = a.putJobID(&id, c.cmd.Queue); err != nil {
 		return nil, err
 	}
-	// The id's bytes are never written again, and the string keeps the
-	// call, whose part they are, alive as long as it is used.
-	c.cmd.JobID = unsafe.String(&c.id[0], len(c.id))
+	// A string of its own, not one pointing into the call: the machine
+	// applies this very command (Machine.Canonical) and a live job keeps
+	// its id, which would keep the whole call.
+	c.cmd.JobID = string(id[:])
 	c.cmd.MaxHeldBytes = a.maxHeld
 	r, err := a.submitOne(ctx, &c.cmd)
 	if err != nil {
@@ -359,13 +360,11 @@ func (a *API) submitJob(ctx context.Context, msg *jqpb.SubmitJobRequest) (*jqpb.
 	return &c.res, nil
 }
 
-// submitCall is a unary submit's command, its job id's bytes and its
-// reply in one allocation: on every call the command goes to the engine
-// and the reply to the transport, so all three were on the heap, one
-// allocation each.
+// submitCall is a unary submit's command and its reply in one
+// allocation: on every call the command goes to the engine and the reply
+// to the transport, so both were on the heap, one allocation each.
 type submitCall struct {
 	cmd Submit
-	id  [ids.Len]byte
 	res jqpb.SubmitJobResponse
 }
 

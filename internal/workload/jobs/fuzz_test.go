@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/surge-run/surge/internal/engine"
@@ -108,4 +109,71 @@ func TestDecodeRefusesLongCounts(t *testing.T) {
 	if _, err := Decode([]byte{tagSubmitBatch, 0x80, 0x00}); err == nil {
 		t.Fatal("a batch count of 0 written in two bytes decoded")
 	}
+}
+
+// FuzzSubmitIsCanonical: a Submit the machine calls canonical (applied by
+// the engine as the API made it, engine.Canonical) encodes to bytes that
+// decode, and applying it leaves the same state, reply and effects as
+// applying its decoded copy. Two submits go in, the second with the
+// first's fields changed, so that a job kept as a record and the spare
+// struct it leaves are both seen.
+func FuzzSubmitIsCanonical(f *testing.F) {
+	f.Add("j1", "q", []byte(`{"command":["echo"]}`), int32(9), int32(1), int64(1e9), int64(-5), "k", int64(60e9), int64(0))
+	f.Add("j1", "q", []byte{}, int32(0), int32(0), int64(0), int64(0), "", int64(0), int64(128<<20))
+	f.Add("", "nope", []byte(nil), int32(-1), int32(99), int64(-1), int64(5e18), "k", int64(-1), int64(1))
+	f.Fuzz(func(t *testing.T, id, queue string, payload []byte, prio, retries int32, ttl, notBefore int64, key string, retention, held int64) {
+		orig := &Submit{JobID: id, Queue: queue, Payload: payload, Priority: prio, MaxRetries: retries, TTLNs: ttl,
+			NotBeforeNs: notBefore, IdempotencyKey: key, RetentionNs: retention, MaxHeldBytes: held}
+		next := *orig
+		next.JobID, next.IdempotencyKey, next.Payload = id+"2", key+"2", append(payload, '2')
+		live, decoded := NewMachine(Options{OwnsDefault: true}), NewMachine(Options{OwnsDefault: true})
+		now := int64(1e15)
+		for _, m := range []*Machine{live, decoded} {
+			m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: &CreateQueue{Name: queue}}, new(engine.Effects))
+		}
+		for _, c := range []*Submit{orig, &next} {
+			if !live.Canonical(c) {
+				t.Fatal("a Submit is not canonical")
+			}
+			data, err := c.AppendBinary(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dc, err := Decode(data)
+			if err != nil {
+				t.Fatalf("a canonical Submit does not decode: %v", err)
+			}
+			if again, _ := dc.AppendBinary(nil); !bytes.Equal(again, data) {
+				t.Fatal("decoded copy encodes differently")
+			}
+			var fxs [2]*engine.Effects
+			for i, pair := range []struct {
+				m   *Machine
+				cmd engine.Command
+			}{{live, c}, {decoded, dc}} {
+				fxs[i] = new(engine.Effects)
+				pair.m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: now, Cmd: pair.cmd}, fxs[i])
+			}
+			a, b := fxs[0].Replied().(*Result), fxs[1].Replied().(*Result)
+			if resultText(a) != resultText(b) {
+				t.Fatalf("replies differ:\n%+v\n%+v", a, b)
+			}
+			if fmt.Sprint(fxs[0].Timers(), fxs[0].Notes(), fxs[0].Sends()) != fmt.Sprint(fxs[1].Timers(), fxs[1].Notes(), fxs[1].Sends()) {
+				t.Fatal("effects differ")
+			}
+			if !bytes.Equal(live.AppendSnapshot(nil), decoded.AppendSnapshot(nil)) {
+				t.Fatal("states differ")
+			}
+		}
+	})
+}
+
+// resultText prints r with its jobs' fields (a nil and an empty payload
+// alike, as every encoding of a job has them).
+func resultText(r *Result) string {
+	s := fmt.Sprintf("%v %q %d %v", r.Outcome, r.Msg, len(r.Each), r.Next)
+	for _, j := range r.Jobs {
+		s += fmt.Sprintf(" %+v", *j)
+	}
+	return s
 }

@@ -338,6 +338,10 @@ type Machine struct {
 	forkEnc [][]byte
 	// dec decodes the partition's commands (Decode).
 	dec wire.Decoder
+	// spare is the struct of the last new job kept as a record
+	// (keepPending), for the next one: a backlog of records made one
+	// each, only to be encoded and dropped.
+	spare *newJob
 }
 
 type purgeEntry struct {

@@ -70,7 +70,12 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 		ttl = q.TTLNs
 	}
 	m.seq++
-	j := allocJob(Job{ID: c.JobID, Queue: q.Name, Payload: c.Payload, Priority: c.Priority, MaxRetries: mr, Status: Pending,
+	nj := m.spare
+	if nj == nil {
+		nj = new(newJob)
+	}
+	m.spare = nil
+	j := nj.reset(Job{ID: c.JobID, Queue: q.Name, Payload: c.Payload, Priority: c.Priority, MaxRetries: mr, Status: Pending,
 		CreatedAt: now, TTLFrom: now, NotBefore: c.NotBeforeNs, TTLNs: ttl, RetentionNs: c.RetentionNs,
 		IdemKey: c.IdempotencyKey, Seq: m.seq, heapIdx: -1})
 	m.payloads += int64(len(j.Payload))
@@ -86,11 +91,14 @@ func (m *Machine) addJob(q *Queue, c *Submit, now int64, fx *engine.Effects) *Re
 	}
 	if m.keepPending(q, j, now) {
 		m.notifyReady(q, fx) // as makePending does once it has pushed j
-	} else {
-		m.jobs[j.ID] = j
-		q.order = append(q.order, jobRef{j: j, seq: j.Seq})
-		m.makePending(q, j, now, fx)
+		res := createdReply(j)
+		// Nothing points to j now: its record is what is kept.
+		m.spare = nj
+		return res
 	}
+	m.jobs[j.ID] = j
+	q.order = append(q.order, jobRef{j: j, seq: j.Seq})
+	m.makePending(q, j, now, fx)
 	return createdReply(j)
 }
 
@@ -104,8 +112,11 @@ type newJob struct {
 }
 
 // allocJob is j in a newJob, its events slice holding the room.
-func allocJob(j Job) *Job {
-	b := &newJob{Job: j}
+func allocJob(j Job) *Job { return new(newJob).reset(j) }
+
+// reset makes b hold j, its events slice holding the room.
+func (b *newJob) reset(j Job) *Job {
+	*b = newJob{Job: j}
 	b.Events = b.first[:0]
 	return &b.Job
 }
