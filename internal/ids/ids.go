@@ -100,6 +100,36 @@ func Parse(s string) (UUID, bool) {
 	return u, true
 }
 
+// ParseLower is Parse of only the form String writes, lowercase: the
+// test a job's id takes, on every submit, to be kept by its 16 bytes.
+func ParseLower(s string) (UUID, bool) {
+	var u UUID
+	if len(s) != Len || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	bad := byte(0)
+	for j, i := range hexAt {
+		hi, lo := lowerHex[s[i]], lowerHex[s[i+1]]
+		bad |= hi | lo
+		u[j] = hi<<4 | lo&0xf
+	}
+	if bad&0xf0 != 0 {
+		return UUID{}, false
+	}
+	return u, true
+}
+
+// lowerHex is each lowercase hex digit's value, 0xff for any other byte.
+var lowerHex = func() (t [256]byte) {
+	for c := range t {
+		t[c] = 0xff
+		if v, ok := unhex(byte(c)); ok && (c < 'A' || c > 'F') {
+			t[c] = v
+		}
+	}
+	return t
+}()
+
 func unhex(c byte) (byte, bool) {
 	switch {
 	case '0' <= c && c <= '9':

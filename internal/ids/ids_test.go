@@ -99,6 +99,23 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// FuzzParseLower: ParseLower accepts what Parse accepts and String
+// writes back unchanged, and nothing else.
+func FuzzParseLower(f *testing.F) {
+	f.Add("01234567-89ab-cdef-0123-456789abcdef")
+	f.Add("01234567-89AB-cdef-0123-456789abcdef")
+	f.Add("0123456g-89ab-cdef-0123-456789abcdef")
+	f.Add(New().String())
+	f.Fuzz(func(t *testing.T, s string) {
+		u, ok := ParseLower(s)
+		pu, pok := Parse(s)
+		want := pok && pu.String() == s
+		if ok != want || (ok && u != pu) {
+			t.Fatalf("ParseLower(%q) = %x, %v; Parse: %x, %v", s, u, ok, pu, pok)
+		}
+	})
+}
+
 // FuzzRoundTrip: every 16 bytes format to a form that parses back to
 // them.
 func FuzzRoundTrip(f *testing.F) {

@@ -65,12 +65,8 @@ type jobKey struct {
 }
 
 func keyOf(id string) jobKey {
-	if u, ok := ids.Parse(id); ok {
-		var b [ids.Len]byte
-		u.Put(&b)
-		if string(b[:]) == id {
-			return jobKey{uuid: u}
-		}
+	if u, ok := ids.ParseLower(id); ok {
+		return jobKey{uuid: u}
 	}
 	return jobKey{other: id}
 }
