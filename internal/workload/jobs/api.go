@@ -167,10 +167,21 @@ func outcomeErr(r *Result) error {
 	case Conflict:
 		code = connect.CodeFailedPrecondition
 	case Exhausted:
+		if r.Later {
+			// Clients retry a full queue at once and in a loop unless told
+			// when: the same refusal again, and more load meanwhile.
+			return api.GRPCRetryError(connect.CodeResourceExhausted, r.Msg+"; retry after the RetryInfo delay", fullRetryDelay)
+		}
 		code = connect.CodeResourceExhausted
 	}
 	return connect.NewError(code, errors.New(r.Msg))
 }
+
+// fullRetryDelay is the pause a refusal for a full queue, or the
+// partition's payload bytes, asks for (RetryInfo, Retry-After): the
+// server cannot tell when workers free room, and a second is what its
+// other refusals ask for at least.
+const fullRetryDelay = api.MinRetryDelay
 
 // do applies cmd at key and returns its result, or the call's error.
 func (a *API) do(ctx context.Context, key string, cmd engine.Command) (*Result, error) {

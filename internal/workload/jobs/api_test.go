@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/jqpb"
@@ -639,10 +640,16 @@ func TestAPIPayloadMemory(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "payloads") {
 		t.Fatalf("a fourth job of the largest payload: %v, want RESOURCE_EXHAUSTED naming the payloads' limit", err)
 	}
+	if d, ok := api.GRPCRetryDelay(err); !ok || d != api.MinRetryDelay {
+		t.Errorf("the payloads' refusal asks for a delay of %v (%v), want %v: it passes as jobs finish", d, ok, api.MinRetryDelay)
+	}
 	_, err = c.jobs.SubmitJobs(ctx, connect.NewRequest(&jqpb.SubmitJobsRequest{Jobs: []*jqpb.SubmitJobRequest{
 		{QueueName: "default", Payload: []byte("a")}, {QueueName: "default", Payload: []byte("b")}}}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "nothing was submitted") {
 		t.Fatalf("a batch past the limit: %v, want RESOURCE_EXHAUSTED submitting nothing", err)
+	}
+	if _, ok := api.GRPCRetryDelay(err); !ok {
+		t.Errorf("a batch past the payloads' limit asks for no delay")
 	}
 	stats, err := c.admin.GetQueueStats(ctx, connect.NewRequest(&jqpb.GetQueueStatsRequest{Name: "default"}))
 	if err != nil || stats.Msg.Stats.PendingCount != 3 {

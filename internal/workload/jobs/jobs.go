@@ -399,6 +399,9 @@ const (
 type Result struct {
 	Outcome Outcome
 	Msg     string
+	// Later: a refusal that passes as jobs finish (a full queue, the
+	// partition's payload bytes), which a client may retry after a while.
+	Later bool
 	Queue   *Queue
 	Jobs    []*Job
 	Each    []*Result
@@ -496,6 +499,13 @@ func (m *Machine) apply(cmd engine.Command, now int64, fx *engine.Effects) *Resu
 
 func fail(o Outcome, format string, a ...any) *Result {
 	return &Result{Outcome: o, Msg: fmt.Sprintf(format, a...)}
+}
+
+// full is fail(Exhausted, …) for a refusal that passes as jobs finish.
+func full(format string, a ...any) *Result {
+	r := fail(Exhausted, format, a...)
+	r.Later = true
+	return r
 }
 
 func validName(what, s string) string {

@@ -498,3 +498,36 @@ func TestForksEncodeAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A refusal that passes as jobs finish (a full queue, the partition's
+// payload bytes) says so (Result.Later, which the API sends as a retry
+// delay); one that never passes (a batch larger than the queue's limit,
+// payloads larger than the partition's) does not.
+func TestFullRefusalsSayLater(t *testing.T) {
+	h := newHarness(t, 1, 1, Limits{MaxJobsPerQueue: 2})
+	h.Client("", &CreateQueue{Name: "q"})
+	for _, id := range []string{"a", "b"} {
+		if r := h.Client("", &Submit{JobID: id, Queue: "q"}); r.Outcome != Created {
+			t.Fatalf("submit %s: %+v", id, r)
+		}
+	}
+	for _, tc := range []struct {
+		cmd   engine.Command
+		later bool
+	}{
+		{&Submit{JobID: "c", Queue: "q"}, true},
+		{&SubmitBatch{Jobs: []Submit{{JobID: "c", Queue: "q"}, {JobID: "d", Queue: "q"}}}, true},
+		{&SubmitBatch{Jobs: []Submit{{JobID: "c", Queue: "q"}, {JobID: "d", Queue: "q"}, {JobID: "e", Queue: "q"}}}, false},
+		{&Submit{JobID: "c", Queue: "default", Payload: []byte("xx"), MaxHeldBytes: 1}, false},
+		{&SubmitBatch{Jobs: []Submit{{JobID: "c", Queue: "default", Payload: []byte("xx")}}, MaxHeldBytes: 1}, false},
+	} {
+		r := h.Client("", tc.cmd)
+		if r.Outcome != Exhausted || r.Later != tc.later {
+			t.Errorf("%+v: %v %q, later %v; want Exhausted, later %v", tc.cmd, r.Outcome, r.Msg, r.Later, tc.later)
+		}
+	}
+	h.Client("", &Submit{JobID: "f", Queue: "default", Payload: []byte("x"), MaxHeldBytes: 2})
+	if r := h.Client("", &Submit{JobID: "g", Queue: "default", Payload: []byte("xx"), MaxHeldBytes: 2}); r.Outcome != Exhausted || !r.Later {
+		t.Errorf("payloads past the partition's limit, of a size that fits it: %v %q, later %v", r.Outcome, r.Msg, r.Later)
+	}
+}

@@ -15,7 +15,7 @@ func (m *Machine) submit(c *Submit, now int64, fx *engine.Effects) *Result {
 		return res
 	}
 	if q.unfinished() >= m.opts.Limits.MaxJobsPerQueue {
-		return fail(Exhausted, "jobs: queue %q holds %d unfinished jobs, its limit", q.Name, q.unfinished())
+		return full("jobs: queue %q holds %d unfinished jobs, its limit", q.Name, q.unfinished())
 	}
 	if res := m.checkHeld(int64(len(c.Payload)), c.MaxHeldBytes); res != nil {
 		return res
@@ -27,8 +27,10 @@ func (m *Machine) submit(c *Submit, now int64, fx *engine.Effects) *Result {
 // payloads would pass limit (0: none).
 func (m *Machine) checkHeld(n, limit int64) *Result {
 	if limit > 0 && m.payloads+n > limit {
-		return fail(Exhausted, "jobs: this partition's unfinished jobs hold %d bytes of payloads; %d more would pass its limit of %d, freed as jobs finish",
+		r := full("jobs: this partition's unfinished jobs hold %d bytes of payloads; %d more would pass its limit of %d, freed as jobs finish",
 			m.payloads, n, limit)
+		r.Later = n <= limit
+		return r
 	}
 	return nil
 }
@@ -185,8 +187,10 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx *engine.Effects) *Re
 		adds++
 	}
 	if q.unfinished()+adds > m.opts.Limits.MaxJobsPerQueue {
-		return fail(Exhausted, "jobs: queue %q holds %d unfinished jobs; %d more would pass its limit of %d (nothing was submitted)",
+		r := full("jobs: queue %q holds %d unfinished jobs; %d more would pass its limit of %d (nothing was submitted)",
 			q.Name, q.unfinished(), adds, m.opts.Limits.MaxJobsPerQueue)
+		r.Later = adds <= m.opts.Limits.MaxJobsPerQueue
+		return r
 	}
 	bytes := int64(0)
 	for i, r := range res.Each {
@@ -195,7 +199,8 @@ func (m *Machine) submitBatch(c *SubmitBatch, now int64, fx *engine.Effects) *Re
 		}
 	}
 	if r := m.checkHeld(bytes, c.MaxHeldBytes); r != nil {
-		return fail(r.Outcome, "%s (nothing was submitted)", r.Msg)
+		r.Msg += " (nothing was submitted)"
+		return r
 	}
 	m.inBatch = true // one QueueReady for the batch, not one per job
 	for i := range c.Jobs {
