@@ -402,9 +402,9 @@ type Result struct {
 	// Later: a refusal that passes as jobs finish (a full queue, the
 	// partition's payload bytes), which a client may retry after a while.
 	Later bool
-	Queue   *Queue
-	Jobs    []*Job
-	Each    []*Result
+	Queue *Queue
+	Jobs  []*Job
+	Each  []*Result
 	// Next: the jobs a Report with Next > 0 leased to its stream.
 	Next []*Job
 	// Traces: a lease's traced jobs' dispatch contexts (trace.go).
