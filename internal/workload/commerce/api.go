@@ -44,8 +44,8 @@ type API struct {
 	retention time.Duration
 	done      chan struct{}
 	stopOnce  sync.Once
-	// lists holds a token per large list page being built (heavy).
-	lists chan struct{}
+	// lists holds a turn per large list page being built (heavy).
+	lists *api.Turns
 }
 
 // DefaultSagaRetention is how long an ended saga stays readable (GET
@@ -57,7 +57,7 @@ const DefaultSagaRetention = 15 * time.Minute
 // saga retention DefaultSagaRetention.
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
 	return &API{eng: eng, hub: hub, deadline: time.Duration(DefaultDeadline), retention: DefaultSagaRetention, done: make(chan struct{}),
-		lists: make(chan struct{}, runtime.GOMAXPROCS(0))}
+		lists: api.NewTurns(runtime.GOMAXPROCS(0), heavyListPatience)}
 }
 
 // SetSagaRetention sets how long sagas started from now on are kept once
@@ -138,9 +138,16 @@ func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
 // heavyListLimit: a list page of more than this many items is heavy.
 const heavyListLimit = 100
 
+// heavyListPatience is how long a large list page waits for its turn
+// before it is refused (503, Retry-After): a turn is held until the page
+// is written, and clients that do not read theirs hold it up to the
+// write timeout.
+var heavyListPatience = 10 * time.Second
+
 // heavy lets as many large list pages (?limit= over heavyListLimit) be
 // built at once as the server has cores; the others wait their turn
-// here, holding their in-flight slot but no page. Each gathers up to
+// here, holding their in-flight slot but no page, for at most
+// heavyListPatience. Each gathers up to
 // 1,000 entities from every partition and renders them whole (1,000
 // orders are about 700 KB): a field test's 1,024 at once took the server
 // to 3.5 GB, and to 5.8 GB when their clients did not read, while every
@@ -150,12 +157,11 @@ func (a *API) heavy(h api.HandlerFunc) api.HandlerFunc {
 		if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err != nil || n <= heavyListLimit {
 			return h(w, r)
 		}
-		select {
-		case a.lists <- struct{}{}:
-		case <-r.Context().Done():
-			return api.Error(w, http.StatusServiceUnavailable, "request cancelled before it finished")
+		if !a.lists.Take(r.Context()) {
+			api.SetRetryAfter(w, time.Second)
+			return api.Error(w, http.StatusServiceUnavailable, "too many large list pages (limit over 100) are being built or sent; nothing was read: retry after the Retry-After pause, or ask for pages of at most 100")
 		}
-		defer func() { <-a.lists }()
+		defer a.lists.Give()
 		return h(w, r)
 	}
 }
