@@ -2,6 +2,7 @@ package sequencer
 
 import (
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -51,12 +52,38 @@ type API struct {
 	done      chan struct{}
 	stopOnce  sync.Once
 	bench     *bench
+	// lists holds a turn per group list being built or written
+	// (oneOfFew).
+	lists *api.Turns
+}
+
+// listPatience is how long a group list waits for its turn before it is
+// refused (503, Retry-After).
+var listPatience = 10 * time.Second
+
+// oneOfFew lets as many group lists (GET /v1/groups, /v1/ops/groups) be
+// built and written at once as the server has cores; the others wait
+// their turn, holding their in-flight slot but no page, for at most
+// listPatience. A page is up to 16 MB (1,000 groups of 100 consumers),
+// its groups gathered from every partition: a field test's 32 unread
+// streams of such lists took the server to 5.6 GB, and 512 of operator
+// pages of 3.3 MB held every partition busy for 28 s.
+func (a *API) oneOfFew(h api.HandlerFunc) api.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) int {
+		if !a.lists.Take(r.Context()) {
+			api.SetRetryAfter(w, time.Second)
+			return api.Error(w, http.StatusServiceUnavailable, "too many group lists are being built or sent; nothing was read: retry after the Retry-After pause")
+		}
+		defer a.lists.Give()
+		return h(w, r)
+	}
 }
 
 // NewAPI returns the sequencer API over eng; hub receives the engine's
 // notes (see Hub.Notify).
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
-	a := &API{eng: eng, hub: hub, retention: time.Duration(DefaultRetentionNs), done: make(chan struct{})}
+	a := &API{eng: eng, hub: hub, retention: time.Duration(DefaultRetentionNs), done: make(chan struct{}),
+		lists: api.NewTurns(runtime.GOMAXPROCS(0), listPatience)}
 	a.bench = newBench(a, DefaultBenchProcessors)
 	return a
 }
@@ -89,7 +116,7 @@ func (a *API) Shutdown() {
 
 // Register adds the routes to mux.
 func (a *API) Register(mux *http.ServeMux, m *api.Metrics) {
-	m.Handle(mux, "GET /v1/groups", a.listGroups)
+	m.Handle(mux, "GET /v1/groups", a.oneOfFew(a.listGroups))
 	m.Handle(mux, "GET /v1/groups/{group}", a.groupInfo)
 	m.Handle(mux, "DELETE /v1/groups/{group}", a.deleteGroup)
 	m.Handle(mux, "POST /v1/groups/{group}/messages", a.publish)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -531,9 +530,4 @@ func (a *API) collect(w http.ResponseWriter, r *http.Request, name string) (*sta
 		after = out.Messages[len(out.Messages)-1].Seq
 	}
 	return s, 0
-}
-
-// sortGroups orders groups by name: partitions answer in their own order.
-func sortGroups(gs []groupDTO) {
-	slices.SortFunc(gs, func(x, y groupDTO) int { return strings.Compare(x.Name, y.Name) })
 }

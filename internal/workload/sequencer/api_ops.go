@@ -70,7 +70,7 @@ func (g *Group) ops() GroupOps {
 }
 
 func (a *API) registerOps(mux *http.ServeMux, m *api.Metrics) {
-	m.Handle(mux, "GET /v1/ops/groups", a.opsGroups)
+	m.Handle(mux, "GET /v1/ops/groups", a.oneOfFew(a.opsGroups))
 	m.Handle(mux, "GET /v1/ops/groups/{group}", a.opsGroup)
 }
 

@@ -1,11 +1,13 @@
 package sequencer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/surge-run/surge/internal/api"
@@ -70,12 +72,65 @@ func refused(w http.ResponseWriter, res *Result) int {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) int {
-	b, err := json.Marshal(v)
+	e := encoders.Get().(*encoder)
+	defer e.done()
+	b, err := e.marshal(v)
 	if err != nil {
 		return api.Error(w, http.StatusInternalServerError, err.Error())
 	}
 	api.Write(w, status, true, append(b, '\n'))
 	return status
+}
+
+// encoder renders JSON as json.Marshal does but without escaping HTML:
+// a payload comes back as the JSON its publisher sent (compacted), where
+// json.Marshal turned each <, > and & into six bytes, so a legal 1 MiB
+// payload of '<' rendered as a 6 MiB page, past what the stream budget
+// reserved for it (pageCost), and unlike what was published.
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := new(encoder)
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// marshal renders v; the bytes are e's until its next use.
+func (e *encoder) marshal(v any) ([]byte, error) {
+	e.buf.Reset()
+	if err := e.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")), nil
+}
+
+// marshal is json.Marshal without escaping HTML (encoder), in bytes of
+// the caller's.
+func marshal(v any) ([]byte, error) {
+	e := encoders.Get().(*encoder)
+	defer e.done()
+	b, err := e.marshal(v)
+	return bytes.Clone(b), err
+}
+
+// appendJSON appends v rendered as marshal renders it to dst.
+func appendJSON(dst []byte, v any) []byte {
+	e := encoders.Get().(*encoder)
+	defer e.done()
+	b, _ := e.marshal(v)
+	return append(dst, b...)
+}
+
+// done puts e back for another use, unless a large answer grew it: the
+// pool would keep that memory for everyone's small ones.
+func (e *encoder) done() {
+	if e.buf.Cap() <= 64<<10 {
+		encoders.Put(e)
+	}
 }
 
 // checkName is the rule for a group, processor or consumer name, on

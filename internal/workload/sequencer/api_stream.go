@@ -2,7 +2,6 @@ package sequencer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -61,7 +60,7 @@ func errBusy(w http.ResponseWriter, err error) int {
 // api.ErrStreamBusy (nothing was sent, the caller answers 503); any other
 // error leaves a broken answer.
 func writeMessages(ctx context.Context, st *api.Stream, w http.ResponseWriter, ms []Message, tail map[string]any) error {
-	end, err := json.Marshal(tail)
+	end, err := marshal(tail)
 	if err != nil {
 		return err
 	}
@@ -80,8 +79,7 @@ func writeMessages(ctx context.Context, st *api.Stream, w http.ResponseWriter, m
 			if k > 0 {
 				buf = append(buf, ',')
 			}
-			b, _ := json.Marshal(messageOut(&ms[k]))
-			buf = append(buf, b...)
+			buf = appendJSON(buf, messageOut(&ms[k]))
 		}
 		if i += n; i == len(ms) {
 			buf = append(append(append(buf, "],"...), end[1:]...), '\n')
@@ -139,7 +137,7 @@ func (a *API) replyLeased(ctx context.Context, st *api.Stream, w http.ResponseWr
 // as Last-Event-ID when it reconnects.
 func endEvent(st *api.Stream, reason string, after uint64, why string) {
 	st.Ending(reason)
-	b, _ := json.Marshal(map[string]any{"reason": reason, "lastEventId": fmt.Sprint(after), "error": why})
+	b, _ := marshal(map[string]any{"reason": reason, "lastEventId": fmt.Sprint(after), "error": why})
 	_ = st.Write(fmt.Appendf(nil, "event: end\nid: %d\ndata: %s\n\n", after, b))
 }
 
@@ -147,8 +145,8 @@ func endEvent(st *api.Stream, reason string, after uint64, why string) {
 func ssePage(ms []Message) []byte {
 	buf := make([]byte, 0, pageCost(ms))
 	for i := range ms {
-		b, _ := json.Marshal(messageOut(&ms[i]))
-		buf = fmt.Appendf(buf, "event: message\nid: %d\ndata: %s\n\n", ms[i].Seq, b)
+		buf = fmt.Appendf(buf, "event: message\nid: %d\ndata: ", ms[i].Seq)
+		buf = append(appendJSON(buf, messageOut(&ms[i])), "\n\n"...)
 	}
 	return buf
 }

@@ -2,6 +2,7 @@ package sequencer
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -614,5 +615,96 @@ func TestLeaseAnswerIsBounded(t *testing.T) {
 	l := must(t, srv, 200, "POST", "/v1/groups/big/lease", `{"processor":"p","max":100}`)
 	if n := len(seqsOf(t, l)); n != MaxLeaseBytes/len(payload) {
 		t.Fatalf("a lease took %d messages of %d bytes; want %d, what fits %d bytes", n, len(payload), MaxLeaseBytes/len(payload), MaxLeaseBytes)
+	}
+}
+
+// A payload comes back as the JSON its publisher sent (compacted), in a
+// lease, an output page and the SSE stream: json.Marshal turned each <, >
+// and & into six bytes, so a page of them outgrew what the stream budget
+// reserved for it six times over.
+func TestPayloadComesBackAsSent(t *testing.T) {
+	srv, _ := newAPIServer(t)
+	g := "/v1/groups/html"
+	payload := `{"a":"<b>&</b>","c":[1,"<>"]}`
+	must(t, srv, 201, "POST", g+"/messages", `{"id":"x","payload":`+payload+`}`)
+	_, lease := call(t, srv, "POST", g+"/lease", `{"processor":"p","max":1}`)
+	must(t, srv, 200, "POST", g+"/complete", `{"processor":"p","seqs":[1]}`)
+	_, out := call(t, srv, "GET", g+"/output?after=0", "")
+	for name, b := range map[string]string{"lease": lease, "output": out} {
+		if !strings.Contains(b, `"payload":`+payload) {
+			t.Errorf("%s: %s; want the payload as sent, %s", name, b, payload)
+		}
+	}
+	req, _ := http.NewRequest("GET", srv.URL+g+"/output/stream?after=0", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	for err == nil && !strings.HasPrefix(line, "data:") {
+		line, err = br.ReadString('\n')
+	}
+	if err != nil || !strings.Contains(line, `"payload":`+payload) {
+		t.Errorf("stream: %q, %v; want the payload as sent", line, err)
+	}
+}
+
+// GET /v1/groups answers pages of groups by name with a cursor, each
+// group once, whatever the partitions.
+func TestListGroupsPages(t *testing.T) {
+	srv, _ := newAPIServer(t)
+	var want []string
+	for i := range 7 {
+		g := fmt.Sprintf("g%02d", i)
+		want = append(want, g)
+		must(t, srv, 201, "POST", "/v1/groups/"+g+"/messages", `{"payload":1}`)
+	}
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		v := must(t, srv, 200, "GET", "/v1/groups?limit=3&after="+after, "")
+		for _, g := range v["groups"].([]any) {
+			got = append(got, g.(map[string]any)["name"].(string))
+		}
+		next, _ := v["next"].(string)
+		if next == "" {
+			break
+		}
+		if pages > 5 {
+			t.Fatal("no last page")
+		}
+		after = next
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("groups over the pages: %v, want %v", got, want)
+	}
+	if st, _ := call(t, srv, "GET", "/v1/groups?limit=1001", ""); st != http.StatusBadRequest {
+		t.Fatalf("limit over 1000: %d", st)
+	}
+}
+
+// The group lists take turns (oneOfFew): with every turn held, a list
+// waits its patience and is refused with a pause, and goes through once
+// a turn is free.
+func TestGroupListsTakeTurns(t *testing.T) {
+	srv, a := newAPIServer(t)
+	a.lists = api.NewTurns(1, 20*time.Millisecond)
+	a.lists.Take(context.Background())
+	for _, path := range []string{"/v1/groups", "/v1/ops/groups"} {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s with no turn free: %d, Retry-After %q", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	a.lists.Give()
+	for _, path := range []string{"/v1/groups", "/v1/ops/groups"} {
+		must(t, srv, 200, "GET", path, "")
 	}
 }

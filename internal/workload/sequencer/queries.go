@@ -1,6 +1,12 @@
 package sequencer
 
-import "sort"
+import (
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/surge-run/surge/internal/api"
+)
 
 // Queries (Machine.Query); each answer is a copy.
 type (
@@ -14,7 +20,10 @@ type (
 		MaxBytes int
 	}
 	GroupInfo  struct{ Group string } // → *Info, nil if no such group
-	ListGroups struct{}               // → []*Info by name
+	ListGroups struct {               // → []*Info by name: at most Limit (0: all) above After
+		After string
+		Limit int
+	}
 )
 
 // Output answers ReadOutput. FirstKept is the lowest seq still kept
@@ -56,11 +65,12 @@ func (m *Machine) Query(q any) any {
 		}
 		return (*Info)(nil)
 	case ListGroups:
-		names := make([]string, 0, len(m.groups))
-		for n := range m.groups {
-			names = append(names, n)
+		var names []string
+		if q.Limit > 0 {
+			names = api.Smallest(maps.Keys(m.groups), q.After, q.Limit)
+		} else {
+			names = slices.Sorted(maps.Keys(m.groups))
 		}
-		sort.Strings(names)
 		out := make([]*Info, len(names))
 		for i, n := range names {
 			out[i] = m.groups[n].info()
