@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -42,3 +43,14 @@ func (t *Turns) Take(ctx context.Context) bool {
 
 // Give returns a turn taken.
 func (t *Turns) Give() { <-t.held }
+
+// Serve runs h with a turn; without one within the patience it answers
+// 503 with Retry-After: 1, busy saying what is busy, and reads nothing.
+func (t *Turns) Serve(w http.ResponseWriter, r *http.Request, h HandlerFunc, busy string) int {
+	if !t.Take(r.Context()) {
+		SetRetryAfter(w, time.Second)
+		return Error(w, http.StatusServiceUnavailable, busy+"; nothing was read: retry after the Retry-After pause")
+	}
+	defer t.Give()
+	return h(w, r)
+}

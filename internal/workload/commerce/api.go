@@ -157,12 +157,7 @@ func (a *API) heavy(h api.HandlerFunc) api.HandlerFunc {
 		if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err != nil || n <= heavyListLimit {
 			return h(w, r)
 		}
-		if !a.lists.Take(r.Context()) {
-			api.SetRetryAfter(w, time.Second)
-			return api.Error(w, http.StatusServiceUnavailable, "too many large list pages (limit over 100) are being built or sent; nothing was read: retry after the Retry-After pause, or ask for pages of at most 100")
-		}
-		defer a.lists.Give()
-		return h(w, r)
+		return a.lists.Serve(w, r, h, "too many large list pages (limit over 100) are being built or sent (pages of at most 100 do not wait)")
 	}
 }
 

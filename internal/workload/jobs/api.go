@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -62,6 +63,9 @@ type API struct {
 	// crypto/rand: unique with overwhelming probability, without a
 	// getrandom call for every one of the partitions' worth of draws.
 	rngs sync.Pool
+	// opsTurns holds a turn per operator queue list being built or
+	// written (RegisterOps).
+	opsTurns *api.Turns
 }
 
 var (
@@ -74,7 +78,8 @@ var (
 // must be passed to hub.Notify.
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
 	a := &API{eng: eng, hub: hub, metrics: newJobsMetrics(), parts: eng.Partitions(), leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention),
-		maxHeld: DefaultMaxHeldBytes, done: make(chan struct{}), healthy: func() bool { return !eng.Failed() }}
+		maxHeld: DefaultMaxHeldBytes, done: make(chan struct{}), healthy: func() bool { return !eng.Failed() },
+		opsTurns: api.NewTurns(runtime.GOMAXPROCS(0), opsPatience)}
 	a.rngs.New = func() any {
 		var seed [32]byte
 		_, _ = crand.Read(seed[:]) // never fails (Go 1.24+)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
@@ -86,8 +87,19 @@ func max64(a, b int64) int64 {
 
 // RegisterOps adds the operator reads' HTTP routes to mux.
 func (a *API) RegisterOps(mux *http.ServeMux, m *api.Metrics) {
-	m.Handle(mux, "GET /v1/ops/jobs/queues", a.opsQueues)
+	// Every queue of every partition (up to 1,000 each), each looking at
+	// up to StartLatencyScan jobs on its partition's goroutine: a few
+	// tens of ms of a partition per list, and megabytes of answer. As
+	// many at once as the server has cores, as the other workloads'
+	// large lists.
+	m.Handle(mux, "GET /v1/ops/jobs/queues", func(w http.ResponseWriter, r *http.Request) int {
+		return a.opsTurns.Serve(w, r, a.opsQueues, "too many queue lists are being built or sent")
+	})
 }
+
+// opsPatience is how long a queue list waits for its turn before it is
+// refused (503, Retry-After).
+var opsPatience = 10 * time.Second
 
 type latencyDTO struct {
 	Samples int      `json:"samples"`

@@ -72,3 +72,31 @@ func TestOperatorQueues(t *testing.T) {
 		t.Errorf("idle: %s", b)
 	}
 }
+
+// The operator queue list takes turns: with every turn held it waits its
+// patience and is refused with a pause, and goes through once one is
+// free.
+func TestOperatorQueuesTakeTurns(t *testing.T) {
+	c := newAPI(t, 30*time.Second)
+	mux := http.NewServeMux()
+	c.api.RegisterOps(mux, api.NewMetrics(prometheus.NewRegistry()))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	give := c.api.HoldOpsTurns(1, 20*time.Millisecond)
+	resp, err := http.Get(srv.URL + "/v1/ops/jobs/queues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("with no turn free: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	give()
+	if resp, err = http.Get(srv.URL + "/v1/ops/jobs/queues"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("with a turn free: %d", resp.StatusCode)
+	}
+}

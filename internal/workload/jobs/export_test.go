@@ -1,9 +1,12 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/surge-run/surge/internal/api"
 )
 
 // The tests keep every new ready job as a record (pending.go), so that
@@ -66,4 +69,18 @@ func (m *Machine) allJobs() map[string]*Job {
 		panic(fmt.Sprintf("jobs: %d ended jobs in the queues' order, %d in the index", n, m.ended.len()))
 	}
 	return all
+}
+
+// HoldOpsTurns takes every operator list turn of a, with patience p for
+// the lists that then wait, until the returned func gives them back.
+func (a *API) HoldOpsTurns(n int, p time.Duration) (give func()) {
+	a.opsTurns = api.NewTurns(n, p)
+	for range n {
+		a.opsTurns.Take(context.Background())
+	}
+	return func() {
+		for range n {
+			a.opsTurns.Give()
+		}
+	}
 }

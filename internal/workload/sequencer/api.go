@@ -70,12 +70,7 @@ var listPatience = 10 * time.Second
 // pages of 3.3 MB held every partition busy for 28 s.
 func (a *API) oneOfFew(h api.HandlerFunc) api.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) int {
-		if !a.lists.Take(r.Context()) {
-			api.SetRetryAfter(w, time.Second)
-			return api.Error(w, http.StatusServiceUnavailable, "too many group lists are being built or sent; nothing was read: retry after the Retry-After pause")
-		}
-		defer a.lists.Give()
-		return h(w, r)
+		return a.lists.Serve(w, r, h, "too many group lists are being built or sent")
 	}
 }
 
