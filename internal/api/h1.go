@@ -312,6 +312,7 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 // it returns whether the connection stays open.
 func (c *h1Conn) serveOne() (keep bool) {
 	c.rw.reset()
+	defer c.rw.answered()
 	// The connection's context, not cancellable (h1_watch.go says why).
 	r := &c.req
 	c.serving, c.route.req = true, r

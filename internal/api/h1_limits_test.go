@@ -267,3 +267,53 @@ func TestLeanH1RequestsAtTheTimeoutAreNeverReset(t *testing.T) {
 		t.Error("the lean path served none of them")
 	}
 }
+
+// TestLeanH1LargeAnswerHeldUntilWritten: the lean path writes an answer
+// after its handler returns; a large one stays accounted for until it is
+// written. Its in-flight slot is lent (within the lent answers' bytes),
+// and a turn of Turns its handler ran with is held, so a client that
+// does not read keeps a later large answer waiting for a turn, and one
+// that reads frees it. A small answer frees its slot at the return.
+func TestLeanH1LargeAnswerHeldUntilWritten(t *testing.T) {
+	const size = 32 << 20 // more than loopback's socket buffers take
+	big := make([]byte, size)
+	turns := NewTurns(1, 50*time.Millisecond)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(big) })
+	mux.HandleFunc("/turn", func(w http.ResponseWriter, r *http.Request) {
+		turns.Serve(w, r, func(w http.ResponseWriter, r *http.Request) int { w.Write(big); return 200 }, "busy")
+	})
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	s, addr := startLean(t, mux, Limits{MaxInflight: 4, WriteTimeout: time.Hour})
+	l := s.inflight
+
+	slow := dial(t, addr)
+	if err := slow.send("/big"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return l.lent.Load() == 1 && l.lentB.Load() == size && l.n.Load() == 0 })
+
+	holder := dial(t, addr)
+	if err := holder.send("/turn"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return l.lent.Load() == 2 })
+	other := dial(t, addr)
+	if err := other.send("/turn"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := other.answer(); err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a large answer while another's turn waits for its reader: %v, %v; want 503", r, err)
+	}
+	small := dial(t, addr)
+	if r, _, err := small.get("/small"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a small answer meanwhile: %v, %v", r, err)
+	}
+	if r, _, err := holder.answer(); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the holder, reading now: %v, %v", r, err)
+	}
+	waitFor(t, func() bool { return turns.Take(context.Background()) })
+	turns.Give()
+	slow.Close()
+	waitFor(t, func() bool { return l.lent.Load() == 0 && l.lentB.Load() == 0 && l.n.Load() == 0 })
+}

@@ -30,7 +30,25 @@ type h1Writer struct {
 	// closeAfter: answer with Connection: close and close; tooLarge:
 	// the body was over a route's limit (http.MaxBytesReader).
 	closeAfter, tooLarge bool
+	// slot is the in-flight slot the handler holds (holdSlot), kept past
+	// the handler's return for a large answer; written runs once the
+	// answer is written or given up (afterWritten).
+	slot    *inflightLimiter
+	lent    int64 // > 0: the slot was lent with these bytes to write
+	written []func()
 }
+
+// largeAnswer: an answer over this many bytes is accounted for until the
+// connection has written it. The lean path writes an answer after its
+// handler returns, so a slot (or a turn of Turns) freed at the return
+// bounded the handlers, not the answers: 1,500 connections that did not
+// read their 1.6 MB event answers held 4 GB with no slot taken, whatever
+// --max-inflight said. Its slot is lent as a lean HTTP/2 answer's is
+// (inflightLimiter.lend: within the bytes all lent answers may hold), or
+// else kept until the answer is written; whatever its handler asked to
+// keep with afterWritten is kept until then too. A small answer frees
+// its slot at once, as before: what it holds is small.
+const largeAnswer = 64 << 10
 
 // bufferBeforeChunking is net/http's: an answer of at most this many
 // bytes, whose length the handler did not set, gets a Content-Length;
@@ -39,7 +57,60 @@ const bufferBeforeChunking = 2048
 
 func (w *h1Writer) reset() {
 	clear(w.header)
-	*w = h1Writer{c: w.c, header: w.header, clen: -1, body: w.body[:0], info: w.info[:0]}
+	body := w.body[:0]
+	if cap(body) > largeAnswer {
+		body = nil // a large answer's buffer is not kept for the connection's life
+	}
+	*w = h1Writer{c: w.c, header: w.header, clen: -1, body: body, info: w.info[:0], written: w.written[:0]}
+}
+
+func (w *h1Writer) holdSlot(l *inflightLimiter) { w.slot = l }
+
+// dropSlot frees the slot when the handler returns, unless the answer is
+// large: then it is lent, or kept until the answer is written
+// (answered).
+func (w *h1Writer) dropSlot() {
+	l := w.slot
+	if l == nil {
+		return
+	}
+	if n := int64(len(w.body)); n > largeAnswer {
+		if l.lend(n) {
+			w.lent = n
+		}
+		return
+	}
+	l.release()
+	w.slot = nil
+}
+
+// afterWritten implements the afterWriter test Turns.Serve makes: for a
+// large answer, f runs once the connection has written it (answered);
+// false (f not taken) for a small one.
+func (w *h1Writer) afterWritten(f func()) bool {
+	if len(w.body) <= largeAnswer {
+		return false
+	}
+	w.written = append(w.written, f)
+	return true
+}
+
+// answered frees what a large answer kept until it was written, or
+// given up on (a failed write, a panic). It runs once per request.
+func (w *h1Writer) answered() {
+	if l := w.slot; l != nil {
+		if w.lent > 0 {
+			l.returnLent(w.lent)
+		} else {
+			l.release()
+		}
+		w.slot, w.lent = nil, 0
+	}
+	for i, f := range w.written {
+		f()
+		w.written[i] = nil
+	}
+	w.written = w.written[:0]
 }
 
 func (w *h1Writer) Header() http.Header { return w.header }

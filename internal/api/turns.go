@@ -51,6 +51,18 @@ func (t *Turns) Serve(w http.ResponseWriter, r *http.Request, h HandlerFunc, bus
 		SetRetryAfter(w, time.Second)
 		return Error(w, http.StatusServiceUnavailable, busy+"; nothing was read: retry after the Retry-After pause")
 	}
-	defer t.Give()
+	defer func() {
+		if aw, ok := w.(afterWriter); !ok || !aw.afterWritten(t.Give) {
+			t.Give()
+		}
+	}()
 	return h(w, r)
+}
+
+// afterWriter is a ResponseWriter that writes a large answer after its
+// handler returns (the lean HTTP/1.1 path): afterWritten(f) runs f once
+// it is written, and says whether it took f. A turn is held until then,
+// so that it bounds the answers held, not only those being built.
+type afterWriter interface {
+	afterWritten(f func()) bool
 }

@@ -91,7 +91,7 @@ func (m *Machine) opsQuery(q any) any {
 }
 
 func (a *API) registerOps(mux *http.ServeMux, m *api.Metrics) {
-	m.Handle(mux, "GET /v2/events", a.listEvents)
+	m.Handle(mux, "GET /v2/events", func(w http.ResponseWriter, r *http.Request) int { return a.oneOfFew(w, r, a.listEvents) })
 	m.Handle(mux, "GET /v2/events/{id}/areas/{area}/seats", a.seatMap)
 }
 

@@ -2,6 +2,7 @@ package ticketing_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -492,5 +493,49 @@ func TestIdempotencyKeyRules(t *testing.T) {
 	}
 	if st, resp := do(t, srv, "POST", "/v2/reservations", body, "Idempotency-Key", "  3f1c-9a52 ~!"); st != 201 {
 		t.Errorf("printable key: %d %s", st, resp)
+	}
+}
+
+// Large answers take turns: an event of more than 100 areas and the
+// event list wait for one, and without one within their patience are
+// refused with a pause; a small event is answered whatever the turns.
+func TestLargeAnswersTakeTurns(t *testing.T) {
+	eng := newEngine(t, 4)
+	mux := http.NewServeMux()
+	a := ticketing.NewAPI(eng)
+	a.Register(mux, api.NewMetrics(prometheus.NewRegistry()))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	areas := make([]string, 101)
+	for i := range areas {
+		areas[i] = fmt.Sprintf(`{"areaId":"A%d","rowCount":1,"colCount":1}`, i)
+	}
+	if st, b := do(t, srv, "POST", "/v1/event", `{"eventName":"big","areas":[`+strings.Join(areas, ",")+`]}`); st != 200 {
+		t.Fatalf("create the large event: %d %s", st, b)
+	}
+	if st, b := do(t, srv, "POST", "/v1/event", event); st != 200 {
+		t.Fatalf("create the small event: %d %s", st, b)
+	}
+	turns := a.SetLargeTurns(1, 20*time.Millisecond)
+	turns.Take(context.Background())
+	for _, path := range []string{"/v2/events/big", "/v2/events"} {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s with no turn free: %d, Retry-After %q", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	if st, b := do(t, srv, "GET", "/v2/events/ev", ""); st != 200 {
+		t.Errorf("a small event with no turn free: %d %s", st, b)
+	}
+	turns.Give()
+	for _, path := range []string{"/v2/events/big", "/v2/events"} {
+		if st, b := do(t, srv, "GET", path, ""); st != 200 {
+			t.Errorf("%s with a turn free: %d %.200s", path, st, b)
+		}
 	}
 }
