@@ -11,8 +11,10 @@ import (
 func TestTurns(t *testing.T) {
 	tu := NewTurns(2, 20*time.Millisecond)
 	ctx := context.Background()
-	if !tu.Take(ctx) || !tu.Take(ctx) {
-		t.Fatal("two turns of two not taken")
+	for i := range 2 {
+		if !tu.Take(ctx) {
+			t.Fatalf("turn %d of two not taken", i+1)
+		}
 	}
 	if tu.Take(ctx) {
 		t.Fatal("a third turn taken")
