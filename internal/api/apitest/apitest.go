@@ -1,10 +1,13 @@
-// Package apitest helps tests prove that requests at the API's limits
-// make commands the command log can hold.
+// Package apitest helps the workloads' API tests: prove that requests at
+// the API's limits make commands the command log can hold, and that a
+// large answer without a turn is refused as it should be.
 package apitest
 
 import (
+	"net/http"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/surge-run/surge/internal/cmdlog"
 )
@@ -46,4 +49,18 @@ func Longest(n int) string {
 		s += "q"
 	}
 	return s
+}
+
+// WantBusy GETs url and fails t unless the answer is 503 with a
+// Retry-After: a large answer that found no turn (api.Turns).
+func WantBusy(t testing.TB, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("GET %s with no turn free: %d, Retry-After %q; want 503 with a pause", url, resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
 )
@@ -693,15 +694,7 @@ func TestGroupListsTakeTurns(t *testing.T) {
 	a.lists = api.NewTurns(1, 20*time.Millisecond)
 	a.lists.Take(context.Background())
 	for _, path := range []string{"/v1/groups", "/v1/ops/groups"} {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-			t.Errorf("%s with no turn free: %d, Retry-After %q", path, resp.StatusCode, resp.Header.Get("Retry-After"))
-		}
+		apitest.WantBusy(t, srv.URL+path)
 	}
 	a.lists.Give()
 	for _, path := range []string{"/v1/groups", "/v1/ops/groups"} {

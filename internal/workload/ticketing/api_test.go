@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surge-run/surge/internal/api"
+	"github.com/surge-run/surge/internal/api/apitest"
 	"github.com/surge-run/surge/internal/engine"
 	"github.com/surge-run/surge/internal/engine/enginetest"
 	"github.com/surge-run/surge/internal/workload/ticketing"
@@ -519,15 +520,7 @@ func TestLargeAnswersTakeTurns(t *testing.T) {
 	turns := a.SetLargeTurns(1, 20*time.Millisecond)
 	turns.Take(context.Background())
 	for _, path := range []string{"/v2/events/big", "/v2/events"} {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-			t.Errorf("%s with no turn free: %d, Retry-After %q", path, resp.StatusCode, resp.Header.Get("Retry-After"))
-		}
+		apitest.WantBusy(t, srv.URL+path)
 	}
 	if st, b := do(t, srv, "GET", "/v2/events/ev", ""); st != 200 {
 		t.Errorf("a small event with no turn free: %d %s", st, b)
