@@ -28,14 +28,20 @@ type queuesOps struct {
 	}
 }
 
-// Every queue with its counts, and a submit→start latency over the jobs
-// that have started only.
-func TestOperatorQueues(t *testing.T) {
+// opsServer serves a jobs API's operator reads until the test ends.
+func opsServer(t *testing.T) (*clients, *httptest.Server) {
 	c := newAPI(t, 30*time.Second)
 	mux := http.NewServeMux()
 	c.api.RegisterOps(mux, api.NewMetrics(prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
+	return c, srv
+}
+
+// Every queue with its counts, and a submit→start latency over the jobs
+// that have started only.
+func TestOperatorQueues(t *testing.T) {
+	c, srv := opsServer(t)
 
 	if _, err := c.admin.CreateQueue(ctxT(t), connect.NewRequest(&jqpb.CreateQueueRequest{Name: "idle"})); err != nil {
 		t.Fatal(err)
@@ -78,11 +84,7 @@ func TestOperatorQueues(t *testing.T) {
 // patience and is refused with a pause, and goes through once one is
 // free.
 func TestOperatorQueuesTakeTurns(t *testing.T) {
-	c := newAPI(t, 30*time.Second)
-	mux := http.NewServeMux()
-	c.api.RegisterOps(mux, api.NewMetrics(prometheus.NewRegistry()))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	c, srv := opsServer(t)
 	give := c.api.HoldOpsTurns(1, 20*time.Millisecond)
 	apitest.WantBusy(t, srv.URL+"/v1/ops/jobs/queues")
 	give()
