@@ -157,6 +157,10 @@ func (s *stream) poke() {
 	}
 }
 
+// Linked says whether a worker stream is open, to be woken by QueueReady
+// notes (Options.Listening).
+func (h *Hub) Linked() bool { return h.linked.Load() > 0 }
+
 // Notify takes the workload's engine notes (engine.Options.Notify). It
 // runs on the log's completion goroutine, so it only wakes streams.
 func (h *Hub) Notify(v any) {

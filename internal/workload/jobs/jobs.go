@@ -286,6 +286,12 @@ type Options struct {
 	// empty log and a snapshot agree) and cannot be deleted.
 	OwnsDefault bool
 	Limits      Limits
+	// Listening says whether anything takes QueueReady notes now (nil:
+	// always). Without a worker stream to wake every submit's note was
+	// an allocation and a call for nothing. Notes are not state, so
+	// reading it leaves replay as it was; a stream that links later
+	// looks for work itself.
+	Listening func() bool
 }
 
 // Workload creates the jobs machines of an engine with Partitions
@@ -293,13 +299,14 @@ type Options struct {
 type Workload struct {
 	Partitions int
 	Limits     Limits
+	Listening  func() bool // Options.Listening
 }
 
 func (w *Workload) ID() uint8    { return WorkloadID }
 func (w *Workload) Name() string { return "jobs" }
 func (w *Workload) NewMachine(p int) engine.Machine {
 	owns := engine.PartitionOfHash(engine.Hash(QueueKey(DefaultQueue)), w.Partitions) == p
-	return NewMachine(Options{OwnsDefault: owns, Limits: w.Limits})
+	return NewMachine(Options{OwnsDefault: owns, Limits: w.Limits, Listening: w.Listening})
 }
 
 // Machine is the jobs state of one partition.

@@ -531,3 +531,24 @@ func TestFullRefusalsSayLater(t *testing.T) {
 		t.Errorf("payloads past the partition's limit, of a size that fits it: %v %q, later %v", r.Outcome, r.Msg, r.Later)
 	}
 }
+
+// A new ready job is noted (QueueReady) only while something listens
+// (Options.Listening): without a worker stream the note was an
+// allocation per submit for nothing.
+func TestReadyNotesOnlyWhileListening(t *testing.T) {
+	listening := false
+	m := NewMachine(Options{OwnsDefault: true, Listening: func() bool { return listening }})
+	for i, want := range []bool{false, true} {
+		listening = want
+		fx := new(engine.Effects)
+		m.Apply(&engine.Input{Kind: engine.FromClient, TimeNs: 1, Cmd: &Submit{JobID: fmt.Sprint("j", i), Queue: DefaultQueue}}, fx)
+		noted := false
+		for _, n := range fx.Notes() {
+			_, ok := n.(QueueReady)
+			noted = noted || ok
+		}
+		if noted != want {
+			t.Errorf("listening %v: noted %v", want, noted)
+		}
+	}
+}

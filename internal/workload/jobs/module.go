@@ -41,7 +41,7 @@ var Module = module.Module{
 	Open: func(env module.Env) (module.Parts, error) {
 		hub := NewHub(env.Settings.Int("max-workers")).SetGrace(env.Settings.Duration("worker-grace"))
 		return module.Parts{
-			Workload: &Workload{Partitions: env.Partitions},
+			Workload: &Workload{Partitions: env.Partitions, Listening: hub.Linked},
 			Notes:    func(_ int, v any) { hub.Notify(v) },
 			Serve: func(h module.Host) (module.Served, error) {
 				a := NewAPI(h.Engine, hub).SetLease(env.Settings.Duration("job-lease")).

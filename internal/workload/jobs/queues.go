@@ -76,7 +76,7 @@ func (m *Machine) pauseQueue(name string, pause bool, now int64, fx *engine.Effe
 }
 
 func (m *Machine) notifyReady(q *Queue, fx *engine.Effects) {
-	if q.Paused || m.inBatch || m.holdNotes {
+	if q.Paused || m.inBatch || m.holdNotes || (m.opts.Listening != nil && !m.opts.Listening()) {
 		return
 	}
 	if n := q.readyCount(); n > 0 {
