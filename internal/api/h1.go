@@ -308,6 +308,40 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 	return true
 }
 
+// writeAnswer writes the rendered answer. A large one that holds a slot
+// (lent or kept, h1Writer.dropSlot) is written a part at a time, each
+// within the stall rule of a lean HTTP/2 answer (--stall-timeout, or
+// keptStall for a kept slot) rather than all of it within the write
+// timeout: a client that does not read loses its connection once it
+// makes no progress for that long, so that clients that do not read
+// cannot hold the slots, and the turns, of everyone else for 30 s.
+func (c *h1Conn) writeAnswer() error {
+	w := &c.rw
+	if w.slot == nil || len(c.out) <= largeAnswer {
+		_, err := c.tc.Write(c.out)
+		return err
+	}
+	stall := c.h.s.lim.StallTimeout
+	if w.lent == 0 {
+		stall = min(stall, keptStall)
+	}
+	for out := c.out; len(out) > 0; {
+		n := min(len(out), largeAnswer)
+		by := time.Now().Add(stall)
+		if by.After(c.writeBy) {
+			by = c.writeBy
+		}
+		c.tc.SetWriteDeadline(by)
+		if _, err := c.tc.Write(out[:n]); err != nil {
+			c.writeSet = time.Time{} // moved: set again before the next write
+			return err
+		}
+		out = out[n:]
+	}
+	c.tc.SetWriteDeadline(c.writeBy)
+	return nil
+}
+
 // serveOne runs the handler on the request read and writes its answer;
 // it returns whether the connection stays open.
 func (c *h1Conn) serveOne() (keep bool) {
@@ -346,7 +380,7 @@ func (c *h1Conn) serveOne() (keep bool) {
 		c.tc.SetWriteDeadline(c.writeBy)
 		c.writeSet = c.writeBy
 	}
-	if _, err := c.tc.Write(c.out); err != nil {
+	if err := c.writeAnswer(); err != nil {
 		return false
 	}
 	if cap(c.out) > leanBufSize*8 {

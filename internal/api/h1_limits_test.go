@@ -317,3 +317,32 @@ func TestLeanH1LargeAnswerHeldUntilWritten(t *testing.T) {
 	slow.Close()
 	waitFor(t, func() bool { return l.lent.Load() == 0 && l.lentB.Load() == 0 && l.n.Load() == 0 })
 }
+
+// TestLeanH1StalledLargeAnswerIsCut: a large lean HTTP/1.1 answer whose
+// client makes no progress loses its connection after --stall-timeout
+// when its slot was lent, after keptStall when it kept it (here: larger
+// than all lent answers may be), and the slot comes back either way.
+func TestLeanH1StalledLargeAnswerIsCut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int
+	}{{"lent", 32 << 20}, {"kept", maxLentBytes + 1<<20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			big := make([]byte, tc.size)
+			mux := http.NewServeMux()
+			mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(big) })
+			s, addr := startLean(t, mux, Limits{MaxInflight: 4, WriteTimeout: time.Hour, StallTimeout: 300 * time.Millisecond})
+			c := dial(t, addr)
+			if err := c.send("/big"); err != nil {
+				t.Fatal(err)
+			}
+			l := s.inflight
+			waitFor(t, func() bool { return l.lent.Load()+l.n.Load() == 1 })
+			// Not reading: the slot must come back all the same.
+			waitFor(t, func() bool { return l.lent.Load() == 0 && l.lentB.Load() == 0 && l.n.Load() == 0 })
+			if !c.closedByServer() {
+				t.Fatal("the stalled answer's connection was not closed")
+			}
+		})
+	}
+}

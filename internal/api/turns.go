@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,25 +12,43 @@ import (
 // turn, but not for ever: a turn that does not come within the patience
 // is refused, so that clients that hold their turns (by not reading what
 // they asked for) cannot keep every other caller waiting until its own
-// client gives up.
+// client gives up; and only a few wait at once, the rest refused at
+// once, since a waiter holds its request's in-flight slot.
 type Turns struct {
 	held     chan struct{}
 	patience time.Duration
+	// waiting counts the callers waiting for a turn, at most maxWaiting:
+	// each holds its request's in-flight slot meanwhile, and 4,096
+	// streams of large answers waiting for two turns held every slot, so
+	// that small requests waited in the waiting room for the patience.
+	waiting    atomic.Int64
+	maxWaiting int64
 }
 
-// NewTurns makes n turns, waited for at most patience each.
+// waitersPerTurn bounds the callers that wait for a turn: the rest are
+// refused at once.
+const waitersPerTurn = 8
+
+// NewTurns makes n turns, waited for at most patience each, by at most
+// waitersPerTurn callers a turn at once.
 func NewTurns(n int, patience time.Duration) *Turns {
-	return &Turns{held: make(chan struct{}, n), patience: patience}
+	return &Turns{held: make(chan struct{}, n), patience: patience, maxWaiting: int64(n * waitersPerTurn)}
 }
 
 // Take waits for a turn: true once the caller has one (it must Give it
-// back), false if ctx ended or the patience ran out first.
+// back), false if ctx ended or the patience ran out first, or if as
+// many callers wait already as may.
 func (t *Turns) Take(ctx context.Context) bool {
 	select {
 	case t.held <- struct{}{}:
 		return true
 	default:
 	}
+	if t.waiting.Add(1) > t.maxWaiting {
+		t.waiting.Add(-1)
+		return false
+	}
+	defer t.waiting.Add(-1)
 	wait := time.NewTimer(t.patience)
 	defer wait.Stop()
 	select {

@@ -37,3 +37,30 @@ func TestTurns(t *testing.T) {
 		t.Fatal("a turn given back was not taken by the caller waiting")
 	}
 }
+
+// At most waitersPerTurn callers a turn wait; the next is refused at
+// once, however patient.
+func TestTurnsBoundTheirWaiters(t *testing.T) {
+	tu := NewTurns(1, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	tu.Take(ctx)
+	done := make(chan bool, waitersPerTurn)
+	for range waitersPerTurn {
+		go func() { done <- tu.Take(ctx) }()
+	}
+	waitFor(t, func() bool { return tu.waiting.Load() == waitersPerTurn })
+	start := time.Now()
+	if tu.Take(context.Background()) {
+		t.Fatal("a turn taken past the bound of waiters")
+	}
+	if d := time.Since(start); d > hang {
+		t.Fatalf("refused after %v, not at once", d)
+	}
+	cancel()
+	for range waitersPerTurn {
+		<-done
+	}
+	if n := tu.waiting.Load(); n != 0 {
+		t.Fatalf("%d waiters counted after they all left", n)
+	}
+}
