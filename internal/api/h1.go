@@ -309,7 +309,8 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 }
 
 // writeAnswer writes the rendered answer. A large one that holds a slot
-// (lent or kept, h1Writer.dropSlot) is written a part at a time, each
+// (lent or kept, h1Writer.dropSlot) or a turn (Turns) is written a part
+// at a time, each
 // within the stall rule of a lean HTTP/2 answer (--stall-timeout, or
 // keptStall for a kept slot) rather than all of it within the write
 // timeout: a client that does not read loses its connection once it
@@ -317,13 +318,13 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 // cannot hold the slots, and the turns, of everyone else for 30 s.
 func (c *h1Conn) writeAnswer() error {
 	w := &c.rw
-	if w.slot == nil || len(c.out) <= largeAnswer {
+	if (w.slot == nil && len(w.written) == 0) || len(c.out) <= largeAnswer {
 		_, err := c.tc.Write(c.out)
 		return err
 	}
 	stall := c.h.s.lim.StallTimeout
-	if w.lent == 0 {
-		stall = min(stall, keptStall)
+	if w.slot == nil || w.lent == 0 {
+		stall = min(stall, keptStall) // a kept slot, or a turn alone
 	}
 	for out := c.out; len(out) > 0; {
 		n := min(len(out), largeAnswer)

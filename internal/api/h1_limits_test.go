@@ -346,3 +346,39 @@ func TestLeanH1StalledLargeAnswerIsCut(t *testing.T) {
 		})
 	}
 }
+
+// TestTurnWaitersGiveTheirSlotsBack: a request waiting for a turn gives
+// its in-flight slot back meanwhile, so that requests waiting for turns
+// cannot take every slot from the small ones; served once a turn frees.
+func TestTurnWaitersGiveTheirSlotsBack(t *testing.T) {
+	turns := NewTurns(1, time.Hour)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/turn", func(w http.ResponseWriter, r *http.Request) {
+		turns.Serve(w, r, func(w http.ResponseWriter, r *http.Request) int { io.WriteString(w, "big"); return 200 }, "busy")
+	})
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	s, addr := startLean(t, mux, Limits{MaxInflight: 2})
+	l := s.inflight
+	turns.Take(context.Background())
+	var waiters []*rawConn
+	for range 2 {
+		c := dial(t, addr)
+		if err := c.send("/turn"); err != nil {
+			t.Fatal(err)
+		}
+		waiters = append(waiters, c)
+	}
+	waitFor(t, func() bool { return turns.waiting.Load() == 2 })
+	if n := l.n.Load(); n != 0 {
+		t.Fatalf("%d slots held by requests waiting for a turn", n)
+	}
+	if r, _, err := dial(t, addr).get("/small"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a small request while both slots' requests wait for a turn: %v, %v", r, err)
+	}
+	turns.Give()
+	for _, c := range waiters {
+		if r, body, err := c.answer(); err != nil || r.StatusCode != http.StatusOK || body != "big" {
+			t.Fatalf("a waiter once turns free: %v %q, %v", r, body, err)
+		}
+	}
+}

@@ -66,6 +66,15 @@ func (w *h1Writer) reset() {
 
 func (w *h1Writer) holdSlot(l *inflightLimiter) { w.slot = l }
 
+// returnSlot gives the slot back at once (slotReturner): the request
+// waits for a turn, which bounds it from then on.
+func (w *h1Writer) returnSlot() {
+	if w.slot != nil {
+		w.slot.release()
+		w.slot = nil
+	}
+}
+
 // dropSlot frees the slot when the handler returns, unless the answer is
 // large: then it is lent, or kept until the answer is written
 // (answered).

@@ -897,3 +897,46 @@ func TestH2StalledAnswerIsReset(t *testing.T) {
 		})
 	}
 }
+
+// TestH2TurnWaitersGiveTheirSlotsBack: on the lean HTTP/2 server too, a
+// stream waiting for a turn gives its in-flight slot back meanwhile.
+func TestH2TurnWaitersGiveTheirSlotsBack(t *testing.T) {
+	turns := NewTurns(1, time.Hour)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/turn", func(w http.ResponseWriter, r *http.Request) {
+		turns.Serve(w, r, func(w http.ResponseWriter, r *http.Request) int { io.WriteString(w, "big"); return 200 }, "busy")
+	})
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	s, addr := startServer(t, mux, leanH2(Limits{MaxInflight: 2}), nil)
+	turns.Take(context.Background())
+	hc := xh2Client()
+	hc.Timeout = hang
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			resp, err := hc.Get("http://" + addr + "/turn")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			done <- err
+		}()
+	}
+	waitFor(t, func() bool { return turns.waiting.Load() == 2 })
+	if n := s.inflight.n.Load(); n != 0 {
+		t.Fatalf("%d slots held by streams waiting for a turn", n)
+	}
+	resp, err := hc.Get("http://" + addr + "/small")
+	if err != nil {
+		t.Fatalf("a small request while both slots' streams wait for a turn: %v", err)
+	}
+	resp.Body.Close()
+	turns.Give()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("a waiter once turns free: %v", err)
+		}
+	}
+}

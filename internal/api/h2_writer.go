@@ -373,6 +373,15 @@ const (
 
 func (w *h2Writer) holdSlot(l *inflightLimiter) { w.slot, w.slotState = l, slotHeld }
 
+// returnSlot gives the slot back at once (slotReturner): the request
+// waits for a turn, which bounds it from then on.
+func (w *h2Writer) returnSlot() {
+	if w.slot != nil && w.slotState == slotHeld {
+		w.slot.release()
+		w.slot = nil
+	}
+}
+
 func (w *h2Writer) dropSlot() {
 	l := w.slot
 	w.slot = nil

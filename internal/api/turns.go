@@ -12,22 +12,25 @@ import (
 // turn, but not for ever: a turn that does not come within the patience
 // is refused, so that clients that hold their turns (by not reading what
 // they asked for) cannot keep every other caller waiting until its own
-// client gives up; and only a few wait at once, the rest refused at
-// once, since a waiter holds its request's in-flight slot.
+// client gives up. A caller served by Serve gives its request's
+// in-flight slot back while it waits (the lean servers' writers can):
+// 4,096 streams of large answers waiting for two turns held every slot,
+// so that small requests waited in the waiting room for the patience.
+// Waiting is what keeps a client that retries at once from retrying:
+// refused at once instead (the first remedy), a crowd of such clients
+// turned into a storm of refusals that took the CPU from the answers
+// (27 written in 30 s, against 7,900 while they waited).
 type Turns struct {
 	held     chan struct{}
 	patience time.Duration
-	// waiting counts the callers waiting for a turn, at most maxWaiting:
-	// each holds its request's in-flight slot meanwhile, and 4,096
-	// streams of large answers waiting for two turns held every slot, so
-	// that small requests waited in the waiting room for the patience.
+	// waiting counts the callers waiting for a turn, at most maxWaiting
+	// (each a goroutine and its request; beyond, refused at once).
 	waiting    atomic.Int64
 	maxWaiting int64
 }
 
-// waitersPerTurn bounds the callers that wait for a turn: the rest are
-// refused at once.
-const waitersPerTurn = 8
+// waitersPerTurn bounds the callers that wait for a turn.
+const waitersPerTurn = 1024
 
 // NewTurns makes n turns, waited for at most patience each, by at most
 // waitersPerTurn callers a turn at once.
@@ -38,12 +41,18 @@ func NewTurns(n int, patience time.Duration) *Turns {
 // Take waits for a turn: true once the caller has one (it must Give it
 // back), false if ctx ended or the patience ran out first, or if as
 // many callers wait already as may.
-func (t *Turns) Take(ctx context.Context) bool {
+func (t *Turns) Take(ctx context.Context) bool { return t.tryTake() || t.wait(ctx) }
+
+func (t *Turns) tryTake() bool {
 	select {
 	case t.held <- struct{}{}:
 		return true
 	default:
+		return false
 	}
+}
+
+func (t *Turns) wait(ctx context.Context) bool {
 	if t.waiting.Add(1) > t.maxWaiting {
 		t.waiting.Add(-1)
 		return false
@@ -66,9 +75,14 @@ func (t *Turns) Give() { <-t.held }
 // Serve runs h with a turn; without one within the patience it answers
 // 503 with Retry-After: 1, busy saying what is busy, and reads nothing.
 func (t *Turns) Serve(w http.ResponseWriter, r *http.Request, h HandlerFunc, busy string) int {
-	if !t.Take(r.Context()) {
-		SetRetryAfter(w, time.Second)
-		return Error(w, http.StatusServiceUnavailable, busy+"; nothing was read: retry after the Retry-After pause")
+	if !t.tryTake() {
+		if sr, ok := w.(slotReturner); ok {
+			sr.returnSlot()
+		}
+		if !t.wait(r.Context()) {
+			SetRetryAfter(w, time.Second)
+			return Error(w, http.StatusServiceUnavailable, busy+"; nothing was read: retry after the Retry-After pause")
+		}
 	}
 	defer func() {
 		if aw, ok := w.(afterWriter); !ok || !aw.afterWritten(t.Give) {
@@ -84,4 +98,11 @@ func (t *Turns) Serve(w http.ResponseWriter, r *http.Request, h HandlerFunc, bus
 // so that it bounds the answers held, not only those being built.
 type afterWriter interface {
 	afterWritten(f func()) bool
+}
+
+// slotReturner is a ResponseWriter whose request can give its in-flight
+// slot back before its handler returns, and go on without one: a turn
+// (Turns) bounds what it does from then on.
+type slotReturner interface {
+	returnSlot()
 }
