@@ -30,7 +30,7 @@ func TestTurns(t *testing.T) {
 		t.Fatal("a turn taken past the limit by a cancelled caller")
 	}
 	got := make(chan bool)
-	patient := &Turns{held: tu.held, patience: time.Minute} // the same turns, waited for longer
+	patient := &Turns{held: tu.held, patience: time.Minute, maxWaiting: 1} // the same turns, waited for longer
 	go func() { got <- patient.Take(ctx) }()
 	tu.Give()
 	if !<-got {
