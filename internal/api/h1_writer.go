@@ -120,6 +120,12 @@ func (w *h1Writer) answered() {
 		w.written[i] = nil
 	}
 	w.written = w.written[:0]
+	if cap(w.body) > largeAnswer {
+		// Not kept until the next request: a connection may idle for
+		// --idle-timeout, and 690 that had each got a 1.6 MB answer held
+		// 1.3 GB doing so.
+		w.body = nil
+	}
 }
 
 func (w *h1Writer) Header() http.Header { return w.header }
