@@ -310,12 +310,12 @@ func (c *h1Conn) readBody(t0 time.Time) bool {
 
 // writeAnswer writes the rendered answer. A large one that holds a slot
 // (lent or kept, h1Writer.dropSlot) or a turn (Turns) is written a part
-// at a time, each
-// within the stall rule of a lean HTTP/2 answer (--stall-timeout, or
-// keptStall for a kept slot) rather than all of it within the write
-// timeout: a client that does not read loses its connection once it
-// makes no progress for that long, so that clients that do not read
-// cannot hold the slots, and the turns, of everyone else for 30 s.
+// at a time, each within the stall rule of a lean HTTP/2 answer
+// (--stall-timeout, or keptStall for a kept slot or a turn alone) rather
+// than all of it within the write timeout: a client that does not read
+// loses its connection once it makes no progress for that long, so that
+// clients that do not read cannot hold the slots, and the turns, of
+// everyone else for 30 s.
 func (c *h1Conn) writeAnswer() error {
 	w := &c.rw
 	if (w.slot == nil && len(w.written) == 0) || len(c.out) <= largeAnswer {

@@ -16,10 +16,10 @@ import (
 // in-flight slot back while it waits (the lean servers' writers can):
 // 4,096 streams of large answers waiting for two turns held every slot,
 // so that small requests waited in the waiting room for the patience.
-// Waiting is what keeps a client that retries at once from retrying:
-// refused at once instead (the first remedy), a crowd of such clients
-// turned into a storm of refusals that took the CPU from the answers
-// (27 written in 30 s, against 7,900 while they waited).
+// And it does wait, rather than be refused at once: a crowd of clients
+// that retry at once, refused, turned into a storm of refusals that took
+// the CPU from the answers (27 written in 30 s, against 7,900 while they
+// waited).
 type Turns struct {
 	held     chan struct{}
 	patience time.Duration
