@@ -351,15 +351,9 @@ func TestLeanH1StalledLargeAnswerIsCut(t *testing.T) {
 // its in-flight slot back meanwhile, so that requests waiting for turns
 // cannot take every slot from the small ones; served once a turn frees.
 func TestTurnWaitersGiveTheirSlotsBack(t *testing.T) {
-	turns := NewTurns(1, time.Hour)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/turn", func(w http.ResponseWriter, r *http.Request) {
-		turns.Serve(w, r, func(w http.ResponseWriter, r *http.Request) int { io.WriteString(w, "big"); return 200 }, "busy")
-	})
-	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	turns, mux := turnsMux()
 	s, addr := startLean(t, mux, Limits{MaxInflight: 2})
 	l := s.inflight
-	turns.Take(context.Background())
 	var waiters []*rawConn
 	for range 2 {
 		c := dial(t, addr)
@@ -381,4 +375,17 @@ func TestTurnWaitersGiveTheirSlotsBack(t *testing.T) {
 			t.Fatalf("a waiter once turns free: %v %q, %v", r, body, err)
 		}
 	}
+}
+
+// turnsMux serves /turn with one turn, held by the test (taken), and
+// /small without one.
+func turnsMux() (*Turns, *http.ServeMux) {
+	turns := NewTurns(1, time.Hour)
+	turns.Take(context.Background())
+	mux := http.NewServeMux()
+	mux.HandleFunc("/turn", func(w http.ResponseWriter, r *http.Request) {
+		turns.Serve(w, r, func(w http.ResponseWriter, r *http.Request) int { io.WriteString(w, "big"); return 200 }, "busy")
+	})
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	return turns, mux
 }

@@ -901,14 +901,8 @@ func TestH2StalledAnswerIsReset(t *testing.T) {
 // TestH2TurnWaitersGiveTheirSlotsBack: on the lean HTTP/2 server too, a
 // stream waiting for a turn gives its in-flight slot back meanwhile.
 func TestH2TurnWaitersGiveTheirSlotsBack(t *testing.T) {
-	turns := NewTurns(1, time.Hour)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/turn", func(w http.ResponseWriter, r *http.Request) {
-		turns.Serve(w, r, func(w http.ResponseWriter, r *http.Request) int { io.WriteString(w, "big"); return 200 }, "busy")
-	})
-	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	turns, mux := turnsMux()
 	s, addr := startServer(t, mux, leanH2(Limits{MaxInflight: 2}), nil)
-	turns.Take(context.Background())
 	hc := xh2Client()
 	hc.Timeout = hang
 	done := make(chan error, 2)
