@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,15 +34,38 @@ type child struct {
 	https   bool // serves TLS (servesTLS)
 }
 
-// freeAddr picks a free loopback port. Another process could take it
-// before the child binds it; the child then fails to start and says so.
+// freeAddr picks a free loopback port, never one it picked for the last
+// recentAddrs calls: the kernel hands a port just closed out again, and
+// a server given two picks in a row (--addr and --grpc-addr) was once
+// given the same port twice, and failed to start. Another process could
+// still take a port before the child binds it; the child then fails to
+// start and says so.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	picked.Lock()
+	defer picked.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !slices.Contains(picked.recent[:], addr) {
+			picked.recent[picked.next%recentAddrs] = addr
+			picked.next++
+			return addr, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return "", errors.New("no loopback port free that was not just picked")
+}
+
+// recentAddrs is how many of its last picks freeAddr avoids.
+const recentAddrs = 64
+
+var picked struct {
+	sync.Mutex
+	recent [recentAddrs]string
+	next   int
 }
 
 // startChild runs exe with args (which must already contain addr), its

@@ -66,3 +66,19 @@ func parseMetricsCPU(text string) (float64, error) {
 	}
 	return m.cpuSeconds()
 }
+
+// freeAddr never hands out a port it handed out among its last
+// recentAddrs picks, though the kernel may offer one again at once.
+func TestFreeAddrDoesNotRepeat(t *testing.T) {
+	seen := map[string]bool{}
+	for range recentAddrs {
+		a, err := freeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[a] {
+			t.Fatalf("%s picked twice in %d picks", a, recentAddrs)
+		}
+		seen[a] = true
+	}
+}
