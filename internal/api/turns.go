@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -34,6 +35,17 @@ type Turns struct {
 // retried at once is load (3,072 streams past 2,048 waiters kept a storm
 // of 367,000 refusals going in a field test).
 const waitersPerTurn = 2048
+
+// LargeAnswerPatience is how long a large answer waits for its turn
+// (NewLargeAnswerTurns) before it is refused: a turn is held until its
+// answer is written, and clients that do not read hold theirs up to the
+// stall rule.
+const LargeAnswerPatience = 10 * time.Second
+
+// NewLargeAnswerTurns makes the turns every workload's large answers take
+// (lists, pages, large events): as many as the server has cores, waited
+// for at most LargeAnswerPatience.
+func NewLargeAnswerTurns() *Turns { return NewTurns(runtime.GOMAXPROCS(0), LargeAnswerPatience) }
 
 // NewTurns makes n turns, waited for at most patience each, by at most
 // waitersPerTurn callers a turn at once.

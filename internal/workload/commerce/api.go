@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +56,7 @@ const DefaultSagaRetention = 15 * time.Minute
 // saga retention DefaultSagaRetention.
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
 	return &API{eng: eng, hub: hub, deadline: time.Duration(DefaultDeadline), retention: DefaultSagaRetention, done: make(chan struct{}),
-		lists: api.NewTurns(runtime.GOMAXPROCS(0), heavyListPatience)}
+		lists: api.NewLargeAnswerTurns()}
 }
 
 // SetSagaRetention sets how long sagas started from now on are kept once
@@ -138,16 +137,10 @@ func (a *API) Register(mux *http.ServeMux, metrics *api.Metrics) {
 // heavyListLimit: a list page of more than this many items is heavy.
 const heavyListLimit = 100
 
-// heavyListPatience is how long a large list page waits for its turn
-// before it is refused (503, Retry-After): a turn is held until the page
-// is written, and clients that do not read theirs hold it up to the
-// write timeout.
-var heavyListPatience = 10 * time.Second
-
 // heavy lets as many large list pages (?limit= over heavyListLimit) be
-// built at once as the server has cores; the others wait their turn
-// here, holding their in-flight slot but no page, for at most
-// heavyListPatience. Each gathers up to
+// built and written at once as the server has cores; the others wait
+// their turn (api.Turns.Serve: on the lean servers without their
+// in-flight slot) for at most api.LargeAnswerPatience. Each gathers up to
 // 1,000 entities from every partition and renders them whole (1,000
 // orders are about 700 KB): a field test's 1,024 at once took the server
 // to 3.5 GB, and to 5.8 GB when their clients did not read, while every

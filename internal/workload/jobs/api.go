@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -79,7 +78,7 @@ var (
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
 	a := &API{eng: eng, hub: hub, metrics: newJobsMetrics(), parts: eng.Partitions(), leaseNs: int64(DefaultLease), retentionNs: int64(DefaultRetention),
 		maxHeld: DefaultMaxHeldBytes, done: make(chan struct{}), healthy: func() bool { return !eng.Failed() },
-		opsTurns: api.NewTurns(runtime.GOMAXPROCS(0), opsPatience)}
+		opsTurns: api.NewLargeAnswerTurns()}
 	a.rngs.New = func() any {
 		var seed [32]byte
 		_, _ = crand.Read(seed[:]) // never fails (Go 1.24+)

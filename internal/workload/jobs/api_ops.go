@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/surge-run/surge/internal/api"
 	"github.com/surge-run/surge/internal/engine"
@@ -96,10 +95,6 @@ func (a *API) RegisterOps(mux *http.ServeMux, m *api.Metrics) {
 		return a.opsTurns.Serve(w, r, a.opsQueues, "too many queue lists are being built or sent")
 	})
 }
-
-// opsPatience is how long a queue list waits for its turn before it is
-// refused (503, Retry-After).
-var opsPatience = 10 * time.Second
 
 type latencyDTO struct {
 	Samples int      `json:"samples"`

@@ -2,7 +2,6 @@ package sequencer
 
 import (
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
 
@@ -57,14 +56,10 @@ type API struct {
 	lists *api.Turns
 }
 
-// listPatience is how long a group list waits for its turn before it is
-// refused (503, Retry-After).
-var listPatience = 10 * time.Second
-
 // oneOfFew lets as many group lists (GET /v1/groups, /v1/ops/groups) be
 // built and written at once as the server has cores; the others wait
-// their turn, holding their in-flight slot but no page, for at most
-// listPatience. A page is up to 16 MB (1,000 groups of 100 consumers),
+// their turn (api.Turns.Serve: on the lean servers without their
+// in-flight slot) for at most api.LargeAnswerPatience. A page is up to 16 MB (1,000 groups of 100 consumers),
 // its groups gathered from every partition: a field test's 32 unread
 // streams of such lists took the server to 5.6 GB, and 512 of operator
 // pages of 3.3 MB held every partition busy for 28 s.
@@ -78,7 +73,7 @@ func (a *API) oneOfFew(h api.HandlerFunc) api.HandlerFunc {
 // notes (see Hub.Notify).
 func NewAPI(eng *engine.Engine, hub *Hub) *API {
 	a := &API{eng: eng, hub: hub, retention: time.Duration(DefaultRetentionNs), done: make(chan struct{}),
-		lists: api.NewTurns(runtime.GOMAXPROCS(0), listPatience)}
+		lists: api.NewLargeAnswerTurns()}
 	a.bench = newBench(a, DefaultBenchProcessors)
 	return a
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -38,10 +37,6 @@ type API struct {
 // 1.6 KB and one engine query an area).
 const manyAreas = 100
 
-// largePatience is how long a large answer waits for its turn before it
-// is refused (503, Retry-After).
-var largePatience = 10 * time.Second
-
 // oneOfFew runs h with one of as many turns as the server has cores. A
 // field test's 1,024 streams of GET /v2/events/{id} for events of 1,000
 // areas (1.6 MB and 1,000 engine queries each) took the server to
@@ -56,7 +51,7 @@ const DefaultRetention = 15 * time.Minute
 
 // NewAPI returns the ticketing HTTP API over eng, with DefaultRetention.
 func NewAPI(eng *engine.Engine) *API {
-	return &API{eng: eng, retention: DefaultRetention, large: api.NewTurns(runtime.GOMAXPROCS(0), largePatience)}
+	return &API{eng: eng, retention: DefaultRetention, large: api.NewLargeAnswerTurns()}
 }
 
 // SetRetention sets how long terminal reservations made from now on are
